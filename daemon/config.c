@@ -1,0 +1,566 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+/* Longest job-file line accepted. inih's default (200 bytes) would cut long values. */
+#define CFG_MAX_LINE (1 << 20)
+
+/* One `key = value` as read, before validation. line < 0: it came from --set. */
+struct raw {
+	char *section, *key, *value;
+	int line;
+	const char *set; /* the --set argument it came from */
+};
+
+struct parse {
+	const char *path;
+	FILE *f;
+	char *linebuf;
+	size_t linecap;
+	int lineno;
+	struct raw *raw;
+	size_t n_raw, cap_raw;
+	struct { char *name; int line; } *sections;
+	size_t n_sections, cap_sections;
+	char *err;
+	size_t errlen;
+	bool failed;
+};
+
+static void fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct parse *p, const char *fmt, ...)
+{
+	if (p->failed)
+		return; /* keep the first error: later ones tend to follow from it */
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->err, p->errlen, fmt, ap);
+	va_end(ap);
+	p->failed = true;
+}
+
+static void *grow(void *arr, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return arr;
+	size_t nc = *cap ? *cap * 2 : 16;
+	void *a = realloc(arr, nc * elem);
+	if (!a) {
+		perror("gpud");
+		abort(); /* out of memory while reading a job file: nothing sensible left */
+	}
+	*cap = nc;
+	return a;
+}
+
+/* inih's reader: one line per call, so p->lineno is the line the handler sees. Lines
+ * longer than inih's buffer or holding NUL bytes are errors, not silently cut. */
+static char *reader(char *str, int num, void *stream)
+{
+	struct parse *p = stream;
+	ssize_t n = getline(&p->linebuf, &p->linecap, p->f);
+	if (n < 0)
+		return NULL;
+	p->lineno++;
+	if (memchr(p->linebuf, '\0', (size_t)n)) {
+		fail(p, "%s:%d: binary data (a NUL byte) in the job file", p->path, p->lineno);
+		n = 0;
+	} else if (n >= num - 1) {
+		fail(p, "%s:%d: line longer than %d bytes", p->path, p->lineno, num - 2);
+		n = 0;
+	}
+	memcpy(str, p->linebuf, (size_t)n);
+	str[n] = '\0';
+
+	/* Note section headers here: inih reports a section only with its first key,
+	 * so an empty or unknown [section] would otherwise pass unseen. */
+	const char *s = str;
+	while (isspace((unsigned char)*s))
+		s++;
+	if (*s == '[') {
+		const char *e = strchr(s, ']');
+		if (e) {
+			p->sections = grow(p->sections, &p->cap_sections, p->n_sections,
+					   sizeof *p->sections);
+			p->sections[p->n_sections].name = strndup(s + 1, (size_t)(e - s - 1));
+			p->sections[p->n_sections].line = p->lineno;
+			p->n_sections++;
+		}
+	}
+	return str;
+}
+
+static int handler(void *user, const char *section, const char *key, const char *value)
+{
+	struct parse *p = user;
+	for (size_t i = 0; i < p->n_raw; i++) {
+		if (strcmp(p->raw[i].section, section) == 0 && strcmp(p->raw[i].key, key) == 0) {
+			fail(p, "%s:%d: [%s] %s is set twice (first on line %d)", p->path,
+			     p->lineno, section, key, p->raw[i].line);
+			return 0;
+		}
+	}
+	if (*section == '\0') {
+		fail(p, "%s:%d: '%s' comes before any [section]", p->path, p->lineno, key);
+		return 0;
+	}
+	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
+	p->raw[p->n_raw++] = (struct raw){strdup(section), strdup(key), strdup(value),
+					  p->lineno, NULL};
+	return 1;
+}
+
+/* Applies one "SECTION.KEY=VALUE" override. */
+static void apply_set(struct parse *p, const char *set)
+{
+	const char *dot = strchr(set, '.');
+	const char *eq = strchr(set, '=');
+	if (!dot || !eq || dot > eq || dot == set || eq == dot + 1) {
+		fail(p, "--set %s: expected SECTION.KEY=VALUE", set);
+		return;
+	}
+	char *section = strndup(set, (size_t)(dot - set));
+	char *key = strndup(dot + 1, (size_t)(eq - dot - 1));
+	const char *value = eq + 1;
+	for (size_t i = 0; i < p->n_raw; i++) {
+		if (strcmp(p->raw[i].section, section) == 0 && strcmp(p->raw[i].key, key) == 0) {
+			free(p->raw[i].value);
+			p->raw[i].value = strdup(value);
+			p->raw[i].line = -1;
+			p->raw[i].set = set;
+			free(section);
+			free(key);
+			return;
+		}
+	}
+	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
+	p->raw[p->n_raw++] = (struct raw){section, key, strdup(value), -1, set};
+}
+
+/* "file:line" or "--set X" for messages. */
+static const char *where(const struct parse *p, const struct raw *r, char *buf, size_t len)
+{
+	if (r->line < 0)
+		snprintf(buf, len, "--set %s", r->set);
+	else
+		snprintf(buf, len, "%s:%d", p->path, r->line);
+	return buf;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int cfg_parse_size(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	uint64_t mult = 1;
+	switch (*end) {
+	case 'k': case 'K': mult = 1ull << 10; end++; break;
+	case 'm': case 'M': mult = 1ull << 20; end++; break;
+	case 'g': case 'G': mult = 1ull << 30; end++; break;
+	default: break;
+	}
+	if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
+		end += 2;
+	else if (mult > 1 && (*end == 'B' || *end == 'b'))
+		end++;
+	if (*end || v > max / mult)
+		return -1;
+	*out = v * mult;
+	return 0;
+}
+
+static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
+{
+	if (strcmp(v, "all") == 0) {
+		c->gpus_all = true;
+		return 0;
+	}
+	const char *s = v;
+	for (;;) {
+		while (isspace((unsigned char)*s))
+			s++;
+		char *end;
+		if (!isdigit((unsigned char)*s)) {
+			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
+			return -1;
+		}
+		errno = 0;
+		long id = strtol(s, &end, 10);
+		if (errno || id > 65535) {
+			snprintf(why, whylen, "GPU id too large");
+			return -1;
+		}
+		for (size_t i = 0; i < c->n_gpus; i++) {
+			if (c->gpus[i] == id) {
+				snprintf(why, whylen, "GPU %ld is listed twice", id);
+				return -1;
+			}
+		}
+		if (c->n_gpus >= CFG_MAX_GPUS) {
+			snprintf(why, whylen, "more than %d GPUs", CFG_MAX_GPUS);
+			return -1;
+		}
+		c->gpus[c->n_gpus++] = (int)id;
+		s = end;
+		while (isspace((unsigned char)*s))
+			s++;
+		if (*s == '\0')
+			return 0;
+		if (*s != ',') {
+			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
+			return -1;
+		}
+		s++;
+	}
+}
+
+static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	char loc[512], why[128] = "";
+	const char *k = r->key, *v = r->value;
+	uint64_t u;
+	int bad = 0;
+
+	if (strcmp(k, "gpus") == 0) {
+		c->n_gpus = 0;
+		c->gpus_all = false;
+		if (parse_gpus(c, v, why, sizeof why) < 0)
+			bad = 1;
+	} else if (strcmp(k, "workers_per_gpu") == 0) {
+		if (parse_u64(v, 1, 256, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to 256");
+			bad = 1;
+		}
+		c->workers_per_gpu = (unsigned)u;
+	} else if (strcmp(k, "queue_size") == 0) {
+		if (parse_u64(v, 1, CFG_MAX_QUEUE, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to %u", CFG_MAX_QUEUE);
+			bad = 1;
+		}
+		c->queue_size = (unsigned)u;
+	} else if (strcmp(k, "task_timeout") == 0) {
+		char *end;
+		errno = 0;
+		double d = strtod(v, &end);
+		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 1e7) {
+			snprintf(why, sizeof why, "expected seconds, 0 or more (0 = no limit)");
+			bad = 1;
+		}
+		c->task_timeout = d;
+	} else if (strcmp(k, "base_seed") == 0) {
+		if (parse_u64(v, 0, UINT64_MAX, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 2^64-1");
+			bad = 1;
+		}
+		c->base_seed = u;
+	} else if (strcmp(k, "max_task_bytes") == 0 || strcmp(k, "max_result_bytes") == 0) {
+		if (cfg_parse_size(v, CFG_MAX_BYTES, &u) < 0) {
+			snprintf(why, sizeof why, "expected a size from 0 to 1G, like 4096, 64K or 1M");
+			bad = 1;
+		}
+		if (strcmp(k, "max_task_bytes") == 0)
+			c->max_task_bytes = (uint32_t)u;
+		else
+			c->max_result_bytes = (uint32_t)u;
+	} else if (strcmp(k, "max_retries") == 0) {
+		if (parse_u64(v, 0, 1000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 1000");
+			bad = 1;
+		}
+		c->max_retries = (unsigned)u;
+	} else if (strcmp(k, "max_worker_restarts") == 0) {
+		if (parse_u64(v, 0, 100000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
+			bad = 1;
+		}
+		c->max_worker_restarts = (unsigned)u;
+	} else {
+		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
+			"task_timeout, base_seed, max_task_bytes, max_result_bytes, max_retries, "
+			"max_worker_restarts)",
+		     where(p, r, loc, sizeof loc), k);
+		return -1;
+	}
+	if (bad) {
+		fail(p, "%s: [job] %s = '%s': %s", where(p, r, loc, sizeof loc), k, v, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether a plugin-section value names a file, so a relative one is resolved: the
+ * key says so (plugin, path, dir, file, *_path, *_dir, *_file), or the value starts
+ * with ./ or ../ . */
+static bool is_path_key(const char *key, const char *value)
+{
+	static const char *const exact[] = {"plugin", "path", "dir", "file"};
+	static const char *const suffix[] = {"_path", "_dir", "_file"};
+	if (strncmp(value, "./", 2) == 0 || strncmp(value, "../", 3) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+		if (strcmp(key, exact[i]) == 0)
+			return true;
+	size_t kl = strlen(key);
+	for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+		size_t sl = strlen(suffix[i]);
+		if (kl > sl && strcmp(key + kl - sl, suffix[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* A plugin value that is a name (`jsonl`), not a path. */
+static bool is_plugin_name(const char *v)
+{
+	return !strchr(v, '/') && !strstr(v, ".so");
+}
+
+static char *resolve(const char *base, const char *v)
+{
+	char *out;
+	if (v[0] == '/' || v[0] == '\0' || strcmp(v, "-") == 0)
+		return strdup(v);
+	if (asprintf(&out, "%s/%s", base, v) < 0)
+		return NULL;
+	return out;
+}
+
+static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
+			const struct raw *r)
+{
+	char *cwd = NULL;
+	const char *base = c->dir;
+	if (r->line < 0)
+		base = cwd = getcwd(NULL, 0); /* --set values are typed relative to here */
+	if (!base)
+		base = ".";
+	bool path = is_path_key(r->key, r->value);
+	if (strcmp(r->key, "plugin") == 0) {
+		char loc[512];
+		if (r->value[0] == '\0') {
+			fail(p, "%s: [%s] plugin is empty", where(p, r, loc, sizeof loc), r->section);
+		} else {
+			s->plugin = is_plugin_name(r->value) ? strdup(r->value)
+							      : resolve(base, r->value);
+			s->plugin_line = r->line;
+		}
+	} else {
+		struct gpud_kv *kv = realloc(s->kv, (s->count + 1) * sizeof *kv);
+		if (!kv) {
+			perror("gpud");
+			abort();
+		}
+		s->kv = kv;
+		s->kv[s->count].key = strdup(r->key);
+		s->kv[s->count].value = path ? resolve(base, r->value) : strdup(r->value);
+		s->count++;
+	}
+	if (!s->present || (r->line > 0 && r->line < s->line))
+		s->line = r->line;
+	s->present = true;
+	free(cwd);
+}
+
+static int validate(struct parse *p, struct cfg *c)
+{
+	for (size_t i = 0; i < p->n_sections; i++) {
+		const char *n = p->sections[i].name;
+		if (strcmp(n, "job") && strcmp(n, "worker") && strcmp(n, "generator") &&
+		    strcmp(n, "sink")) {
+			fail(p, "%s:%d: unknown section [%s] (known: job, worker, generator, sink)",
+			     p->path, p->sections[i].line, n);
+			return -1;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(p->sections[j].name, n) == 0) {
+				fail(p, "%s:%d: section [%s] appears twice (first on line %d)",
+				     p->path, p->sections[i].line, n, p->sections[j].line);
+				return -1;
+			}
+		}
+	}
+	bool have_gpus = false;
+	for (size_t i = 0; i < p->n_raw && !p->failed; i++) {
+		struct raw *r = &p->raw[i];
+		char loc[512];
+		if (strcmp(r->section, "job") == 0) {
+			if (job_key(p, c, r) < 0)
+				return -1;
+			have_gpus |= strcmp(r->key, "gpus") == 0;
+		} else if (strcmp(r->section, "worker") == 0) {
+			section_add(p, c, &c->worker, r);
+		} else if (strcmp(r->section, "generator") == 0) {
+			section_add(p, c, &c->generator, r);
+		} else if (strcmp(r->section, "sink") == 0) {
+			section_add(p, c, &c->sink, r);
+		} else {
+			fail(p, "%s: unknown section [%s] (known: job, worker, generator, sink)",
+			     where(p, r, loc, sizeof loc), r->section);
+			return -1;
+		}
+	}
+	if (p->failed)
+		return -1;
+	if (!have_gpus) {
+		fail(p, "%s: [job] gpus is required (a list of GPU ids like 0,1 or 'all')", p->path);
+		return -1;
+	}
+	if (!c->worker.plugin) {
+		fail(p, "%s: [worker] plugin is required (the worker plugin's .so)", p->path);
+		return -1;
+	}
+	if (!c->generator.plugin) {
+		fail(p, "%s: [generator] plugin is required (a built-in name like 'lines' or a .so)",
+		     p->path);
+		return -1;
+	}
+	if (!c->sink.plugin)
+		c->sink.plugin = strdup("jsonl");
+	if (!c->gpus_all && (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
+		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
+		     c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
+		return -1;
+	}
+	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
+	for (size_t i = 0; i < 3; i++) {
+		secs[i]->args.items = secs[i]->kv;
+		secs[i]->args.count = secs[i]->count;
+	}
+	return 0;
+}
+
+static char *dir_of(const char *path)
+{
+	char *copy = strdup(path), *slash = strrchr(copy, '/'), *dir;
+	if (!slash) {
+		free(copy);
+		return getcwd(NULL, 0);
+	}
+	if (slash == copy)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	dir = realpath(copy, NULL);
+	free(copy);
+	return dir;
+}
+
+static void parse_free(struct parse *p)
+{
+	for (size_t i = 0; i < p->n_raw; i++) {
+		free(p->raw[i].section);
+		free(p->raw[i].key);
+		free(p->raw[i].value);
+	}
+	for (size_t i = 0; i < p->n_sections; i++)
+		free(p->sections[i].name);
+	free(p->raw);
+	free(p->sections);
+	free(p->linebuf);
+}
+
+int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
+	     size_t errlen)
+{
+	struct parse p = {.path = path, .err = err, .errlen = errlen};
+	int rc = -1;
+
+	*c = (struct cfg){
+		.workers_per_gpu = 1,
+		.queue_size = 1024,
+		.base_seed = 42,
+		.max_task_bytes = 1u << 20,
+		.max_result_bytes = 1u << 20,
+		.max_worker_restarts = 3,
+	};
+	c->path = strdup(path);
+	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);
+
+	p.f = fopen(path, "r");
+	if (!p.f) {
+		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+		goto out;
+	}
+	c->dir = dir_of(path);
+	if (!c->dir) {
+		snprintf(err, errlen, "%s: cannot resolve its folder: %s", path, strerror(errno));
+		goto out;
+	}
+
+	/* Debian's inih takes its limits from these globals, not from INI_* macros. */
+	ini_use_stack = false;
+	ini_max_line = CFG_MAX_LINE;
+	ini_allow_multiline = false;
+	int line = ini_parse_stream(reader, &p, handler, &p);
+	if (line != 0 && !p.failed) {
+		if (line > 0)
+			fail(&p, "%s:%d: not a valid line (expected [section] or key = value)",
+			     path, line);
+		else
+			fail(&p, "%s: cannot read the job file", path);
+	}
+	if (p.failed)
+		goto out;
+	for (size_t i = 0; i < n_sets && !p.failed; i++)
+		apply_set(&p, sets[i]);
+	if (p.failed || validate(&p, c) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (p.f)
+		fclose(p.f);
+	parse_free(&p);
+	if (rc < 0)
+		cfg_free(c);
+	return rc;
+}
+
+static void section_free(struct cfg_section *s)
+{
+	for (size_t i = 0; i < s->count; i++) {
+		free((char *)s->kv[i].key);
+		free((char *)s->kv[i].value);
+	}
+	free(s->kv);
+	free(s->plugin);
+}
+
+void cfg_free(struct cfg *c)
+{
+	free(c->path);
+	free(c->dir);
+	free(c->gpus);
+	section_free(&c->worker);
+	section_free(&c->generator);
+	section_free(&c->sink);
+	*c = (struct cfg){0};
+}

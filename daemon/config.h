@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/* The job file: parsing (inih), `--set` overrides, validation, path resolution. */
+#ifndef GPUD_CONFIG_H
+#define GPUD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gpud/plugin.h>
+
+#define CFG_MAX_BYTES (UINT32_C(1) << 30) /* largest max_task_bytes / max_result_bytes */
+#define CFG_MAX_GPUS 1024
+#define CFG_MAX_WORKERS 4096
+#define CFG_MAX_QUEUE (1u << 24)
+
+/* A plugin section: [worker], [generator] or [sink]. */
+struct cfg_section {
+	bool present;
+	int line;           /* of its first key, 0 when absent */
+	char *plugin;       /* as written (a name or a path, already resolved) */
+	int plugin_line;
+	struct gpud_kv *kv; /* every key but `plugin`, file order; owned */
+	size_t count;
+	struct gpud_args args; /* view of kv for the plugin */
+};
+
+struct cfg {
+	char *path; /* the job file as given */
+	char *dir;  /* its folder, absolute */
+
+	/* [job] */
+	int *gpus;
+	size_t n_gpus;
+	bool gpus_all; /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
+	unsigned workers_per_gpu;
+	unsigned queue_size;
+	double task_timeout; /* seconds; 0 = none */
+	uint64_t base_seed;
+	uint32_t max_task_bytes;
+	uint32_t max_result_bytes;
+	unsigned max_retries;
+	unsigned max_worker_restarts; /* per GPU */
+
+	struct cfg_section worker, generator, sink;
+};
+
+/*
+ * Loads the job file at `path` and applies `sets` ("SECTION.KEY=VALUE", in order).
+ * Returns 0, or -1 with one line in err: "file:line: what", or "--set ...: what".
+ * On failure *c is freed.
+ */
+int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
+	     size_t errlen);
+void cfg_free(struct cfg *c);
+
+/* Parses a byte size: digits, then an optional K, M or G (powers of 1024; KiB, MiB,
+ * GiB and lower case accepted). Returns 0, or -1 when malformed or above `max`. */
+int cfg_parse_size(const char *s, uint64_t max, uint64_t *out);
+
+#endif /* GPUD_CONFIG_H */

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* Outcomes: what the sink hears, what the stats count, what runs again. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+
+void host_abort(struct host *h, const char *fmt, ...)
+{
+	if (h->abort)
+		return; /* the first reason is the one to tell */
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(h->abort_msg, sizeof h->abort_msg, fmt, ap);
+	va_end(ap);
+	h->abort = 3;
+}
+
+void events_deliver(struct host *h, const struct gpud_event *ev)
+{
+	if (!(h->sink_mask & GPUD_EVENT_BIT(ev->kind)))
+		return;
+	if (!h->sink_open) {
+		/* The sink failed earlier: this outcome cannot be written. */
+		if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR ||
+		    ev->kind == GPUD_TASK_TIMEOUT)
+			h->sink_lost++;
+		return;
+	}
+	struct gpud_error err;
+	err.message[0] = '\0';
+	if (h->sink_event(h->sink, ev, &err) != 0) {
+		h->sink_open = false;
+		if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR ||
+		    ev->kind == GPUD_TASK_TIMEOUT)
+			h->sink_lost++;
+		host_abort(h, "the sink failed: %s",
+			   err.message[0] ? err.message : "gpud_sink_event returned an error");
+	}
+}
+
+void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
+		   const char *message)
+{
+	struct gpud_event ev = {
+		.kind = kind,
+		.task_id = UINT64_MAX,
+		.worker_id = w->index,
+		.gpu_id = w->gpu_id,
+		.message = message,
+	};
+	events_deliver(h, &ev);
+}
+
+void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt)
+{
+	struct requeued *q = malloc(sizeof *q + task->size);
+	if (!q) {
+		perror("gpud: cannot keep a task to run again");
+		abort();
+	}
+	q->next = NULL;
+	q->task_id = task->task_id;
+	q->attempt = attempt;
+	q->size = task->size;
+	memcpy(q->data, (const uint8_t *)task + SHM_REC_HDR, task->size);
+	*h->rq_tail = q;
+	h->rq_tail = &q->next;
+}
+
+void events_drop_requeued(struct host *h)
+{
+	while (h->rq_head) {
+		struct requeued *q = h->rq_head;
+		h->rq_head = q->next;
+		h->stats.not_run++;
+		free(q);
+	}
+	h->rq_tail = &h->rq_head;
+}
+
+void events_outcome(struct host *h, const struct host_worker *w, const struct shm_rec *task,
+		    enum gpud_event_kind kind, const void *result, size_t result_size,
+		    const char *message, double seconds)
+{
+	if (kind != GPUD_TASK_OK && task->attempt < h->cfg->max_retries && !h->killing) {
+		h->stats.retried++;
+		events_requeue(h, task, task->attempt + 1);
+		return;
+	}
+	switch (kind) {
+	case GPUD_TASK_OK:
+		h->stats.ok++;
+		break;
+	case GPUD_TASK_TIMEOUT:
+		h->stats.timed_out++;
+		break;
+	default:
+		h->stats.failed++;
+		break;
+	}
+	struct gpud_event ev = {
+		.kind = kind,
+		.task_id = task->task_id,
+		.worker_id = w ? w->index : -1,
+		.gpu_id = w ? w->gpu_id : -1,
+		.attempt = (int)task->attempt,
+		.input = w ? (const uint8_t *)task + SHM_REC_HDR : NULL,
+		.input_size = w ? task->size : 0,
+		.result = result,
+		.result_size = result_size,
+		.message = message,
+		.seconds = seconds,
+	};
+	events_deliver(h, &ev);
+}

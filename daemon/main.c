@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* gpud's command line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "run.h"
+
+#ifndef GPUD_VERSION
+#define GPUD_VERSION "0.0.0"
+#endif
+
+static const char usage[] =
+	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
+	"                        [--stats-json PATH]\n"
+	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud --help | --version\n";
+
+static const char help[] =
+	"\n"
+	"gpud runs a worker plugin over every task a generator plugin yields, with one\n"
+	"persistent worker process per GPU slot, and hands every outcome to a sink plugin.\n"
+	"\n"
+	"commands:\n"
+	"  run JOB.ini      run the job\n"
+	"  check JOB.ini    parse and validate the job, load every plugin; runs no task\n"
+	"\n"
+	"options:\n"
+	"  --set SECTION.KEY=VALUE   override (or add) a key of the job file; repeatable\n"
+	"  --ui MODE                 auto (default), dashboard, plain or off; this version\n"
+	"                            prints the final summary line in every mode\n"
+	"  --stats-json PATH         write the final stats as JSON to PATH\n"
+	"  --help, --version\n"
+	"\n"
+	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
+	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
+	"up, the generator or the sink failed, or interrupted).\n";
+
+int main(int argc, char **argv)
+{
+	const char *cmd = NULL, *job = NULL, *ui = "auto";
+	struct run_opts opts = {0};
+	char **sets = calloc((size_t)argc, sizeof *sets);
+	size_t n_sets = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			printf("%s%s", usage, help);
+			return 0;
+		} else if (strcmp(a, "--version") == 0) {
+			printf("gpud %s (plugin ABI %d.%d)\n", GPUD_VERSION, GPUD_ABI_MAJOR,
+			       GPUD_ABI_MINOR);
+			return 0;
+		} else if (strcmp(a, "--set") == 0 || strcmp(a, "--ui") == 0 ||
+			   strcmp(a, "--stats-json") == 0) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "gpud: %s needs a value\n%s", a, usage);
+				return 2;
+			}
+			const char *v = argv[++i];
+			if (a[2] == 's' && a[3] == 'e')
+				sets[n_sets++] = (char *)v;
+			else if (a[2] == 'u')
+				ui = v;
+			else
+				opts.stats_json = v;
+		} else if (strncmp(a, "--set=", 6) == 0) {
+			sets[n_sets++] = (char *)a + 6;
+		} else if (a[0] == '-' && a[1] != '\0') {
+			fprintf(stderr, "gpud: unknown option %s\n%s", a, usage);
+			return 2;
+		} else if (!cmd) {
+			cmd = a;
+		} else if (!job) {
+			job = a;
+		} else {
+			fprintf(stderr, "gpud: unexpected argument '%s'\n%s", a, usage);
+			return 2;
+		}
+	}
+	if (!cmd) {
+		fprintf(stderr, "%s", usage);
+		return 2;
+	}
+	if (strcmp(cmd, "run") != 0 && strcmp(cmd, "check") != 0) {
+		fprintf(stderr, "gpud: unknown command '%s'\n%s", cmd, usage);
+		return 2;
+	}
+	if (!job) {
+		fprintf(stderr, "gpud: %s needs a job file\n%s", cmd, usage);
+		return 2;
+	}
+	if (strcmp(ui, "auto") && strcmp(ui, "dashboard") && strcmp(ui, "plain") &&
+	    strcmp(ui, "off")) {
+		fprintf(stderr, "gpud: --ui %s: expected auto, dashboard, plain or off\n", ui);
+		return 2;
+	}
+
+	struct cfg c;
+	char err[4096];
+	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		free(sets);
+		return 2;
+	}
+	int rc = strcmp(cmd, "check") == 0 ? run_check(&c) : run_job(&c, &opts);
+	cfg_free(&c);
+	free(sets);
+	return rc;
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Byte rings of 64-byte-aligned records in shared memory (layout: shm_layout.h).
+ *
+ * Positions are 64-bit byte counters that only grow; the offset in the ring is
+ * position & (cap - 1). The producer keeps its head private and publishes it in
+ * bursts; the consumer keeps its tail likewise. These helpers are the hot path and are
+ * inline; ring_check() is the careful decoder for records written by another process.
+ */
+#ifndef GPUD_RING_H
+#define GPUD_RING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shm_layout.h"
+
+struct ring {
+	uint8_t *base;
+	uint64_t cap; /* a power of two, >= 2 lines */
+};
+
+/* Bytes a record with `size` payload bytes takes. */
+static inline uint64_t ring_span(uint64_t size)
+{
+	return SHM_REC_HDR + ((size + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
+}
+
+static inline struct shm_rec *ring_at(const struct ring *r, uint64_t pos)
+{
+	return (struct shm_rec *)(r->base + (pos & (r->cap - 1)));
+}
+
+static inline void *ring_payload(struct shm_rec *rec)
+{
+	return (uint8_t *)rec + SHM_REC_HDR;
+}
+
+/*
+ * Producer: finds room for a record of up to `need` bytes (header included) at *head,
+ * given that everything before `tail` is free. When the record would cross the ring's
+ * end it writes a pad record and moves *head to the next lap. Returns the record to
+ * fill, or NULL when there is not enough free space yet.
+ */
+static inline struct shm_rec *ring_reserve(const struct ring *r, uint64_t *head,
+					   uint64_t tail, uint64_t need)
+{
+	uint64_t off = *head & (r->cap - 1);
+	if (off + need > r->cap) {
+		uint64_t pad = r->cap - off;
+		if (*head + pad + need - tail > r->cap)
+			return NULL;
+		struct shm_rec *p = (struct shm_rec *)(r->base + off);
+		p->kind = REC_PAD;
+		p->size = 0;
+		*head += pad;
+		off = 0;
+	}
+	if (*head + need - tail > r->cap)
+		return NULL;
+	return (struct shm_rec *)(r->base + off);
+}
+
+/*
+ * Consumer: the record at *tail, skipping pad records (which moves *tail), or NULL when
+ * *tail has reached `head`. Trusts the producer; see ring_check() for one that doesn't.
+ */
+static inline struct shm_rec *ring_peek(const struct ring *r, uint64_t *tail, uint64_t head)
+{
+	while (*tail != head) {
+		uint64_t off = *tail & (r->cap - 1);
+		struct shm_rec *rec = (struct shm_rec *)(r->base + off);
+		if (rec->kind != REC_PAD)
+			return rec;
+		*tail += r->cap - off;
+	}
+	return NULL;
+}
+
+/*
+ * The careful consumer: like ring_peek, but checks every record against the ring's
+ * bounds: kinds in `kinds` (a NULL-terminated list of allowed kinds besides REC_PAD),
+ * payload at most `max_payload`, the whole record before `head` and inside the ring.
+ * Returns 1 with *out set, 0 when the ring is empty, or -1 with *why set when the
+ * producer wrote something that is not a valid record.
+ */
+int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32_t *kinds,
+	       uint64_t max_payload, struct shm_rec **out, const char **why);
+
+/* The smallest power of two >= 2 * need and >= min_bytes. */
+uint64_t ring_capacity_for(uint64_t need, uint64_t min_bytes);
+
+#endif /* GPUD_RING_H */

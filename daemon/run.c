@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/* One run, start to end: plugins found and checked, shared memory made, workers
+ * started, the dispatcher run, everything closed in reverse order, stats reported. */
+#define _GNU_SOURCE
+#include "run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "host.h"
+#include "paths.h"
+#include "stats.h"
+#include "wait.h"
+
+#define ERRLEN 2048
+
+/* Resolves gpus = all through a helper process (the host never touches CUDA). */
+static int resolve_gpus(struct cfg *c, const char *worker_exe)
+{
+	char err[ERRLEN];
+	if (!c->gpus_all)
+		return 0;
+	int n = spawn_count_gpus(worker_exe, err, sizeof err);
+	if (n < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, err);
+		return -1;
+	}
+	for (int i = 0; i < n && i < CFG_MAX_GPUS; i++)
+		c->gpus[i] = i;
+	c->n_gpus = (size_t)n;
+	return 0;
+}
+
+static int load_host_plugin(struct plugin *pl, const struct cfg_section *s, enum loader_kind k)
+{
+	char err[ERRLEN];
+	char *path = loader_find(s->plugin, k, err, sizeof err);
+	if (!path || loader_open(pl, path, k, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		free(path);
+		return -1;
+	}
+	free(path);
+	return 0;
+}
+
+/* Everything `gpud check` checks; fills the host's plugin fields. */
+static int prepare(struct host *h, struct cfg *c)
+{
+	char err[ERRLEN];
+	h->worker_exe = paths_worker_exe();
+	if (!h->worker_exe) {
+		fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
+			paths_exe_dir() ? paths_exe_dir() : "gpud");
+		return -1;
+	}
+	h->worker_plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
+	if (!h->worker_plugin) {
+		fprintf(stderr, "gpud: %s\n", err);
+		return -1;
+	}
+	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		return -1;
+	}
+	if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0 ||
+	    load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0)
+		return -1;
+	if (resolve_gpus(c, h->worker_exe) < 0)
+		return -1;
+	return 0;
+}
+
+static void release(struct host *h)
+{
+	shm_destroy(h);
+	loader_close(&h->gen_pl);
+	loader_close(&h->sink_pl);
+	free(h->worker_exe);
+	free(h->worker_plugin);
+	free(h->w);
+	free(h->restarts);
+}
+
+int run_check(struct cfg *c)
+{
+	struct host h = {.cfg = c, .shm_fd = -1};
+	int rc = prepare(&h, c) < 0 ? 2 : 0;
+	if (rc == 0) {
+		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
+		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin, h.gen_pl.path,
+		       h.sink_pl.path);
+	}
+	release(&h);
+	return rc;
+}
+
+typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
+
+int run_job(struct cfg *c, const struct run_opts *opts)
+{
+	struct host h = {.cfg = c, .shm_fd = -1, .total = -1};
+	struct gpud_error err = {{0}};
+	int rc = 2;
+
+	h.rq_tail = &h.rq_head;
+	if (prepare(&h, c) < 0)
+		goto out;
+	if (c->n_gpus == 0) {
+		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
+		goto out;
+	}
+
+	/* The generator and the sink: a failure to open is a job error, nothing ran. */
+	open_fn gen_open = (open_fn)loader_sym(&h.gen_pl, "gpud_generator_open");
+	h.gen_next = (int (*)(void *, struct gpud_buf *, struct gpud_error *))loader_sym(
+		&h.gen_pl, "gpud_generator_next");
+	h.gen_close = (void (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_close");
+	if (gen_open(&c->generator.args, &h.gen, &err) != 0) {
+		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
+			err.message[0] ? err.message : "open failed");
+		goto out;
+	}
+	int64_t (*total)(void *) = (int64_t (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
+	if (total)
+		h.total = total(h.gen);
+
+	open_fn sink_open = (open_fn)loader_sym(&h.sink_pl, "gpud_sink_open");
+	h.sink_event = (int (*)(void *, const struct gpud_event *, struct gpud_error *))loader_sym(
+		&h.sink_pl, "gpud_sink_event");
+	h.sink_close = (int (*)(void *, const struct gpud_stats *, struct gpud_error *))loader_sym(
+		&h.sink_pl, "gpud_sink_close");
+	err.message[0] = '\0';
+	if (sink_open(&c->sink.args, &h.sink, &err) != 0) {
+		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
+			err.message[0] ? err.message : "open failed");
+		if (h.gen_close)
+			h.gen_close(h.gen);
+		goto out;
+	}
+	h.sink_open = true;
+	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
+	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
+
+	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
+	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	h.w = calloc(h.n_workers, sizeof *h.w);
+	h.restarts = calloc(c->n_gpus, sizeof *h.restarts);
+	for (unsigned k = 0; k < h.n_workers; k++) {
+		h.w[k].index = (int)k;
+		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+	}
+	h.t_start_ns = wait_now_ns();
+	if (shm_create(&h) < 0) {
+		host_abort(&h, "cannot create the shared memory");
+	} else {
+		host_install_signals(&h);
+		for (unsigned k = 0; k < h.n_workers; k++) {
+			int e = spawn_worker(&h, &h.w[k]);
+			if (e < 0) {
+				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
+					h.worker_exe, strerror(-e));
+				h.w[k].state = HW_GONE;
+			}
+		}
+		dispatch(&h);
+	}
+
+	/* Every child is waited for: none outlives the run. */
+	for (unsigned k = 0; k < h.n_workers; k++) {
+		if (h.w[k].pid > 0) {
+			int st;
+			while (waitpid(h.w[k].pid, &st, 0) < 0 && errno == EINTR)
+				;
+		}
+	}
+	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
+	/* Whatever was generated and has no outcome did not run. */
+	uint64_t done = h.stats.ok + h.stats.failed + h.stats.timed_out + h.stats.not_run;
+	if (done < h.stats.generated)
+		h.stats.not_run += h.stats.generated - done;
+
+	err.message[0] = '\0';
+	if (h.sink_close && h.sink_close(h.sink, &h.stats, &err) != 0)
+		host_abort(&h, "the sink failed to close: %s",
+			   err.message[0] ? err.message : "gpud_sink_close returned an error");
+	if (h.gen_close)
+		h.gen_close(h.gen);
+
+	stats_print(&h, stderr);
+	if (opts->stats_json && stats_write_json(&h, opts->stats_json) < 0)
+		host_abort(&h, "cannot write --stats-json %s: %s", opts->stats_json, strerror(errno));
+	if (h.abort) {
+		if (h.sink_lost)
+			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
+				h.abort_msg, (unsigned long long)h.sink_lost);
+		else
+			fprintf(stderr, "gpud: aborted: %s\n", h.abort_msg);
+		rc = 3;
+	} else {
+		rc = (h.stats.failed || h.stats.timed_out) ? 1 : 0;
+	}
+out:
+	release(&h);
+	return rc;
+}

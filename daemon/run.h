@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GPUD_RUN_H
+#define GPUD_RUN_H
+
+#include "config.h"
+
+struct run_opts {
+	const char *stats_json; /* --stats-json PATH, or NULL */
+};
+
+/* `gpud check`: everything but running; 0 or 2. */
+int run_check(struct cfg *c);
+/* `gpud run`: the exit status of the contract (0, 1, 2 or 3). */
+int run_job(struct cfg *c, const struct run_opts *opts);
+
+#endif /* GPUD_RUN_H */

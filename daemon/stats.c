@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "stats.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "host.h"
+
+void stats_print(const struct host *h, FILE *f)
+{
+	const struct gpud_stats *s = &h->stats;
+	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
+	fprintf(f, "gpud: %llu tasks: %llu ok, %llu failed, %llu timed out, %llu not run",
+		(unsigned long long)s->generated, (unsigned long long)s->ok,
+		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
+		(unsigned long long)s->not_run);
+	if (s->retried)
+		fprintf(f, ", %llu retried", (unsigned long long)s->retried);
+	if (s->worker_restarts)
+		fprintf(f, ", %u worker restarts", s->worker_restarts);
+	if (s->setup_failures)
+		fprintf(f, ", %u setup failures", s->setup_failures);
+	fprintf(f, " in %.3f s (%.0f tasks/s)\n", s->elapsed, rate);
+}
+
+int stats_write_json(const struct host *h, const char *path)
+{
+	const struct gpud_stats *s = &h->stats;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	time_t end = time(NULL);
+	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
+	fprintf(f,
+		"{\"generated\": %llu, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
+		"\"not_run\": %llu, \"retried\": %llu, \"setup_failures\": %u, "
+		"\"worker_restarts\": %u, \"start_time\": %.3f, \"end_time\": %.3f, "
+		"\"elapsed\": %.6f, \"throughput\": %.1f, \"workers\": [",
+		(unsigned long long)s->generated, (unsigned long long)s->ok,
+		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
+		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
+		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate);
+	for (unsigned i = 0; i < h->n_workers; i++)
+		fprintf(f, "%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu}",
+			i ? ", " : "", h->w[i].index, h->w[i].gpu_id,
+			(unsigned long long)h->w[i].ok, (unsigned long long)h->w[i].failed);
+	fprintf(f, "]}\n");
+	if (ferror(f)) {
+		int e = errno;
+		fclose(f);
+		errno = e;
+		return -1;
+	}
+	return fclose(f);
+}

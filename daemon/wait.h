@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Waking and sleeping across processes without lost wake-ups.
+ *
+ * A sleeper reads the bell, raises its sleeping flag, fences, re-checks its condition,
+ * and only then sleeps on the bell (FUTEX_WAIT returns at once if the bell moved). A
+ * waker publishes its data, fences, and rings the bell only if the flag is up. Either
+ * the sleeper's re-check sees the data or the waker sees the flag: the two fences make
+ * it one or the other (Dekker), so no wake-up is lost, and a busy peer never pays for
+ * a syscall.
+ *
+ * Waiting is staged: spin briefly, then yield the CPU, then sleep. A syscall per
+ * message would cap the rings far below what they can do, while sleeping at once
+ * costs a futex round trip per burst; pure spinning starves the other processes on a
+ * machine with fewer cores than processes.
+ */
+#ifndef GPUD_WAIT_H
+#define GPUD_WAIT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shm_layout.h"
+
+/* Wakes the doorbell's sleeper, if it sleeps. Call after publishing. */
+void wait_ring(struct shm_doorbell *d);
+
+/* Inline fast path of wait_ring: most calls find nobody asleep. */
+static inline void wait_ring_fast(struct shm_doorbell *d)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&d->sleeping, memory_order_relaxed))
+		wait_ring(d);
+}
+
+typedef bool (*wait_ready_fn)(void *ctx);
+
+/*
+ * Waits until ready(ctx) is true, the bell rings, or the CLOCK_MONOTONIC deadline
+ * (nanoseconds; 0 = none) passes: spins, yields, then sleeps on `d`. Returns true when
+ * ready(ctx) was seen true. ready() must be cheap and side-effect free.
+ */
+bool wait_until(struct shm_doorbell *d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t wait_now_ns(void);
+
+/* Raw futex wake of every waiter on `word`. Async-signal-safe. */
+void wait_futex_wake(_Atomic uint32_t *word);
+
+#endif /* GPUD_WAIT_H */

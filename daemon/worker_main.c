@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpud-worker: the process that runs a worker plugin. The host starts one per (GPU,
+ * slot) by exec, with CUDA_VISIBLE_DEVICES, GPUD_GPU_ID and GPUD_WORKER_ID already in
+ * its environment, and the run's shared memory as fd 3.
+ *
+ *   gpud-worker --run FD INDEX HOST_PID   run as worker INDEX of the run
+ *   gpud-worker --check PLUGIN            load PLUGIN as a worker plugin and report
+ *   gpud-worker --count-gpus              print the number of CUDA devices (gpus = all)
+ *
+ * Loading worker plugins only here keeps the host free of whatever they link (CUDA).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loader.h"
+#include "ring.h"
+#include "wait.h"
+
+/* Publish results at least this often, and every PUBLISH_BURST results, so the host
+ * sees results of long tasks at once and short ones in cheap bursts. */
+#define PUBLISH_BURST 32
+#define PUBLISH_NS 100000u
+
+struct worker {
+	struct shm_header *hdr;
+	struct shm_worker *ctl;
+	struct ring tasks, results;
+	uint64_t task_tail;   /* private: next task record to read */
+	uint64_t task_head;   /* cached from ctl->task_head */
+	uint64_t result_head; /* private: next result record to write */
+	uint64_t result_tail; /* cached from ctl->result_tail */
+	uint64_t result_need; /* bytes reserved for one result */
+	unsigned pending;     /* results written, not yet published */
+	uint64_t published_ns;
+
+	struct plugin plugin;
+	int (*process)(void *, struct gpud_task *);
+	int (*cleanup)(void *, struct gpud_error *);
+	void *state;
+	struct gpud_kv *kv;
+	struct gpud_args args;
+};
+
+static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
+{
+	if (msg)
+		snprintf(w->ctl->message, sizeof w->ctl->message, "%s", msg);
+	atomic_store_explicit(&w->ctl->state, s, memory_order_release);
+	wait_ring_fast(&w->hdr->host_bell);
+}
+
+static void publish(struct worker *w, uint64_t now)
+{
+	atomic_store_explicit(&w->ctl->result_head, w->result_head, memory_order_release);
+	wait_ring_fast(&w->hdr->host_bell);
+	w->pending = 0;
+	w->published_ns = now;
+}
+
+static bool task_or_stop(void *ctx)
+{
+	struct worker *w = ctx;
+	return atomic_load_explicit(&w->ctl->task_head, memory_order_acquire) != w->task_tail ||
+	       atomic_load_explicit(&w->ctl->stop, memory_order_acquire);
+}
+
+static bool result_space(void *ctx)
+{
+	struct worker *w = ctx;
+	return atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire) != w->result_tail;
+}
+
+/* The next task record, waiting for one; NULL when told to stop and none is left. */
+static struct shm_rec *next_task(struct worker *w, uint64_t *now)
+{
+	for (;;) {
+		struct shm_rec *t = ring_peek(&w->tasks, &w->task_tail, w->task_head);
+		if (t)
+			return t;
+		w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+		if (w->task_head != w->task_tail)
+			continue;
+		/* Dry: hand over what we have before waiting. */
+		if (w->pending)
+			publish(w, *now);
+		atomic_store_explicit(&w->ctl->busy_since_ns, 0, memory_order_relaxed);
+		if (atomic_load_explicit(&w->ctl->stop, memory_order_acquire)) {
+			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+			if (w->task_head == w->task_tail)
+				return NULL;
+			continue;
+		}
+		wait_until(&w->ctl->bell, task_or_stop, w, 0);
+		*now = wait_now_ns();
+	}
+}
+
+static struct shm_rec *reserve_result(struct worker *w, uint64_t now)
+{
+	for (;;) {
+		struct shm_rec *r = ring_reserve(&w->results, &w->result_head, w->result_tail,
+						 w->result_need);
+		if (r)
+			return r;
+		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
+		r = ring_reserve(&w->results, &w->result_head, w->result_tail, w->result_need);
+		if (r)
+			return r;
+		/* Full: the host must see our results to free space. */
+		publish(w, now);
+		wait_until(&w->ctl->bell, result_space, w, 0);
+		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
+	}
+}
+
+static void run_tasks(struct worker *w)
+{
+	struct gpud_error err;
+	uint32_t max_result = w->hdr->max_result_bytes;
+	uint64_t now = wait_now_ns();
+
+	for (;;) {
+		struct shm_rec *t = next_task(w, &now);
+		if (!t)
+			break;
+		uint64_t span = ring_span(t->size);
+		struct shm_rec *r = reserve_result(w, now);
+
+		/* Tell the host which task runs, since when (timeouts, starts, dashboard). */
+		atomic_store_explicit(&w->ctl->cur_task, t->task_id, memory_order_relaxed);
+		atomic_store_explicit(&w->ctl->busy_since_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&w->ctl->task_tail, w->task_tail + span, memory_order_release);
+
+		struct gpud_task task = {
+			.id = t->task_id,
+			.input = ring_payload(t),
+			.input_size = t->size,
+			.result = {.data = ring_payload(r), .size = 0, .capacity = max_result},
+			.error = &err,
+			.attempt = (int)t->attempt,
+		};
+		err.message[0] = '\0';
+		int rc = w->process(w->state, &task);
+		uint64_t end = wait_now_ns();
+
+		r->task_id = t->task_id;
+		r->attempt = t->attempt;
+		r->seconds = (double)(end - now) * 1e-9;
+		if (rc != 0 || task.failed) {
+			if (!err.message[0])
+				snprintf(err.message, sizeof err.message,
+					 "process() returned %d without a message", rc);
+			r->kind = REC_FAIL;
+			r->size = (uint32_t)strnlen(err.message, sizeof err.message);
+			memcpy(ring_payload(r), err.message, r->size);
+		} else if (task.result.size > max_result) {
+			r->kind = REC_FAIL;
+			r->size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
+						     "result of %zu bytes exceeds max_result_bytes (%u)",
+						     task.result.size, max_result);
+		} else {
+			r->kind = REC_OK;
+			r->size = (uint32_t)task.result.size;
+		}
+		w->result_head += ring_span(r->size);
+		w->task_tail += span;
+		now = end;
+		if (++w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS)
+			publish(w, end);
+	}
+	if (w->pending)
+		publish(w, now);
+}
+
+/* Reads the plugin path and [worker] args from the config blob, bounds-checked. */
+static int read_config(struct worker *w, const char **plugin)
+{
+	const char *p = (const char *)w->hdr + w->hdr->config_off;
+	const char *end = p + w->hdr->config_len;
+	size_t n = w->hdr->n_args;
+	const char *strs[2 * 4096 + 1];
+
+	if (n > 4096 || w->hdr->config_off + w->hdr->config_len > w->hdr->total_size)
+		return -1;
+	for (size_t i = 0; i < 2 * n + 1; i++) {
+		const char *nul = memchr(p, '\0', (size_t)(end - p));
+		if (!nul)
+			return -1;
+		strs[i] = p;
+		p = nul + 1;
+	}
+	*plugin = strs[0];
+	w->kv = calloc(n ? n : 1, sizeof *w->kv);
+	if (!w->kv)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		w->kv[i] = (struct gpud_kv){strs[1 + 2 * i], strs[2 + 2 * i]};
+	w->args = (struct gpud_args){w->kv, n};
+	return 0;
+}
+
+static int map_shm(struct worker *w, int fd, long index)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_header))
+		return -1;
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return -1;
+	close(fd);
+	w->hdr = m;
+	struct shm_header *h = w->hdr;
+	if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
+	    h->header_size != sizeof *h || h->worker_size != sizeof(struct shm_worker) ||
+	    h->total_size != (uint64_t)st.st_size || index < 0 || index >= h->n_workers ||
+	    h->workers_off + (uint64_t)h->n_workers * sizeof(struct shm_worker) > h->total_size)
+		return -1;
+	w->ctl = (struct shm_worker *)((uint8_t *)m + h->workers_off) + index;
+	struct shm_worker *c = w->ctl;
+	if (c->task_ring_off + c->task_ring_cap > h->total_size ||
+	    c->result_ring_off + c->result_ring_cap > h->total_size)
+		return -1;
+	w->tasks = (struct ring){(uint8_t *)m + c->task_ring_off, c->task_ring_cap};
+	w->results = (struct ring){(uint8_t *)m + c->result_ring_off, c->result_ring_cap};
+	uint32_t res = h->max_result_bytes > SHM_MSG_MAX ? h->max_result_bytes : SHM_MSG_MAX;
+	w->result_need = ring_span(res);
+	return 0;
+}
+
+static int run(int fd, long index, long host_pid)
+{
+	struct worker w = {0};
+	struct gpud_error err = {{0}};
+	const char *plugin_path;
+	char msg[1200];
+
+	/* Die with the host, and catch the case where it died before this line. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != (pid_t)host_pid)
+		return 1;
+	/* Ctrl-C reaches the whole process group; the host decides what it means. */
+	signal(SIGINT, SIG_IGN);
+
+	if (map_shm(&w, fd, index) < 0) {
+		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
+		return 1;
+	}
+	if (read_config(&w, &plugin_path) < 0) {
+		set_state(&w, WS_SETUP_FAILED, "worker: malformed configuration in shared memory");
+		return 1;
+	}
+	set_state(&w, WS_SETUP, NULL);
+	if (loader_open(&w.plugin, plugin_path, LOADER_WORKER, msg, sizeof msg) < 0) {
+		set_state(&w, WS_SETUP_FAILED, msg);
+		return 1;
+	}
+	int (*setup)(const struct gpud_worker_info *, void **, struct gpud_error *) =
+		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))
+			loader_sym(&w.plugin, "gpud_worker_setup");
+	w.process = (int (*)(void *, struct gpud_task *))loader_sym(&w.plugin,
+								     "gpud_worker_process");
+	w.cleanup = (int (*)(void *, struct gpud_error *))loader_sym(&w.plugin,
+								      "gpud_worker_cleanup");
+
+	struct gpud_worker_info info = {
+		.worker_id = w.ctl->worker_id,
+		.gpu_id = w.ctl->gpu_id,
+		.seed = w.ctl->seed,
+		.args = &w.args,
+	};
+	if (setup(&info, &w.state, &err) != 0) {
+		if (!err.message[0])
+			snprintf(err.message, sizeof err.message, "setup() failed without a message");
+		set_state(&w, WS_SETUP_FAILED, err.message);
+		return 1;
+	}
+	set_state(&w, WS_READY, NULL);
+
+	run_tasks(&w);
+
+	set_state(&w, WS_CLEANUP, NULL);
+	err.message[0] = '\0';
+	if (w.cleanup && w.cleanup(w.state, &err) != 0) {
+		if (!err.message[0])
+			snprintf(err.message, sizeof err.message, "cleanup() failed without a message");
+		set_state(&w, WS_CLEANUP_FAILED, err.message);
+	} else {
+		set_state(&w, WS_DONE, NULL);
+	}
+	/* No dlclose: a plugin's threads or atexit handlers may still need its code. */
+	fflush(NULL);
+	_exit(0);
+}
+
+static int check(const char *path)
+{
+	struct plugin pl;
+	char err[1200];
+	if (loader_open(&pl, path, LOADER_WORKER, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 2;
+	}
+	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
+	       pl.info->version ? pl.info->version : "?");
+	return 0;
+}
+
+/* Counts CUDA devices through cudart, loaded at run time: this process exists only so
+ * the host never creates a CUDA context. Prints the count, or one line naming the CUDA
+ * error, and exits 0 or 2. */
+static int count_gpus(void)
+{
+	static const char *const libs[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+					   "/usr/local/cuda/lib64/libcudart.so"};
+	void *lib = NULL;
+	for (size_t i = 0; i < sizeof libs / sizeof *libs && !lib; i++)
+		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		fprintf(stderr, "gpus = all: the CUDA runtime (libcudart) is not installed\n");
+		return 2;
+	}
+	int (*get_count)(int *) = (int (*)(int *))dlsym(lib, "cudaGetDeviceCount");
+	const char *(*get_name)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorName");
+	const char *(*get_string)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorString");
+	if (!get_count) {
+		fprintf(stderr, "gpus = all: libcudart has no cudaGetDeviceCount\n");
+		return 2;
+	}
+	int n = 0; /* cudart leaves it untouched on error */
+	int rc = get_count(&n);
+	if (rc != 0) {
+		fprintf(stderr, "gpus = all: no CUDA device usable: %s (%s)\n",
+			get_name ? get_name(rc) : "error", get_string ? get_string(rc) : "?");
+		return 2;
+	}
+	if (n <= 0) {
+		fprintf(stderr, "gpus = all: no CUDA device found\n");
+		return 2;
+	}
+	printf("%d\n", n);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && strcmp(argv[1], "--count-gpus") == 0)
+		return count_gpus();
+	if (argc == 3 && strcmp(argv[1], "--check") == 0)
+		return check(argv[2]);
+	if (argc == 5 && strcmp(argv[1], "--run") == 0)
+		return run(atoi(argv[2]), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10));
+	fprintf(stderr, "gpud-worker is started by gpud; it is not meant to be run by hand.\n");
+	return 2;
+}

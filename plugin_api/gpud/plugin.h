@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpud plugin ABI, version 1.0.
+ *
+ * This is the only header a gpud plugin needs. It is self-contained (libc only) and
+ * there is no host library to link: every helper below is `static inline`.
+ *
+ * A plugin is a shared object that declares itself once with GPUD_PLUGIN(kind, name,
+ * version) and exports the entry points of its kind:
+ *
+ *   worker     runs inside a worker process that sees its GPU as device 0
+ *   generator  runs inside the host and yields the tasks
+ *   sink       runs inside the host and receives every event
+ *
+ * Build one with:
+ *   cc -shared -fPIC $(pkg-config --cflags gpud) my_plugin.c -o my_plugin.so
+ *
+ * Ownership, everywhere: the host owns every pointer it passes in (arguments, tasks,
+ * inputs, result buffers, events); they are valid only during the call. A plugin owns
+ * its `state` and frees it in its cleanup/close function.
+ */
+#ifndef GPUD_PLUGIN_H
+#define GPUD_PLUGIN_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The ABI this header describes. The host refuses a plugin built for another major,
+ *  and one built for a newer minor than its own. */
+#define GPUD_ABI_MAJOR 1
+#define GPUD_ABI_MINOR 0
+
+/** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUD_EXPORT __attribute__((visibility("default")))
+#else
+#define GPUD_EXPORT
+#endif
+
+/** One `key = value` line of the plugin's job-file section. */
+struct gpud_kv {
+	const char *key;
+	const char *value;
+};
+
+/** The plugin's job-file section, minus `plugin`, in file order, `--set` overrides
+ *  applied. Relative paths are already resolved (see README, "Paths"). */
+struct gpud_args {
+	const struct gpud_kv *items;
+	size_t count;
+};
+
+/** Where a plugin writes a failure message (NUL-terminated, truncated to fit). */
+struct gpud_error {
+	char message[1024];
+};
+
+/** Host-owned memory the plugin writes into: at most `capacity` bytes at `data`,
+ *  then `size` set to the number of bytes written. */
+struct gpud_buf {
+	void *data;
+	size_t size;
+	size_t capacity;
+};
+
+/** The descriptor every plugin exports as `gpud_plugin_info` (use GPUD_PLUGIN).
+ *  kind is "worker", "generator" or "sink"; name and version are free text shown by
+ *  gpud. The host reads it before calling anything else. */
+struct gpud_plugin_info {
+	uint32_t abi_major;
+	uint32_t abi_minor;
+	const char *kind;
+	const char *name;
+	const char *version;
+};
+
+#define GPUD_PLUGIN(kind, name, version)                                                   \
+	GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {GPUD_ABI_MAJOR,      \
+								      GPUD_ABI_MINOR,      \
+								      kind, name, version}
+
+/* ---------------------------------------------------------------------------------- */
+/* Helpers                                                                              */
+/* ---------------------------------------------------------------------------------- */
+
+/** The value of `key` in `args`, or `fallback` when absent. The last one wins when a
+ *  key appears twice (a `--set` override comes last). */
+static inline const char *gpud_arg(const struct gpud_args *args, const char *key,
+				   const char *fallback)
+{
+	const char *found = fallback;
+	if (!args)
+		return fallback;
+	for (size_t i = 0; i < args->count; i++)
+		if (args->items[i].key && strcmp(args->items[i].key, key) == 0)
+			found = args->items[i].value;
+	return found;
+}
+
+/** Formats a message into `err` and returns -1, so `return gpud_fail(err, ...);`. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int gpud_fail(struct gpud_error *err, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof err->message, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/** Reads `key` as a whole decimal (or 0x hex) number into *out; *out = fallback when
+ *  the key is absent. Returns 0, or -1 with a message naming the key when the value is
+ *  not a number or out of range. */
+static inline int gpud_arg_parse_long(const struct gpud_args *args, const char *key,
+				      long fallback, long *out, struct gpud_error *err)
+{
+	const char *v = gpud_arg(args, key, NULL);
+	char *end = NULL;
+	long n;
+	if (!v) {
+		*out = fallback;
+		return 0;
+	}
+	errno = 0;
+	n = strtol(v, &end, 0);
+	if (end == v || *end != '\0' || errno == ERANGE)
+		return gpud_fail(err, "%s = '%s': not a whole number in range", key, v);
+	*out = n;
+	return 0;
+}
+
+/** Reads `key` as a number into *out (fallback when absent); -1 with a message when
+ *  the value is not a number. */
+static inline int gpud_arg_parse_double(const struct gpud_args *args, const char *key,
+					double fallback, double *out, struct gpud_error *err)
+{
+	const char *v = gpud_arg(args, key, NULL);
+	char *end = NULL;
+	double d;
+	if (!v) {
+		*out = fallback;
+		return 0;
+	}
+	d = strtod(v, &end);
+	if (end == v || *end != '\0')
+		return gpud_fail(err, "%s = '%s': not a number", key, v);
+	*out = d;
+	return 0;
+}
+
+/** Lenient forms: the value of `key` as a number, or `fallback` when absent or not a
+ *  number. Use the gpud_arg_parse_* forms to report bad values. */
+static inline long gpud_arg_long(const struct gpud_args *args, const char *key, long fallback)
+{
+	long n;
+	return gpud_arg_parse_long(args, key, fallback, &n, NULL) == 0 ? n : fallback;
+}
+
+static inline double gpud_arg_double(const struct gpud_args *args, const char *key,
+				     double fallback)
+{
+	double d;
+	return gpud_arg_parse_double(args, key, fallback, &d, NULL) == 0 ? d : fallback;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Worker plugins                                                                       */
+/* ---------------------------------------------------------------------------------- */
+
+/** What a worker knows about itself, passed to setup. worker_id is 0-based over all
+ *  workers of the run; gpu_id is the id from the job's `gpus` list (CUDA sees that GPU
+ *  as device 0); seed is base_seed + worker_id; args is the [worker] section. */
+struct gpud_worker_info {
+	int worker_id;
+	int gpu_id;
+	uint64_t seed;
+	const struct gpud_args *args;
+	void *reserved[4]; /* zero; room for later ABI minors */
+};
+
+/** One task, as process() sees it.
+ *  input/input_size: the generator's bytes, read-only, in shared memory, valid during
+ *  the call. result: shared memory of `capacity` = max_result_bytes; write at most that
+ *  and set result.size (a larger size fails the task). To fail the task, call
+ *  gpud_task_fail() (or set failed and fill *error) and return -1. */
+struct gpud_task {
+	uint64_t id; /* 0-based position in the generator's stream */
+	const void *input;
+	size_t input_size;
+	struct gpud_buf result;
+	struct gpud_error *error;
+	int failed;
+	int attempt;       /* 0 on the first run of this task, 1 on the first retry... */
+	void *reserved[3]; /* zero; room for later ABI minors */
+};
+
+/** Marks `task` failed with a formatted message; returns -1. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
+{
+	task->failed = 1;
+	if (task->error) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/** Required. Called once per worker process before any task. Allocate your state
+ *  (load the model...) and store it in *state. Returns 0, or -1 with err filled: the
+ *  host reports a setup-failed event and runs on with the other workers. */
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err);
+/** Required. Processes one task: returns 0 with task->result filled, or -1 after
+ *  gpud_task_fail(). */
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
+/** Optional. Processes n tasks at once; marks failures per task (gpud_task_fail).
+ *  Reserved for batching; the 1.0 host calls gpud_worker_process. */
+GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n);
+/** Optional. Called once when the run ends (only after a successful setup); free the
+ *  state here. Returns 0, or -1 with err filled (reported as a cleanup-failed event). */
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Generator plugins                                                                    */
+/* ---------------------------------------------------------------------------------- */
+
+/** Required. Opens the generator with its [generator] section. 0, or -1 with err. */
+GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
+				    struct gpud_error *err);
+/** Required. Writes the next item into `item` (shared memory: no copy follows) and
+ *  returns 1; returns 0 at the end of the stream, -1 with err on failure.
+ *  An item larger than item->capacity (= max_task_bytes): set item->size to the size
+ *  needed and return 1 without writing; the host reports that task as failed with a
+ *  message giving both sizes and goes on. */
+GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err);
+/** Optional. Frees the state; called once after the last next(). */
+GPUD_EXPORT void gpud_generator_close(void *state);
+/** Optional. The number of items the generator will yield, or -1 when unknown. */
+GPUD_EXPORT int64_t gpud_generator_total(void *state);
+
+/* ---------------------------------------------------------------------------------- */
+/* Sink plugins                                                                         */
+/* ---------------------------------------------------------------------------------- */
+
+/** Event kinds. Sinks must ignore kinds they do not know: new ones may be added. */
+enum gpud_event_kind {
+	GPUD_TASK_START,     /* a worker began running a task */
+	GPUD_TASK_OK,        /* process() succeeded: result/result_size */
+	GPUD_TASK_ERROR,     /* the task failed: message */
+	GPUD_TASK_TIMEOUT,   /* the task ran past task_timeout: seconds = the limit */
+	GPUD_SETUP_FAILED,   /* a worker's setup failed: message, worker_id, gpu_id */
+	GPUD_CLEANUP_FAILED, /* a worker's cleanup failed: message, worker_id, gpu_id */
+};
+
+/** The bit of an event kind in the mask returned by gpud_sink_events. */
+#define GPUD_EVENT_BIT(kind) (UINT32_C(1) << (kind))
+/** Every event kind, present and future. */
+#define GPUD_EVENTS_ALL UINT32_C(0xffffffff)
+
+/** One event. Every pointer is host memory valid during the call; input and result
+ *  point straight into shared memory. task_id is -1 (all ones) for worker events. */
+struct gpud_event {
+	enum gpud_event_kind kind;
+	uint64_t task_id;
+	int worker_id; /* -1 when no worker was involved (an oversized generator item) */
+	int gpu_id;    /* -1 likewise */
+	int attempt;   /* 0 on the first run of a task */
+	const void *input; /* task events: the task's input (NULL when it was too large) */
+	size_t input_size;
+	const void *result; /* GPUD_TASK_OK */
+	size_t result_size;
+	const char *message; /* errors: the plugin's message, or the host's */
+	double seconds;      /* time spent in process(); for a timeout, the limit exceeded */
+	void *reserved[4];   /* NULL; room for later ABI minors */
+};
+
+/** Final figures, given to gpud_sink_close. generated = ok + failed + timed_out + not_run. */
+struct gpud_stats {
+	uint64_t generated, ok, failed, timed_out, not_run, retried;
+	uint32_t worker_restarts, setup_failures;
+	double elapsed; /* seconds, wall clock */
+};
+
+/** Required. Opens the sink with its [sink] section. 0, or -1 with err. */
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
+			       struct gpud_error *err);
+/** Required. Receives one event. Returns 0, or -1 with err to abort the run. */
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
+				struct gpud_error *err);
+/** Optional. Called exactly once at the end of every run that opened the sink, with the
+ *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3). */
+GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
+				struct gpud_error *err);
+/** Optional. Called once after open: the event kinds this sink wants, as a mask of
+ *  GPUD_EVENT_BIT(kind). Kinds outside the mask are not delivered, and the host skips
+ *  the work of producing them; a sink that does not want GPUD_TASK_START costs nothing
+ *  for it. Absent: every kind is delivered. */
+GPUD_EXPORT uint32_t gpud_sink_events(void *state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUD_PLUGIN_H */
