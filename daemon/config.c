@@ -347,6 +347,8 @@ static bool is_plugin_name(const char *v)
 static char *resolve(const char *base, const char *v)
 {
 	char *out;
+	while (v[0] == '.' && v[1] == '/')
+		v += 2;
 	if (v[0] == '/' || v[0] == '\0' || strcmp(v, "-") == 0)
 		return strdup(v);
 	if (asprintf(&out, "%s/%s", base, v) < 0)
@@ -518,8 +520,11 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 
 	/* Debian's inih takes its limits from these globals, not from INI_* macros. */
 	ini_use_stack = false;
+	ini_initial_alloc = CFG_MAX_LINE;
 	ini_max_line = CFG_MAX_LINE;
+	ini_allow_realloc = false;
 	ini_allow_multiline = false;
+	ini_stop_on_first_error = true;
 	int line = ini_parse_stream(reader, &p, handler, &p);
 	if (line != 0 && !p.failed) {
 		if (line > 0)

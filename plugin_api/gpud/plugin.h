@@ -165,14 +165,14 @@ static inline int gpud_arg_parse_double(const struct gpud_args *args, const char
  *  number. Use the gpud_arg_parse_* forms to report bad values. */
 static inline long gpud_arg_long(const struct gpud_args *args, const char *key, long fallback)
 {
-	long n;
+	long n = fallback;
 	return gpud_arg_parse_long(args, key, fallback, &n, NULL) == 0 ? n : fallback;
 }
 
 static inline double gpud_arg_double(const struct gpud_args *args, const char *key,
 				     double fallback)
 {
-	double d;
+	double d = fallback;
 	return gpud_arg_parse_double(args, key, fallback, &d, NULL) == 0 ? d : fallback;
 }
 

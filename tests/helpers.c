@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+
+const char *t_env(const char *name)
+{
+	const char *v = getenv(name);
+	cr_assert(v, "the test runner did not set %s", name);
+	return v;
+}
+
+const char *t_tmpdir(void)
+{
+	static char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/gpud-test-XXXXXX");
+	cr_assert(mkdtemp(dir), "mkdtemp");
+	return dir;
+}
+
+char *t_write(const char *dir, const char *name, const char *text)
+{
+	char *path;
+	cr_assert(asprintf(&path, "%s/%s", dir, name) > 0);
+	FILE *f = fopen(path, "w");
+	cr_assert(f, "cannot write %s", path);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+char *t_read(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	char chunk[65536];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		fwrite(chunk, 1, n, m);
+	fclose(f);
+	fclose(m);
+	return buf;
+}
+
+int t_gpud(const char *dir, const char *fmt, ...)
+{
+	char *args, *cmd;
+	va_list ap;
+	va_start(ap, fmt);
+	cr_assert(vasprintf(&args, fmt, ap) > 0);
+	va_end(ap);
+	cr_assert(asprintf(&cmd, "GPUD_PLUGIN_PATH='%s' '%s' %s >'%s/out' 2>'%s/err'",
+			   t_env("FIXTURES"), t_env("GPUD"), args, dir, dir) > 0);
+	int st = system(cmd);
+	free(args);
+	free(cmd);
+	cr_assert(WIFEXITED(st), "gpud did not exit normally");
+	return WEXITSTATUS(st);
+}
+
+size_t t_count_lines(const char *text, const char *prefix)
+{
+	size_t n = 0, pl = strlen(prefix);
+	for (const char *p = text; p && *p;) {
+		if (strncmp(p, prefix, pl) == 0)
+			n++;
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return n;
+}

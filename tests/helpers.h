@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* Test helpers: temporary folders, files, running the real gpud. */
+#ifndef GPUD_TEST_HELPERS_H
+#define GPUD_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh temporary folder (static storage until the next call). */
+const char *t_tmpdir(void);
+/* Writes `text` to dir/name; returns the path (malloc'd). */
+char *t_write(const char *dir, const char *name, const char *text);
+/* The whole file, NUL-terminated (malloc'd), or NULL. */
+char *t_read(const char *path);
+/* Runs `gpud ARGS` through the shell with GPUD_PLUGIN_PATH at the fixtures, standard
+ * output to dir/out, standard error to dir/err; returns its exit status. */
+int t_gpud(const char *dir, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Counts the lines of `text` that start with `prefix`. */
+size_t t_count_lines(const char *text, const char *prefix);
+/* The value of an environment variable the test runner sets; fails the test if unset. */
+const char *t_env(const char *name);
+
+#endif

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* Test generator: yields 0, 1, ... and fails after `fail_after` items; with
+ * `huge_every = N` every Nth item claims to be larger than max_task_bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("generator", "failgen", "1.0");
+
+struct fg {
+	long n, fail_after, huge_every, stop;
+};
+
+GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
+				    struct gpud_error *err)
+{
+	struct fg *g = calloc(1, sizeof *g);
+	if (!g)
+		return gpud_fail(err, "failgen: out of memory");
+	g->fail_after = gpud_arg_long(args, "fail_after", -1);
+	g->huge_every = gpud_arg_long(args, "huge_every", 0);
+	g->stop = gpud_arg_long(args, "stop", 1000);
+	*state = g;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
+{
+	struct fg *g = state;
+	if (g->fail_after >= 0 && g->n >= g->fail_after)
+		return gpud_fail(err, "failgen: the input went away after %ld items", g->n);
+	if (g->n >= g->stop)
+		return 0;
+	if (g->huge_every && g->n % g->huge_every == g->huge_every - 1) {
+		item->size = item->capacity + 100;
+		g->n++;
+		return 1;
+	}
+	item->size = (size_t)snprintf(item->data, item->capacity, "%ld", g->n);
+	g->n++;
+	return 1;
+}
+
+GPUD_EXPORT void gpud_generator_close(void *state)
+{
+	free(state);
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test worker that misbehaves on chosen inputs (decimal numbers, as `range` yields).
+ * Keys, each a comma list of input numbers: fail_on, crash_on (SIGSEGV), abort_on,
+ * exit_on (exit(7) from the plugin), hang_on (loops forever), big_on (claims a result
+ * larger than its buffer). first_attempt_only = 1 misbehaves only on attempt 0.
+ * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
+ * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task. The result is the
+ * input.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("worker", "faulty", "1.0");
+
+struct faulty {
+	const struct gpud_args *args;
+	bool first_only;
+	long sleep_us;
+	bool cleanup_fail;
+};
+
+static bool listed(const struct gpud_args *args, const char *key, long n)
+{
+	const char *v = gpud_arg(args, key, NULL);
+	while (v && *v) {
+		char *end;
+		long x = strtol(v, &end, 10);
+		if (end == v)
+			return false;
+		if (x == n)
+			return true;
+		v = *end == ',' ? end + 1 : end;
+	}
+	return false;
+}
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err)
+{
+	if (gpud_arg(info->args, "setup_fail_gpu", NULL) &&
+	    gpud_arg_long(info->args, "setup_fail_gpu", -1) == info->gpu_id)
+		return gpud_fail(err, "faulty: no model for GPU %d", info->gpu_id);
+	if (gpud_arg(info->args, "setup_crash_gpu", NULL) &&
+	    gpud_arg_long(info->args, "setup_crash_gpu", -1) == info->gpu_id)
+		raise(SIGSEGV);
+	struct faulty *f = calloc(1, sizeof *f);
+	if (!f)
+		return gpud_fail(err, "faulty: out of memory");
+	f->args = info->args;
+	f->first_only = gpud_arg_long(info->args, "first_attempt_only", 0) != 0;
+	f->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
+	f->cleanup_fail = gpud_arg_long(info->args, "cleanup_fail", 0) != 0;
+	*state = f;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+{
+	struct faulty *f = state;
+	char buf[32];
+	size_t n = task->input_size < sizeof buf - 1 ? task->input_size : sizeof buf - 1;
+	memcpy(buf, task->input, n);
+	buf[n] = '\0';
+	long x = strtol(buf, NULL, 10);
+
+	if (f->sleep_us)
+		usleep((useconds_t)f->sleep_us);
+	if (!f->first_only || task->attempt == 0) {
+		if (listed(f->args, "fail_on", x))
+			return gpud_task_fail(task, "faulty: refused input %ld", x);
+		if (listed(f->args, "crash_on", x))
+			raise(SIGSEGV);
+		if (listed(f->args, "abort_on", x))
+			abort();
+		if (listed(f->args, "exit_on", x))
+			exit(7);
+		if (listed(f->args, "hang_on", x))
+			for (volatile int spin = 1; spin;)
+				;
+		if (listed(f->args, "big_on", x)) {
+			task->result.size = task->result.capacity + 1;
+			return 0;
+		}
+	}
+	memcpy(task->result.data, task->input, task->input_size);
+	task->result.size = task->input_size;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
+{
+	struct faulty *f = state;
+	bool fail = f->cleanup_fail;
+	free(f);
+	return fail ? gpud_fail(err, "faulty: cleanup refused") : 0;
+}

@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* Fixture: a shared object that forgot GPUD_PLUGIN. */
+#include <gpud/plugin.h>
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *i, void **s, struct gpud_error *e)
+{
+	(void)i, (void)s, (void)e;
+	return 0;
+}
+GPUD_EXPORT int gpud_worker_process(void *s, struct gpud_task *t)
+{
+	(void)s, (void)t;
+	return 0;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* Test worker: reports what it sees. Result:
+ *   id=<task> in=<input> seed=<seed> wid=<worker_id> gpu=<gpu_id> cvd=<CUDA_VISIBLE_DEVICES>
+ *   env_gpu=<GPUD_GPU_ID> env_wid=<GPUD_WORKER_ID> greeting=<[worker] greeting> pid=<pid>
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("worker", "probe", "1.0");
+
+struct probe {
+	struct gpud_worker_info info;
+	const char *greeting;
+	char env[256];
+};
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err)
+{
+	struct probe *p = calloc(1, sizeof *p);
+	if (!p)
+		return gpud_fail(err, "probe: out of memory");
+	p->info = *info;
+	/* Copied now: the args live as long as the worker, but be strict. */
+	p->greeting = gpud_arg(info->args, "greeting", "none");
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *g = getenv("GPUD_GPU_ID");
+	const char *w = getenv("GPUD_WORKER_ID");
+	snprintf(p->env, sizeof p->env, "cvd=%s env_gpu=%s env_wid=%s", cvd ? cvd : "unset",
+		 g ? g : "unset", w ? w : "unset");
+	*state = p;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+{
+	struct probe *p = state;
+	int n = snprintf(task->result.data, task->result.capacity,
+			 "id=%llu in=%.*s seed=%llu wid=%d gpu=%d %s greeting=%s pid=%d",
+			 (unsigned long long)task->id, (int)task->input_size,
+			 (const char *)task->input, (unsigned long long)p->info.seed,
+			 p->info.worker_id, p->info.gpu_id, p->env, p->greeting, (int)getpid());
+	if (n < 0 || (size_t)n >= task->result.capacity)
+		return gpud_task_fail(task, "probe: result does not fit");
+	task->result.size = (size_t)n;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
+{
+	(void)err;
+	free(state);
+	return 0;
+}

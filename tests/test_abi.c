@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* The plugin ABI, pinned: a change to any size or offset here breaks every plugin
+ * already built, so it must fail a test, not a user. (LP64 figures.) */
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+#include <gpud/plugin.h>
+
+#include "helpers.h"
+#include "shm_layout.h"
+
+#define SIZE(t, n) cr_expect_eq(sizeof(struct t), (size_t)(n), "sizeof(struct " #t ")")
+#define OFF(t, f, n) cr_expect_eq(offsetof(struct t, f), (size_t)(n), #t "." #f)
+
+Test(abi, version)
+{
+	cr_expect_eq(GPUD_ABI_MAJOR, 1);
+	cr_expect_eq(GPUD_ABI_MINOR, 0);
+}
+
+Test(abi, struct_sizes)
+{
+	SIZE(gpud_kv, 16);
+	SIZE(gpud_args, 16);
+	SIZE(gpud_error, 1024);
+	SIZE(gpud_buf, 24);
+	SIZE(gpud_plugin_info, 32);
+	SIZE(gpud_worker_info, 56);
+	SIZE(gpud_task, 88);
+	SIZE(gpud_event, 112);
+	SIZE(gpud_stats, 64);
+}
+
+Test(abi, offsets)
+{
+	OFF(gpud_plugin_info, abi_minor, 4);
+	OFF(gpud_plugin_info, kind, 8);
+	OFF(gpud_plugin_info, name, 16);
+	OFF(gpud_plugin_info, version, 24);
+	OFF(gpud_worker_info, gpu_id, 4);
+	OFF(gpud_worker_info, seed, 8);
+	OFF(gpud_worker_info, args, 16);
+	OFF(gpud_task, input, 8);
+	OFF(gpud_task, input_size, 16);
+	OFF(gpud_task, result, 24);
+	OFF(gpud_task, error, 48);
+	OFF(gpud_task, failed, 56);
+	OFF(gpud_task, attempt, 60);
+	OFF(gpud_event, task_id, 8);
+	OFF(gpud_event, worker_id, 16);
+	OFF(gpud_event, gpu_id, 20);
+	OFF(gpud_event, attempt, 24);
+	OFF(gpud_event, input, 32);
+	OFF(gpud_event, input_size, 40);
+	OFF(gpud_event, result, 48);
+	OFF(gpud_event, result_size, 56);
+	OFF(gpud_event, message, 64);
+	OFF(gpud_event, seconds, 72);
+	OFF(gpud_stats, not_run, 32);
+	OFF(gpud_stats, retried, 40);
+	OFF(gpud_stats, worker_restarts, 48);
+	OFF(gpud_stats, setup_failures, 52);
+	OFF(gpud_stats, elapsed, 56);
+}
+
+Test(abi, event_kinds)
+{
+	cr_expect_eq(GPUD_TASK_START, 0);
+	cr_expect_eq(GPUD_TASK_OK, 1);
+	cr_expect_eq(GPUD_TASK_ERROR, 2);
+	cr_expect_eq(GPUD_TASK_TIMEOUT, 3);
+	cr_expect_eq(GPUD_SETUP_FAILED, 4);
+	cr_expect_eq(GPUD_CLEANUP_FAILED, 5);
+	cr_expect_eq(GPUD_EVENT_BIT(GPUD_TASK_OK), 2u);
+}
+
+Test(abi, shm_layout)
+{
+	/* Not the plugin ABI, but host and worker must agree on it byte for byte. */
+	cr_expect_eq(sizeof(struct shm_rec), 64u);
+	cr_expect_eq(sizeof(struct shm_header), 192u);
+	cr_expect_eq(sizeof(struct shm_worker), 6 * 64u + 1024u);
+	OFF(shm_worker, task_tail, 64);
+	OFF(shm_worker, result_head, 128);
+	OFF(shm_worker, result_tail, 192);
+	OFF(shm_worker, bell, 256);
+	OFF(shm_worker, message, 384);
+}
+
+/* The header compiles alone as strict C11 with only libc, like an out-of-tree plugin. */
+Test(abi, header_compiles_alone_strict_c11)
+{
+	char *cmd;
+	cr_assert(asprintf(&cmd,
+			   "echo '#include <gpud/plugin.h>' | %s -std=c11 -Wall -Wextra -Werror "
+			   "-pedantic -fsyntax-only -I'%s' -x c - 2>&1",
+			   t_env("CC"), t_env("GPUD_HEADER_DIR")) > 0);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "strict C11 compile of plugin.h failed");
+	free(cmd);
+}
+
+/* The helpers behave as documented. */
+Test(abi, helpers)
+{
+	struct gpud_kv kv[] = {{"n", "42"}, {"bad", "4x"}, {"d", "2.5"}, {"n", "43"}};
+	struct gpud_args a = {kv, 4};
+	struct gpud_error e;
+	long l;
+	double d;
+	cr_expect_str_eq(gpud_arg(&a, "n", "x"), "43", "the last value wins");
+	cr_expect_str_eq(gpud_arg(&a, "missing", "x"), "x");
+	cr_expect_eq(gpud_arg_long(&a, "n", 0), 43);
+	cr_expect_eq(gpud_arg_long(&a, "bad", 7), 7);
+	cr_expect_eq(gpud_arg_parse_long(&a, "bad", 0, &l, &e), -1);
+	cr_expect(strstr(e.message, "bad = '4x'") != NULL, "%s", e.message);
+	cr_expect_eq(gpud_arg_parse_double(&a, "d", 0, &d, &e), 0);
+	cr_expect_float_eq(d, 2.5, 1e-12);
+	cr_expect_eq(gpud_arg_parse_long(&a, "missing", 9, &l, &e), 0);
+	cr_expect_eq(l, 9);
+
+	struct gpud_task t = {.error = &e};
+	cr_expect_eq(gpud_task_fail(&t, "no %d", 5), -1);
+	cr_expect_eq(t.failed, 1);
+	cr_expect_str_eq(e.message, "no 5");
+}

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/* Faults: crashing, hanging, failing and exiting workers, failed setups and cleanups,
+ * failing generators and sinks. Each task must end in exactly one outcome and the
+ * stats must add up. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+struct outcome {
+	unsigned long generated, ok, failed, timed_out, not_run, retried, restarts, setup_fail;
+	char *events;
+};
+
+/* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status. */
+static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
+		      unsigned long stop, struct outcome *o)
+{
+	char *text;
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus = 0,1\nworkers_per_gpu = 2\nqueue_size = 32\n%s\n"
+			   "[worker]\nplugin = faulty\n%s\n"
+			   "[generator]\nplugin = range\nstop = %lu\n"
+			   "[sink]\nplugin = recorder\npath = %s/events\n",
+			   job_keys, worker_keys, stop, dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	int rc = t_gpud(dir, "run '%s'", path);
+	char p[256];
+	snprintf(p, sizeof p, "%s/events", dir);
+	o->events = t_read(p);
+	cr_assert(o->events, "no events file");
+	const char *close = strstr(o->events, "close ");
+	cr_assert(close, "the sink was not closed:\n%s", o->events);
+	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu %lu %lu %lu", &o->generated, &o->ok,
+			    &o->failed, &o->timed_out, &o->not_run, &o->retried, &o->restarts,
+			    &o->setup_fail), 8);
+	cr_expect_eq(t_count_lines(o->events, "close "), 1, "closed once");
+	free(text);
+	free(path);
+	return rc;
+}
+
+/* Every task 0..n-1 has exactly one outcome line, and the stats agree with them. */
+static void exactly_once(const struct outcome *o, unsigned long n)
+{
+	unsigned char *seen = calloc(n, 1);
+	unsigned long ok = 0, failed = 0, timed_out = 0;
+	char *copy = strdup(o->events);
+	for (char *l = strtok(copy, "\n"); l; l = strtok(NULL, "\n")) {
+		unsigned long id;
+		char kind[16];
+		if (sscanf(l, "%15s %lu", kind, &id) != 2)
+			continue;
+		if (strcmp(kind, "ok") && strcmp(kind, "error") && strcmp(kind, "timeout"))
+			continue;
+		cr_assert_lt(id, n, "%s", l);
+		cr_assert_eq(seen[id]++, 0, "task %lu has two outcomes", id);
+		ok += kind[0] == 'o';
+		failed += kind[0] == 'e';
+		timed_out += kind[0] == 't';
+	}
+	cr_expect_eq(o->generated, n);
+	cr_expect_eq(o->ok, ok);
+	cr_expect_eq(o->failed, failed);
+	cr_expect_eq(o->timed_out, timed_out);
+	cr_expect_eq(o->ok + o->failed + o->timed_out + o->not_run, o->generated, "stats add up");
+	for (unsigned long i = 0; i < n && o->not_run == 0; i++)
+		cr_assert_eq(seen[i], 1, "task %lu has no outcome", i);
+	free(seen);
+	free(copy);
+}
+
+Test(faults, plugin_failures_are_errors, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "fail_on = 3,400,999", "", 1000, &o), 1);
+	exactly_once(&o, 1000);
+	cr_expect_eq(o.failed, 3);
+	cr_expect(strstr(o.events, "error 400 "), "%s", o.events);
+	cr_expect(strstr(o.events, "faulty: refused input 400"));
+	cr_expect_eq(o.restarts, 0, "a failed task is not a crash");
+}
+
+Test(faults, segfault_abort_and_exit_are_reported_and_workers_replaced, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "crash_on = 100\nabort_on = 700\nexit_on = 1500", "", 2000, &o), 1);
+	exactly_once(&o, 2000);
+	cr_expect_eq(o.failed, 3, "%s", o.events);
+	cr_expect_eq(o.ok, 1997);
+	cr_expect_eq(o.restarts, 3);
+	cr_expect(strstr(o.events, "killed by SIGSEGV while running task 100"), "%s", o.events);
+	cr_expect(strstr(o.events, "killed by SIGABRT while running task 700"));
+	cr_expect(strstr(o.events, "exited with status 7 while running task 1500"));
+}
+
+Test(faults, host_enforced_timeout, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	cr_expect_eq(run_faulty(dir, "hang_on = 50", "task_timeout = 0.2", 400, &o), 1);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	exactly_once(&o, 400);
+	cr_expect_eq(o.timed_out, 1);
+	cr_expect(strstr(o.events, "timeout 50 "), "%s", o.events);
+	cr_expect_eq(o.restarts, 1, "a fresh worker took the slot");
+	double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+	cr_expect_lt(secs, 10, "the run ended in %.2f s", secs);
+}
+
+Test(faults, retries_rerun_crashed_tasks, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "crash_on = 10,20\nfail_on = 30\nfirst_attempt_only = 1",
+				"max_retries = 1", 300, &o), 0);
+	exactly_once(&o, 300);
+	cr_expect_eq(o.ok, 300);
+	cr_expect_eq(o.retried, 3);
+}
+
+Test(faults, poison_task_does_not_take_the_run_down, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "crash_on = 5", "max_retries = 2", 200, &o), 1);
+	exactly_once(&o, 200);
+	cr_expect_eq(o.failed, 1);
+	cr_expect_eq(o.retried, 2);
+	cr_expect_eq(o.restarts, 3);
+}
+
+Test(faults, setup_failure_on_one_gpu, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "setup_fail_gpu = 1", "", 500, &o), 0);
+	exactly_once(&o, 500);
+	cr_expect_eq(o.ok, 500, "the other GPU ran everything");
+	cr_expect_eq(o.setup_fail, 2);
+	cr_expect_eq(t_count_lines(o.events, "setup_failed "), 2);
+	cr_expect(strstr(o.events, "setup_failed 2 1 faulty: no model for GPU 1"), "%s", o.events);
+}
+
+Test(faults, setup_crash_is_a_setup_failure, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "setup_crash_gpu = 0", "", 100, &o), 0);
+	exactly_once(&o, 100);
+	cr_expect_eq(o.setup_fail, 2);
+	cr_expect(strstr(o.events, "killed by SIGSEGV during setup"), "%s", o.events);
+}
+
+Test(faults, every_setup_failing_ends_the_run, .timeout = 30)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "setup_fail_gpu = 0\nsetup_crash_gpu = 1", "", 100, &o), 3);
+	cr_expect_eq(o.setup_fail, 4);
+	cr_expect_eq(o.generated, 0, "the generator was not drained");
+	char p[256];
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "no worker could be set up"), "%s", err);
+	cr_expect(strstr(err, "worker 0 (GPU 0) setup failed: faulty: no model for GPU 0"), "%s", err);
+	free(err);
+}
+
+Test(faults, cleanup_failure_is_reported, .timeout = 30)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "cleanup_fail = 1", "", 100, &o), 0);
+	exactly_once(&o, 100);
+	cr_expect_eq(t_count_lines(o.events, "cleanup_failed "), 4);
+	cr_expect(strstr(o.events, "faulty: cleanup refused"));
+}
+
+Test(faults, generator_failure_mid_stream, .timeout = 30)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0,1\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = failgen\nfail_after = 250\nstop = 1000\n"
+			     "[sink]\nplugin = jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
+	char p[256];
+	snprintf(p, sizeof p, "%s/out", dir);
+	char *out = t_read(p);
+	cr_expect_eq(t_count_lines(out, "{"), 250, "the tasks already generated finished");
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "the generator failed after 250 tasks: failgen: the input went away"),
+		  "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(faults, oversized_generator_items, .timeout = 30)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\nmax_task_bytes = 1K\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = failgen\nhuge_every = 10\nstop = 100\n"
+			     "[sink]\nplugin = jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 1);
+	char p[256];
+	snprintf(p, sizeof p, "%s/out", dir);
+	char *out = t_read(p);
+	cr_expect_eq(t_count_lines(out, "{"), 100);
+	cr_expect(strstr(out, "task input of 1124 bytes exceeds max_task_bytes (1024)"), "%s", out);
+	free(out);
+}
+
+Test(faults, sink_failure_aborts_and_counts_lost_results, .timeout = 30)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+				  "[generator]\nplugin = range\nstop = 100000\n"
+				  "[sink]\nplugin = recorder\npath = %s/events\nfail_after = 100\n",
+			   dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
+	char p[256];
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "the sink failed: recorder: refusing after 100"), "%s", err);
+	cr_expect(strstr(err, "results could not be written"), "%s", err);
+	snprintf(p, sizeof p, "%s/events", dir);
+	o.events = t_read(p);
+	cr_expect(strstr(o.events, "close "), "closed even so");
+	free(err);
+	free(text);
+}
+
+Test(faults, full_disk_sink, .timeout = 30)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = range\nstop = 200000\n"
+			     "[sink]\nplugin = jsonl\npath = /dev/full\n");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
+	char p[256];
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "No space left on device"), "%s", err);
+	free(err);
+}
+
+/* kill -9 from outside, mid-run: the victim's task is an error, nothing is lost. */
+Test(faults, kill_9_from_outside, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 2000\n"
+				  "[generator]\nplugin = range\nstop = 1500\n"
+				  "[sink]\nplugin = recorder\npath = %s/events\n",
+			   dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	char *cmd;
+	cr_assert(asprintf(&cmd,
+			   "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; sleep 0.7; "
+			   "pkill -9 -P $gp -f gpud-worker -n; wait $gp",
+			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit %d", WEXITSTATUS(st));
+	char p[256];
+	snprintf(p, sizeof p, "%s/events", dir);
+	char *ev = t_read(p);
+	cr_assert(ev);
+	cr_expect_eq(t_count_lines(ev, "error "), 1, "%s", ev);
+	cr_expect(strstr(ev, "killed by SIGKILL while running task"), "%s", ev);
+	cr_expect_eq(t_count_lines(ev, "ok ") + 1, 1500);
+	cr_expect(strstr(ev, "close 1500 1499 1 0 0 0 1 0"), "%s", strstr(ev, "close"));
+	free(ev);
+	free(cmd);
+	free(text);
+}
+
+/* SIGINT: stop feeding, finish what runs, close the sink, exit 3, stats add up. */
+Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+				  "[generator]\nplugin = range\nstop = 100000\n"
+				  "[sink]\nplugin = recorder\npath = %s/events\n",
+			   dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	char *cmd;
+	cr_assert(asprintf(&cmd,
+			   "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; sleep 0.5; "
+			   "kill -INT $gp; wait $gp",
+			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
+	char p[256];
+	snprintf(p, sizeof p, "%s/events", dir);
+	char *ev = t_read(p);
+	unsigned long g, ok, f, t, nr;
+	const char *close = strstr(ev, "close ");
+	cr_assert(close, "sink closed");
+	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu", &g, &ok, &f, &t, &nr), 5);
+	cr_expect_eq(g, ok + f + t + nr, "stats add up: %s", close);
+	cr_expect_lt(g, 100000, "it stopped feeding");
+	cr_expect_eq(t_count_lines(ev, "ok "), ok);
+	free(ev);
+	free(cmd);
+	free(text);
+}

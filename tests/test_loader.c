@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/* The plugin loader against fixture plugins: one clear line for each way a plugin can
+ * be wrong, and nothing in the plugin called before the checks pass. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+#include "loader.h"
+
+static char err[2048];
+
+static char *fixture(const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", t_env("FIXTURES"), name) > 0);
+	return p;
+}
+
+static void refused(const char *name, enum loader_kind kind, const char *needle)
+{
+	struct plugin pl;
+	char *path = fixture(name);
+	cr_expect_eq(loader_open(&pl, path, kind, err, sizeof err), -1, "%s was accepted", name);
+	cr_expect(strstr(err, path), "message names the file: %s", err);
+	cr_expect(strstr(err, needle), "message '%s' lacks '%s'", err, needle);
+	cr_expect(!strchr(err, '\n'), "one line: %s", err);
+	free(path);
+}
+
+Test(loader, good_worker)
+{
+	struct plugin pl;
+	char *path = fixture("worker-probe.so");
+	cr_assert_eq(loader_open(&pl, path, LOADER_WORKER, err, sizeof err), 0, "%s", err);
+	cr_expect_str_eq(pl.info->name, "probe");
+	cr_expect_str_eq(pl.info->kind, "worker");
+	cr_expect(loader_sym(&pl, "gpud_worker_process") != NULL);
+	cr_expect(loader_sym(&pl, "gpud_worker_process_batch") == NULL);
+	loader_close(&pl);
+	free(path);
+}
+
+Test(loader, good_sink_and_generator)
+{
+	struct plugin pl;
+	char *path = fixture("sink-recorder.so");
+	cr_expect_eq(loader_open(&pl, path, LOADER_SINK, err, sizeof err), 0, "%s", err);
+	loader_close(&pl);
+	free(path);
+	path = fixture("generator-failgen.so");
+	cr_expect_eq(loader_open(&pl, path, LOADER_GENERATOR, err, sizeof err), 0, "%s", err);
+	loader_close(&pl);
+	free(path);
+}
+
+Test(loader, wrong_abi_major)
+{
+	refused("bad-abi.so", LOADER_WORKER, "built for plugin ABI 2.0");
+}
+
+Test(loader, newer_minor)
+{
+	refused("newer-minor.so", LOADER_WORKER, "built for plugin ABI 1.1");
+}
+
+Test(loader, wrong_kind)
+{
+	refused("wrong-kind.so", LOADER_WORKER, "is a 'sink' plugin, not a 'worker' plugin");
+	refused("worker-probe.so", LOADER_SINK, "is a 'worker' plugin, not a 'sink' plugin");
+}
+
+Test(loader, missing_symbol)
+{
+	refused("missing-sym.so", LOADER_WORKER, "does not export gpud_worker_process");
+}
+
+Test(loader, no_descriptor)
+{
+	refused("no-info.so", LOADER_WORKER, "not a gpud plugin");
+}
+
+Test(loader, unresolved_symbol)
+{
+	refused("unresolved.so", LOADER_WORKER, "gpud_fixture_symbol_nobody_defines");
+}
+
+Test(loader, not_a_shared_object)
+{
+	refused("not-a-plugin.so", LOADER_WORKER, "cannot load");
+}
+
+Test(loader, missing_file)
+{
+	refused("no-such-plugin.so", LOADER_WORKER, "No such file");
+}
+
+Test(loader, find_by_name)
+{
+	setenv("GPUD_PLUGIN_PATH", t_env("FIXTURES"), 1);
+	char *p = loader_find("probe", LOADER_WORKER, err, sizeof err);
+	cr_assert(p, "%s", err);
+	cr_expect(strstr(p, "/worker-probe.so"), "%s", p);
+	free(p);
+	p = loader_find("/abs/path.so", LOADER_WORKER, err, sizeof err);
+	cr_expect_str_eq(p, "/abs/path.so", "a path is taken as it is");
+	free(p);
+	p = loader_find("nonesuch", LOADER_SINK, err, sizeof err);
+	cr_expect_null(p);
+	cr_expect(strstr(err, "sink plugin 'nonesuch': no such built-in plugin"), "%s", err);
+	cr_expect(strstr(err, t_env("FIXTURES")), "lists where it looked: %s", err);
+}

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* End to end: the real gpud binary on real job files. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+#define N_TASKS 10000
+
+/* A field of a jsonl line: the number after "key": or the string after "key": " */
+static long num_field(const char *line, const char *key)
+{
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\": ", key);
+	const char *p = strstr(line, pat);
+	cr_assert(p, "no %s in %.200s", key, line);
+	return strtol(p + strlen(pat), NULL, 10);
+}
+
+static char *str_field(const char *line, const char *key)
+{
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\": \"", key);
+	const char *p = strstr(line, pat);
+	if (!p)
+		return NULL;
+	p += strlen(pat);
+	const char *e = strchr(p, '"');
+	cr_assert(e);
+	return strndup(p, (size_t)(e - p));
+}
+
+static char *job(const char *dir, const char *worker_extra, const char *gen, const char *sink,
+		 const char *job_extra)
+{
+	char *text;
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus = 0,1\nworkers_per_gpu = 2\nqueue_size = 64\n%s\n"
+			   "[worker]\nplugin = probe\ngreeting = hello\n%s\n"
+			   "[generator]\n%s\n[sink]\n%s\n",
+			   job_extra, worker_extra, gen, sink) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	free(text);
+	return path;
+}
+
+Test(run, ten_thousand_tasks_on_two_gpus_by_two_workers, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = range\nstop = 10000", "plugin = jsonl", "");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0, "%s", t_read(strcat(strdup(dir), "/err")));
+
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_assert(out);
+	static unsigned char seen[N_TASKS];
+	unsigned long seeds_of[4] = {0};
+	unsigned per_worker[4] = {0};
+	size_t lines = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		lines++;
+		long id = num_field(line, "task_id");
+		long wid = num_field(line, "worker_id");
+		long gpu = num_field(line, "gpu_id");
+		cr_assert(id >= 0 && id < N_TASKS, "task id %ld", id);
+		cr_assert_eq(seen[id]++, 0, "task %ld reported twice", id);
+		char *status = str_field(line, "status");
+		cr_assert_str_eq(status, "ok", "%s", line);
+		free(status);
+		cr_assert(wid >= 0 && wid < 4);
+		cr_assert_eq(gpu, wid / 2, "worker %ld should be on GPU %ld", wid, wid / 2);
+		per_worker[wid]++;
+
+		char *res = str_field(line, "result");
+		long rid, rin, rwid, rgpu, cvd, egpu, ewid;
+		unsigned long seed;
+		char greet[32];
+		cr_assert_eq(sscanf(res, "id=%ld in=%ld seed=%lu wid=%ld gpu=%ld cvd=%ld env_gpu=%ld "
+					 "env_wid=%ld greeting=%31s",
+				    &rid, &rin, &seed, &rwid, &rgpu, &cvd, &egpu, &ewid, greet), 9,
+			     "result: %s", res);
+		cr_assert_eq(rid, id);
+		cr_assert_eq(rin, id, "range yields the task's own number");
+		cr_assert_eq(rwid, wid);
+		cr_assert_eq(ewid, wid, "GPUD_WORKER_ID");
+		cr_assert_eq(rgpu, gpu);
+		cr_assert_eq(cvd, gpu, "CUDA_VISIBLE_DEVICES");
+		cr_assert_eq(egpu, gpu, "GPUD_GPU_ID");
+		cr_assert_eq(seed, 42 + (unsigned long)wid, "seed = base_seed + worker id");
+		cr_assert_str_eq(greet, "hello", "setup arguments reach the worker");
+		seeds_of[wid] = seed;
+		free(res);
+	}
+	cr_expect_eq(lines, N_TASKS);
+	for (int i = 0; i < N_TASKS; i++)
+		cr_assert_eq(seen[i], 1, "task %d missing", i);
+	for (int w = 0; w < 4; w++)
+		cr_expect_gt(per_worker[w], 0, "worker %d ran nothing", w);
+	for (int a = 0; a < 4; a++)
+		for (int b = a + 1; b < 4; b++)
+			cr_expect_neq(seeds_of[a], seeds_of[b], "seeds are distinct");
+	free(out);
+}
+
+Test(run, every_event_reaches_the_sink_and_close_once, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char sink[256];
+	snprintf(sink, sizeof sink, "plugin = recorder\npath = %s/events", dir);
+	char *path = job(dir, "", "plugin = range\nstop = 3000", sink, "");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
+	char ev[256];
+	snprintf(ev, sizeof ev, "%s/events", dir);
+	char *text = t_read(ev);
+	cr_assert(text);
+	cr_expect_eq(t_count_lines(text, "start "), 3000);
+	cr_expect_eq(t_count_lines(text, "ok "), 3000);
+	cr_expect_eq(t_count_lines(text, "close "), 1);
+	cr_expect(strstr(text, "close 3000 3000 0 0 0 0 0 0\n"), "stats: %s",
+		  strstr(text, "close"));
+	/* A task's start comes before its outcome. */
+	static long start_line[3000], ok_line[3000];
+	long n = 0;
+	for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), n++) {
+		unsigned long id;
+		if (sscanf(l, "start %lu", &id) == 1)
+			start_line[id] = n + 1;
+		else if (sscanf(l, "ok %lu", &id) == 1)
+			ok_line[id] = n + 1;
+	}
+	for (int i = 0; i < 3000; i++)
+		cr_assert(start_line[i] && start_line[i] < ok_line[i], "task %d: start after ok", i);
+	free(text);
+}
+
+Test(run, lines_generator_and_echo, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_write(dir, "in.txt", "alpha\r\nbeta\n\n\"quoted\" \\ back\nno newline at end");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 3\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = lines\npath = in.txt\n"
+			     "[sink]\nplugin = jsonl\ninclude_input = true\n");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_expect(strstr(out, "\"task_id\": 0, \"status\": \"ok\", \"worker_id\": 0, \"gpu_id\": 3"),
+		  "%s", out);
+	cr_expect(strstr(out, "\"result\": \"alpha\"}"), "CR stripped: %s", out);
+	cr_expect(strstr(out, "\"result\": \"beta\"}"));
+	cr_expect(strstr(out, "\"result\": \"\"}"), "empty line is an empty task");
+	cr_expect(strstr(out, "\"result\": \"\\\"quoted\\\" \\\\ back\"}"), "escaped: %s", out);
+	cr_expect(strstr(out, "\"input\": \"no newline at end\""), "include_input");
+	cr_expect_eq(t_count_lines(out, "{"), 5);
+	free(out);
+}
+
+Test(run, non_utf8_results_are_base64)
+{
+	const char *dir = t_tmpdir();
+	t_write(dir, "in.txt", "ok\n\xff\xfe\x01\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_expect(strstr(out, "\"result_base64\": \"//4B\""), "%s", out);
+	cr_expect(strstr(out, "\"result\": \"ok\""), "%s", out);
+	free(out);
+}
+
+Test(run, sha256_demo_worker)
+{
+	const char *dir = t_tmpdir();
+	t_write(dir, "in.txt", "abc\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = sha256\n"
+			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	/* FIPS 180-2's test vector for "abc". */
+	cr_expect(strstr(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+		  "%s", out);
+	free(out);
+}
+
+Test(run, oversized_input_fails_that_task_only)
+{
+	const char *dir = t_tmpdir();
+	t_write(dir, "in.txt", "short\nthis line is far too long for the limit\nfine\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\nmax_task_bytes = 16\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 1, "some task failed: exit 1");
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_expect(strstr(out, "\"task_id\": 1, \"status\": \"error\""), "%s", out);
+	cr_expect(strstr(out, "task input of 39 bytes exceeds max_task_bytes (16)"), "%s", out);
+	cr_expect(strstr(out, "\"result\": \"fine\""), "the run went on");
+	free(out);
+}
+
+Test(run, oversized_result_fails_that_task_only)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = range\nstop = 100", "plugin = jsonl",
+			 "max_result_bytes = 32");
+	cr_assert_eq(t_gpud(dir, "run '%s' --set worker.plugin=faulty --set worker.big_on=7", path), 1);
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_expect(strstr(out, "result of 33 bytes exceeds max_result_bytes (32)"), "%s", out);
+	cr_expect_eq(t_count_lines(out, "{"), 100);
+	free(out);
+}
+
+Test(run, check_command)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = range\nstop = 10", "plugin = null", "");
+	cr_expect_eq(t_gpud(dir, "check '%s'", path), 0);
+	char outp[256];
+	snprintf(outp, sizeof outp, "%s/out", dir);
+	char *out = t_read(outp);
+	cr_expect(strstr(out, ": OK: 2 GPUs x 2 workers"), "%s", out);
+	free(out);
+}
+
+/* Each broken plugin: exit 2 and exactly one line naming the problem, from check and run. */
+static void broken_plugin(const char *section, const char *file, const char *needle)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = range\nstop = 10", "plugin = null", "");
+	const char *cmds[] = {"check", "run"};
+	for (int i = 0; i < 2; i++) {
+		int rc = t_gpud(dir, "%s '%s' --set %s.plugin='%s/%s'", cmds[i], path, section,
+				t_env("FIXTURES"), file);
+		cr_expect_eq(rc, 2, "%s with %s", cmds[i], file);
+		char errp[256];
+		snprintf(errp, sizeof errp, "%s/err", dir);
+		char *err = t_read(errp);
+		cr_expect(strstr(err, needle), "%s: '%s' lacks '%s'", cmds[i], err, needle);
+		cr_expect_eq(t_count_lines(err, ""), 1, "one line: %s", err);
+		free(err);
+	}
+}
+
+Test(run, broken_plugins_exit_2_with_one_line)
+{
+	broken_plugin("worker", "bad-abi.so", "built for plugin ABI 2.0");
+	broken_plugin("worker", "wrong-kind.so", "is a 'sink' plugin, not a 'worker' plugin");
+	broken_plugin("worker", "missing-sym.so", "does not export gpud_worker_process");
+	broken_plugin("worker", "unresolved.so", "undefined symbol");
+	broken_plugin("worker", "not-a-plugin.so", "cannot load");
+	broken_plugin("worker", "no-such.so", "No such file");
+	broken_plugin("sink", "worker-probe.so", "is a 'worker' plugin, not a 'sink' plugin");
+	broken_plugin("generator", "no-info.so", "not a gpud plugin");
+}
+
+Test(run, bad_job_file_exits_2)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\nqueue_size = lots\n");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 2);
+	char errp[256];
+	snprintf(errp, sizeof errp, "%s/err", dir);
+	char *err = t_read(errp);
+	cr_expect(strstr(err, "job.ini:3:"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/missing.ini'", dir), 2);
+	cr_expect_eq(t_gpud(dir, "run"), 2);
+	cr_expect_eq(t_gpud(dir, "frobnicate x.ini"), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui sideways", path), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s' --set", path), 2);
+	cr_expect_eq(t_gpud(dir, "--help"), 0);
+	cr_expect_eq(t_gpud(dir, "--version"), 0);
+}
+
+Test(run, generator_open_failure_exits_2)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = lines\npath = nope.txt", "plugin = null", "");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 2);
+	char errp[256];
+	snprintf(errp, sizeof errp, "%s/err", dir);
+	char *err = t_read(errp);
+	cr_expect(strstr(err, "cannot open"), "%s", err);
+	cr_expect(strstr(err, "nope.txt"), "%s", err);
+	free(err);
+}
+
+Test(run, stats_json)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", "plugin = range\nstop = 500", "plugin = null", "");
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/stats.json'", path, dir), 0);
+	char p[256];
+	snprintf(p, sizeof p, "%s/stats.json", dir);
+	char *js = t_read(p);
+	cr_assert(js);
+	cr_expect(strstr(js, "\"generated\": 500, \"ok\": 500, \"failed\": 0"), "%s", js);
+	cr_expect_eq(t_count_lines(js, "{"), 1);
+	free(js);
+}
