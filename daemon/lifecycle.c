@@ -168,8 +168,14 @@ static void exited(struct host *h, struct host_worker *w, int status)
 		dispatch_drain(h, w);
 		if (w->outstanding)
 			crashed(h, w, status);
+		/* Told to stop while still in setup (the run ended first): how it ended
+		 * belongs to setup, not cleanup. */
 		if (s == WS_SETUP_FAILED) {
 			setup_failed(h, w, w->ctl->message);
+		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
+				 w->gpu_id, how);
+			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
 			events_worker(h, GPUD_CLEANUP_FAILED, w, w->ctl->message);
 		} else if (s != WS_DONE && !h->killing) {

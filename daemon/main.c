@@ -37,76 +37,98 @@ static const char help[] =
 	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
 	"up, the generator or the sink failed, or interrupted).\n";
 
-int main(int argc, char **argv)
+/* Parses the command line into *cmd, *job, sets and opts; returns -1 when the program
+ * should exit with *rc right away (help, version, usage errors). */
+static int parse_args(int argc, char **argv, const char **cmd, const char **job, char **sets,
+		      size_t *n_sets, struct run_opts *opts, int *rc)
 {
-	const char *cmd = NULL, *job = NULL, *ui = "auto";
-	struct run_opts opts = {0};
-	char **sets = calloc((size_t)argc, sizeof *sets);
-	size_t n_sets = 0;
-
+	const char *ui = "auto";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			printf("%s%s", usage, help);
-			return 0;
+			*rc = 0;
+			return -1;
 		} else if (strcmp(a, "--version") == 0) {
 			printf("gpud %s (plugin ABI %d.%d)\n", GPUD_VERSION, GPUD_ABI_MAJOR,
 			       GPUD_ABI_MINOR);
-			return 0;
+			*rc = 0;
+			return -1;
 		} else if (strcmp(a, "--set") == 0 || strcmp(a, "--ui") == 0 ||
 			   strcmp(a, "--stats-json") == 0) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "gpud: %s needs a value\n%s", a, usage);
-				return 2;
+				*rc = 2;
+				return -1;
 			}
 			const char *v = argv[++i];
-			if (a[2] == 's' && a[3] == 'e')
-				sets[n_sets++] = (char *)v;
-			else if (a[2] == 'u')
+			if (strcmp(a, "--set") == 0)
+				sets[(*n_sets)++] = (char *)v;
+			else if (strcmp(a, "--ui") == 0)
 				ui = v;
 			else
-				opts.stats_json = v;
+				opts->stats_json = v;
 		} else if (strncmp(a, "--set=", 6) == 0) {
-			sets[n_sets++] = (char *)a + 6;
+			sets[(*n_sets)++] = (char *)a + 6;
 		} else if (a[0] == '-' && a[1] != '\0') {
 			fprintf(stderr, "gpud: unknown option %s\n%s", a, usage);
-			return 2;
-		} else if (!cmd) {
-			cmd = a;
-		} else if (!job) {
-			job = a;
+			*rc = 2;
+			return -1;
+		} else if (!*cmd) {
+			*cmd = a;
+		} else if (!*job) {
+			*job = a;
 		} else {
 			fprintf(stderr, "gpud: unexpected argument '%s'\n%s", a, usage);
-			return 2;
+			*rc = 2;
+			return -1;
 		}
 	}
-	if (!cmd) {
+	*rc = 2;
+	if (!*cmd) {
 		fprintf(stderr, "%s", usage);
-		return 2;
+		return -1;
 	}
-	if (strcmp(cmd, "run") != 0 && strcmp(cmd, "check") != 0) {
-		fprintf(stderr, "gpud: unknown command '%s'\n%s", cmd, usage);
-		return 2;
+	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0) {
+		fprintf(stderr, "gpud: unknown command '%s'\n%s", *cmd, usage);
+		return -1;
 	}
-	if (!job) {
-		fprintf(stderr, "gpud: %s needs a job file\n%s", cmd, usage);
-		return 2;
+	if (!*job) {
+		fprintf(stderr, "gpud: %s needs a job file\n%s", *cmd, usage);
+		return -1;
 	}
 	if (strcmp(ui, "auto") && strcmp(ui, "dashboard") && strcmp(ui, "plain") &&
 	    strcmp(ui, "off")) {
 		fprintf(stderr, "gpud: --ui %s: expected auto, dashboard, plain or off\n", ui);
-		return 2;
+		return -1;
 	}
+	return 0;
+}
 
+int main(int argc, char **argv)
+{
+	const char *cmd = NULL, *job = NULL;
+	struct run_opts opts = {0};
+	char **sets = calloc((size_t)argc, sizeof *sets);
+	size_t n_sets = 0;
 	struct cfg c;
 	char err[4096];
-	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
-		free(sets);
+	int rc;
+
+	if (!sets) {
+		perror("gpud");
 		return 2;
 	}
-	int rc = strcmp(cmd, "check") == 0 ? run_check(&c) : run_job(&c, &opts);
+	if (parse_args(argc, argv, &cmd, &job, sets, &n_sets, &opts, &rc) < 0)
+		goto out;
+	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		rc = 2;
+		goto out;
+	}
+	rc = strcmp(cmd, "check") == 0 ? run_check(&c) : run_job(&c, &opts);
 	cfg_free(&c);
+out:
 	free(sets);
 	return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "host.h"
@@ -32,16 +33,21 @@ int stats_write_json(const struct host *h, const char *path)
 	if (!f)
 		return -1;
 	time_t end = time(NULL);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru); /* the host alone: workers are children */
+	double host_cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+			  (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
 	fprintf(f,
 		"{\"generated\": %llu, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
 		"\"not_run\": %llu, \"retried\": %llu, \"setup_failures\": %u, "
 		"\"worker_restarts\": %u, \"start_time\": %.3f, \"end_time\": %.3f, "
-		"\"elapsed\": %.6f, \"throughput\": %.1f, \"workers\": [",
+		"\"elapsed\": %.6f, \"throughput\": %.1f, \"host_cpu_seconds\": %.6f, "
+		"\"workers\": [",
 		(unsigned long long)s->generated, (unsigned long long)s->ok,
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
-		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate);
+		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate, host_cpu);
 	for (unsigned i = 0; i < h->n_workers; i++)
 		fprintf(f, "%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu}",
 			i ? ", " : "", h->w[i].index, h->w[i].gpu_id,

@@ -255,14 +255,16 @@ static int run(int fd, long index, long host_pid)
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
 		return 1;
 	}
+	/* From here on every exit is _exit: the plugin may hold threads or memory that
+	 * exit-time handlers must not walk into. */
 	if (read_config(&w, &plugin_path) < 0) {
 		set_state(&w, WS_SETUP_FAILED, "worker: malformed configuration in shared memory");
-		return 1;
+		_exit(1);
 	}
 	set_state(&w, WS_SETUP, NULL);
 	if (loader_open(&w.plugin, plugin_path, LOADER_WORKER, msg, sizeof msg) < 0) {
 		set_state(&w, WS_SETUP_FAILED, msg);
-		return 1;
+		_exit(1);
 	}
 	int (*setup)(const struct gpud_worker_info *, void **, struct gpud_error *) =
 		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))
@@ -282,7 +284,8 @@ static int run(int fd, long index, long host_pid)
 		if (!err.message[0])
 			snprintf(err.message, sizeof err.message, "setup() failed without a message");
 		set_state(&w, WS_SETUP_FAILED, err.message);
-		return 1;
+		fflush(NULL);
+		_exit(1);
 	}
 	set_state(&w, WS_READY, NULL);
 
@@ -312,6 +315,7 @@ static int check(const char *path)
 	}
 	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
 	       pl.info->version ? pl.info->version : "?");
+	loader_close(&pl);
 	return 0;
 }
 

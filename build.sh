@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# gpud's set-up in one command, on Debian 12:
+#   ./build.sh demo   install what is missing, build, run config/demo.ini
+#   ./build.sh test   install what is missing, build, run every test, then again
+#                     built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   ./build.sh bench  build a release tree and run bench/run.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=(meson ninja-build pkg-config gcc libinih-dev)
+case "${1:-}" in
+  demo|bench) ;;
+  test) need+=(libcriterion-dev tmux) ;;
+  *) echo "usage: $0 demo|test|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "== installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+setup() { # setup DIR [meson options...]
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then
+    meson configure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$@" >/dev/null
+  fi
+  ninja -C "$dir"
+}
+
+case "$1" in
+  demo)
+    setup build -Dtests=disabled
+    echo "== gpud run config/demo.ini (results in build/demo-results.jsonl)"
+    ./build/daemon/gpud run config/demo.ini --set sink.path="$PWD/build/demo-results.jsonl"
+    echo "== the first results:"
+    head -n 3 build/demo-results.jsonl
+    ;;
+  test)
+    setup build -Dtests=enabled -Dwerror=true
+    meson test -C build --print-errorlogs
+    echo "== the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
+    setup build-asan -Dtests=enabled -Dwerror=true -Db_sanitize=address,undefined \
+      -Db_lundef=false -Dbuildtype=debug
+    # A worker killed by a signal must die of it (the tests check the signal), and
+    # any undefined behaviour fails the run.
+    ASAN_OPTIONS=handle_segv=0:handle_abort=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      meson test -C build-asan --print-errorlogs --timeout-multiplier 3
+    ;;
+  bench)
+    setup build-release -Dtests=disabled -Dbuildtype=release
+    bench/run.sh build-release
+    ;;
+esac
