@@ -5,8 +5,8 @@
  * exit_on (exit(7) from the plugin), hang_on (loops forever), big_on (claims a result
  * larger than its buffer). first_attempt_only = 1 misbehaves only on attempt 0.
  * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
- * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task. The result is the
- * input.
+ * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task, and slow_us = M
+ * sleeps M us instead on GPU slow_gpu. The result is the input.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -56,6 +56,9 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	f->args = info->args;
 	f->first_only = gpud_arg_long(info->args, "first_attempt_only", 0) != 0;
 	f->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
+	if (gpud_arg(info->args, "slow_gpu", NULL) &&
+	    gpud_arg_long(info->args, "slow_gpu", -1) == info->gpu_id)
+		f->sleep_us = gpud_arg_long(info->args, "slow_us", f->sleep_us);
 	f->cleanup_fail = gpud_arg_long(info->args, "cleanup_fail", 0) != 0;
 	*state = f;
 	return 0;
