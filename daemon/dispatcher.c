@@ -125,12 +125,14 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 	unsigned n = 0;
 
 	while (h->in_flight < c->queue_size && w->outstanding < w->window) {
-		if (!h->rq_head && (h->gen_done || h->abort))
+		/* A retry goes to another worker when there is one to take it. */
+		bool rq = h->rq_head && (h->rq_head->avoid != w->index || h->n_ready < 2);
+		if (!rq && (h->gen_done || h->abort))
 			break;
 		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
 		if (!t)
 			break;
-		if (h->rq_head) {
+		if (rq) {
 			struct requeued *q = h->rq_head;
 			h->rq_head = q->next;
 			if (!h->rq_head)
@@ -189,6 +191,9 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 static unsigned feed(struct host *h)
 {
 	unsigned n = 0;
+	h->n_ready = 0;
+	for (unsigned i = 0; i < h->n_workers; i++)
+		h->n_ready += h->w[i].state == HW_READY;
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
 		if (w->state == HW_READY)
@@ -261,11 +266,10 @@ int dispatch(struct host *h)
 		if (!h->stopping && h->in_flight == 0 && !h->rq_head && (h->gen_done || h->abort))
 			lifecycle_stop_all(h);
 		if (lifecycle_live(h) == 0) {
-			if (h->rq_head || h->in_flight) {
+			if (h->rq_head || h->in_flight || (!h->stopping && !h->gen_done)) {
 				events_drop_requeued(h);
-				host_abort(h, "no worker left to run the remaining tasks");
-			} else if (!h->stopping && !h->gen_done) {
-				host_abort(h, "no worker could be set up");
+				host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
+							    : "no worker could be set up");
 			}
 			break;
 		}

@@ -55,7 +55,7 @@ void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_
 	events_deliver(h, &ev);
 }
 
-void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt)
+void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt, int avoid)
 {
 	struct requeued *q = malloc(sizeof *q + task->size);
 	if (!q) {
@@ -66,6 +66,7 @@ void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt
 	q->task_id = task->task_id;
 	q->attempt = attempt;
 	q->size = task->size;
+	q->avoid = avoid;
 	memcpy(q->data, (const uint8_t *)task + SHM_REC_HDR, task->size);
 	*h->rq_tail = q;
 	h->rq_tail = &q->next;
@@ -88,7 +89,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct sh
 {
 	if (kind != GPUD_TASK_OK && task->attempt < h->cfg->max_retries && !h->killing) {
 		h->stats.retried++;
-		events_requeue(h, task, task->attempt + 1);
+		events_requeue(h, task, task->attempt + 1, w ? w->index : -1);
 		return;
 	}
 	switch (kind) {

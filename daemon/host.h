@@ -44,6 +44,7 @@ struct requeued {
 	struct requeued *next;
 	uint64_t task_id;
 	uint32_t attempt, size;
+	int avoid; /* the worker a retry should not go back to, or -1 */
 	uint8_t data[];
 };
 
@@ -58,6 +59,8 @@ struct host {
 	struct host_worker *w;
 	unsigned n_workers;
 	unsigned *restarts; /* per GPU index */
+	bool *retired;      /* per GPU index: crashed past max_worker_restarts */
+	bool ever_ready;    /* some worker finished its setup */
 	uint64_t task_need;
 
 	struct plugin gen_pl, sink_pl;
@@ -75,7 +78,8 @@ struct host {
 	uint64_t next_id;
 	uint64_t in_flight; /* tasks in worker rings */
 	struct requeued *rq_head, **rq_tail;
-	unsigned rr; /* where the next feeding pass starts */
+	unsigned rr;      /* where the next feeding pass starts */
+	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
 	bool gen_done;
 	bool killing; /* second interrupt: workers killed, nothing more runs */
 	bool stopping; /* workers told to stop */
@@ -110,7 +114,9 @@ void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_
 void events_outcome(struct host *h, const struct host_worker *w, const struct shm_rec *task,
 		    enum gpud_event_kind kind, const void *result, size_t result_size,
 		    const char *message, double seconds);
-void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt);
+/* Keeps a copy of `task` to run again; a retry (attempt > task->attempt) avoids the
+ * worker `avoid` when another can take it. */
+void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt, int avoid);
 /* Counts every requeued task as not run and frees them. */
 void events_drop_requeued(struct host *h);
 void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

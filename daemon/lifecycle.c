@@ -76,6 +76,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 	uint32_t s = atomic_load_explicit(&w->ctl->state, memory_order_acquire);
 	if (s == WS_READY) {
 		w->state = HW_READY;
+		h->ever_ready = true;
 		w->window = 1; /* until its first results tell how long its tasks take */
 	} else if (s == WS_SETUP_FAILED) {
 		setup_failed(h, w, w->ctl->message);
@@ -112,7 +113,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					       (double)(wait_now_ns() - atomic_load(&w->ctl->busy_since_ns)) * 1e-9);
 			}
 		} else {
-			events_requeue(h, t, t->attempt);
+			events_requeue(h, t, t->attempt, -1);
 		}
 		pos += span;
 		h->in_flight--;
@@ -125,14 +126,28 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 static void restart(struct host *h, struct host_worker *w)
 {
 	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
-	if (h->killing || h->stopping) {
+	if (h->killing || h->stopping || h->retired[slot]) {
 		w->state = HW_GONE;
 		return;
 	}
 	if (h->restarts[slot] >= h->cfg->max_worker_restarts) {
-		fprintf(stderr, "gpud: GPU %d retired: its workers were restarted %u times "
-				"(max_worker_restarts)\n", w->gpu_id, h->restarts[slot]);
+		char msg[200];
+		snprintf(msg, sizeof msg, "GPU %d retired: its workers were restarted %u times "
+					  "(max_worker_restarts = %u)",
+			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
 		w->state = HW_GONE;
+		h->retired[slot] = true;
+		/* Its other workers finish what they hold, then leave too. */
+		for (unsigned i = 0; i < h->n_workers; i++) {
+			struct host_worker *o = &h->w[i];
+			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
+				o->state = HW_STOPPING;
+				atomic_store_explicit(&o->ctl->stop, 1, memory_order_release);
+				wait_ring(&o->ctl->bell);
+			}
+		}
+		fprintf(stderr, "gpud: %s\n", msg);
+		events_worker(h, GPUD_GPU_RETIRED, w, msg);
 		return;
 	}
 	h->restarts[slot]++;

@@ -84,6 +84,7 @@ static void release(struct host *h)
 	free(h->worker_plugin);
 	free(h->w);
 	free(h->restarts);
+	free(h->retired);
 }
 
 int run_check(struct cfg *c)
@@ -151,6 +152,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
 	h.w = calloc(h.n_workers, sizeof *h.w);
 	h.restarts = calloc(c->n_gpus, sizeof *h.restarts);
+	h.retired = calloc(c->n_gpus, sizeof *h.retired);
 	for (unsigned k = 0; k < h.n_workers; k++) {
 		h.w[k].index = (int)k;
 		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];

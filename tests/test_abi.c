@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 0);
+	cr_expect_eq(GPUD_ABI_MINOR, 1);
 }
 
 Test(abi, struct_sizes)
@@ -75,6 +75,7 @@ Test(abi, event_kinds)
 	cr_expect_eq(GPUD_TASK_TIMEOUT, 3);
 	cr_expect_eq(GPUD_SETUP_FAILED, 4);
 	cr_expect_eq(GPUD_CLEANUP_FAILED, 5);
+	cr_expect_eq(GPUD_GPU_RETIRED, 6);
 	cr_expect_eq(GPUD_EVENT_BIT(GPUD_TASK_OK), 2u);
 }
 

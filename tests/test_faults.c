@@ -115,7 +115,19 @@ Test(faults, host_enforced_timeout, .timeout = 60)
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	exactly_once(&o, 400);
 	cr_expect_eq(o.timed_out, 1);
-	cr_expect(strstr(o.events, "timeout 50 "), "%s", o.events);
+	const char *tl = strstr(o.events, "timeout 50 ");
+	cr_assert(tl, "%s", o.events);
+	/* Fired within 100 ms of the limit: from the start event (which the host reports
+	 * no earlier than the task began) to the timeout event. */
+	const char *sl = strstr(o.events, "start 50 ");
+	cr_assert(sl);
+	double t_start, t_out, limit;
+	int w1, w2, attempt;
+	cr_assert_eq(sscanf(sl, "start 50 %d %d %lf", &w1, &attempt, &t_start), 3);
+	cr_assert_eq(sscanf(tl, "timeout 50 %d %lf %lf", &w2, &limit, &t_out), 3);
+	cr_expect_float_eq(limit, 0.2, 1e-9, "the event carries the limit");
+	cr_expect_lt(t_out - t_start, 0.3, "the timeout came %.3f s after the start",
+		     t_out - t_start);
 	cr_expect_eq(o.restarts, 1, "a fresh worker took the slot");
 	double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
 	cr_expect_lt(secs, 10, "the run ended in %.2f s", secs);
@@ -414,6 +426,91 @@ Test(faults, second_interrupt_stops_at_once, .timeout = 60)
 	cr_expect_gt(nr, 0, "the running tasks did not run to the end");
 	cr_expect_eq(g, ok + f + t + nr, "stats add up: %s", close);
 	free(ev);
+	free(cmd);
+	free(text);
+	free(path);
+}
+
+/* A retry runs on another worker when there is one. */
+Test(faults, retries_go_to_another_worker, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "fail_on = 7,77,177\nfirst_attempt_only = 1", "max_retries = 1",
+				300, &o), 0);
+	exactly_once(&o, 300);
+	cr_expect_eq(o.retried, 3);
+	const char *ids[] = {"7", "77", "177"};
+	for (int i = 0; i < 3; i++) {
+		char pat[32];
+		int w0, w1, a0, a1;
+		snprintf(pat, sizeof pat, "start %s ", ids[i]);
+		const char *first = strstr(o.events, pat);
+		cr_assert(first);
+		const char *second = strstr(first + 1, pat);
+		cr_assert(second, "task %s started twice", ids[i]);
+		cr_assert_eq(sscanf(first + strlen(pat), "%d %d", &w0, &a0), 2);
+		cr_assert_eq(sscanf(second + strlen(pat), "%d %d", &w1, &a1), 2);
+		cr_expect_eq(a0, 0);
+		cr_expect_eq(a1, 1);
+		cr_expect_neq(w0, w1, "task %s retried on the worker that failed it", ids[i]);
+	}
+}
+
+/* A GPU whose workers keep crashing is retired; the run goes on with the others. */
+Test(faults, crash_loop_retires_the_gpu, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "crash_all = 1\nonly_gpu = 1\nsleep_us = 1000",
+				"workers_per_gpu = 1\nmax_worker_restarts = 2", 500, &o), 1);
+	exactly_once(&o, 500);
+	cr_expect_eq(o.restarts, 2);
+	cr_expect_eq(o.failed, 3, "one task for each of the three workers that crashed");
+	cr_expect_eq(o.ok, 497);
+	cr_expect_eq(t_count_lines(o.events, "gpu_retired "), 1);
+	cr_expect(strstr(o.events, "gpu_retired 1 1 GPU 1 retired: its workers were restarted 2 times"),
+		  "%s", o.events);
+}
+
+/* Every GPU retired: exit 3, and the tasks without an outcome are counted not run. */
+Test(faults, no_worker_left_ends_the_run, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "crash_all = 1", "max_worker_restarts = 1", 1000, &o), 3);
+	cr_expect_eq(o.failed + o.ok + o.timed_out + o.not_run, o.generated, "stats add up");
+	cr_expect_lt(o.generated, 1000, "the generator was not drained");
+	cr_expect_eq(o.restarts, 2, "one restart on each GPU");
+	cr_expect_eq(t_count_lines(o.events, "gpu_retired "), 2);
+	char p[256];
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "no worker left to run the remaining tasks"), "%s", err);
+	free(err);
+}
+
+/* A closed standard output (gpud | head): the sink's write error aborts the run. */
+Test(faults, sigpipe_on_standard_output, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *text, *cmd;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+				  "[generator]\nplugin = range\nstop = 5000000\n[sink]\nplugin = jsonl\n") > 0);
+	char *path = t_write(dir, "job.ini", text);
+	cr_assert(asprintf(&cmd, "('%s' run '%s' 2>'%s/err'; echo $? >'%s/status') | head -n 1 >/dev/null",
+			   t_env("GPUD"), path, dir, dir) > 0);
+	cr_assert_eq(system(cmd), 0);
+	char p[256];
+	snprintf(p, sizeof p, "%s/status", dir);
+	char *status = t_read(p);
+	cr_expect_str_eq(status, "3\n");
+	snprintf(p, sizeof p, "%s/err", dir);
+	char *err = t_read(p);
+	cr_expect(strstr(err, "Broken pipe"), "%s", err);
+	cr_expect(strstr(err, "results could not be written"), "%s", err);
+	free(status);
+	free(err);
 	free(cmd);
 	free(text);
 	free(path);

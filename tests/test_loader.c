@@ -64,7 +64,7 @@ Test(loader, wrong_abi_major)
 
 Test(loader, newer_minor)
 {
-	refused("newer-minor.so", LOADER_WORKER, "built for plugin ABI 1.1");
+	refused("newer-minor.so", LOADER_WORKER, "built for plugin ABI 1.2");
 }
 
 Test(loader, wrong_kind)

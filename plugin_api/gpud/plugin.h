@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.0.
+ * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -37,7 +37,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 0
+#define GPUD_ABI_MINOR 1
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -268,6 +268,8 @@ enum gpud_event_kind {
 	GPUD_TASK_TIMEOUT,   /* the task ran past task_timeout: seconds = the limit */
 	GPUD_SETUP_FAILED,   /* a worker's setup failed: message, worker_id, gpu_id */
 	GPUD_CLEANUP_FAILED, /* a worker's cleanup failed: message, worker_id, gpu_id */
+	GPUD_GPU_RETIRED,    /* (ABI 1.1) a GPU's workers crashed past max_worker_restarts:
+				no more tasks go to it; gpu_id, worker_id (the last), message */
 };
 
 /** The bit of an event kind in the mask returned by gpud_sink_events. */

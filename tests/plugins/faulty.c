@@ -3,7 +3,8 @@
  * Test worker that misbehaves on chosen inputs (decimal numbers, as `range` yields).
  * Keys, each a comma list of input numbers: fail_on, crash_on (SIGSEGV), abort_on,
  * exit_on (exit(7) from the plugin), hang_on (loops forever), big_on (claims a result
- * larger than its buffer). first_attempt_only = 1 misbehaves only on attempt 0.
+ * larger than its buffer); crash_all = 1 crashes on every task. first_attempt_only = 1
+ * misbehaves only on attempt 0; only_gpu = G misbehaves only on GPU G.
  * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
  * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task, and slow_us = M
  * sleeps M us instead on GPU slow_gpu. The result is the input.
@@ -24,6 +25,8 @@ struct faulty {
 	bool first_only;
 	long sleep_us;
 	bool cleanup_fail;
+	bool misbehave; /* not limited away by only_gpu */
+	bool crash_all;
 };
 
 static bool listed(const struct gpud_args *args, const char *key, long n)
@@ -60,6 +63,9 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	    gpud_arg_long(info->args, "slow_gpu", -1) == info->gpu_id)
 		f->sleep_us = gpud_arg_long(info->args, "slow_us", f->sleep_us);
 	f->cleanup_fail = gpud_arg_long(info->args, "cleanup_fail", 0) != 0;
+	f->crash_all = gpud_arg_long(info->args, "crash_all", 0) != 0;
+	f->misbehave = !gpud_arg(info->args, "only_gpu", NULL) ||
+		       gpud_arg_long(info->args, "only_gpu", -1) == info->gpu_id;
 	*state = f;
 	return 0;
 }
@@ -75,7 +81,9 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 
 	if (f->sleep_us)
 		usleep((useconds_t)f->sleep_us);
-	if (!f->first_only || task->attempt == 0) {
+	if (f->misbehave && (!f->first_only || task->attempt == 0)) {
+		if (f->crash_all)
+			raise(SIGSEGV);
 		if (listed(f->args, "fail_on", x))
 			return gpud_task_fail(task, "faulty: refused input %ld", x);
 		if (listed(f->args, "crash_on", x))

@@ -1,17 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /* Test sink: writes every event as one line to `path`, then "close" with the stats.
- *   start <id> <worker> <attempt> | ok <id> <worker> <result> | error <id> <worker> <msg>
- *   timeout <id> <worker> <seconds> | setup_failed <worker> <gpu> <msg>
+ *   start <id> <worker> <attempt> <t> | ok <id> <worker> <result> | error <id> <worker> <msg>
+ *   timeout <id> <worker> <seconds> <t> | setup_failed <worker> <gpu> <msg>
+ *   (<t>: CLOCK_MONOTONIC seconds when the event arrived)
  *   cleanup_failed <worker> <gpu> <msg> | close <generated> <ok> <failed> <timed_out>
  *   <not_run> <retried> <restarts> <setup_failures>
  * fail_after = N fails the event after N task outcomes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("sink", "recorder", "1.0");
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 struct rec {
 	FILE *f;
@@ -42,8 +51,8 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
 	struct rec *r = state;
 	switch (ev->kind) {
 	case GPUD_TASK_START:
-		fprintf(r->f, "start %llu %d %d\n", (unsigned long long)ev->task_id, ev->worker_id,
-			ev->attempt);
+		fprintf(r->f, "start %llu %d %d %.6f\n", (unsigned long long)ev->task_id,
+			ev->worker_id, ev->attempt, now());
 		break;
 	case GPUD_TASK_OK:
 		if (r->fail_after >= 0 && r->outcomes >= r->fail_after)
@@ -59,14 +68,17 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
 		break;
 	case GPUD_TASK_TIMEOUT:
 		r->outcomes++;
-		fprintf(r->f, "timeout %llu %d %g\n", (unsigned long long)ev->task_id,
-			ev->worker_id, ev->seconds);
+		fprintf(r->f, "timeout %llu %d %g %.6f\n", (unsigned long long)ev->task_id,
+			ev->worker_id, ev->seconds, now());
 		break;
 	case GPUD_SETUP_FAILED:
 		fprintf(r->f, "setup_failed %d %d %s\n", ev->worker_id, ev->gpu_id, ev->message);
 		break;
 	case GPUD_CLEANUP_FAILED:
 		fprintf(r->f, "cleanup_failed %d %d %s\n", ev->worker_id, ev->gpu_id, ev->message);
+		break;
+	case GPUD_GPU_RETIRED:
+		fprintf(r->f, "gpu_retired %d %d %s\n", ev->worker_id, ev->gpu_id, ev->message);
 		break;
 	default:
 		break;
