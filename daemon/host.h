@@ -35,7 +35,6 @@ struct host_worker {
 	int index, gpu_id;
 	enum hw_state state;
 	bool timed_out; /* the host killed it for running past task_timeout */
-	bool killed;    /* the host killed it (second interrupt): its tasks are not run */
 	uint64_t ok, failed;
 };
 

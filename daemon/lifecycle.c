@@ -235,7 +235,9 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		if (w->state != HW_READY || w->pid <= 0 || w->timed_out)
 			continue;
 		uint64_t since = atomic_load_explicit(&w->ctl->busy_since_ns, memory_order_relaxed);
-		if (!since)
+		/* A task may have begun after `now` was read: that is not a long one (and
+		 * now - since would wrap around). */
+		if (!since || since >= now)
 			continue;
 		if (now - since >= limit) {
 			/* A plugin stuck in a kernel or a C loop cannot be interrupted from

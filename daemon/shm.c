@@ -59,6 +59,7 @@ void shm_reset_worker(struct host *h, struct host_worker *w)
 	w->window = 1;
 	w->task_seconds = 0;
 	w->state = HW_STARTING;
+	w->timed_out = false;
 	w->pid = -1;
 }
 

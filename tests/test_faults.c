@@ -26,10 +26,11 @@ static int run_faulty(const char *dir, const char *worker_keys, const char *job_
 {
 	char *text;
 	cr_assert(asprintf(&text,
-			   "[job]\ngpus = 0,1\nqueue_size = 32\n%s\n%s\n"
+			   "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
 			   "[worker]\nplugin = faulty\n%s\n"
 			   "[generator]\nplugin = range\nstop = %lu\n"
 			   "[sink]\nplugin = recorder\npath = %s/events\n",
+			   strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
 			   strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
 			   job_keys, worker_keys, stop, dir) > 0);
 	char *path = t_write(dir, "job.ini", text);
@@ -514,4 +515,16 @@ Test(faults, sigpipe_on_standard_output, .timeout = 60)
 	free(cmd);
 	free(text);
 	free(path);
+}
+
+/* Timeouts keep being enforced in a slot whose worker was already replaced once. */
+Test(faults, repeated_timeouts_in_one_slot, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "hang_on = 3,4,5,6", "gpus = 0\nworkers_per_gpu = 1\n"
+				"task_timeout = 0.2\nmax_worker_restarts = 10", 20, &o), 1);
+	exactly_once(&o, 20);
+	cr_expect_eq(o.timed_out, 4);
+	cr_expect_eq(o.restarts, 4);
 }

@@ -4,7 +4,9 @@
  * Keys, each a comma list of input numbers: fail_on, crash_on (SIGSEGV), abort_on,
  * exit_on (exit(7) from the plugin), hang_on (loops forever), big_on (claims a result
  * larger than its buffer); crash_all = 1 crashes on every task. first_attempt_only = 1
- * misbehaves only on attempt 0; only_gpu = G misbehaves only on GPU G.
+ * misbehaves only on attempt 0; only_gpu = G misbehaves only on GPU G. Periodic forms
+ * for soak runs: fail_every, crash_every, abort_every, exit_every, hang_every = N
+ * misbehave on inputs x with x % N == N - 1 (checked in that order).
  * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
  * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task, and slow_us = M
  * sleeps M us instead on GPU slow_gpu. The result is the input.
@@ -28,6 +30,12 @@ struct faulty {
 	bool misbehave; /* not limited away by only_gpu */
 	bool crash_all;
 };
+
+static bool every(const struct gpud_args *args, const char *key, long n)
+{
+	long period = gpud_arg_long(args, key, 0);
+	return period > 0 && n % period == period - 1;
+}
 
 static bool listed(const struct gpud_args *args, const char *key, long n)
 {
@@ -84,6 +92,17 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 	if (f->misbehave && (!f->first_only || task->attempt == 0)) {
 		if (f->crash_all)
 			raise(SIGSEGV);
+		if (every(f->args, "fail_every", x))
+			return gpud_task_fail(task, "faulty: refused input %ld", x);
+		if (every(f->args, "crash_every", x))
+			raise(SIGSEGV);
+		if (every(f->args, "abort_every", x))
+			abort();
+		if (every(f->args, "exit_every", x))
+			exit(7);
+		if (every(f->args, "hang_every", x))
+			for (volatile int spin = 1; spin;)
+				;
 		if (listed(f->args, "fail_on", x))
 			return gpud_task_fail(task, "faulty: refused input %ld", x);
 		if (listed(f->args, "crash_on", x))
