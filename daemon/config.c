@@ -267,7 +267,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			bad = 1;
 		}
 		c->queue_size = (unsigned)u;
-	} else if (strcmp(k, "task_timeout") == 0) {
+	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0) {
 		char *end;
 		errno = 0;
 		double d = strtod(v, &end);
@@ -275,7 +275,10 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			snprintf(why, sizeof why, "expected seconds, 0 or more (0 = no limit)");
 			bad = 1;
 		}
-		c->task_timeout = d;
+		if (strcmp(k, "task_timeout") == 0)
+			c->task_timeout = d;
+		else
+			c->cleanup_timeout = d;
 	} else if (strcmp(k, "base_seed") == 0) {
 		if (parse_u64(v, 0, UINT64_MAX, &u) < 0) {
 			snprintf(why, sizeof why, "expected a whole number from 0 to 2^64-1");
@@ -305,8 +308,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->max_worker_restarts = (unsigned)u;
 	} else {
 		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
-			"task_timeout, base_seed, max_task_bytes, max_result_bytes, max_retries, "
-			"max_worker_restarts)",
+			"task_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
+			"max_retries, max_worker_restarts)",
 		     where(p, r, loc, sizeof loc), k);
 		return -1;
 	}
@@ -503,6 +506,7 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.max_task_bytes = 1u << 20,
 		.max_result_bytes = 1u << 20,
 		.max_worker_restarts = 3,
+		.cleanup_timeout = 30,
 	};
 	c->path = strdup(path);
 	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);

@@ -35,7 +35,8 @@ struct cfg {
 	bool gpus_all; /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
 	unsigned workers_per_gpu;
 	unsigned queue_size;
-	double task_timeout; /* seconds; 0 = none */
+	double task_timeout;    /* seconds; 0 = none */
+	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */
 	uint64_t base_seed;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;

@@ -34,7 +34,9 @@ struct host_worker {
 	pid_t pid;
 	int index, gpu_id;
 	enum hw_state state;
-	bool timed_out; /* the host killed it for running past task_timeout */
+	bool timed_out; /* the host killed it for running past task_timeout, or its cleanup
+			   for running past the cleanup bound */
+	bool cancelled; /* still in setup when the run ended: killed, not reported */
 	uint64_t ok, failed;
 };
 
@@ -81,7 +83,8 @@ struct host {
 	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
 	bool gen_done;
 	bool killing; /* second interrupt: workers killed, nothing more runs */
-	bool stopping; /* workers told to stop */
+	bool stopping;    /* workers told to stop */
+	uint64_t stop_ns; /* when they were */
 	int abort;     /* exit status 3 pending; abort_msg says why */
 	char abort_msg[4096];
 	uint64_t sink_lost; /* results that could not be delivered after a sink error */

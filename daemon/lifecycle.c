@@ -49,6 +49,12 @@ void host_install_signals(struct host *h)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* cleanup_timeout: the run must end even if a plugin's cleanup hangs. */
+static double cleanup_limit(const struct host *h)
+{
+	return h->cfg->cleanup_timeout;
+}
+
 static const char *how_it_ended(int status, char *buf, size_t len)
 {
 	if (WIFSIGNALED(status)) {
@@ -187,12 +193,18 @@ static void exited(struct host *h, struct host_worker *w, int status)
 		 * belongs to setup, not cleanup. */
 		if (s == WS_SETUP_FAILED) {
 			setup_failed(h, w, w->ctl->message);
+		} else if (w->cancelled) {
+			/* Killed in setup because the run had ended: nothing to report. */
 		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
 				 w->gpu_id, how);
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
 			events_worker(h, GPUD_CLEANUP_FAILED, w, w->ctl->message);
+		} else if (s != WS_DONE && w->timed_out) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
+				 "%g s; killed", w->index, w->gpu_id, cleanup_limit(h));
+			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
 				 w->gpu_id, how);
@@ -223,11 +235,30 @@ void lifecycle_reap(struct host *h)
 	}
 }
 
+/* Workers told to stop get cleanup_limit() to exit; then they are killed. */
+static uint64_t cleanup_deadline(struct host *h, uint64_t now)
+{
+	if (!h->stopping || h->killing || cleanup_limit(h) <= 0)
+		return 0;
+	uint64_t deadline = h->stop_ns + (uint64_t)(cleanup_limit(h) * 1e9);
+	if (now < deadline)
+		return deadline;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_STOPPING && w->pid > 0 && !w->timed_out && !w->cancelled) {
+			w->timed_out = true;
+			kill(w->pid, SIGKILL);
+		}
+	}
+	return 0;
+}
+
 uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 {
 	double limit_s = h->cfg->task_timeout;
-	if (limit_s <= 0)
-		return 0;
+	uint64_t cleanup = cleanup_deadline(h, now);
+	if (limit_s <= 0 || h->stopping)
+		return cleanup;
 	uint64_t limit = (uint64_t)(limit_s * 1e9);
 	uint64_t deadline = now + TIMEOUT_POLL_NS;
 	for (unsigned i = 0; i < h->n_workers; i++) {
@@ -254,9 +285,18 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 void lifecycle_stop_all(struct host *h)
 {
 	h->stopping = true;
+	h->stop_ns = wait_now_ns();
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
-		if (w->state != HW_READY && w->state != HW_STARTING)
+		if (w->state == HW_STARTING && w->pid > 0) {
+			/* Every task has its outcome: a setup still running can only delay
+			 * the end (it may be minutes of model loading). */
+			w->state = HW_STOPPING;
+			w->cancelled = true;
+			kill(w->pid, SIGKILL);
+			continue;
+		}
+		if (w->state != HW_READY)
 			continue;
 		w->state = HW_STOPPING;
 		atomic_store_explicit(&w->ctl->stop, 1, memory_order_release);

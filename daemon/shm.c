@@ -60,6 +60,7 @@ void shm_reset_worker(struct host *h, struct host_worker *w)
 	w->task_seconds = 0;
 	w->state = HW_STARTING;
 	w->timed_out = false;
+	w->cancelled = false;
 	w->pid = -1;
 }
 

@@ -17,6 +17,7 @@ static const char good[] =
 	"workers_per_gpu = 3\n"
 	"queue_size = 77\n"
 	"task_timeout = 1.5\n"
+	"cleanup_timeout = 2.5\n"
 	"base_seed = 1000\n"
 	"max_task_bytes = 64K\n"
 	"max_result_bytes = 2M\n"
@@ -70,6 +71,7 @@ Test(config, full_file)
 	cr_expect_eq(c.workers_per_gpu, 3);
 	cr_expect_eq(c.queue_size, 77);
 	cr_expect_float_eq(c.task_timeout, 1.5, 1e-9);
+	cr_expect_float_eq(c.cleanup_timeout, 2.5, 1e-9);
 	cr_expect_eq(c.base_seed, 1000);
 	cr_expect_eq(c.max_task_bytes, 64u << 10);
 	cr_expect_eq(c.max_result_bytes, 2u << 20);
@@ -90,6 +92,7 @@ Test(config, defaults)
 	cr_expect_eq(c.workers_per_gpu, 1);
 	cr_expect_eq(c.queue_size, 1024);
 	cr_expect_float_eq(c.task_timeout, 0, 1e-12);
+	cr_expect_float_eq(c.cleanup_timeout, 30, 1e-12);
 	cr_expect_eq(c.base_seed, 42);
 	cr_expect_eq(c.max_task_bytes, 1u << 20);
 	cr_expect_eq(c.max_result_bytes, 1u << 20);

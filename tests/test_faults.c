@@ -172,7 +172,8 @@ Test(faults, setup_crash_is_a_setup_failure, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "setup_crash_gpu = 0", "", 100, &o), 0);
+	/* Tasks long enough that the run does not end before GPU 0's setups crash. */
+	cr_expect_eq(run_faulty(dir, "setup_crash_gpu = 0\nsleep_us = 5000", "", 100, &o), 0);
 	exactly_once(&o, 100);
 	cr_expect_eq(o.setup_fail, 2);
 	cr_expect(strstr(o.events, "killed by SIGSEGV during setup"), "%s", o.events);
@@ -527,4 +528,26 @@ Test(faults, repeated_timeouts_in_one_slot, .timeout = 60)
 	exactly_once(&o, 20);
 	cr_expect_eq(o.timed_out, 4);
 	cr_expect_eq(o.restarts, 4);
+}
+
+/* A worker still in setup when every task is done does not hold the run up. */
+Test(faults, run_ends_while_a_setup_hangs, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "setup_hang_gpu = 1", "", 200, &o), 0);
+	exactly_once(&o, 200);
+	cr_expect_eq(o.setup_fail, 0, "a cancelled setup is not a failure");
+	cr_expect_eq(t_count_lines(o.events, "setup_failed "), 0);
+}
+
+/* A hanging cleanup is cut off after cleanup_timeout and reported. */
+Test(faults, hanging_cleanup_is_bounded, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_faulty(dir, "cleanup_hang = 1", "cleanup_timeout = 0.5", 100, &o), 0);
+	exactly_once(&o, 100);
+	cr_expect_eq(t_count_lines(o.events, "cleanup_failed "), 4);
+	cr_expect(strstr(o.events, "cleanup did not finish within 0.5 s; killed"), "%s", o.events);
 }

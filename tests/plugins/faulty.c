@@ -8,7 +8,8 @@
  * for soak runs: fail_every, crash_every, abort_every, exit_every, hang_every = N
  * misbehave on inputs x with x % N == N - 1 (checked in that order).
  * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
- * cleanup_fail = 1 fails cleanup; sleep_us = N sleeps N us a task, and slow_us = M
+ * setup_hang_gpu = G never finishes setup; cleanup_fail = 1 fails cleanup,
+ * cleanup_hang = 1 never finishes it; sleep_us = N sleeps N us a task, and slow_us = M
  * sleeps M us instead on GPU slow_gpu. The result is the input.
  */
 #define _GNU_SOURCE
@@ -61,6 +62,10 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	if (gpud_arg(info->args, "setup_crash_gpu", NULL) &&
 	    gpud_arg_long(info->args, "setup_crash_gpu", -1) == info->gpu_id)
 		raise(SIGSEGV);
+	if (gpud_arg(info->args, "setup_hang_gpu", NULL) &&
+	    gpud_arg_long(info->args, "setup_hang_gpu", -1) == info->gpu_id)
+		for (;;)
+			pause();
 	struct faulty *f = calloc(1, sizeof *f);
 	if (!f)
 		return gpud_fail(err, "faulty: out of memory");
@@ -128,6 +133,9 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 {
 	struct faulty *f = state;
 	bool fail = f->cleanup_fail;
+	if (gpud_arg_long(f->args, "cleanup_hang", 0))
+		for (;;)
+			pause();
 	free(f);
 	return fail ? gpud_fail(err, "faulty: cleanup refused") : 0;
 }
