@@ -20,7 +20,9 @@ struct outcome {
 	char *events;
 };
 
-/* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status. */
+/* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status.
+ * A test that counts events of every worker gives its tasks some duration (sleep_us):
+ * a worker still in setup when the last task ends is cancelled, not waited for. */
 static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
 		      unsigned long stop, struct outcome *o)
 {
@@ -160,7 +162,7 @@ Test(faults, setup_failure_on_one_gpu, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "setup_fail_gpu = 1", "", 500, &o), 0);
+	cr_expect_eq(run_faulty(dir, "setup_fail_gpu = 1\nsleep_us = 2000", "", 500, &o), 0);
 	exactly_once(&o, 500);
 	cr_expect_eq(o.ok, 500, "the other GPU ran everything");
 	cr_expect_eq(o.setup_fail, 2);
@@ -198,7 +200,7 @@ Test(faults, cleanup_failure_is_reported, .timeout = 30)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "cleanup_fail = 1", "", 100, &o), 0);
+	cr_expect_eq(run_faulty(dir, "cleanup_fail = 1\nsleep_us = 5000", "", 100, &o), 0);
 	exactly_once(&o, 100);
 	cr_expect_eq(t_count_lines(o.events, "cleanup_failed "), 4);
 	cr_expect(strstr(o.events, "faulty: cleanup refused"));
@@ -546,7 +548,7 @@ Test(faults, hanging_cleanup_is_bounded, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "cleanup_hang = 1", "cleanup_timeout = 0.5", 100, &o), 0);
+	cr_expect_eq(run_faulty(dir, "cleanup_hang = 1\nsleep_us = 5000", "cleanup_timeout = 0.5", 100, &o), 0);
 	exactly_once(&o, 100);
 	cr_expect_eq(t_count_lines(o.events, "cleanup_failed "), 4);
 	cr_expect(strstr(o.events, "cleanup did not finish within 0.5 s; killed"), "%s", o.events);
