@@ -53,6 +53,13 @@ char *t_read(const char *path)
 	return buf;
 }
 
+char *t_read_in(const char *dir, const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return t_read(path);
+}
+
 int t_gpud(const char *dir, const char *fmt, ...)
 {
 	char *args, *cmd;

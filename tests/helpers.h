@@ -12,6 +12,8 @@ const char *t_tmpdir(void);
 char *t_write(const char *dir, const char *name, const char *text);
 /* The whole file, NUL-terminated (malloc'd), or NULL. */
 char *t_read(const char *path);
+/* The file dir/name, read whole (malloc'd), or NULL. */
+char *t_read_in(const char *dir, const char *name);
 /* Runs `gpud ARGS` through the shell with GPUD_PLUGIN_PATH at the fixtures, standard
  * output to dir/out, standard error to dir/err; returns its exit status. */
 int t_gpud(const char *dir, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));

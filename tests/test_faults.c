@@ -37,9 +37,7 @@ static int run_faulty(const char *dir, const char *worker_keys, const char *job_
 			   job_keys, worker_keys, stop, dir) > 0);
 	char *path = t_write(dir, "job.ini", text);
 	int rc = t_gpud(dir, "run '%s'", path);
-	char p[256];
-	snprintf(p, sizeof p, "%s/events", dir);
-	o->events = t_read(p);
+	o->events = t_read_in(dir, "events");
 	cr_assert(o->events, "no events file");
 	const char *close = strstr(o->events, "close ");
 	cr_assert(close, "the sink was not closed:\n%s", o->events);
@@ -188,9 +186,7 @@ Test(faults, every_setup_failing_ends_the_run, .timeout = 30)
 	cr_expect_eq(run_faulty(dir, "setup_fail_gpu = 0\nsetup_crash_gpu = 1", "", 100, &o), 3);
 	cr_expect_eq(o.setup_fail, 4);
 	cr_expect_eq(o.generated, 0, "the generator was not drained");
-	char p[256];
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "no worker could be set up"), "%s", err);
 	cr_expect(strstr(err, "worker 0 (GPU 0) setup failed: faulty: no model for GPU 0"), "%s", err);
 	free(err);
@@ -214,12 +210,9 @@ Test(faults, generator_failure_mid_stream, .timeout = 30)
 			     "[generator]\nplugin = failgen\nfail_after = 250\nstop = 1000\n"
 			     "[sink]\nplugin = jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
-	char p[256];
-	snprintf(p, sizeof p, "%s/out", dir);
-	char *out = t_read(p);
+	char *out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 250, "the tasks already generated finished");
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "the generator failed after 250 tasks: failgen: the input went away"),
 		  "%s", err);
 	free(out);
@@ -234,9 +227,7 @@ Test(faults, oversized_generator_items, .timeout = 30)
 			     "[generator]\nplugin = failgen\nhuge_every = 10\nstop = 100\n"
 			     "[sink]\nplugin = jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 1);
-	char p[256];
-	snprintf(p, sizeof p, "%s/out", dir);
-	char *out = t_read(p);
+	char *out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 100);
 	cr_expect(strstr(out, "task input of 1124 bytes exceeds max_task_bytes (1024)"), "%s", out);
 	free(out);
@@ -253,13 +244,10 @@ Test(faults, sink_failure_aborts_and_counts_lost_results, .timeout = 30)
 			   dir) > 0);
 	char *path = t_write(dir, "job.ini", text);
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
-	char p[256];
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "the sink failed: recorder: refusing after 100"), "%s", err);
 	cr_expect(strstr(err, "results could not be written"), "%s", err);
-	snprintf(p, sizeof p, "%s/events", dir);
-	o.events = t_read(p);
+	o.events = t_read_in(dir, "events");
 	cr_expect(strstr(o.events, "close "), "closed even so");
 	free(err);
 	free(text);
@@ -273,9 +261,7 @@ Test(faults, full_disk_sink, .timeout = 30)
 			     "[generator]\nplugin = range\nstop = 200000\n"
 			     "[sink]\nplugin = jsonl\npath = /dev/full\n");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
-	char p[256];
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "No space left on device"), "%s", err);
 	free(err);
 }
@@ -299,9 +285,7 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 			   "pkill -9 -P $gp -f gpud-worker -n; wait $gp",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
 	int st = system(cmd);
-	char p[256];
-	snprintf(p, sizeof p, "%s/events", dir);
-	o.events = t_read(p);
+	o.events = t_read_in(dir, "events");
 	cr_assert(o.events);
 	const char *close = strstr(o.events, "close ");
 	cr_assert(close, "the sink was closed");
@@ -339,9 +323,7 @@ Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
 	int st = system(cmd);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
-	char p[256];
-	snprintf(p, sizeof p, "%s/events", dir);
-	char *ev = t_read(p);
+	char *ev = t_read_in(dir, "events");
 	unsigned long g, ok, f, t, nr;
 	const char *close = strstr(ev, "close ");
 	cr_assert(close, "sink closed");
@@ -418,9 +400,7 @@ Test(faults, second_interrupt_stops_at_once, .timeout = 60)
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
 	int st = system(cmd);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
-	char p[256];
-	snprintf(p, sizeof p, "%s/events", dir);
-	char *ev = t_read(p);
+	char *ev = t_read_in(dir, "events");
 	cr_assert(ev);
 	unsigned long g, ok, f, t, nr;
 	const char *close = strstr(ev, "close ");
@@ -489,9 +469,7 @@ Test(faults, no_worker_left_ends_the_run, .timeout = 60)
 	cr_expect_lt(o.generated, 1000, "the generator was not drained");
 	cr_expect_eq(o.restarts, 2, "one restart on each GPU");
 	cr_expect_eq(t_count_lines(o.events, "gpu_retired "), 2);
-	char p[256];
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "no worker left to run the remaining tasks"), "%s", err);
 	free(err);
 }
@@ -507,12 +485,9 @@ Test(faults, sigpipe_on_standard_output, .timeout = 60)
 	cr_assert(asprintf(&cmd, "('%s' run '%s' 2>'%s/err'; echo $? >'%s/status') | head -n 1 >/dev/null",
 			   t_env("GPUD"), path, dir, dir) > 0);
 	cr_assert_eq(system(cmd), 0);
-	char p[256];
-	snprintf(p, sizeof p, "%s/status", dir);
-	char *status = t_read(p);
+	char *status = t_read_in(dir, "status");
 	cr_expect_str_eq(status, "3\n");
-	snprintf(p, sizeof p, "%s/err", dir);
-	char *err = t_read(p);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "Broken pipe"), "%s", err);
 	cr_expect(strstr(err, "results could not be written"), "%s", err);
 	free(status);

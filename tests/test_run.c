@@ -54,9 +54,7 @@ Test(run, ten_thousand_tasks_on_two_gpus_by_two_workers, .timeout = 120)
 	char *path = job(dir, "", "plugin = range\nstop = 10000", "plugin = jsonl", "");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0, "%s", t_read(strcat(strdup(dir), "/err")));
 
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_assert(out);
 	static unsigned char seen[N_TASKS];
 	unsigned long seeds_of[4] = {0};
@@ -114,9 +112,7 @@ Test(run, every_event_reaches_the_sink_and_close_once, .timeout = 60)
 	snprintf(sink, sizeof sink, "plugin = recorder\npath = %s/events", dir);
 	char *path = job(dir, "", "plugin = range\nstop = 3000", sink, "");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
-	char ev[256];
-	snprintf(ev, sizeof ev, "%s/events", dir);
-	char *text = t_read(ev);
+	char *text = t_read_in(dir, "events");
 	cr_assert(text);
 	cr_expect_eq(t_count_lines(text, "start "), 3000);
 	cr_expect_eq(t_count_lines(text, "ok "), 3000);
@@ -147,9 +143,7 @@ Test(run, lines_generator_and_echo, .timeout = 60)
 			     "[generator]\nplugin = lines\npath = in.txt\n"
 			     "[sink]\nplugin = jsonl\ninclude_input = true\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "\"task_id\": 0, \"status\": \"ok\", \"worker_id\": 0, \"gpu_id\": 3"),
 		  "%s", out);
 	cr_expect(strstr(out, "\"result\": \"alpha\"}"), "CR stripped: %s", out);
@@ -169,9 +163,7 @@ Test(run, non_utf8_results_are_base64)
 			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
 			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "\"result_base64\": \"//4B\""), "%s", out);
 	cr_expect(strstr(out, "\"result\": \"ok\""), "%s", out);
 	free(out);
@@ -185,9 +177,7 @@ Test(run, sha256_demo_worker)
 			     "[job]\ngpus = 0\n[worker]\nplugin = sha256\n"
 			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	/* FIPS 180-2's test vector for "abc". */
 	cr_expect(strstr(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
 		  "%s", out);
@@ -202,9 +192,7 @@ Test(run, oversized_input_fails_that_task_only)
 			     "[job]\ngpus = 0\nmax_task_bytes = 16\n[worker]\nplugin = echo\n"
 			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 1, "some task failed: exit 1");
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "\"task_id\": 1, \"status\": \"error\""), "%s", out);
 	cr_expect(strstr(out, "task input of 39 bytes exceeds max_task_bytes (16)"), "%s", out);
 	cr_expect(strstr(out, "\"result\": \"fine\""), "the run went on");
@@ -217,9 +205,7 @@ Test(run, oversized_result_fails_that_task_only)
 	char *path = job(dir, "", "plugin = range\nstop = 100", "plugin = jsonl",
 			 "max_result_bytes = 32");
 	cr_assert_eq(t_gpud(dir, "run '%s' --set worker.plugin=faulty --set worker.big_on=7", path), 1);
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "result of 33 bytes exceeds max_result_bytes (32)"), "%s", out);
 	cr_expect_eq(t_count_lines(out, "{"), 100);
 	free(out);
@@ -230,9 +216,7 @@ Test(run, check_command)
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "", "plugin = range\nstop = 10", "plugin = null", "");
 	cr_expect_eq(t_gpud(dir, "check '%s'", path), 0);
-	char outp[256];
-	snprintf(outp, sizeof outp, "%s/out", dir);
-	char *out = t_read(outp);
+	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, ": OK: 2 GPUs x 2 workers"), "%s", out);
 	free(out);
 }
@@ -247,9 +231,7 @@ static void broken_plugin(const char *section, const char *file, const char *nee
 		int rc = t_gpud(dir, "%s '%s' --set %s.plugin='%s/%s'", cmds[i], path, section,
 				t_env("FIXTURES"), file);
 		cr_expect_eq(rc, 2, "%s with %s", cmds[i], file);
-		char errp[256];
-		snprintf(errp, sizeof errp, "%s/err", dir);
-		char *err = t_read(errp);
+				char *err = t_read_in(dir, "err");
 		cr_expect(strstr(err, needle), "%s: '%s' lacks '%s'", cmds[i], err, needle);
 		cr_expect_eq(t_count_lines(err, ""), 1, "one line: %s", err);
 		free(err);
@@ -273,9 +255,7 @@ Test(run, bad_job_file_exits_2)
 	const char *dir = t_tmpdir();
 	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\nqueue_size = lots\n");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 2);
-	char errp[256];
-	snprintf(errp, sizeof errp, "%s/err", dir);
-	char *err = t_read(errp);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "job.ini:3:"), "%s", err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "run '%s/missing.ini'", dir), 2);
@@ -292,9 +272,7 @@ Test(run, generator_open_failure_exits_2)
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "", "plugin = lines\npath = nope.txt", "plugin = null", "");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 2);
-	char errp[256];
-	snprintf(errp, sizeof errp, "%s/err", dir);
-	char *err = t_read(errp);
+	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "cannot open"), "%s", err);
 	cr_expect(strstr(err, "nope.txt"), "%s", err);
 	free(err);
@@ -305,9 +283,7 @@ Test(run, stats_json)
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "", "plugin = range\nstop = 500", "plugin = null", "");
 	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/stats.json'", path, dir), 0);
-	char p[256];
-	snprintf(p, sizeof p, "%s/stats.json", dir);
-	char *js = t_read(p);
+	char *js = t_read_in(dir, "stats.json");
 	cr_assert(js);
 	cr_expect(strstr(js, "\"generated\": 500, \"ok\": 500, \"failed\": 0"), "%s", js);
 	cr_expect_eq(t_count_lines(js, "{"), 1);
