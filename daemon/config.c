@@ -300,6 +300,16 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			bad = 1;
 		}
 		c->max_retries = (unsigned)u;
+	} else if (strcmp(k, "ordered") == 0) {
+		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on")) {
+			c->ordered = true;
+		} else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0") ||
+			   !strcmp(v, "off")) {
+			c->ordered = false;
+		} else {
+			snprintf(why, sizeof why, "expected true or false");
+			bad = 1;
+		}
 	} else if (strcmp(k, "max_worker_restarts") == 0) {
 		if (parse_u64(v, 0, 100000, &u) < 0) {
 			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
@@ -309,7 +319,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	} else {
 		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
 			"task_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
-			"max_retries, max_worker_restarts)",
+			"max_retries, max_worker_restarts, ordered)",
 		     where(p, r, loc, sizeof loc), k);
 		return -1;
 	}

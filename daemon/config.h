@@ -42,6 +42,7 @@ struct cfg {
 	uint32_t max_result_bytes;
 	unsigned max_retries;
 	unsigned max_worker_restarts; /* per GPU */
+	bool ordered; /* deliver outcomes to the sink in task-id order */
 
 	struct cfg_section worker, generator, sink;
 };

@@ -129,6 +129,11 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 		bool rq = h->rq_head && (h->rq_head->avoid != w->index || h->n_ready < 2);
 		if (!rq && (h->gen_done || h->abort))
 			break;
+		/* With ordered output, queue_size also bounds the tasks from the oldest
+		 * undelivered one on, and so the outcomes held back. Tasks to run again are
+		 * inside that span already. */
+		if (!rq && c->ordered && h->next_id - h->next_deliver >= c->queue_size)
+			break;
 		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
 		if (!t)
 			break;
@@ -168,7 +173,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 				h->stats.failed++;
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
 							.worker_id = -1, .gpu_id = -1, .message = msg};
-				events_deliver(h, &ev);
+				events_deliver_outcome(h, &ev);
 				continue;
 			}
 			t->task_id = id;

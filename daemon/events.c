@@ -42,6 +42,67 @@ void events_deliver(struct host *h, const struct gpud_event *ev)
 	}
 }
 
+static struct held_outcome *hold(const struct gpud_event *ev)
+{
+	size_t msg = ev->message ? strlen(ev->message) + 1 : 0;
+	struct held_outcome *o = malloc(sizeof *o + ev->input_size + ev->result_size + msg);
+	if (!o) {
+		perror("gpud: cannot hold an outcome for ordered delivery");
+		abort();
+	}
+	o->ev = *ev;
+	uint8_t *p = o->data;
+	if (ev->input_size)
+		memcpy(p, ev->input, ev->input_size);
+	o->ev.input = ev->input ? p : NULL;
+	p += ev->input_size;
+	if (ev->result_size)
+		memcpy(p, ev->result, ev->result_size);
+	o->ev.result = ev->result ? p : NULL;
+	p += ev->result_size;
+	if (msg)
+		memcpy(p, ev->message, msg);
+	o->ev.message = msg ? (const char *)p : NULL;
+	return o;
+}
+
+void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
+{
+	unsigned q = h->cfg->queue_size;
+	if (!h->held) {
+		events_deliver(h, ev);
+		return;
+	}
+	if (ev->task_id != h->next_deliver) {
+		h->held[ev->task_id % q] = hold(ev);
+		return;
+	}
+	events_deliver(h, ev);
+	h->next_deliver++;
+	struct held_outcome *o;
+	while ((o = h->held[h->next_deliver % q])) {
+		h->held[h->next_deliver % q] = NULL;
+		events_deliver(h, &o->ev);
+		free(o);
+		h->next_deliver++;
+	}
+}
+
+void events_flush_held(struct host *h)
+{
+	unsigned q = h->cfg->queue_size;
+	if (!h->held)
+		return;
+	for (; h->next_deliver < h->next_id; h->next_deliver++) {
+		struct held_outcome *o = h->held[h->next_deliver % q];
+		if (o) {
+			h->held[h->next_deliver % q] = NULL;
+			events_deliver(h, &o->ev);
+			free(o);
+		}
+	}
+}
+
 void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
 		   const char *message)
 {
@@ -116,5 +177,5 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct sh
 		.message = message,
 		.seconds = seconds,
 	};
-	events_deliver(h, &ev);
+	events_deliver_outcome(h, &ev);
 }

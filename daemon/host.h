@@ -40,6 +40,13 @@ struct host_worker {
 	uint64_t ok, failed;
 };
 
+/* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
+ * ring space is reused once consumed. */
+struct held_outcome {
+	struct gpud_event ev;
+	uint8_t data[]; /* input, result, message */
+};
+
 /* A task taken back from a dead worker, waiting to run again. */
 struct requeued {
 	struct requeued *next;
@@ -88,6 +95,9 @@ struct host {
 	int abort;     /* exit status 3 pending; abort_msg says why */
 	char abort_msg[4096];
 	uint64_t sink_lost; /* results that could not be delivered after a sink error */
+	/* ordered = true: outcomes held until every earlier task's is delivered */
+	struct held_outcome **held; /* queue_size slots, by task_id % queue_size */
+	uint64_t next_deliver;      /* the task whose outcome goes next */
 	uint64_t t_start_ns;
 };
 
@@ -109,6 +119,11 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w);
 
 /* events.c: outcomes and events */
 void events_deliver(struct host *h, const struct gpud_event *ev);
+/* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
+void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
+/* End of run: delivers every held outcome in task order, past the gaps of tasks that
+ * did not run. */
+void events_flush_held(struct host *h);
 void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
 		   const char *message);
 /* The final outcome of a task (or a retry when attempts are left): kind is

@@ -84,6 +84,7 @@ static void release(struct host *h)
 	free(h->worker_plugin);
 	free(h->w);
 	free(h->restarts);
+	free(h->held);
 	free(h->retired);
 }
 
@@ -157,6 +158,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		h.w[k].index = (int)k;
 		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
 	}
+	if (c->ordered)
+		h.held = calloc(c->queue_size, sizeof *h.held);
 	h.t_start_ns = wait_now_ns();
 	if (shm_create(&h) < 0) {
 		host_abort(&h, "cannot create the shared memory");
@@ -181,6 +184,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 				;
 		}
 	}
+	events_flush_held(&h);
 	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
 	/* Whatever was generated and has no outcome did not run. */
 	uint64_t done = h.stats.ok + h.stats.failed + h.stats.timed_out + h.stats.not_run;

@@ -6,29 +6,104 @@
  * status is ok, error or timeout; failures carry "error". Bytes that are not valid
  * UTF-8 go base64 under result_base64 / input_base64 instead.
  * Keys: path (default: standard output), include_input (true/false, default false).
+ *
+ * Output is buffered in whole lines and written with write(2) only at line boundaries
+ * (when the buffer fills, and at least once a second), so a crash of the host loses at
+ * most the lines still buffered and never leaves a torn line.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("sink", "jsonl", "1.0");
 
+#define BUF_SIZE (1 << 16)
+#define FLUSH_NS 1000000000ull
+
 struct jsonl {
-	FILE *f;
+	int fd;
 	bool own;
 	bool include_input;
 	const char *path;
-	char *iobuf;
+	char *buf;
+	size_t len, cap;
+	uint64_t flushed_ns;
+	int error; /* errno of a failed write, sticky */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static bool truthy(const char *v)
 {
 	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
+}
+
+/* Writes out the buffer, which holds whole lines only. */
+static int flush_out(struct jsonl *j)
+{
+	size_t off = 0;
+	while (off < j->len && !j->error) {
+		ssize_t n = write(j->fd, j->buf + off, j->len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			j->error = errno;
+		else
+			off += (size_t)n;
+	}
+	j->len = 0;
+	j->flushed_ns = now_ns();
+	return j->error ? -1 : 0;
+}
+
+/* Room for `n` more bytes in the buffer (one line may outgrow it: it grows). */
+static int reserve(struct jsonl *j, size_t n)
+{
+	if (j->len + n <= j->cap)
+		return 0;
+	size_t cap = j->cap;
+	while (j->len + n > cap)
+		cap *= 2;
+	char *b = realloc(j->buf, cap);
+	if (!b) {
+		j->error = ENOMEM;
+		return -1;
+	}
+	j->buf = b;
+	j->cap = cap;
+	return 0;
+}
+
+static void put(struct jsonl *j, const void *p, size_t n)
+{
+	if (reserve(j, n) == 0) {
+		memcpy(j->buf + j->len, p, n);
+		j->len += n;
+	}
+}
+
+static void putc_(struct jsonl *j, char c)
+{
+	if (j->len < j->cap || reserve(j, 1) == 0)
+		j->buf[j->len++] = c;
+}
+
+static void puts_(struct jsonl *j, const char *s)
+{
+	put(j, s, strlen(s));
 }
 
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
@@ -36,34 +111,31 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 {
 	const char *path = gpud_arg(args, "path", "-");
 	const char *inc = gpud_arg(args, "include_input", "false");
-	struct jsonl *j = calloc(1, sizeof *j);
-	if (!j)
-		return gpud_fail(err, "jsonl: out of memory");
 	if (!truthy(inc) && strcmp(inc, "0") && strcmp(inc, "false") && strcmp(inc, "no") &&
-	    strcmp(inc, "off")) {
-		free(j);
+	    strcmp(inc, "off"))
 		return gpud_fail(err, "jsonl: include_input = '%s': expected true or false", inc);
+	struct jsonl *j = calloc(1, sizeof *j);
+	if (!j || !(j->buf = malloc(BUF_SIZE))) {
+		free(j);
+		return gpud_fail(err, "jsonl: out of memory");
 	}
+	j->cap = BUF_SIZE;
 	j->include_input = truthy(inc);
-	j->path = strcmp(path, "-") == 0 ? "standard output" : path;
 	if (strcmp(path, "-") == 0) {
-		j->f = stdout;
+		j->fd = 1;
+		j->path = "standard output";
 	} else {
-		j->f = fopen(path, "w");
-		if (!j->f) {
+		j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		if (j->fd < 0) {
+			int e = errno;
+			free(j->buf);
 			free(j);
-			return gpud_fail(err, "jsonl: cannot open %s: %s", path, strerror(errno));
+			return gpud_fail(err, "jsonl: cannot open %s: %s", path, strerror(e));
 		}
 		j->own = true;
+		j->path = path;
 	}
-	/* Fully buffered: a line per task must not cost a write(2) per task. Standard
-	 * output keeps its buffer after close (it is flushed again at exit). */
-	static char stdout_buf[1 << 16];
-	j->iobuf = j->own ? malloc(1 << 16) : NULL;
-	if (j->own && j->iobuf)
-		setvbuf(j->f, j->iobuf, _IOFBF, 1 << 16);
-	else if (!j->own)
-		setvbuf(j->f, stdout_buf, _IOFBF, sizeof stdout_buf);
+	j->flushed_ns = now_ns();
 	*state = j;
 	return 0;
 }
@@ -114,64 +186,65 @@ static bool valid_utf8(const unsigned char *s, size_t n)
 	return true;
 }
 
-static void put_string(FILE *f, const unsigned char *s, size_t n)
+static void put_string(struct jsonl *f, const unsigned char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	putc_unlocked('"', f);
+	putc_(f, '"');
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = s[i];
 		switch (c) {
-		case '"': fputs_unlocked("\\\"", f); break;
-		case '\\': fputs_unlocked("\\\\", f); break;
-		case '\n': fputs_unlocked("\\n", f); break;
-		case '\r': fputs_unlocked("\\r", f); break;
-		case '\t': fputs_unlocked("\\t", f); break;
+		case '"': puts_(f, "\\\""); break;
+		case '\\': puts_(f, "\\\\"); break;
+		case '\n': puts_(f, "\\n"); break;
+		case '\r': puts_(f, "\\r"); break;
+		case '\t': puts_(f, "\\t"); break;
 		default:
 			if (c < 0x20 || c == 0x7f) {
-				fputs_unlocked("\\u00", f);
-				putc_unlocked(hex[c >> 4], f);
-				putc_unlocked(hex[c & 15], f);
+				puts_(f, "\\u00");
+				putc_(f, hex[c >> 4]);
+				putc_(f, hex[c & 15]);
 			} else {
-				putc_unlocked((int)c, f);
+				putc_(f, (char)c);
 			}
 		}
 	}
-	putc_unlocked('"', f);
+	putc_(f, '"');
 }
 
-static void put_base64(FILE *f, const unsigned char *s, size_t n)
+static void put_base64(struct jsonl *f, const unsigned char *s, size_t n)
 {
 	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	putc_unlocked('"', f);
+	putc_(f, '"');
 	size_t i = 0;
 	for (; i + 3 <= n; i += 3) {
 		unsigned v = (unsigned)s[i] << 16 | (unsigned)s[i + 1] << 8 | s[i + 2];
-		putc_unlocked(tab[v >> 18], f);
-		putc_unlocked(tab[(v >> 12) & 63], f);
-		putc_unlocked(tab[(v >> 6) & 63], f);
-		putc_unlocked(tab[v & 63], f);
+		putc_(f, tab[v >> 18]);
+		putc_(f, tab[(v >> 12) & 63]);
+		putc_(f, tab[(v >> 6) & 63]);
+		putc_(f, tab[v & 63]);
 	}
 	if (i < n) {
 		unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0);
-		putc_unlocked(tab[v >> 18], f);
-		putc_unlocked(tab[(v >> 12) & 63], f);
-		putc_unlocked(i + 1 < n ? tab[(v >> 6) & 63] : '=', f);
-		putc_unlocked('=', f);
+		putc_(f, tab[v >> 18]);
+		putc_(f, tab[(v >> 12) & 63]);
+		putc_(f, i + 1 < n ? tab[(v >> 6) & 63] : '=');
+		putc_(f, '=');
 	}
-	putc_unlocked('"', f);
+	putc_(f, '"');
 }
 
 /* `"name": "text"`, or `"name_base64": "..."` when the bytes are not UTF-8. */
-static void put_bytes(FILE *f, const char *name, const void *p, size_t n)
+static void put_bytes(struct jsonl *f, const char *name, const void *p, size_t n)
 {
 	const unsigned char *s = p ? p : (const unsigned char *)"";
-	if (valid_utf8(s, n)) {
-		fprintf(f, ", \"%s\": ", name);
+	char key[48];
+	bool utf8 = valid_utf8(s, n);
+	snprintf(key, sizeof key, ", \"%s%s\": ", name, utf8 ? "" : "_base64");
+	puts_(f, key);
+	if (utf8)
 		put_string(f, s, n);
-	} else {
-		fprintf(f, ", \"%s_base64\": ", name);
+	else
 		put_base64(f, s, n);
-	}
 }
 
 GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
@@ -185,23 +258,28 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
 	case GPUD_TASK_TIMEOUT: status = "timeout"; break;
 	default: return 0; /* worker events and kinds we do not know */
 	}
-	FILE *f = j->f;
-	fprintf(f, "{\"task_id\": %llu, \"status\": \"%s\", \"worker_id\": %d, \"gpu_id\": %d, "
-		   "\"attempt\": %d, \"seconds\": %.6f",
-		(unsigned long long)ev->task_id, status, ev->worker_id, ev->gpu_id, ev->attempt,
-		ev->seconds);
+	char head[256];
+	int n = snprintf(head, sizeof head,
+			 "{\"task_id\": %llu, \"status\": \"%s\", \"worker_id\": %d, "
+			 "\"gpu_id\": %d, \"attempt\": %d, \"seconds\": %.6f",
+			 (unsigned long long)ev->task_id, status, ev->worker_id, ev->gpu_id,
+			 ev->attempt, ev->seconds);
+	put(j, head, (size_t)n);
 	if (j->include_input)
-		put_bytes(f, "input", ev->input, ev->input_size);
+		put_bytes(j, "input", ev->input, ev->input_size);
 	if (ev->kind == GPUD_TASK_OK) {
-		put_bytes(f, "result", ev->result, ev->result_size);
+		put_bytes(j, "result", ev->result, ev->result_size);
 	} else {
 		const char *m = ev->message ? ev->message : "";
-		fputs_unlocked(", \"error\": ", f);
-		put_string(f, (const unsigned char *)m, strlen(m));
+		puts_(j, ", \"error\": ");
+		put_string(j, (const unsigned char *)m, strlen(m));
 	}
-	fputs_unlocked("}\n", f);
-	if (ferror(f))
-		return gpud_fail(err, "jsonl: writing %s: %s", j->path, strerror(errno));
+	puts_(j, "}\n");
+	/* Whole lines only reach the file: at the buffer's size, and once a second. */
+	if (j->len >= BUF_SIZE - 1024 || now_ns() - j->flushed_ns >= FLUSH_NS)
+		flush_out(j);
+	if (j->error)
+		return gpud_fail(err, "jsonl: writing %s: %s", j->path, strerror(j->error));
 	return 0;
 }
 
@@ -211,11 +289,11 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
 	struct jsonl *j = state;
 	int rc = 0;
 	(void)stats;
-	if (fflush(j->f) != 0 || ferror(j->f))
-		rc = gpud_fail(err, "jsonl: writing %s: %s", j->path, strerror(errno));
-	if (j->own && fclose(j->f) != 0 && rc == 0)
+	if (flush_out(j) < 0)
+		rc = gpud_fail(err, "jsonl: writing %s: %s", j->path, strerror(j->error));
+	if (j->own && close(j->fd) != 0 && rc == 0)
 		rc = gpud_fail(err, "jsonl: closing %s: %s", j->path, strerror(errno));
-	free(j->iobuf);
+	free(j->buf);
 	free(j);
 	return rc;
 }

@@ -1,43 +1,49 @@
 /* SPDX-License-Identifier: MIT */
 /* Generator `lines`: each line of `path` (`-` for standard input) without its line
- * ending (LF or CRLF). A line longer than max_task_bytes becomes one failed task. */
+ * ending (LF or CRLF), bytes as they are (NUL included). A line longer than
+ * max_task_bytes becomes one failed task: it is measured, never split, and never held
+ * in memory whole. The total is counted up front for regular files. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdio.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gpud/plugin.h>
 
-GPUD_PLUGIN("generator", "lines", "1.0");
+GPUD_PLUGIN("generator", "lines", "1.1");
+
+#define CHUNK (1 << 16)
 
 struct lines {
-	FILE *f;
-	char *buf;
-	size_t cap;
-	int64_t total;
+	int fd;
 	const char *path;
+	int64_t total;
+	char buf[CHUNK];
+	size_t pos, len;
+	bool eof;
 };
 
 /* Counts the lines of a regular file in one pass of large reads. */
 static int64_t count_lines(const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (!f)
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -1;
-	static char chunk[1 << 16];
+	static char chunk[CHUNK];
 	int64_t n = 0;
-	size_t got;
+	ssize_t got;
 	char last = '\n';
-	while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+	while ((got = read(fd, chunk, sizeof chunk)) > 0) {
 		for (const char *p = chunk; (p = memchr(p, '\n', (size_t)(chunk + got - p))); p++)
 			n++;
 		last = chunk[got - 1];
 	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad)
+	close(fd);
+	if (got < 0)
 		return -1;
 	return n + (last != '\n');
 }
@@ -55,37 +61,82 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	l->total = -1;
 	l->path = path;
 	if (strcmp(path, "-") == 0) {
-		l->f = stdin;
+		l->fd = 0;
+		l->path = "standard input";
 	} else {
-		l->f = fopen(path, "r");
-		if (!l->f) {
+		l->fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (l->fd < 0) {
 			free(l);
 			return gpud_fail(err, "lines: cannot open %s: %s", path, strerror(errno));
 		}
-		if (fstat(fileno(l->f), &st) == 0 && S_ISREG(st.st_mode))
+		if (fstat(l->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+			close(l->fd);
+			free(l);
+			return gpud_fail(err, "lines: %s is a folder, not a file", path);
+		}
+		if (S_ISREG(st.st_mode))
 			l->total = count_lines(path);
 	}
 	*state = l;
 	return 0;
 }
 
+/* Refills the buffer; 1, 0 at the end, -1 on a read error. */
+static int refill(struct lines *l)
+{
+	if (l->eof)
+		return 0;
+	ssize_t n;
+	do
+		n = read(l->fd, l->buf, sizeof l->buf);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	l->pos = 0;
+	l->len = (size_t)n;
+	if (n == 0)
+		l->eof = true;
+	return n > 0;
+}
+
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct lines *l = state;
-	errno = 0;
-	ssize_t n = getline(&l->buf, &l->cap, l->f);
-	if (n < 0) {
-		if (ferror(l->f))
-			return gpud_fail(err, "lines: reading %s: %s", l->path, strerror(errno));
-		return 0;
+	size_t size = 0;
+	bool any = false;
+	char *out = item->data;
+
+	for (;;) {
+		if (l->pos == l->len) {
+			int r = refill(l);
+			if (r < 0)
+				return gpud_fail(err, "lines: reading %s: %s", l->path, strerror(errno));
+			if (r == 0)
+				break;
+		}
+		any = true;
+		const char *start = l->buf + l->pos;
+		size_t avail = l->len - l->pos;
+		const char *nl = memchr(start, '\n', avail);
+		size_t take = nl ? (size_t)(nl - start) : avail;
+		/* Copy what still fits; past the limit only count. */
+		if (size < item->capacity) {
+			size_t room = item->capacity - size;
+			memcpy(out + size, start, take < room ? take : room);
+		}
+		size += take;
+		l->pos += take + (nl != NULL);
+		if (nl)
+			goto line;
 	}
-	if (n > 0 && l->buf[n - 1] == '\n')
-		n--;
-	if (n > 0 && l->buf[n - 1] == '\r')
-		n--;
-	item->size = (size_t)n;
-	if ((size_t)n <= item->capacity)
-		memcpy(item->data, l->buf, (size_t)n);
+	if (!any)
+		return 0; /* end of input */
+line:
+	/* CRLF: the CR is part of the ending. It may be the last byte copied, or (when the
+	 * line was too long) only counted. */
+	if (size > 0 && size <= item->capacity && out[size - 1] == '\r')
+		size--;
+	item->size = size;
 	return 1;
 }
 
@@ -97,8 +148,7 @@ GPUD_EXPORT int64_t gpud_generator_total(void *state)
 GPUD_EXPORT void gpud_generator_close(void *state)
 {
 	struct lines *l = state;
-	if (l->f && l->f != stdin)
-		fclose(l->f);
-	free(l->buf);
+	if (l->fd > 0)
+		close(l->fd);
 	free(l);
 }

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sink `files`: each successful task's result is written to `dir/<task_id><suffix>`
+ * (`dir` is created if missing; `suffix` defaults to nothing). Each file is written
+ * under a temporary name in the same folder and renamed into place, so a reader never
+ * sees half a file. Failed tasks write nothing (the host reports them; a jsonl run
+ * shows their messages).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("sink", "files", "1.0");
+
+struct files_sink {
+	const char *dir;
+	const char *suffix;
+};
+
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
+			       struct gpud_error *err)
+{
+	const char *dir = gpud_arg(args, "dir", NULL);
+	struct stat st;
+	if (!dir)
+		return gpud_fail(err, "files: 'dir' is required (the folder for the results)");
+	if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+		return gpud_fail(err, "files: cannot create folder %s: %s", dir, strerror(errno));
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return gpud_fail(err, "files: %s is not a folder", dir);
+	if (access(dir, W_OK) < 0)
+		return gpud_fail(err, "files: cannot write in %s: %s", dir, strerror(errno));
+	const char *suffix = gpud_arg(args, "suffix", "");
+	if (strchr(suffix, '/'))
+		return gpud_fail(err, "files: suffix = '%s' must not contain '/'", suffix);
+	struct files_sink *s = malloc(sizeof *s);
+	if (!s)
+		return gpud_fail(err, "files: out of memory");
+	s->dir = dir;
+	s->suffix = suffix;
+	*state = s;
+	return 0;
+}
+
+GPUD_EXPORT uint32_t gpud_sink_events(void *state)
+{
+	(void)state;
+	return GPUD_EVENT_BIT(GPUD_TASK_OK);
+}
+
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
+				struct gpud_error *err)
+{
+	struct files_sink *s = state;
+	char tmp[4096], final[4096];
+	if (ev->kind != GPUD_TASK_OK)
+		return 0;
+	snprintf(final, sizeof final, "%s/%llu%s", s->dir, (unsigned long long)ev->task_id, s->suffix);
+	snprintf(tmp, sizeof tmp, "%s/.%llu%s.tmp-%ld", s->dir, (unsigned long long)ev->task_id,
+		 s->suffix, (long)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return gpud_fail(err, "files: cannot create %s: %s", tmp, strerror(errno));
+	const char *p = ev->result;
+	size_t left = ev->result_size;
+	while (left) {
+		ssize_t n = write(fd, p, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			close(fd);
+			unlink(tmp);
+			return gpud_fail(err, "files: writing %s: %s", tmp, strerror(e));
+		}
+		p += n;
+		left -= (size_t)n;
+	}
+	if (close(fd) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return gpud_fail(err, "files: writing %s: %s", tmp, strerror(e));
+	}
+	if (rename(tmp, final) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return gpud_fail(err, "files: cannot rename %s to %s: %s", tmp, final, strerror(e));
+	}
+	return 0;
+}
+
+GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
+				struct gpud_error *err)
+{
+	(void)stats;
+	(void)err;
+	free(state);
+	return 0;
+}
