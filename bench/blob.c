@@ -8,6 +8,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("generator", "blob", "1.0");
+GPUD_PLUGIN_DESCRIPTION("benchmark: count tasks of size bytes each");
 
 struct blob {
 	long left, size, n;

@@ -132,7 +132,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 		/* With ordered output, queue_size also bounds the tasks from the oldest
 		 * undelivered one on, and so the outcomes held back. Tasks to run again are
 		 * inside that span already. */
-		if (!rq && c->ordered && h->next_id - h->next_deliver >= c->queue_size)
+		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
 			break;
 		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
 		if (!t)

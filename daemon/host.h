@@ -110,6 +110,10 @@ void shm_reset_worker(struct host *h, struct host_worker *w);
 int spawn_worker(struct host *h, struct host_worker *w);
 int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *err,
 			      size_t errlen);
+/* gpud plugins: "kind\tname\tversion\tdescription" of a plugin, from a helper process
+ * (a worker plugin never loads into the host). 0, or -1 with err. */
+int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
+		   char *err, size_t errlen);
 /* gpus = all: the CUDA device count, from a short-lived gpud-worker; -1 with err. */
 int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog.h"
 #include "config.h"
 #include "run.h"
 
@@ -15,6 +16,7 @@ static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
 	"                        [--stats-json PATH]\n"
 	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud plugins\n"
 	"       gpud --help | --version\n";
 
 static const char help[] =
@@ -25,6 +27,7 @@ static const char help[] =
 	"commands:\n"
 	"  run JOB.ini      run the job\n"
 	"  check JOB.ini    parse and validate the job, load every plugin; runs no task\n"
+	"  plugins          list the plugins found by name (GPUD_PLUGIN_PATH, then built-in)\n"
 	"\n"
 	"options:\n"
 	"  --set SECTION.KEY=VALUE   override (or add) a key of the job file; repeatable\n"
@@ -87,6 +90,14 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 	*rc = 2;
 	if (!*cmd) {
 		fprintf(stderr, "%s", usage);
+		return -1;
+	}
+	if (strcmp(*cmd, "plugins") == 0) {
+		if (*job) {
+			fprintf(stderr, "gpud: plugins takes no argument\n%s", usage);
+			return -1;
+		}
+		*rc = catalog_list();
 		return -1;
 	}
 	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0) {

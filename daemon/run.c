@@ -158,7 +158,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		h.w[k].index = (int)k;
 		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
 	}
-	if (c->ordered)
+	/* Ordering only matters to a sink that receives outcomes. */
+	if (c->ordered && (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+					  GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
 		h.held = calloc(c->queue_size, sizeof *h.held);
 	h.t_start_ns = wait_now_ns();
 	if (shm_create(&h) < 0) {

@@ -176,3 +176,10 @@ int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen)
 		return -1;
 	return atoi(out);
 }
+
+int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
+		   char *err, size_t errlen)
+{
+	char *args[] = {"--describe", (char *)plugin};
+	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
+}

@@ -7,6 +7,7 @@
  *   gpud-worker --run FD INDEX HOST_PID   run as worker INDEX of the run
  *   gpud-worker --check PLUGIN            load PLUGIN as a worker plugin and report
  *   gpud-worker --count-gpus              print the number of CUDA devices (gpus = all)
+ *   gpud-worker --describe PLUGIN         print kind, name, version, description (gpud plugins)
  *
  * Loading worker plugins only here keeps the host free of whatever they link (CUDA).
  */
@@ -355,8 +356,45 @@ static int count_gpus(void)
 	return 0;
 }
 
+/* One line, tab-separated: kind, name, version, description. The plugin is checked
+ * as fully as a run would (descriptor and required symbols). */
+static int describe(const char *path)
+{
+	static const enum loader_kind kinds[] = {LOADER_WORKER, LOADER_GENERATOR, LOADER_SINK};
+	struct plugin pl;
+	char err[1200];
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "cannot load: %s\n", dlerror());
+		return 2;
+	}
+	const struct gpud_plugin_info *info = dlsym(h, "gpud_plugin_info");
+	const char *desc = dlsym(h, "gpud_plugin_description");
+	if (!info || !info->kind) {
+		fprintf(stderr, "not a gpud plugin (no gpud_plugin_info)\n");
+		return 2;
+	}
+	for (size_t i = 0; i < 3; i++) {
+		if (strcmp(info->kind, loader_kind_name(kinds[i])) != 0)
+			continue;
+		if (loader_open(&pl, path, kinds[i], err, sizeof err) < 0) {
+			fprintf(stderr, "%s\n", err);
+			return 2;
+		}
+		printf("%s\t%s\t%s\t%s\n", info->kind, info->name ? info->name : "?",
+		       info->version ? info->version : "?", desc ? desc : "");
+		loader_close(&pl);
+		dlclose(h);
+		return 0;
+	}
+	fprintf(stderr, "unknown plugin kind '%s'\n", info->kind);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--describe") == 0)
+		return describe(argv[2]);
 	if (argc == 2 && strcmp(argv[1], "--count-gpus") == 0)
 		return count_gpus();
 	if (argc == 3 && strcmp(argv[1], "--check") == 0)

@@ -19,6 +19,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("generator", "files", "1.0");
+GPUD_PLUGIN_DESCRIPTION("the paths of the files under dir matching pattern, sorted");
 
 struct files {
 	char **paths;

@@ -18,6 +18,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("sink", "files", "1.0");
+GPUD_PLUGIN_DESCRIPTION("each result written to dir/<task_id><suffix>");
 
 struct files_sink {
 	const char *dir;

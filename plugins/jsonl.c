@@ -24,6 +24,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("sink", "jsonl", "1.0");
+GPUD_PLUGIN_DESCRIPTION("one JSON object a line per finished task (path, or standard output)");
 
 #define BUF_SIZE (1 << 16)
 #define FLUSH_NS 1000000000ull

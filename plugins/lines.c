@@ -15,6 +15,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("generator", "lines", "1.1");
+GPUD_PLUGIN_DESCRIPTION("each line of a file (path; - for standard input)");
 
 #define CHUNK (1 << 16)
 

@@ -4,6 +4,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("sink", "null", "1.0");
+GPUD_PLUGIN_DESCRIPTION("discards everything (for benchmarks)");
 
 static int dummy;
 

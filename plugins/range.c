@@ -6,6 +6,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("generator", "range", "1.0");
+GPUD_PLUGIN_DESCRIPTION("the integers start, start+step, ... before stop, as decimal text");
 
 struct range {
 	long next, stop, step;

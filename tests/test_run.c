@@ -289,3 +289,18 @@ Test(run, stats_json)
 	cr_expect_eq(t_count_lines(js, "{"), 1);
 	free(js);
 }
+
+Test(run, plugins_command)
+{
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_gpud(dir, "plugins"), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "(GPUD_PLUGIN_PATH):"), "%s", out);
+	cr_expect(strstr(out, "worker     probe       1.0"), "fixtures via GPUD_PLUGIN_PATH: %s", out);
+	cr_expect(strstr(out, "(built-in):"), "%s", out);
+	cr_expect(strstr(out, "generator  files       1.0     the paths of the files under dir"), "%s", out);
+	cr_expect(strstr(out, "sink       jsonl"), "%s", out);
+	cr_expect(strstr(out, "worker     sha256"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "plugins extra"), 2);
+}

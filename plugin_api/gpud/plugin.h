@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED).
+ * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED and gpud_plugin_description).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -87,6 +87,10 @@ struct gpud_plugin_info {
 	GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {GPUD_ABI_MAJOR,      \
 								      GPUD_ABI_MINOR,      \
 								      kind, name, version}
+
+/** Optional (ABI 1.1): a one-line description, shown by `gpud plugins`. */
+#define GPUD_PLUGIN_DESCRIPTION(text)                                                      \
+	GPUD_EXPORT const char gpud_plugin_description[] = text
 
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                              */

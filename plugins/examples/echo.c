@@ -5,6 +5,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("worker", "echo", "1.0");
+GPUD_PLUGIN_DESCRIPTION("example: the result is the input");
 
 static int dummy;
 

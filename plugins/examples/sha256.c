@@ -11,6 +11,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("worker", "sha256", "1.0");
+GPUD_PLUGIN_DESCRIPTION("example: the SHA-256 of the input, in hex (rounds)");
 
 struct sha256 {
 	uint32_t h[8];

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Installs the build into a scratch prefix (meson install --destdir), builds the
+# example plugins of docs/plugins.md out of tree against the installed header with
+# pkg-config, and runs a job with them from the installed gpud.
+#   tests/install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >/dev/null
+pc=$(find "$tmp/root" -name gpud.pc | head -n 1)
+[ -n "$pc" ] || { echo "gpud.pc was not installed"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+gpud=$(find "$tmp/root" -path '*/bin/gpud' | head -n 1)
+cp "$src"/docs/examples/{upper.c,words.c,csv.c,job.ini,poem.txt} "$tmp/"
+cd "$tmp"
+for p in upper words csv; do
+  cc -std=c11 -Wall -Wextra -Werror -shared -fPIC $(pkg-config --cflags gpud) "$p.c" -o "lib$p.so"
+done
+# Moved prefix: gpud finds its worker executable and plugins relative to itself.
+mv "$tmp/root" "$tmp/moved"
+gpud=${gpud/$tmp\/root/$tmp\/moved}
+"$gpud" check job.ini
+"$gpud" run job.ini --ui off 2>run.err
+cat results.csv
+grep -q '^0,ok,">THE"$' results.csv
+grep -q '^6,ok,">""THE"""$' results.csv
+[ "$(grep -c ',ok,' results.csv)" -eq 9 ]
+grep -q '^# 9 tasks: 9 ok' results.csv
+"$gpud" plugins | grep -q 'generator  lines'
+echo "install test: ok"
