@@ -17,13 +17,13 @@ trap 'rm -rf "$tmp"' EXIT
 field() { grep -o "\"$1\": [0-9.e+-]*" "$2" | head -n 1 | awk '{print $2}'; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# case NAME TASKS BYTES_PER_TASK JOB-TEXT
+# case NAME TASKS BYTES_PER_TASK JOB-TEXT [UI]
 run_case() {
-  local name=$1 tasks=$2 bytes=$3 text=$4 i
+  local name=$1 tasks=$2 bytes=$3 text=$4 ui=${5:-off} i
   printf '%s\n' "$text" >"$tmp/job.ini"
   : >"$tmp/rates"; : >"$tmp/gbs"; : >"$tmp/cpu"
   for ((i = 0; i < R; i++)); do
-    "$gpud" run "$tmp/job.ini" --ui off --stats-json "$tmp/s.json" 2>/dev/null
+    "$gpud" run "$tmp/job.ini" --ui "$ui" --stats-json "$tmp/s.json" 2>/dev/null
     local el cpu
     el=$(field elapsed "$tmp/s.json")
     cpu=$(field host_cpu_seconds "$tmp/s.json")
@@ -51,6 +51,8 @@ run_case "no-op, empty tasks, max_*_bytes = 64" 2000000 0 \
   "$(job $'plugin = blob\ncount = 2000000\nsize = 0' 'plugin = echo' $'max_task_bytes = 64\nmax_result_bytes = 64')"
 run_case "no-op, range 0..2M (decimal text)" 2000000 0 \
   "$(job $'plugin = range\nstop = 2000000' 'plugin = echo')"
+run_case "the same, --ui dashboard (drawn to /dev/null)" 2000000 0 \
+  "$(job $'plugin = range\nstop = 2000000' 'plugin = echo')" dashboard
 run_case "64 KiB payloads, echo" 100000 65536 \
   "$(job $'plugin = blob\ncount = 100000\nsize = 64K' 'plugin = echo' $'max_task_bytes = 64K\nmax_result_bytes = 64K')"
 run_case "1 MiB payloads, echo" 10000 1048576 \

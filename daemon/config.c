@@ -243,6 +243,8 @@ static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
 	}
 }
 
+static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
+
 static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 {
 	char loc[512], why[128] = "";
@@ -310,6 +312,9 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			snprintf(why, sizeof why, "expected true or false");
 			bad = 1;
 		}
+	} else if (strcmp(k, "log_dir") == 0) {
+		free(c->log_dir);
+		c->log_dir = resolve_from(p, c, r);
 	} else if (strcmp(k, "max_worker_restarts") == 0) {
 		if (parse_u64(v, 0, 100000, &u) < 0) {
 			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
@@ -319,7 +324,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	} else {
 		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
 			"task_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
-			"max_retries, max_worker_restarts, ordered)",
+			"max_retries, max_worker_restarts, ordered, log_dir)",
 		     where(p, r, loc, sizeof loc), k);
 		return -1;
 	}
@@ -327,6 +332,30 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		fail(p, "%s: [job] %s = '%s': %s", where(p, r, loc, sizeof loc), k, v, why);
 		return -1;
 	}
+	return 0;
+}
+
+static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	char loc[512];
+	double *dst = strcmp(r->key, "refresh_rate") == 0	 ? &c->refresh_rate
+		      : strcmp(r->key, "plain_interval") == 0 ? &c->plain_interval
+							       : NULL;
+	if (!dst) {
+		fail(p, "%s: unknown key '%s' in [ui] (known: refresh_rate, plain_interval)",
+		     where(p, r, loc, sizeof loc), r->key);
+		return -1;
+	}
+	char *end;
+	errno = 0;
+	double d = strtod(r->value, &end);
+	if (end == r->value || *end || errno || !isfinite(d) || d <= 0 || d > 1000) {
+		fail(p, "%s: [ui] %s = '%s': expected a number above 0 (%s)",
+		     where(p, r, loc, sizeof loc), r->key, r->value,
+		     dst == &c->refresh_rate ? "redraws a second" : "seconds");
+		return -1;
+	}
+	*dst = d;
 	return 0;
 }
 
@@ -366,6 +395,16 @@ static char *resolve(const char *base, const char *v)
 		return strdup(v);
 	if (asprintf(&out, "%s/%s", base, v) < 0)
 		return NULL;
+	return out;
+}
+
+/* A path value of the job file, resolved like plugin-section paths. */
+static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	(void)p;
+	char *cwd = r->line < 0 ? getcwd(NULL, 0) : NULL;
+	char *out = resolve(cwd ? cwd : c->dir, r->value);
+	free(cwd);
 	return out;
 }
 
@@ -410,8 +449,8 @@ static int validate(struct parse *p, struct cfg *c)
 	for (size_t i = 0; i < p->n_sections; i++) {
 		const char *n = p->sections[i].name;
 		if (strcmp(n, "job") && strcmp(n, "worker") && strcmp(n, "generator") &&
-		    strcmp(n, "sink")) {
-			fail(p, "%s:%d: unknown section [%s] (known: job, worker, generator, sink)",
+		    strcmp(n, "sink") && strcmp(n, "ui")) {
+			fail(p, "%s:%d: unknown section [%s] (known: job, worker, generator, sink, ui)",
 			     p->path, p->sections[i].line, n);
 			return -1;
 		}
@@ -431,6 +470,9 @@ static int validate(struct parse *p, struct cfg *c)
 			if (job_key(p, c, r) < 0)
 				return -1;
 			have_gpus |= strcmp(r->key, "gpus") == 0;
+		} else if (strcmp(r->section, "ui") == 0) {
+			if (ui_key(p, c, r) < 0)
+				return -1;
 		} else if (strcmp(r->section, "worker") == 0) {
 			section_add(p, c, &c->worker, r);
 		} else if (strcmp(r->section, "generator") == 0) {
@@ -438,7 +480,7 @@ static int validate(struct parse *p, struct cfg *c)
 		} else if (strcmp(r->section, "sink") == 0) {
 			section_add(p, c, &c->sink, r);
 		} else {
-			fail(p, "%s: unknown section [%s] (known: job, worker, generator, sink)",
+			fail(p, "%s: unknown section [%s] (known: job, worker, generator, sink, ui)",
 			     where(p, r, loc, sizeof loc), r->section);
 			return -1;
 		}
@@ -517,6 +559,8 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.max_result_bytes = 1u << 20,
 		.max_worker_restarts = 3,
 		.cleanup_timeout = 30,
+		.refresh_rate = 4,
+		.plain_interval = 5,
 	};
 	c->path = strdup(path);
 	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);
@@ -578,6 +622,7 @@ void cfg_free(struct cfg *c)
 	free(c->path);
 	free(c->dir);
 	free(c->gpus);
+	free(c->log_dir);
 	section_free(&c->worker);
 	section_free(&c->generator);
 	section_free(&c->sink);

@@ -42,7 +42,12 @@ struct cfg {
 	uint32_t max_result_bytes;
 	unsigned max_retries;
 	unsigned max_worker_restarts; /* per GPU */
-	bool ordered; /* deliver outcomes to the sink in task-id order */
+	bool ordered;  /* deliver outcomes to the sink in task-id order */
+	char *log_dir; /* where the dashboard puts worker output; NULL = a default */
+
+	/* [ui] */
+	double refresh_rate;   /* dashboard redraws a second */
+	double plain_interval; /* seconds between plain-mode progress lines */
 
 	struct cfg_section worker, generator, sink;
 };

@@ -85,6 +85,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			break;
 		}
 		double sec = r->seconds;
+		w->last_seconds = sec;
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r->kind == REC_OK) {
 			w->ok++;
@@ -110,8 +111,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	if (rc < 0 && w->pid > 0 && !w->timed_out) {
 		/* The worker wrote something that is not a result: it cannot be trusted with
 		 * more tasks. Killing it sends its tasks through the crash path. */
-		fprintf(stderr, "gpud: worker %d (GPU %d) corrupted its result ring (%s); "
-				"restarting it\n", w->index, w->gpu_id, why);
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its result ring (%s); restarting it",
+		       w->index, w->gpu_id, why);
 		kill(w->pid, SIGKILL);
 	}
 	return n;
@@ -171,6 +172,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 					 "task input of %zu bytes exceeds max_task_bytes (%u)",
 					 item.size, c->max_task_bytes);
 				h->stats.failed++;
+				ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
 							.worker_id = -1, .gpu_id = -1, .message = msg};
 				events_deliver_outcome(h, &ev);
@@ -242,8 +244,8 @@ int dispatch(struct host *h)
 		if (host_interrupts != interrupts_seen) {
 			interrupts_seen = host_interrupts;
 			if (interrupts_seen == 1) {
-				fprintf(stderr, "gpud: interrupted: finishing the running tasks "
-						"(interrupt again to stop at once)\n");
+				ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
+						    "(interrupt again to stop at once)");
 				host_abort(h, "interrupted");
 			} else if (!h->killing) {
 				lifecycle_kill_all(h);

@@ -164,6 +164,16 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct sh
 		h->stats.failed++;
 		break;
 	}
+	if (kind != GPUD_TASK_OK) {
+		if (w)
+			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
+			       (unsigned long long)task->task_id,
+			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index, w->gpu_id,
+			       message ? message : "");
+		else
+			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)task->task_id,
+			       message ? message : "");
+	}
 	struct gpud_event ev = {
 		.kind = kind,
 		.task_id = task->task_id,

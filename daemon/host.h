@@ -3,6 +3,7 @@
 #ifndef GPUD_HOST_H
 #define GPUD_HOST_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +14,19 @@
 #include "config.h"
 #include "loader.h"
 #include "ring.h"
+#include "ui.h"
+
+/* Fields the UI thread reads while the host writes them: aligned words, stored and
+ * loaded whole. The UI reads them with relaxed atomic loads. */
+#define UI_READ(x)                                                                         \
+	({                                                                                 \
+		__typeof__(x) ui_read_;                                                    \
+		__atomic_load(&(x), &ui_read_, __ATOMIC_RELAXED);                          \
+		ui_read_;                                                                  \
+	})
+
+/* How a worker slot ended, for the dashboard. */
+enum hw_end { END_NONE, END_FINISHED, END_ERROR };
 
 enum hw_state {
 	HW_STARTING, /* spawned, setup not finished */
@@ -37,7 +51,10 @@ struct host_worker {
 	bool timed_out; /* the host killed it for running past task_timeout, or its cleanup
 			   for running past the cleanup bound */
 	bool cancelled; /* still in setup when the run ended: killed, not reported */
-	uint64_t ok, failed;
+	enum hw_end end;
+	uint64_t ok, failed, timeouts;
+	unsigned restarts;
+	double last_seconds; /* its last task's time in process() */
 };
 
 /* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
@@ -56,8 +73,20 @@ struct requeued {
 	uint8_t data[];
 };
 
+/* The last messages for the dashboard (failures, worker deaths), newest last. */
+#define HOST_NOTES 6
+struct host_notes {
+	pthread_mutex_t lock;
+	char text[HOST_NOTES][256];
+	bool error[HOST_NOTES];
+	uint64_t count; /* notes ever added; text[(count - 1) % HOST_NOTES] is the newest */
+};
+
 struct host {
 	const struct cfg *cfg;
+	enum ui_mode ui_mode;
+	char *log_dir; /* dashboard: where each worker's output goes */
+	struct host_notes notes;
 	char *worker_exe;
 	char *worker_plugin;
 

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "host.h"
+#include "ui.h"
 #include "wait.h"
 
 /* While a task limit is set, the host looks at least this often for a task that began
@@ -72,8 +73,9 @@ static const char *how_it_ended(int status, char *buf, size_t len)
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	h->stats.setup_failures++;
-	fprintf(stderr, "gpud: worker %d (GPU %d) setup failed: %s\n", w->index, w->gpu_id, why);
+	ui_say(h, UI_EVENT, "worker %d (GPU %d) setup failed: %s", w->index, w->gpu_id, why);
 	events_worker(h, GPUD_SETUP_FAILED, w, why);
+	w->end = END_ERROR;
 	w->state = HW_GONE;
 }
 
@@ -108,11 +110,13 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			h->stats.not_run++;
 		} else if (pos + span == started && (busy || w->timed_out)) {
 			if (w->timed_out) {
+				w->timeouts++;
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (GPU %d)",
 					 h->cfg->task_timeout, w->index, w->gpu_id);
 				events_outcome(h, w, t, GPUD_TASK_TIMEOUT, NULL, 0, msg,
 					       h->cfg->task_timeout);
 			} else {
+				w->failed++;
 				snprintf(msg, sizeof msg, "worker %d (GPU %d) %s while running task %llu",
 					 w->index, w->gpu_id, how, (unsigned long long)t->task_id);
 				events_outcome(h, w, t, GPUD_TASK_ERROR, NULL, 0, msg,
@@ -126,7 +130,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	}
 	w->outstanding = 0;
 	if (!w->timed_out && !h->killing)
-		fprintf(stderr, "gpud: worker %d (GPU %d) %s\n", w->index, w->gpu_id, how);
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
 }
 
 static void restart(struct host *h, struct host_worker *w)
@@ -142,6 +146,7 @@ static void restart(struct host *h, struct host_worker *w)
 					  "(max_worker_restarts = %u)",
 			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
 		w->state = HW_GONE;
+		w->end = END_ERROR;
 		h->retired[slot] = true;
 		/* Its other workers finish what they hold, then leave too. */
 		for (unsigned i = 0; i < h->n_workers; i++) {
@@ -152,16 +157,18 @@ static void restart(struct host *h, struct host_worker *w)
 				wait_ring(&o->ctl->bell);
 			}
 		}
-		fprintf(stderr, "gpud: %s\n", msg);
+		ui_say(h, UI_EVENT, "%s", msg);
 		events_worker(h, GPUD_GPU_RETIRED, w, msg);
 		return;
 	}
 	h->restarts[slot]++;
 	h->stats.worker_restarts++;
+	w->restarts++;
 	shm_reset_worker(h, w);
 	int rc = spawn_worker(h, w);
 	if (rc < 0) {
-		fprintf(stderr, "gpud: cannot restart worker %d: %s\n", w->index, strerror(-rc));
+		ui_say(h, UI_EVENT, "cannot restart worker %d: %s", w->index, strerror(-rc));
+		w->end = END_ERROR;
 		w->state = HW_GONE;
 	}
 }
@@ -200,6 +207,7 @@ static void exited(struct host *h, struct host_worker *w, int status)
 				 w->gpu_id, how);
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
+			w->end = END_ERROR;
 			events_worker(h, GPUD_CLEANUP_FAILED, w, w->ctl->message);
 		} else if (s != WS_DONE && w->timed_out) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
@@ -210,6 +218,8 @@ static void exited(struct host *h, struct host_worker *w, int status)
 				 w->gpu_id, how);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
+		if (w->end == END_NONE)
+			w->end = END_FINISHED;
 		w->state = HW_GONE;
 		return;
 	case HW_READY:

@@ -31,8 +31,9 @@ static const char help[] =
 	"\n"
 	"options:\n"
 	"  --set SECTION.KEY=VALUE   override (or add) a key of the job file; repeatable\n"
-	"  --ui MODE                 auto (default), dashboard, plain or off; this version\n"
-	"                            prints the final summary line in every mode\n"
+	"  --ui MODE                 auto (default: the dashboard on a terminal, plain\n"
+	"                            otherwise), dashboard, plain (a progress line per\n"
+	"                            interval, failures as they happen) or off\n"
 	"  --stats-json PATH         write the final stats as JSON to PATH\n"
 	"  --help, --version\n"
 	"\n"
@@ -108,11 +109,12 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 		fprintf(stderr, "gpud: %s needs a job file\n%s", *cmd, usage);
 		return -1;
 	}
-	if (strcmp(ui, "auto") && strcmp(ui, "dashboard") && strcmp(ui, "plain") &&
-	    strcmp(ui, "off")) {
+	int mode = ui_mode_parse(ui);
+	if (mode < 0) {
 		fprintf(stderr, "gpud: --ui %s: expected auto, dashboard, plain or off\n", ui);
 		return -1;
 	}
+	opts->ui = (enum ui_mode)mode;
 	return 0;
 }
 

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "host.h"
 #include "paths.h"
@@ -85,6 +87,7 @@ static void release(struct host *h)
 	free(h->w);
 	free(h->restarts);
 	free(h->held);
+	free(h->log_dir);
 	free(h->retired);
 }
 
@@ -104,10 +107,45 @@ int run_check(struct cfg *c)
 
 typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
 
+/* Dashboard: each worker's output goes to <log_dir>/worker-<k>.log, so a plugin that
+ * prints cannot tear the screen. The default is a fresh folder per run under $TMPDIR. */
+static int make_log_dir(struct host *h)
+{
+	char *dir = NULL;
+	if (h->cfg->log_dir) {
+		dir = strdup(h->cfg->log_dir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		char stamp[32];
+		time_t now = time(NULL);
+		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+		if (asprintf(&dir, "%s/gpud-%d", tmp && *tmp ? tmp : "/tmp", (int)getuid()) < 0)
+			dir = NULL;
+		if (dir) {
+			mkdir(dir, 0700);
+			char *run;
+			if (asprintf(&run, "%s/run-%s-%d", dir, stamp, (int)getpid()) < 0)
+				run = NULL;
+			free(dir);
+			dir = run;
+		}
+	}
+	if (!dir || (mkdir(dir, 0777) < 0 && errno != EEXIST) || access(dir, W_OK) < 0) {
+		fprintf(stderr, "gpud: cannot use %s for worker output (%s); showing plain "
+				"progress instead of the dashboard\n",
+			dir ? dir : "a log folder", strerror(errno));
+		free(dir);
+		return -1;
+	}
+	h->log_dir = dir;
+	return 0;
+}
+
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = {.cfg = c, .shm_fd = -1, .total = -1};
 	struct gpud_error err = {{0}};
+	struct ui *ui = NULL;
 	int rc = 2;
 
 	h.rq_tail = &h.rq_head;
@@ -149,6 +187,11 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
 	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
 
+	h.ui_mode = opts->ui;
+	pthread_mutex_init(&h.notes.lock, NULL);
+	if (h.ui_mode == UI_DASHBOARD && make_log_dir(&h) < 0)
+		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
+
 	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
 	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
 	h.w = calloc(h.n_workers, sizeof *h.w);
@@ -167,6 +210,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		host_abort(&h, "cannot create the shared memory");
 	} else {
 		host_install_signals(&h);
+		ui = ui_start(&h);
 		for (unsigned k = 0; k < h.n_workers; k++) {
 			int e = spawn_worker(&h, &h.w[k]);
 			if (e < 0) {
@@ -188,6 +232,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	events_flush_held(&h);
 	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
+	ui_stop(ui);
 	/* Whatever was generated and has no outcome did not run. */
 	uint64_t done = h.stats.ok + h.stats.failed + h.stats.timed_out + h.stats.not_run;
 	if (done < h.stats.generated)

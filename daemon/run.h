@@ -4,8 +4,11 @@
 
 #include "config.h"
 
+#include "ui.h"
+
 struct run_opts {
 	const char *stats_json; /* --stats-json PATH, or NULL */
+	enum ui_mode ui;        /* --ui, resolved (auto decided) */
 };
 
 /* `gpud check`: everything but running; 0 or 2. */

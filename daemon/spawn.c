@@ -17,19 +17,20 @@
 extern char **environ;
 
 /* The host's environment minus the variables a worker gets its own of, plus those. */
-static char **worker_env(const struct host_worker *w, char *own[3])
+static char **worker_env(const struct host_worker *w, char *own[3], bool prefix)
 {
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	char **env = calloc(n + 4, sizeof *env);
+	char **env = calloc(n + 5, sizeof *env);
 	if (!env)
 		return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 ||
 		    strncmp(environ[i], "GPUD_GPU_ID=", 12) == 0 ||
-		    strncmp(environ[i], "GPUD_WORKER_ID=", 15) == 0)
+		    strncmp(environ[i], "GPUD_WORKER_ID=", 15) == 0 ||
+		    strncmp(environ[i], "GPUD_OUTPUT_PREFIX=", 19) == 0)
 			continue;
 		env[k++] = environ[i];
 	}
@@ -42,6 +43,8 @@ static char **worker_env(const struct host_worker *w, char *own[3])
 	env[k++] = own[0];
 	env[k++] = own[1];
 	env[k++] = own[2];
+	if (prefix)
+		env[k++] = "GPUD_OUTPUT_PREFIX=1";
 	env[k] = NULL;
 	return env;
 }
@@ -59,15 +62,23 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
 	char *argv[] = {h->worker_exe, "--run", fd_arg, idx_arg, pid_arg, NULL};
-	char **env = worker_env(w, own);
+	char **env = worker_env(w, own, h->ui_mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;
 
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, h->shm_fd, 3);
-	/* A worker's standard output goes to our standard error: standard output may be
-	 * the sink's stream, and a plugin's prints must not land in the results. */
-	posix_spawn_file_actions_adddup2(&fa, 2, 1);
+	/* A worker's output never goes to our standard output, which may be the sink's
+	 * stream. With the dashboard it goes to a log file per worker; otherwise to our
+	 * standard error (in plain mode the worker prefixes each line with its id). */
+	char log[4096];
+	if (h->ui_mode == UI_DASHBOARD && h->log_dir) {
+		snprintf(log, sizeof log, "%s/worker-%d.log", h->log_dir, w->index);
+		posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0666);
+		posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	} else {
+		posix_spawn_file_actions_adddup2(&fa, 2, 1);
+	}
 	posix_spawnattr_init(&attr);
 	sigemptyset(&none);
 	sigfillset(&dfl);

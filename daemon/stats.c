@@ -48,10 +48,31 @@ int stats_write_json(const struct host *h, const char *path)
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
 		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate, host_cpu);
-	for (unsigned i = 0; i < h->n_workers; i++)
-		fprintf(f, "%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu}",
-			i ? ", " : "", h->w[i].index, h->w[i].gpu_id,
-			(unsigned long long)h->w[i].ok, (unsigned long long)h->w[i].failed);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *w = &h->w[i];
+		fprintf(f,
+			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
+			"\"timed_out\": %llu, \"restarts\": %u}",
+			i ? ", " : "", w->index, w->gpu_id, (unsigned long long)w->ok,
+			(unsigned long long)w->failed, (unsigned long long)w->timeouts, w->restarts);
+	}
+	fprintf(f, "], \"gpus\": [");
+	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
+		uint64_t ok = 0, failed = 0, timed_out = 0;
+		for (unsigned i = 0; i < h->n_workers; i++) {
+			if (h->w[i].gpu_id != h->cfg->gpus[g])
+				continue;
+			ok += h->w[i].ok;
+			failed += h->w[i].failed;
+			timed_out += h->w[i].timeouts;
+		}
+		fprintf(f,
+			"%s{\"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
+			"\"restarts\": %u, \"retired\": %s}",
+			g ? ", " : "", h->cfg->gpus[g], (unsigned long long)ok,
+			(unsigned long long)failed, (unsigned long long)timed_out,
+			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
+	}
 	fprintf(f, "]}\n");
 	if (ferror(f)) {
 		int e = errno;

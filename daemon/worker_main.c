@@ -14,13 +14,16 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loader.h"
@@ -183,6 +186,96 @@ static void run_tasks(struct worker *w)
 		publish(w, now);
 }
 
+/* Plain mode (GPUD_OUTPUT_PREFIX set): the plugin's output is read back through a pipe
+ * and passed on to the real standard error a line at a time, as "[worker K] line". */
+struct prefixer {
+	pthread_t thread;
+	int in, out; /* the pipe's read end; the original standard error */
+	int worker;
+	bool on;
+};
+
+static struct prefixer prefixer;
+
+static void *prefix_lines(void *arg)
+{
+	struct prefixer *p = arg;
+	char buf[8192], line[8192 + 64];
+	size_t have = 0;
+	for (;;) {
+		ssize_t n = read(p->in, buf + have, sizeof buf - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		char *start = buf, *nl;
+		while ((nl = memchr(start, '\n', have - (size_t)(start - buf)))) {
+			int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker,
+					   (int)(nl - start), start);
+			if (write(p->out, line, (size_t)len) < 0)
+				break;
+			start = nl + 1;
+		}
+		have -= (size_t)(start - buf);
+		memmove(buf, start, have);
+		if (have == sizeof buf) { /* a very long line: pass it on in pieces */
+			int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker,
+					   (int)have, buf);
+			if (write(p->out, line, (size_t)len) < 0)
+				break;
+			have = 0;
+		}
+	}
+	if (have) {
+		int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker, (int)have, buf);
+		if (write(p->out, line, (size_t)len) < 0)
+			return NULL;
+	}
+	return NULL;
+}
+
+static void prefix_start(int worker)
+{
+	int fds[2];
+	if (!getenv("GPUD_OUTPUT_PREFIX") || pipe2(fds, O_CLOEXEC) < 0)
+		return;
+	prefixer.out = fcntl(2, F_DUPFD_CLOEXEC, 10);
+	prefixer.in = fds[0];
+	prefixer.worker = worker;
+	dup2(fds[1], 1);
+	dup2(fds[1], 2);
+	close(fds[1]);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (pthread_create(&prefixer.thread, NULL, prefix_lines, &prefixer) == 0)
+		prefixer.on = true;
+}
+
+/* Before exiting: flush, close our ends of the pipe, let the last lines through. */
+static void prefix_finish(void)
+{
+	if (!prefixer.on)
+		return;
+	fflush(NULL);
+	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	dup2(devnull, 1);
+	dup2(devnull, 2);
+	close(devnull);
+	/* A plugin's own thread or child may still hold the pipe: wait a little, not
+	 * for ever. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 1;
+	pthread_timedjoin_np(prefixer.thread, NULL, &ts);
+}
+
+static _Noreturn void finish(int status)
+{
+	fflush(NULL);
+	prefix_finish();
+	_exit(status);
+}
+
 /* Reads the plugin path and [worker] args from the config blob, bounds-checked. */
 static int read_config(struct worker *w, const char **plugin)
 {
@@ -252,6 +345,7 @@ static int run(int fd, long index, long host_pid)
 	/* Ctrl-C reaches the whole process group; the host decides what it means. */
 	signal(SIGINT, SIG_IGN);
 
+	prefix_start((int)index);
 	if (map_shm(&w, fd, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
 		return 1;
@@ -260,12 +354,12 @@ static int run(int fd, long index, long host_pid)
 	 * exit-time handlers must not walk into. */
 	if (read_config(&w, &plugin_path) < 0) {
 		set_state(&w, WS_SETUP_FAILED, "worker: malformed configuration in shared memory");
-		_exit(1);
+		finish(1);
 	}
 	set_state(&w, WS_SETUP, NULL);
 	if (loader_open(&w.plugin, plugin_path, LOADER_WORKER, msg, sizeof msg) < 0) {
 		set_state(&w, WS_SETUP_FAILED, msg);
-		_exit(1);
+		finish(1);
 	}
 	int (*setup)(const struct gpud_worker_info *, void **, struct gpud_error *) =
 		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))
@@ -285,8 +379,7 @@ static int run(int fd, long index, long host_pid)
 		if (!err.message[0])
 			snprintf(err.message, sizeof err.message, "setup() failed without a message");
 		set_state(&w, WS_SETUP_FAILED, err.message);
-		fflush(NULL);
-		_exit(1);
+		finish(1);
 	}
 	set_state(&w, WS_READY, NULL);
 
@@ -302,8 +395,7 @@ static int run(int fd, long index, long host_pid)
 		set_state(&w, WS_DONE, NULL);
 	}
 	/* No dlclose: a plugin's threads or atexit handlers may still need its code. */
-	fflush(NULL);
-	_exit(0);
+	finish(0);
 }
 
 static int check(const char *path)

@@ -67,7 +67,9 @@ int t_gpud(const char *dir, const char *fmt, ...)
 	va_start(ap, fmt);
 	cr_assert(vasprintf(&args, fmt, ap) > 0);
 	va_end(ap);
-	cr_assert(asprintf(&cmd, "GPUD_PLUGIN_PATH='%s' '%s' %s >'%s/out' 2>'%s/err'",
+	/* Bounded: a test that times out must not leave a run behind. */
+	cr_assert(asprintf(&cmd,
+			   "GPUD_PLUGIN_PATH='%s' timeout -k 5 240 '%s' %s >'%s/out' 2>'%s/err'",
 			   t_env("FIXTURES"), t_env("GPUD"), args, dir, dir) > 0);
 	int st = system(cmd);
 	free(args);

@@ -6,7 +6,8 @@
  * larger than its buffer); crash_all = 1 crashes on every task. first_attempt_only = 1
  * misbehaves only on attempt 0; only_gpu = G misbehaves only on GPU G. Periodic forms
  * for soak runs: fail_every, crash_every, abort_every, exit_every, hang_every = N
- * misbehave on inputs x with x % N == N - 1 (checked in that order).
+ * misbehave on inputs x with x % N == N - 1 (checked in that order). print_every = N
+ * prints "faulty prints for input x" on standard output for those inputs.
  * setup_fail_gpu = G fails setup on GPU G; setup_crash_gpu = G crashes in setup;
  * setup_hang_gpu = G never finishes setup; cleanup_fail = 1 fails cleanup,
  * cleanup_hang = 1 never finishes it; sleep_us = N sleeps N us a task, and slow_us = M
@@ -15,6 +16,7 @@
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -94,6 +96,10 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 
 	if (f->sleep_us)
 		usleep((useconds_t)f->sleep_us);
+	if (every(f->args, "print_every", x)) {
+		printf("faulty prints for input %ld\n", x);
+		fflush(stdout);
+	}
 	if (f->misbehave && (!f->first_only || task->attempt == 0)) {
 		if (f->crash_all)
 			raise(SIGSEGV);

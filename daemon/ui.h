@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What a run shows while it runs: the live dashboard, plain progress lines, or nothing.
+ * The UI runs in a thread of its own and only reads: the host's counters (relaxed
+ * loads of fields only the host writes) and each worker's control block in shared
+ * memory. Rendering never blocks the host loop, and costs it nothing per task.
+ */
+#ifndef GPUD_UI_H
+#define GPUD_UI_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+enum ui_mode { UI_OFF, UI_PLAIN, UI_DASHBOARD };
+
+struct host;
+struct ui;
+
+/* --ui auto|dashboard|plain|off to a mode: auto is the dashboard when standard error
+ * is a terminal, plain otherwise. -1 for an unknown word. */
+int ui_mode_parse(const char *word);
+
+/* Starts the UI thread for `h` (nothing for UI_OFF). NULL when there is none. */
+struct ui *ui_start(struct host *h);
+/* Draws the final frame (it stays on screen) and ends the thread. */
+void ui_stop(struct ui *u);
+
+enum ui_note {
+	UI_EVENT,   /* a worker died, a setup failed, a GPU was retired: always told */
+	UI_FAILURE, /* a task failed or timed out: told by the dashboard and plain mode */
+};
+
+/* A line from the host for the person watching. With the dashboard or plain mode it
+ * goes through the UI (printing would tear the dashboard; plain mode rate-limits
+ * failures); with --ui off an event goes to standard error and a failure nowhere. */
+void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif /* GPUD_UI_H */

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/* What a run shows: the dashboard in a real terminal (tmux), plain-mode lines, worker
+ * output capture, and the stats JSON against the sink's own count. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+static char sock[64];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char *cmd;
+	va_list ap;
+	va_start(ap, fmt);
+	cr_assert(vasprintf(&cmd, fmt, ap) > 0);
+	va_end(ap);
+	int st = system(cmd);
+	free(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* What the tmux pane shows now (with escape sequences when `escapes`). */
+static char *capture(const char *dir, bool escapes)
+{
+	sh("tmux -L %s capture-pane -p %s -t ui > '%s/pane' 2>/dev/null", sock, escapes ? "-e" : "",
+	   dir);
+	return t_read_in(dir, "pane");
+}
+
+/* The pane, once it shows `needle` (polled for up to `seconds`); the last capture if
+ * it never does. */
+static char *pane_with(const char *dir, const char *needle, double seconds)
+{
+	char *pane = NULL;
+	for (double t = 0; t < seconds; t += 0.1) {
+		free(pane);
+		pane = capture(dir, false);
+		if (pane && strstr(pane, needle))
+			break;
+		usleep(100000);
+	}
+	return pane;
+}
+
+static void stop_tmux(void)
+{
+	sh("tmux -L %s kill-server 2>/dev/null", sock);
+}
+
+/* Starts gpud in a 120x40 tmux terminal; `env` is put before the command. */
+static void start_in_tmux(const char *dir, const char *env, const char *job)
+{
+	snprintf(sock, sizeof sock, "gpud-test-%d", (int)getpid());
+	cr_assert_eq(sh("tmux -L %s new-session -d -s ui -x 120 -y 40 "
+			"\"cd '%s' && %s GPUD_PLUGIN_PATH='%s' '%s' run '%s' --ui auto "
+			"--stats-json '%s/stats.json'; echo exit=\\$? > '%s/exit'; sleep 60\"",
+			sock, dir, env, t_env("FIXTURES"), t_env("GPUD"), job, dir, dir),
+		     0, "tmux would not start");
+}
+
+/* Waits (up to 60 s) for the run in tmux to end. */
+static void wait_exit(const char *dir)
+{
+	for (int i = 0; i < 600; i++) {
+		char *e = t_read_in(dir, "exit");
+		if (e) {
+			free(e);
+			return;
+		}
+		usleep(100000);
+	}
+	cr_assert_fail("the run did not end");
+}
+
+static char *job(const char *dir, const char *worker_extra, int tasks)
+{
+	char *text;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0,1,2,3\nmax_worker_restarts = 100\n"
+				  "[worker]\nplugin = faulty\nsleep_us = 20000\n%s\n"
+				  "[generator]\nplugin = range\nstop = %d\n"
+				  "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   worker_extra, tasks, dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	free(text);
+	return path;
+}
+
+Test(ui, dashboard_in_a_terminal, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "fail_every = 37\ncrash_every = 101\nprint_every = 50", 600);
+	start_in_tmux(dir, "", path);
+	/* A frame mid-run with a failure already shown and a worker at work. */
+	free(pane_with(dir, "failed on worker", 10));
+	char *pane = pane_with(dir, "processing", 5);
+	cr_expect(strstr(pane, "4 workers on 4 GPUs"), "%s", pane);
+	cr_expect(strstr(pane, "ETA"), "%s", pane);
+	cr_expect(strstr(pane, "/600"), "progress against the total: %s", pane);
+	cr_expect(strstr(pane, "[#"), "a bar: %s", pane);
+	cr_expect(strstr(pane, "processing"), "%s", pane);
+	cr_expect(strstr(pane, "GPU WORKER  STATUS"), "%s", pane);
+	cr_expect(strstr(pane, "queue "), "%s", pane);
+	cr_expect(strstr(pane, "failed on worker"), "failures shown: %s", pane);
+	cr_expect(strstr(pane, "worker output: "), "%s", pane);
+	cr_expect(!strstr(pane, "faulty prints"), "worker output kept off the screen: %s", pane);
+	free(pane);
+
+	wait_exit(dir);
+	usleep(200000);
+	pane = capture(dir, false);
+	cr_expect(strstr(pane, "|  done"), "the final frame stays: %s", pane);
+	cr_expect(strstr(pane, "600/600  100.0%"), "%s", pane);
+	cr_expect(strstr(pane, "finished"), "%s", pane);
+	cr_expect(strstr(pane, "gpud: 600 tasks: "), "the summary: %s", pane);
+
+	/* The worker output went to the log files the screen named. */
+	const char *w = strstr(pane, "worker output: ");
+	cr_assert(w);
+	char logdir[512];
+	cr_assert_eq(sscanf(w, "worker output: %511[^ ]", logdir), 1);
+	*strstr(logdir, "/worker-<id>.log") = '\0';
+	cr_expect_eq(sh("cat '%s'/worker-*.log | grep -c 'faulty prints for input' | grep -qx 12",
+			logdir), 0, "12 prints (every 50th of 600) in %s", logdir);
+	free(pane);
+
+	/* The stats JSON against the sink's own count. */
+	char *js = t_read_in(dir, "stats.json");
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(js && out);
+	unsigned long ok, failed;
+	cr_assert_eq(sscanf(strstr(js, "\"ok\": "), "\"ok\": %lu", &ok), 1);
+	cr_assert_eq(sscanf(strstr(js, "\"failed\": "), "\"failed\": %lu", &failed), 1);
+	cr_expect_eq(ok, t_count_lines(out, "{\"task_id\": ") - failed);
+	size_t lines_failed = 0;
+	for (const char *p = out; (p = strstr(p, "\"status\": \"error\"")); p++)
+		lines_failed++;
+	cr_expect_eq(failed, lines_failed, "stats %lu failed, the sink %zu", failed, lines_failed);
+	cr_expect(strstr(js, "\"gpus\": [{\"gpu_id\": 0"), "%s", js);
+	free(js);
+	free(out);
+	stop_tmux();
+}
+
+Test(ui, colours_only_without_no_color, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", 200);
+	start_in_tmux(dir, "NO_COLOR=1", path);
+	free(pane_with(dir, "processing", 10));
+	char *pane = capture(dir, true);
+	cr_expect(strstr(pane, "GPU WORKER"), "%s", pane);
+	cr_expect(!strstr(pane, "\033[32m") && !strstr(pane, "\033[31m"), "NO_COLOR honoured");
+	free(pane);
+	wait_exit(dir);
+	stop_tmux();
+
+	dir = t_tmpdir();
+	path = job(dir, "", 200);
+	start_in_tmux(dir, "TERM=xterm-256color", path);
+	free(pane_with(dir, "processing", 10));
+	pane = capture(dir, true);
+	cr_expect(strstr(pane, "GPU WORKER"), "%s", pane);
+	cr_expect(strchr(pane, '\033'), "colours on a colour terminal");
+	free(pane);
+	wait_exit(dir);
+	stop_tmux();
+}
+
+Test(ui, plain_mode_lines, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 10000\n"
+				  "fail_every = 10\nprint_every = 100\n"
+				  "[generator]\nplugin = range\nstop = 300\n"
+				  "[sink]\nplugin = null\n[ui]\nplain_interval = 0.5\n") > 0);
+	char *path = t_write(dir, "job.ini", text);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
+	char *err = t_read_in(dir, "err");
+	cr_expect_geq(t_count_lines(err, "gpud: [0:0"), 2, "progress lines each interval: %s", err);
+	cr_expect(strstr(err, "/300 ("), "%s", err);
+	cr_expect(strstr(err, "gpud: task 9 failed on worker"), "each failure a line: %s", err);
+	cr_expect_eq(t_count_lines(err, "[worker "), 3, "worker output prefixed: %s", err);
+	cr_expect(strstr(err, "] faulty prints for input 99"), "%s", err);
+	free(err);
+	free(text);
+	free(path);
+}
+
+Test(ui, plain_mode_rate_limits_failures, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+					     "fail_every = 1\n[generator]\nplugin = range\n"
+					     "stop = 5000\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
+	char *err = t_read_in(dir, "err");
+	cr_expect_lt(t_count_lines(err, "gpud: task "), 200, "not 5000 lines");
+	cr_expect(strstr(err, "more failures not shown"), "%s", err);
+	cr_expect(strstr(err, "failed 5000"), "the count is still whole: %s", err);
+	free(err);
+	free(path);
+}
+
+Test(ui, off_prints_only_the_summary)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+					     "fail_every = 2\n[generator]\nplugin = range\n"
+					     "stop = 100\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off", path), 1);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	cr_expect(strstr(err, "gpud: 100 tasks: 50 ok, 50 failed"), "%s", err);
+	free(err);
+	free(path);
+}
