@@ -113,6 +113,21 @@ Test(ui, dashboard_in_a_terminal, .timeout = 120)
 	cr_expect(!strstr(pane, "faulty prints"), "worker output kept off the screen: %s", pane);
 	free(pane);
 
+	/* Narrowed mid-run: lines are cut to the new width, not wrapped (the title's
+	 * continuation would push the bar off the second row). */
+	sh("tmux -L %s resize-window -t ui -x 60", sock);
+	usleep(800000);
+	pane = capture(dir, false);
+	char *second = strchr(pane, '\n');
+	cr_assert(second, "%s", pane);
+	cr_expect(strncmp(pane, "gpud", 4) == 0 && second[1] == '[', "after a resize: %s", pane);
+	for (char *l = pane; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		size_t len = strchr(l, '\n') ? (size_t)(strchr(l, '\n') - l) : strlen(l);
+		cr_expect_leq(len, 60, "a line wider than the terminal: %.*s", (int)len, l);
+	}
+	free(pane);
+	sh("tmux -L %s resize-window -t ui -x 120", sock);
+
 	wait_exit(dir);
 	usleep(200000);
 	pane = capture(dir, false);
