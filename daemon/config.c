@@ -312,6 +312,32 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			snprintf(why, sizeof why, "expected true or false");
 			bad = 1;
 		}
+	} else if (strcmp(k, "batch_size") == 0) {
+		if (parse_u64(v, 1, CFG_MAX_BATCH, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to %d", CFG_MAX_BATCH);
+			bad = 1;
+		}
+		c->batch_size = (unsigned)u;
+	} else if (strcmp(k, "batch_wait_ms") == 0) {
+		char *end;
+		errno = 0;
+		double d = strtod(v, &end);
+		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 60000) {
+			snprintf(why, sizeof why, "expected milliseconds from 0 to 60000");
+			bad = 1;
+		}
+		c->batch_wait_ms = d;
+	} else if (strcmp(k, "pin_memory") == 0) {
+		if (!strcmp(v, "auto"))
+			c->pin_memory = CFG_PIN_AUTO;
+		else if (!strcmp(v, "on") || !strcmp(v, "true"))
+			c->pin_memory = CFG_PIN_ON;
+		else if (!strcmp(v, "off") || !strcmp(v, "false"))
+			c->pin_memory = CFG_PIN_OFF;
+		else {
+			snprintf(why, sizeof why, "expected auto, on or off");
+			bad = 1;
+		}
 	} else if (strcmp(k, "log_dir") == 0) {
 		free(c->log_dir);
 		c->log_dir = resolve_from(p, c, r);
@@ -324,7 +350,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	} else {
 		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
 			"task_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
-			"max_retries, max_worker_restarts, ordered, log_dir)",
+			"max_retries, max_worker_restarts, ordered, log_dir, batch_size, batch_wait_ms, "
+			"pin_memory)",
 		     where(p, r, loc, sizeof loc), k);
 		return -1;
 	}
@@ -560,6 +587,7 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.max_worker_restarts = 3,
 		.cleanup_timeout = 30,
 		.refresh_rate = 4,
+		.batch_size = 1,
 		.plain_interval = 5,
 	};
 	c->path = strdup(path);

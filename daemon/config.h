@@ -13,6 +13,9 @@
 #define CFG_MAX_GPUS 1024
 #define CFG_MAX_WORKERS 4096
 #define CFG_MAX_QUEUE (1u << 24)
+#define CFG_MAX_BATCH 65536
+
+enum { CFG_PIN_AUTO = 0, CFG_PIN_ON = 1, CFG_PIN_OFF = 2 }; /* = enum shm_pin */
 
 /* A plugin section: [worker], [generator] or [sink]. */
 struct cfg_section {
@@ -43,6 +46,9 @@ struct cfg {
 	unsigned max_retries;
 	unsigned max_worker_restarts; /* per GPU */
 	bool ordered;  /* deliver outcomes to the sink in task-id order */
+	unsigned batch_size;    /* most tasks per gpud_worker_process_batch call */
+	double batch_wait_ms;   /* how long a worker waits to fill a batch */
+	int pin_memory;         /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
 	char *log_dir; /* where the dashboard puts worker output; NULL = a default */
 
 	/* [ui] */

@@ -21,7 +21,7 @@
 
 #define WINDOW_S 5e-3
 
-static const uint32_t result_kinds[] = {REC_OK, REC_FAIL, 0};
+static const uint32_t result_kinds[] = {REC_OK, REC_FAIL, REC_SKIP, 0};
 
 /* Reports GPUD_TASK_START for every task the worker has begun since the last call. */
 static unsigned emit_starts(struct host *h, struct host_worker *w)
@@ -59,6 +59,9 @@ static void update_window(struct host *h, struct host_worker *w)
 	double want = per > 0 ? WINDOW_S / per : (double)max;
 	if (want < 1)
 		want = 1;
+	/* A batching worker may hold a whole batch, so that batches can fill. */
+	if (want < h->cfg->batch_size)
+		want = h->cfg->batch_size;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
 
@@ -78,6 +81,10 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	int rc;
 	while ((rc = ring_check(&w->results, &w->result_tail, head, result_kinds, max_payload, &r,
 				&why)) == 1) {
+		if (r->kind == REC_SKIP) { /* the unused end of a batch's result slot */
+			w->result_tail += ring_span(r->size);
+			continue;
+		}
 		struct shm_rec *t = ring_peek(&w->tasks, &w->task_free, w->task_head);
 		if (!t || t->task_id != r->task_id) {
 			rc = -1;

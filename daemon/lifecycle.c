@@ -97,18 +97,25 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 {
 	char how[64], msg[SHM_MSG_MAX];
 	uint64_t started = atomic_load(&w->ctl->task_tail);
+	uint64_t run_from = atomic_load(&w->ctl->run_from);
 	bool busy = atomic_load(&w->ctl->busy_since_ns) != 0;
 	uint64_t pos = w->task_free;
 	struct shm_rec *t;
 
 	how_it_ended(status, how, sizeof how);
+	/* Positions written by the dead process: keep them inside what we gave it. */
 	if (started - w->task_free > w->task_head - w->task_free)
 		started = w->task_free;
+	if (run_from - w->task_free > started - w->task_free)
+		run_from = started;
 	while ((t = ring_peek(&w->tasks, &pos, w->task_head))) {
 		uint64_t span = ring_span(t->size);
+		/* The call it was in: [run_from, started), one task or a whole batch. Tasks
+		 * before it finished, but their results never reached us: they run again. */
+		bool in_call = pos >= run_from && pos < started;
 		if (h->killing) {
 			h->stats.not_run++;
-		} else if (pos + span == started && (busy || w->timed_out)) {
+		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				w->timeouts++;
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (GPU %d)",
@@ -129,7 +136,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		h->in_flight--;
 	}
 	w->outstanding = 0;
-	if (!w->timed_out && !h->killing)
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
+		       w->index, w->gpu_id, w->ctl->message);
+	else if (!w->timed_out && !h->killing)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
 }
 

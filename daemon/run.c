@@ -20,13 +20,24 @@
 
 #define ERRLEN 2048
 
-/* Resolves gpus = all through a helper process (the host never touches CUDA). */
+/* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
+ * Listed ids: checked against the devices where CUDA works; where it does not, they
+ * stay as given (simulated GPUs: the plugin decides what an id means). */
 static int resolve_gpus(struct cfg *c, const char *worker_exe)
 {
 	char err[ERRLEN];
-	if (!c->gpus_all)
-		return 0;
 	int n = spawn_count_gpus(worker_exe, err, sizeof err);
+	if (!c->gpus_all) {
+		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
+			if (c->gpus[i] >= n) {
+				fprintf(stderr, "gpud: %s: [job] gpus lists GPU %d, but this machine has "
+						"%d CUDA device%s (0 to %d)\n",
+					c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
+				return -1;
+			}
+		}
+		return 0;
+	}
 	if (n < 0) {
 		fprintf(stderr, "gpud: %s: %s\n", c->path, err);
 		return -1;

@@ -48,6 +48,7 @@ void shm_reset_worker(struct host *h, struct host_worker *w)
 	atomic_store(&c->task_tail, 0);
 	atomic_store(&c->busy_since_ns, 0);
 	atomic_store(&c->cur_task, 0);
+	atomic_store(&c->run_from, 0);
 	atomic_store(&c->result_head, 0);
 	atomic_store(&c->result_tail, 0);
 	atomic_store(&c->bell.sleeping, 0);
@@ -73,8 +74,11 @@ int shm_create(struct host *h)
 	uint64_t small = 2 * SHM_REC_HDR * per_worker_queue;
 
 	h->task_need = ring_span(c->max_task_bytes);
-	uint64_t task_cap = ring_capacity_for(h->task_need, small > MIN_RING ? small : MIN_RING);
-	uint64_t result_cap = ring_capacity_for(ring_span(res_payload),
+	/* A batching worker holds a whole batch of tasks, and reserves a full result slot
+	 * for each before the call. */
+	uint64_t batch = c->batch_size;
+	uint64_t task_cap = ring_capacity_for(h->task_need * batch, small > MIN_RING ? small : MIN_RING);
+	uint64_t result_cap = ring_capacity_for(ring_span(res_payload) * batch,
 						small > MIN_RING ? small : MIN_RING);
 	size_t blob = config_blob(h, NULL);
 
@@ -125,6 +129,9 @@ int shm_create(struct host *h)
 		.n_args = (uint32_t)c->worker.count,
 		.max_task_bytes = c->max_task_bytes,
 		.max_result_bytes = c->max_result_bytes,
+		.batch_size = c->batch_size,
+		.pin_memory = (uint32_t)c->pin_memory,
+		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
 	};
 	config_blob(h, (char *)m + config_off);
 

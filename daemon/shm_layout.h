@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC UINT64_C(0x316d687364757067) /* "gpudshm1", little-endian */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_LINE 64u
 #define SHM_REC_HDR 64u
 #define SHM_MSG_MAX 1024u
@@ -41,7 +41,17 @@ enum shm_rec_kind {
 	REC_TASK = 0x5441534bu, /* "TASK": a task's input */
 	REC_OK = 0x524f4b21u,   /* "ROK!": a result */
 	REC_FAIL = 0x52464149u, /* "RFAI": a failed task; payload = message (no NUL) */
+	REC_SKIP = 0x534b4950u, /* "SKIP": filler to skip; a batch's unused result space */
 };
+
+/* shm_header.pin_memory */
+enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
+
+/* A worker's exit status after gpud_task_fatal(): its message is in shm_worker.message. */
+#define WORKER_EXIT_FATAL 70
+
+/* REC_FAIL flags */
+#define REC_FLAG_FATAL 1u /* the plugin marked the worker unusable (gpud_task_fatal) */
 
 /* The head of every record in either ring. */
 struct shm_rec {
@@ -49,7 +59,7 @@ struct shm_rec {
 	uint32_t kind;    /* enum shm_rec_kind */
 	uint32_t size;    /* payload bytes after the header */
 	uint32_t attempt; /* 0 on a task's first run */
-	uint32_t _pad0;
+	uint32_t flags;   /* REC_FLAG_* */
 	double seconds;   /* results: time spent in process() */
 	uint8_t _pad1[32];
 };
@@ -80,7 +90,9 @@ struct shm_worker {
 	_Atomic uint64_t task_tail;     /* ring position past the task it runs or ran */
 	_Atomic uint64_t busy_since_ns; /* CLOCK_MONOTONIC when process() began; 0 idle */
 	_Atomic uint64_t cur_task;      /* id of the task it runs */
-	uint8_t _pad1[40];
+	_Atomic uint64_t run_from;      /* ring position of the first task of the current call
+					   (a batch runs [run_from, task_tail) together) */
+	uint8_t _pad1[32];
 	/* line 2, worker, once per burst */
 	_Atomic uint64_t result_head;
 	uint8_t _pad2[56];
@@ -117,13 +129,18 @@ struct shm_header {
 	uint32_t n_args;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;
-	uint8_t _pad0[60];
+	uint32_t batch_size;    /* most tasks a gpud_worker_process_batch call gets */
+	uint32_t pin_memory;    /* CFG_PIN_AUTO / ON / OFF: cudaHostRegister the rings */
+	uint32_t _pad0;
+	uint64_t batch_wait_ns; /* how long to wait to fill a batch */
+	uint8_t _pad1[40];
 	/* line 2: wakes the host; every worker may ring it */
 	struct shm_doorbell host_bell;
 };
 
 _Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
 _Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");
+_Static_assert(offsetof(struct shm_rec, flags) == 20, "shm_rec layout");
 _Static_assert(sizeof(struct shm_doorbell) == SHM_LINE, "doorbell is one line");
 _Static_assert(offsetof(struct shm_worker, task_tail) == 1 * SHM_LINE, "line 1");
 _Static_assert(offsetof(struct shm_worker, result_head) == 2 * SHM_LINE, "line 2");
@@ -134,6 +151,7 @@ _Static_assert(offsetof(struct shm_worker, message) == 6 * SHM_LINE, "message");
 _Static_assert(sizeof(struct shm_worker) == 6 * SHM_LINE + SHM_MSG_MAX, "shm_worker size");
 _Static_assert(sizeof(struct shm_worker) % SHM_LINE == 0, "workers stay line-aligned");
 _Static_assert(offsetof(struct shm_header, max_result_bytes) == 64, "shm_header layout");
+_Static_assert(offsetof(struct shm_header, batch_wait_ns) == 80, "shm_header layout");
 _Static_assert(offsetof(struct shm_header, host_bell) == 2 * SHM_LINE, "host bell on line 2");
 _Static_assert(sizeof(struct shm_header) == 3 * SHM_LINE, "shm_header size");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "atomics");

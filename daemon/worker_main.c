@@ -49,10 +49,19 @@ struct worker {
 
 	struct plugin plugin;
 	int (*process)(void *, struct gpud_task *);
+	int (*process_batch)(void *, struct gpud_task *, size_t);
 	int (*cleanup)(void *, struct gpud_error *);
 	void *state;
 	struct gpud_kv *kv;
 	struct gpud_args args;
+	uint64_t flags; /* GPUD_WORKER_* */
+
+	/* one call's tasks: batch_size of each */
+	uint32_t batch;
+	struct gpud_task *t;
+	struct shm_rec **in, **out;
+	struct gpud_error *err;
+	char fatal[SHM_MSG_MAX];
 };
 
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
@@ -76,6 +85,12 @@ static bool task_or_stop(void *ctx)
 	struct worker *w = ctx;
 	return atomic_load_explicit(&w->ctl->task_head, memory_order_acquire) != w->task_tail ||
 	       atomic_load_explicit(&w->ctl->stop, memory_order_acquire);
+}
+
+static bool more_tasks(void *ctx)
+{
+	struct worker *w = ctx;
+	return atomic_load_explicit(&w->ctl->task_head, memory_order_acquire) != w->task_head;
 }
 
 static bool result_space(void *ctx)
@@ -109,77 +124,161 @@ static struct shm_rec *next_task(struct worker *w, uint64_t *now)
 	}
 }
 
-static struct shm_rec *reserve_result(struct worker *w, uint64_t now)
+/* Room for one more result at *head (the private head of this call's slots). */
+static struct shm_rec *reserve_result(struct worker *w, uint64_t *head)
 {
 	for (;;) {
-		struct shm_rec *r = ring_reserve(&w->results, &w->result_head, w->result_tail,
-						 w->result_need);
+		struct shm_rec *r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
 		if (r)
 			return r;
 		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
-		r = ring_reserve(&w->results, &w->result_head, w->result_tail, w->result_need);
+		r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
 		if (r)
 			return r;
 		/* Full: the host must see our results to free space. */
-		publish(w, now);
+		publish(w, wait_now_ns());
+		atomic_store_explicit(&w->ctl->busy_since_ns, 0, memory_order_relaxed);
 		wait_until(&w->ctl->bell, result_space, w, 0);
 		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
 	}
 }
 
+static _Noreturn void finish(int status);
+
+/* Gathers up to w->batch tasks after `first`, waiting at most batch_wait_ns for more. */
+static uint32_t gather(struct worker *w, struct shm_rec *first)
+{
+	uint32_t n = 0;
+	uint64_t pos = w->task_tail;
+	uint64_t deadline = 0;
+	w->in[n++] = first;
+	pos += ring_span(first->size);
+	while (n < w->batch) {
+		struct shm_rec *t = ring_peek(&w->tasks, &pos, w->task_head);
+		if (!t) {
+			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+			if (w->task_head != pos)
+				continue;
+			if (!w->hdr->batch_wait_ns ||
+			    atomic_load_explicit(&w->ctl->stop, memory_order_acquire))
+				break;
+			uint64_t now = wait_now_ns();
+			if (!deadline)
+				deadline = now + w->hdr->batch_wait_ns;
+			if (now >= deadline)
+				break;
+			if (w->pending)
+				publish(w, now);
+			wait_until(&w->ctl->bell, more_tasks, w, deadline);
+			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+			continue;
+		}
+		w->in[n++] = t;
+		pos += ring_span(t->size);
+	}
+	return n;
+}
+
+/* Writes task i's result record (and, in a batch slot, a filler over the rest). */
+static void finish_result(struct worker *w, uint32_t i, int rc, double seconds, bool slot)
+{
+	struct gpud_task *task = &w->t[i];
+	struct shm_rec *r = w->out[i], *t = w->in[i];
+	struct gpud_error *err = &w->err[i];
+	uint32_t max_result = w->hdr->max_result_bytes;
+
+	r->task_id = t->task_id;
+	r->attempt = t->attempt;
+	r->seconds = seconds;
+	r->flags = 0;
+	if (task->failed || rc != 0) {
+		if (!err->message[0])
+			snprintf(err->message, sizeof err->message, "%s returned %d without a message",
+				 slot ? "process_batch()" : "process()", rc);
+		r->kind = REC_FAIL;
+		r->size = (uint32_t)strnlen(err->message, sizeof err->message);
+		memcpy(ring_payload(r), err->message, r->size);
+		if (task->failed == GPUD_TASK_FATAL) {
+			r->flags = REC_FLAG_FATAL;
+			memcpy(w->fatal, err->message, sizeof w->fatal);
+		}
+	} else if (task->result.size > max_result) {
+		r->kind = REC_FAIL;
+		r->size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
+					     "result of %zu bytes exceeds max_result_bytes (%u)",
+					     task->result.size, max_result);
+	} else {
+		r->kind = REC_OK;
+		r->size = (uint32_t)task->result.size;
+	}
+	if (slot) {
+		/* The slot was reserved at full size: skip over what this result left. */
+		uint64_t used = ring_span(r->size);
+		if (used < w->result_need) {
+			struct shm_rec *f = (struct shm_rec *)((uint8_t *)r + used);
+			f->kind = REC_SKIP;
+			f->size = (uint32_t)(w->result_need - used - SHM_REC_HDR);
+		}
+	}
+}
+
 static void run_tasks(struct worker *w)
 {
-	struct gpud_error err;
-	uint32_t max_result = w->hdr->max_result_bytes;
 	uint64_t now = wait_now_ns();
 
 	for (;;) {
-		struct shm_rec *t = next_task(w, &now);
-		if (!t)
+		struct shm_rec *first = next_task(w, &now);
+		if (!first)
 			break;
-		uint64_t span = ring_span(t->size);
-		struct shm_rec *r = reserve_result(w, now);
+		uint32_t n = w->batch > 1 ? gather(w, first) : (w->in[0] = first, 1);
+		bool slots = w->process_batch != NULL;
 
-		/* Tell the host which task runs, since when (timeouts, starts, dashboard). */
-		atomic_store_explicit(&w->ctl->cur_task, t->task_id, memory_order_relaxed);
+		/* Result space for every task of the call, before the call. */
+		uint64_t head = w->result_head;
+		for (uint32_t i = 0; i < n; i++) {
+			w->out[i] = reserve_result(w, &head);
+			head += slots ? w->result_need : 0;
+		}
+		uint64_t span = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			struct shm_rec *t = w->in[i];
+			w->err[i].message[0] = '\0';
+			w->t[i] = (struct gpud_task){
+				.id = t->task_id,
+				.input = ring_payload(t),
+				.input_size = t->size,
+				.result = {.data = ring_payload(w->out[i]), .size = 0,
+					   .capacity = w->hdr->max_result_bytes},
+				.error = &w->err[i],
+				.attempt = (int)t->attempt,
+			};
+			span += ring_span(t->size);
+		}
+
+		/* Tell the host which tasks run, since when (timeouts, starts, dashboard). */
+		atomic_store_explicit(&w->ctl->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->ctl->busy_since_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&w->ctl->run_from, w->task_tail, memory_order_relaxed);
 		atomic_store_explicit(&w->ctl->task_tail, w->task_tail + span, memory_order_release);
 
-		struct gpud_task task = {
-			.id = t->task_id,
-			.input = ring_payload(t),
-			.input_size = t->size,
-			.result = {.data = ring_payload(r), .size = 0, .capacity = max_result},
-			.error = &err,
-			.attempt = (int)t->attempt,
-		};
-		err.message[0] = '\0';
-		int rc = w->process(w->state, &task);
+		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
 		uint64_t end = wait_now_ns();
+		double each = (double)(end - now) * 1e-9 / n;
 
-		r->task_id = t->task_id;
-		r->attempt = t->attempt;
-		r->seconds = (double)(end - now) * 1e-9;
-		if (rc != 0 || task.failed) {
-			if (!err.message[0])
-				snprintf(err.message, sizeof err.message,
-					 "process() returned %d without a message", rc);
-			r->kind = REC_FAIL;
-			r->size = (uint32_t)strnlen(err.message, sizeof err.message);
-			memcpy(ring_payload(r), err.message, r->size);
-		} else if (task.result.size > max_result) {
-			r->kind = REC_FAIL;
-			r->size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
-						     "result of %zu bytes exceeds max_result_bytes (%u)",
-						     task.result.size, max_result);
-		} else {
-			r->kind = REC_OK;
-			r->size = (uint32_t)task.result.size;
-		}
-		w->result_head += ring_span(r->size);
+		for (uint32_t i = 0; i < n; i++)
+			finish_result(w, i, rc, each, slots);
+		w->result_head = slots ? head : w->result_head + ring_span(w->out[0]->size);
 		w->task_tail += span;
 		now = end;
-		if (++w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS)
+		w->pending += n;
+		if (w->fatal[0]) {
+			/* The plugin says this process is beyond repair: hand over the results,
+			 * then leave; the host starts a fresh worker. */
+			publish(w, end);
+			snprintf(w->ctl->message, sizeof w->ctl->message, "%s", w->fatal);
+			finish(WORKER_EXIT_FATAL);
+		}
+		if (w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS || slots)
 			publish(w, end);
 	}
 	if (w->pending)
@@ -331,6 +430,8 @@ static int map_shm(struct worker *w, int fd, long index)
 	return 0;
 }
 
+static int pin_rings(struct worker *w, char *why, size_t len);
+
 static int run(int fd, long index, long host_pid)
 {
 	struct worker w = {0};
@@ -368,12 +469,30 @@ static int run(int fd, long index, long host_pid)
 								     "gpud_worker_process");
 	w.cleanup = (int (*)(void *, struct gpud_error *))loader_sym(&w.plugin,
 								      "gpud_worker_cleanup");
+	w.process_batch = (int (*)(void *, struct gpud_task *, size_t))loader_sym(
+		&w.plugin, "gpud_worker_process_batch");
+	w.batch = w.process_batch && w.hdr->batch_size > 1 ? w.hdr->batch_size : 1;
+	w.t = calloc(w.batch, sizeof *w.t);
+	w.in = calloc(w.batch, sizeof *w.in);
+	w.out = calloc(w.batch, sizeof *w.out);
+	w.err = malloc(w.batch * sizeof *w.err);
+	if (!w.t || !w.in || !w.out || !w.err) {
+		set_state(&w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
+		finish(1);
+	}
+	int pinned = pin_rings(&w, msg, sizeof msg);
+	if (pinned < 0) {
+		set_state(&w, WS_SETUP_FAILED, msg);
+		finish(1);
+	}
 
 	struct gpud_worker_info info = {
 		.worker_id = w.ctl->worker_id,
 		.gpu_id = w.ctl->gpu_id,
 		.seed = w.ctl->seed,
 		.args = &w.args,
+		.flags = pinned ? GPUD_WORKER_PINNED : 0,
+		.batch_size = w.batch,
 	};
 	if (setup(&info, &w.state, &err) != 0) {
 		if (!err.message[0])
@@ -396,6 +515,53 @@ static int run(int fd, long index, long host_pid)
 	}
 	/* No dlclose: a plugin's threads or atexit handlers may still need its code. */
 	finish(0);
+}
+
+/* pin_memory: registers this worker's task and result rings with the CUDA driver, so a
+ * plugin's cudaMemcpyAsync to or from them is a direct DMA. Returns 1 when pinned, 0
+ * when not (off, or auto without the CUDA runtime or with a registration that failed),
+ * -1 with `why` when pin_memory = on and it cannot be done. */
+static int pin_rings(struct worker *w, char *why, size_t len)
+{
+	static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
+					    "/usr/local/cuda/lib64/libcudart.so"};
+	uint32_t mode = w->hdr->pin_memory;
+	void *lib = NULL;
+	if (mode == SHM_PIN_OFF)
+		return 0;
+	/* auto: only when the plugin brought the CUDA runtime in with it, so a plugin that
+	 * does not use CUDA never pays for a CUDA context. */
+	for (size_t i = 0; i < sizeof names / sizeof *names && !lib; i++)
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | (mode == SHM_PIN_AUTO ? RTLD_NOLOAD : 0));
+	if (!lib) {
+		if (mode == SHM_PIN_AUTO)
+			return 0;
+		snprintf(why, len, "pin_memory = on: cannot load the CUDA runtime (libcudart)");
+		return -1;
+	}
+	int (*reg)(void *, size_t, unsigned) =
+		(int (*)(void *, size_t, unsigned))dlsym(lib, "cudaHostRegister");
+	const char *(*name)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorName");
+	const char *(*text)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorString");
+	int (*last)(void) = (int (*)(void))dlsym(lib, "cudaGetLastError");
+	if (!reg) {
+		if (mode == SHM_PIN_AUTO)
+			return 0;
+		snprintf(why, len, "pin_memory = on: libcudart has no cudaHostRegister");
+		return -1;
+	}
+	/* The two rings are adjacent and page-aligned. */
+	size_t bytes = w->ctl->task_ring_cap + w->ctl->result_ring_cap;
+	int rc = reg(w->tasks.base, bytes, 1 /* cudaHostRegisterPortable */);
+	if (rc == 0)
+		return 1;
+	if (last)
+		last(); /* leave no sticky error behind for the plugin */
+	if (mode == SHM_PIN_AUTO)
+		return 0;
+	snprintf(why, len, "pin_memory = on: cudaHostRegister of the task and result rings failed: %s (%s)",
+		 name ? name(rc) : "error", text ? text(rc) : "?");
+	return -1;
 }
 
 static int check(const char *path)

@@ -44,6 +44,8 @@ Test(abi, offsets)
 	OFF(gpud_worker_info, gpu_id, 4);
 	OFF(gpud_worker_info, seed, 8);
 	OFF(gpud_worker_info, args, 16);
+	OFF(gpud_worker_info, flags, 24);
+	OFF(gpud_worker_info, batch_size, 32);
 	OFF(gpud_task, input, 8);
 	OFF(gpud_task, input_size, 16);
 	OFF(gpud_task, result, 24);
@@ -128,4 +130,22 @@ Test(abi, helpers)
 	cr_expect_eq(gpud_task_fail(&t, "no %d", 5), -1);
 	cr_expect_eq(t.failed, 1);
 	cr_expect_str_eq(e.message, "no 5");
+}
+
+/* ... and as C++, where GPUD_PLUGIN must still export its descriptor. */
+Test(abi, header_works_from_cplusplus)
+{
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "p.cc", "#include <gpud/plugin.h>\n"
+				  "GPUD_PLUGIN(\"worker\", \"cxx\", \"1\");\n"
+				  "GPUD_PLUGIN_DESCRIPTION(\"from C++\");\n"));
+	char *cmd;
+	cr_assert(asprintf(&cmd,
+			   "cd '%s' && g++ -std=c++11 -Wall -Wextra -Werror -shared -fPIC -I'%s' p.cc "
+			   "-o p.so && nm -D p.so > syms && grep -q ' gpud_plugin_info$' syms && "
+			   "grep -q ' gpud_plugin_description$' syms",
+			   dir, t_env("GPUD_HEADER_DIR")) > 0);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a C++ plugin does not export its descriptor");
+	free(cmd);
 }

@@ -58,7 +58,8 @@ static void stop_tmux(void)
 /* Starts gpud in a 120x40 tmux terminal; `env` is put before the command. */
 static void start_in_tmux(const char *dir, const char *env, const char *job)
 {
-	snprintf(sock, sizeof sock, "gpud-test-%d", (int)getpid());
+	static int starts;
+	snprintf(sock, sizeof sock, "gpud-test-%d-%d", (int)getpid(), starts++);
 	cr_assert_eq(sh("tmux -L %s new-session -d -s ui -x 120 -y 40 "
 			"\"cd '%s' && %s GPUD_PLUGIN_PATH='%s' '%s' run '%s' --ui auto "
 			"--stats-json '%s/stats.json'; echo exit=\\$? > '%s/exit'; sleep 60\"",

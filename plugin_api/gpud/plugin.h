@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED and gpud_plugin_description).
+ * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud_worker_info.flags and batch_size, gpud_task_fatal).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -83,14 +84,20 @@ struct gpud_plugin_info {
 	const char *version;
 };
 
+/* In C++ a namespace-scope const has internal linkage: extern "C" gives it C's. */
+#ifdef __cplusplus
+#define GPUD_EXTERN_C extern "C"
+#else
+#define GPUD_EXTERN_C
+#endif
+
 #define GPUD_PLUGIN(kind, name, version)                                                   \
-	GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {GPUD_ABI_MAJOR,      \
-								      GPUD_ABI_MINOR,      \
-								      kind, name, version}
+	GPUD_EXTERN_C GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {       \
+		GPUD_ABI_MAJOR, GPUD_ABI_MINOR, kind, name, version}
 
 /** Optional (ABI 1.1): a one-line description, shown by `gpud plugins`. */
 #define GPUD_PLUGIN_DESCRIPTION(text)                                                      \
-	GPUD_EXPORT const char gpud_plugin_description[] = text
+	GPUD_EXTERN_C GPUD_EXPORT const char gpud_plugin_description[] = text
 
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                              */
@@ -126,18 +133,17 @@ static inline int gpud_fail(struct gpud_error *err, const char *fmt, ...)
 }
 
 /** Reads `key` as a whole decimal (or 0x hex) number into *out; *out = fallback when
- *  the key is absent. Returns 0, or -1 with a message naming the key when the value is
- *  not a number or out of range. */
+ *  the key is absent or the value bad. Returns 0, or -1 with a message naming the key
+ *  when the value is not a number or out of range. */
 static inline int gpud_arg_parse_long(const struct gpud_args *args, const char *key,
 				      long fallback, long *out, struct gpud_error *err)
 {
 	const char *v = gpud_arg(args, key, NULL);
 	char *end = NULL;
 	long n;
-	if (!v) {
-		*out = fallback;
+	*out = fallback;
+	if (!v)
 		return 0;
-	}
 	errno = 0;
 	n = strtol(v, &end, 0);
 	if (end == v || *end != '\0' || errno == ERANGE)
@@ -154,10 +160,9 @@ static inline int gpud_arg_parse_double(const struct gpud_args *args, const char
 	const char *v = gpud_arg(args, key, NULL);
 	char *end = NULL;
 	double d;
-	if (!v) {
-		*out = fallback;
+	*out = fallback;
+	if (!v)
 		return 0;
-	}
 	d = strtod(v, &end);
 	if (end == v || *end != '\0')
 		return gpud_fail(err, "%s = '%s': not a number", key, v);
@@ -192,8 +197,16 @@ struct gpud_worker_info {
 	int gpu_id;
 	uint64_t seed;
 	const struct gpud_args *args;
-	void *reserved[4]; /* zero; room for later ABI minors */
+	uint64_t flags;    /* (ABI 1.1) GPUD_WORKER_* bits below */
+	unsigned batch_size; /* (ABI 1.1) most tasks a gpud_worker_process_batch call gets */
+	unsigned _pad;
+	void *reserved[2]; /* zero; room for later ABI minors */
 };
+
+/** flags: task inputs and result buffers live in memory registered with the CUDA
+ *  driver (cudaHostRegister, `[job] pin_memory`): cudaMemcpyAsync from task->input or
+ *  into task->result.data is a direct DMA, with no staging copy. Absent: plain memory. */
+#define GPUD_WORKER_PINNED (UINT64_C(1) << 0)
 
 /** One task, as process() sees it.
  *  input/input_size: the generator's bytes, read-only, in shared memory, valid during
@@ -210,6 +223,28 @@ struct gpud_task {
 	int attempt;       /* 0 on the first run of this task, 1 on the first retry... */
 	void *reserved[3]; /* zero; room for later ABI minors */
 };
+
+/** task->failed value set by gpud_task_fatal(). */
+#define GPUD_TASK_FATAL 2
+
+/** (ABI 1.1) Marks `task` failed and this worker unusable (a CUDA error that poisons the
+ *  context, like an illegal address): after this call returns, gpud reports the task
+ *  failed with the message and replaces the worker through its restart path (setup
+ *  runs again in a fresh process). Returns -1. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
+{
+	task->failed = GPUD_TASK_FATAL;
+	if (task->error) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
 
 /** Marks `task` failed with a formatted message; returns -1. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -235,8 +270,11 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 /** Required. Processes one task: returns 0 with task->result filled, or -1 after
  *  gpud_task_fail(). */
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
-/** Optional. Processes n tasks at once; marks failures per task (gpud_task_fail).
- *  Reserved for batching; the 1.0 host calls gpud_worker_process. */
+/** Optional. Processes n tasks at once (1 <= n <= info->batch_size; `[job] batch_size`,
+ *  `batch_wait_ms`). Each task has its own input and its own result buffer; mark
+ *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 fails
+ *  every task of the call. When exported it is called instead of gpud_worker_process,
+ *  also with n = 1. */
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n);
 /** Optional. Called once when the run ends (only after a successful setup); free the
  *  state here. Returns 0, or -1 with err filled (reported as a cleanup-failed event). */

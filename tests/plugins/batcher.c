@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/* Test worker with gpud_worker_process_batch: each result is "<input> n=<n>", n the size
+ * of the call it came in. fail_on, fatal_on (gpud_task_fatal), crash_on (SIGSEGV, the
+ * whole call) take one input number each; sleep_us sleeps once a call. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("worker", "batcher", "1.0");
+
+struct batcher {
+	long fail_on, fatal_on, crash_on, sleep_us;
+	unsigned max;
+};
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err)
+{
+	struct batcher *b = calloc(1, sizeof *b);
+	if (!b)
+		return gpud_fail(err, "batcher: out of memory");
+	b->fail_on = gpud_arg_long(info->args, "fail_on", -1);
+	b->fatal_on = gpud_arg_long(info->args, "fatal_on", -1);
+	b->crash_on = gpud_arg_long(info->args, "crash_on", -1);
+	b->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
+	b->max = info->batch_size;
+	*state = b;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *t, size_t n)
+{
+	struct batcher *b = state;
+	if (n == 0 || n > b->max)
+		abort(); /* the host broke its promise */
+	if (b->sleep_us)
+		usleep((useconds_t)b->sleep_us);
+	for (size_t i = 0; i < n; i++) {
+		char in[32];
+		size_t len = t[i].input_size < sizeof in - 1 ? t[i].input_size : sizeof in - 1;
+		memcpy(in, t[i].input, len);
+		in[len] = '\0';
+		long x = strtol(in, NULL, 10);
+		if (x == b->crash_on)
+			raise(SIGSEGV);
+	}
+	for (size_t i = 0; i < n; i++) {
+		char in[32];
+		size_t len = t[i].input_size < sizeof in - 1 ? t[i].input_size : sizeof in - 1;
+		memcpy(in, t[i].input, len);
+		in[len] = '\0';
+		long x = strtol(in, NULL, 10);
+		if (x == b->fail_on) {
+			gpud_task_fail(&t[i], "batcher: refused %ld", x);
+			continue;
+		}
+		if (x == b->fatal_on) {
+			gpud_task_fatal(&t[i], "batcher: context lost at %ld", x);
+			continue;
+		}
+		int m = snprintf(t[i].result.data, t[i].result.capacity, "%s n=%zu", in, n);
+		t[i].result.size = (size_t)m;
+	}
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+{
+	return gpud_worker_process_batch(state, task, 1);
+}
+
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
+{
+	(void)err;
+	free(state);
+	return 0;
+}
