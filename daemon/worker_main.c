@@ -145,8 +145,9 @@ static struct shm_rec *reserve_result(struct worker *w, uint64_t *head)
 
 static _Noreturn void finish(int status);
 
-/* Gathers up to w->batch tasks after `first`, waiting at most batch_wait_ns for more. */
-static uint32_t gather(struct worker *w, struct shm_rec *first)
+/* Gathers up to w->batch tasks after `first`, waiting at most batch_wait_ns for more;
+ * *end is the ring position after the last one (past any pad between them). */
+static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 {
 	uint32_t n = 0;
 	uint64_t pos = w->task_tail;
@@ -176,6 +177,7 @@ static uint32_t gather(struct worker *w, struct shm_rec *first)
 		w->in[n++] = t;
 		pos += ring_span(t->size);
 	}
+	*end = pos;
 	return n;
 }
 
@@ -230,7 +232,8 @@ static void run_tasks(struct worker *w)
 		struct shm_rec *first = next_task(w, &now);
 		if (!first)
 			break;
-		uint32_t n = w->batch > 1 ? gather(w, first) : (w->in[0] = first, 1);
+		uint64_t end_pos = w->task_tail + ring_span(first->size);
+		uint32_t n = w->batch > 1 ? gather(w, first, &end_pos) : (w->in[0] = first, 1);
 		bool slots = w->process_batch != NULL;
 
 		/* Result space for every task of the call, before the call. */
@@ -239,7 +242,6 @@ static void run_tasks(struct worker *w)
 			w->out[i] = reserve_result(w, &head);
 			head += slots ? w->result_need : 0;
 		}
-		uint64_t span = 0;
 		for (uint32_t i = 0; i < n; i++) {
 			struct shm_rec *t = w->in[i];
 			w->err[i].message[0] = '\0';
@@ -252,14 +254,13 @@ static void run_tasks(struct worker *w)
 				.error = &w->err[i],
 				.attempt = (int)t->attempt,
 			};
-			span += ring_span(t->size);
 		}
 
 		/* Tell the host which tasks run, since when (timeouts, starts, dashboard). */
 		atomic_store_explicit(&w->ctl->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->ctl->busy_since_ns, now, memory_order_relaxed);
 		atomic_store_explicit(&w->ctl->run_from, w->task_tail, memory_order_relaxed);
-		atomic_store_explicit(&w->ctl->task_tail, w->task_tail + span, memory_order_release);
+		atomic_store_explicit(&w->ctl->task_tail, end_pos, memory_order_release);
 
 		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
 		uint64_t end = wait_now_ns();
@@ -267,8 +268,10 @@ static void run_tasks(struct worker *w)
 
 		for (uint32_t i = 0; i < n; i++)
 			finish_result(w, i, rc, each, slots);
-		w->result_head = slots ? head : w->result_head + ring_span(w->out[0]->size);
-		w->task_tail += span;
+		/* `head` is where the last slot was reserved (past any pad the reservation
+		 * wrote): in slot mode already past that slot, otherwise past it after this. */
+		w->result_head = slots ? head : head + ring_span(w->out[0]->size);
+		w->task_tail = end_pos;
 		now = end;
 		w->pending += n;
 		if (w->fatal[0]) {

@@ -304,3 +304,26 @@ Test(run, plugins_command)
 	free(out);
 	cr_expect_eq(t_gpud(dir, "plugins extra"), 2);
 }
+
+/* Small rings wrapped thousands of times: task records, result records and pads. */
+Test(run, rings_wrap_many_times, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	const char *workers[] = {"plugin = echo", "plugin = batcher"};
+	for (int i = 0; i < 2; i++) {
+		char *text;
+		cr_assert(asprintf(&text, "[job]\ngpus = 0,1\nmax_task_bytes = 100\n"
+					  "max_result_bytes = 100\nbatch_size = 8\n[worker]\n%s\n"
+					  "[generator]\nplugin = range\nstop = 300000\n"
+					  "[sink]\nplugin = null\n", workers[i]) > 0);
+		char *path = t_write(dir, "job.ini", text);
+		cr_expect_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0, "%s",
+			     workers[i]);
+		char *js = t_read_in(dir, "s.json");
+		cr_expect(strstr(js, "\"generated\": 300000, \"ok\": 300000,"), "%s: %s", workers[i], js);
+		cr_expect(strstr(js, "\"worker_restarts\": 0,"), "%s: %s", workers[i], js);
+		free(js);
+		free(text);
+		free(path);
+	}
+}
