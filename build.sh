@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 need=(meson ninja-build pkg-config gcc libinih-dev)
 case "${1:-}" in
   demo|bench) ;;
-  test) need+=(libcriterion-dev tmux) ;;
+  test) need+=(g++ libcriterion-dev tmux) ;;
   *) echo "usage: $0 demo|test|bench" >&2; exit 2 ;;
 esac
 

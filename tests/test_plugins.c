@@ -268,9 +268,11 @@ Test(plugins, jsonl_survives_a_host_crash, .timeout = 60)
 				  "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
 			   dir) > 0);
 	char *path = t_write(dir, "job.ini", text);
-	cr_assert(asprintf(&cmd, "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; "
-				 "sleep 1.6; kill -9 $gp; wait $gp; true",
-			   t_env("FIXTURES"), t_env("GPUD"), path) > 0);
+	/* Killed 1.6 s after the first line reached the file (it flushes once a second). */
+	cr_assert(asprintf(&cmd, "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; i=0; "
+				 "while [ ! -s '%s/out.jsonl' ] && [ $i -lt 400 ]; do sleep 0.05; "
+				 "i=$((i+1)); done; sleep 1.6; kill -9 $gp; wait $gp; true",
+			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
 	system(cmd);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_assert(out);

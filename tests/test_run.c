@@ -51,8 +51,10 @@ static char *job(const char *dir, const char *worker_extra, const char *gen, con
 Test(run, ten_thousand_tasks_on_two_gpus_by_two_workers, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	char *path = job(dir, "", "plugin = range\nstop = 10000", "plugin = jsonl", "");
-	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0, "%s", t_read(strcat(strdup(dir), "/err")));
+	/* 100 us a task: long enough that every worker is set up before the work runs
+	 * out, even on a loaded machine (each must show its seed and environment). */
+	char *path = job(dir, "sleep_us = 100", "plugin = range\nstop = 10000", "plugin = jsonl", "");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0, "%s", t_read_in(dir, "err"));
 
 	char *out = t_read_in(dir, "out");
 	cr_assert(out);

@@ -2,6 +2,7 @@
 /* Test worker: reports what it sees. Result:
  *   id=<task> in=<input> seed=<seed> wid=<worker_id> gpu=<gpu_id> cvd=<CUDA_VISIBLE_DEVICES>
  *   env_gpu=<GPUD_GPU_ID> env_wid=<GPUD_WORKER_ID> greeting=<[worker] greeting> pid=<pid>
+ * sleep_us = N sleeps N us a task.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -15,6 +16,7 @@ GPUD_PLUGIN("worker", "probe", "1.0");
 struct probe {
 	struct gpud_worker_info info;
 	const char *greeting;
+	long sleep_us;
 	char env[256];
 };
 
@@ -27,6 +29,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	p->info = *info;
 	/* Copied now: the args live as long as the worker, but be strict. */
 	p->greeting = gpud_arg(info->args, "greeting", "none");
+	p->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	const char *g = getenv("GPUD_GPU_ID");
 	const char *w = getenv("GPUD_WORKER_ID");
@@ -39,6 +42,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
 	struct probe *p = state;
+	if (p->sleep_us)
+		usleep((useconds_t)p->sleep_us);
 	int n = snprintf(task->result.data, task->result.capacity,
 			 "id=%llu in=%.*s seed=%llu wid=%d gpu=%d %s greeting=%s pid=%d",
 			 (unsigned long long)task->id, (int)task->input_size,

@@ -40,6 +40,7 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 		free(r);
 		return gpud_fail(err, "recorder: cannot open %s", path);
 	}
+	setvbuf(r->f, NULL, _IOLBF, 0); /* tests watch the file while the run goes on */
 	r->fail_after = gpud_arg_long(args, "fail_after", -1);
 	*state = r;
 	return 0;
