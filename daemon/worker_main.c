@@ -28,6 +28,8 @@
 
 #include "loader.h"
 #include "ring.h"
+#include "worker_output.h"
+#include "worker_tools.h"
 #include "wait.h"
 
 /* Publish results at least this often, and every PUBLISH_BURST results, so the host
@@ -288,93 +290,10 @@ static void run_tasks(struct worker *w)
 		publish(w, now);
 }
 
-/* Plain mode (GPUD_OUTPUT_PREFIX set): the plugin's output is read back through a pipe
- * and passed on to the real standard error a line at a time, as "[worker K] line". */
-struct prefixer {
-	pthread_t thread;
-	int in, out; /* the pipe's read end; the original standard error */
-	int worker;
-	bool on;
-};
-
-static struct prefixer prefixer;
-
-static void *prefix_lines(void *arg)
-{
-	struct prefixer *p = arg;
-	char buf[8192], line[8192 + 64];
-	size_t have = 0;
-	for (;;) {
-		ssize_t n = read(p->in, buf + have, sizeof buf - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		char *start = buf, *nl;
-		while ((nl = memchr(start, '\n', have - (size_t)(start - buf)))) {
-			int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker,
-					   (int)(nl - start), start);
-			if (write(p->out, line, (size_t)len) < 0)
-				break;
-			start = nl + 1;
-		}
-		have -= (size_t)(start - buf);
-		memmove(buf, start, have);
-		if (have == sizeof buf) { /* a very long line: pass it on in pieces */
-			int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker,
-					   (int)have, buf);
-			if (write(p->out, line, (size_t)len) < 0)
-				break;
-			have = 0;
-		}
-	}
-	if (have) {
-		int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker, (int)have, buf);
-		if (write(p->out, line, (size_t)len) < 0)
-			return NULL;
-	}
-	return NULL;
-}
-
-static void prefix_start(int worker)
-{
-	int fds[2];
-	if (!getenv("GPUD_OUTPUT_PREFIX") || pipe2(fds, O_CLOEXEC) < 0)
-		return;
-	prefixer.out = fcntl(2, F_DUPFD_CLOEXEC, 10);
-	prefixer.in = fds[0];
-	prefixer.worker = worker;
-	dup2(fds[1], 1);
-	dup2(fds[1], 2);
-	close(fds[1]);
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (pthread_create(&prefixer.thread, NULL, prefix_lines, &prefixer) == 0)
-		prefixer.on = true;
-}
-
-/* Before exiting: flush, close our ends of the pipe, let the last lines through. */
-static void prefix_finish(void)
-{
-	if (!prefixer.on)
-		return;
-	fflush(NULL);
-	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	dup2(devnull, 1);
-	dup2(devnull, 2);
-	close(devnull);
-	/* A plugin's own thread or child may still hold the pipe: wait a little, not
-	 * for ever. */
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 1;
-	pthread_timedjoin_np(prefixer.thread, NULL, &ts);
-}
-
 static _Noreturn void finish(int status)
 {
 	fflush(NULL);
-	prefix_finish();
+	output_prefix_finish();
 	_exit(status);
 }
 
@@ -449,7 +368,7 @@ static int run(int fd, long index, long host_pid)
 	/* Ctrl-C reaches the whole process group; the host decides what it means. */
 	signal(SIGINT, SIG_IGN);
 
-	prefix_start((int)index);
+	output_prefix_start((int)index);
 	if (map_shm(&w, fd, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
 		return 1;
@@ -567,99 +486,14 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 	return -1;
 }
 
-static int check(const char *path)
-{
-	struct plugin pl;
-	char err[1200];
-	if (loader_open(&pl, path, LOADER_WORKER, err, sizeof err) < 0) {
-		fprintf(stderr, "%s\n", err);
-		return 2;
-	}
-	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
-	       pl.info->version ? pl.info->version : "?");
-	loader_close(&pl);
-	return 0;
-}
-
-/* Counts CUDA devices through cudart, loaded at run time: this process exists only so
- * the host never creates a CUDA context. Prints the count, or one line naming the CUDA
- * error, and exits 0 or 2. */
-static int count_gpus(void)
-{
-	static const char *const libs[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-					   "/usr/local/cuda/lib64/libcudart.so"};
-	void *lib = NULL;
-	for (size_t i = 0; i < sizeof libs / sizeof *libs && !lib; i++)
-		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		fprintf(stderr, "gpus = all: the CUDA runtime (libcudart) is not installed\n");
-		return 2;
-	}
-	int (*get_count)(int *) = (int (*)(int *))dlsym(lib, "cudaGetDeviceCount");
-	const char *(*get_name)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorName");
-	const char *(*get_string)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorString");
-	if (!get_count) {
-		fprintf(stderr, "gpus = all: libcudart has no cudaGetDeviceCount\n");
-		return 2;
-	}
-	int n = 0; /* cudart leaves it untouched on error */
-	int rc = get_count(&n);
-	if (rc != 0) {
-		fprintf(stderr, "gpus = all: no CUDA device usable: %s (%s)\n",
-			get_name ? get_name(rc) : "error", get_string ? get_string(rc) : "?");
-		return 2;
-	}
-	if (n <= 0) {
-		fprintf(stderr, "gpus = all: no CUDA device found\n");
-		return 2;
-	}
-	printf("%d\n", n);
-	return 0;
-}
-
-/* One line, tab-separated: kind, name, version, description. The plugin is checked
- * as fully as a run would (descriptor and required symbols). */
-static int describe(const char *path)
-{
-	static const enum loader_kind kinds[] = {LOADER_WORKER, LOADER_GENERATOR, LOADER_SINK};
-	struct plugin pl;
-	char err[1200];
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		fprintf(stderr, "cannot load: %s\n", dlerror());
-		return 2;
-	}
-	const struct gpud_plugin_info *info = dlsym(h, "gpud_plugin_info");
-	const char *desc = dlsym(h, "gpud_plugin_description");
-	if (!info || !info->kind) {
-		fprintf(stderr, "not a gpud plugin (no gpud_plugin_info)\n");
-		return 2;
-	}
-	for (size_t i = 0; i < 3; i++) {
-		if (strcmp(info->kind, loader_kind_name(kinds[i])) != 0)
-			continue;
-		if (loader_open(&pl, path, kinds[i], err, sizeof err) < 0) {
-			fprintf(stderr, "%s\n", err);
-			return 2;
-		}
-		printf("%s\t%s\t%s\t%s\n", info->kind, info->name ? info->name : "?",
-		       info->version ? info->version : "?", desc ? desc : "");
-		loader_close(&pl);
-		dlclose(h);
-		return 0;
-	}
-	fprintf(stderr, "unknown plugin kind '%s'\n", info->kind);
-	return 2;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--describe") == 0)
-		return describe(argv[2]);
+		return worker_describe(argv[2]);
 	if (argc == 2 && strcmp(argv[1], "--count-gpus") == 0)
-		return count_gpus();
+		return worker_count_gpus();
 	if (argc == 3 && strcmp(argv[1], "--check") == 0)
-		return check(argv[2]);
+		return worker_check(argv[2]);
 	if (argc == 5 && strcmp(argv[1], "--run") == 0)
 		return run(atoi(argv[2]), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10));
 	fprintf(stderr, "gpud-worker is started by gpud; it is not meant to be run by hand.\n");

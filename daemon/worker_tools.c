@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* gpud-worker's helper modes: short-lived processes that load what the host must not
+ * (a worker plugin, the CUDA runtime) and report on it. */
+#define _GNU_SOURCE
+#include "worker_tools.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loader.h"
+
+int worker_check(const char *path)
+{
+	struct plugin pl;
+	char err[1200];
+	if (loader_open(&pl, path, LOADER_WORKER, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 2;
+	}
+	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
+	       pl.info->version ? pl.info->version : "?");
+	loader_close(&pl);
+	return 0;
+}
+
+/* Counts CUDA devices through cudart, loaded at run time: this process exists only so
+ * the host never creates a CUDA context. Prints the count, or one line naming the CUDA
+ * error, and exits 0 or 2. */
+int worker_count_gpus(void)
+{
+	static const char *const libs[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+					   "/usr/local/cuda/lib64/libcudart.so"};
+	void *lib = NULL;
+	for (size_t i = 0; i < sizeof libs / sizeof *libs && !lib; i++)
+		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		fprintf(stderr, "gpus = all: the CUDA runtime (libcudart) is not installed\n");
+		return 2;
+	}
+	int (*get_count)(int *) = (int (*)(int *))dlsym(lib, "cudaGetDeviceCount");
+	const char *(*get_name)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorName");
+	const char *(*get_string)(int) = (const char *(*)(int))dlsym(lib, "cudaGetErrorString");
+	if (!get_count) {
+		fprintf(stderr, "gpus = all: libcudart has no cudaGetDeviceCount\n");
+		return 2;
+	}
+	int n = 0; /* cudart leaves it untouched on error */
+	int rc = get_count(&n);
+	if (rc != 0) {
+		fprintf(stderr, "gpus = all: no CUDA device usable: %s (%s)\n",
+			get_name ? get_name(rc) : "error", get_string ? get_string(rc) : "?");
+		return 2;
+	}
+	if (n <= 0) {
+		fprintf(stderr, "gpus = all: no CUDA device found\n");
+		return 2;
+	}
+	printf("%d\n", n);
+	return 0;
+}
+
+/* One line, tab-separated: kind, name, version, description. The plugin is checked
+ * as fully as a run would (descriptor and required symbols). */
+int worker_describe(const char *path)
+{
+	static const enum loader_kind kinds[] = {LOADER_WORKER, LOADER_GENERATOR, LOADER_SINK};
+	struct plugin pl;
+	char err[1200];
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "cannot load: %s\n", dlerror());
+		return 2;
+	}
+	const struct gpud_plugin_info *info = dlsym(h, "gpud_plugin_info");
+	const char *desc = dlsym(h, "gpud_plugin_description");
+	if (!info || !info->kind) {
+		fprintf(stderr, "not a gpud plugin (no gpud_plugin_info)\n");
+		return 2;
+	}
+	for (size_t i = 0; i < 3; i++) {
+		if (strcmp(info->kind, loader_kind_name(kinds[i])) != 0)
+			continue;
+		if (loader_open(&pl, path, kinds[i], err, sizeof err) < 0) {
+			fprintf(stderr, "%s\n", err);
+			return 2;
+		}
+		printf("%s\t%s\t%s\t%s\n", info->kind, info->name ? info->name : "?",
+		       info->version ? info->version : "?", desc ? desc : "");
+		loader_close(&pl);
+		dlclose(h);
+		return 0;
+	}
+	fprintf(stderr, "unknown plugin kind '%s'\n", info->kind);
+	return 2;
+}
+
