@@ -59,9 +59,10 @@ static void update_window(struct host *h, struct host_worker *w)
 	double want = per > 0 ? WINDOW_S / per : (double)max;
 	if (want < 1)
 		want = 1;
-	/* A batching worker may hold a whole batch, so that batches can fill. */
-	if (want < h->cfg->batch_size)
-		want = h->cfg->batch_size;
+	/* A batching worker may hold two batches: one running, the next one ready, so a
+	 * GPU does not wait for the host between batches. */
+	if (h->cfg->batch_size > 1 && want < 2.0 * h->cfg->batch_size)
+		want = 2.0 * h->cfg->batch_size;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
 
