@@ -126,6 +126,14 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	return n;
 }
 
+/* Whether tasks waiting to run again may still start. After an abort, only when the
+ * generator failed (the tasks it yielded finish); after an interrupt, a failed sink or a
+ * kill, nothing new starts. */
+static bool requeued_may_run(const struct host *h)
+{
+	return !h->abort || (h->gen_failed && !h->interrupted && h->sink_open && !h->killing);
+}
+
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. */
 static unsigned feed_one(struct host *h, struct host_worker *w)
 {
@@ -135,7 +143,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 
 	while (h->in_flight < c->queue_size && w->outstanding < w->window) {
 		/* A retry goes to another worker when there is one to take it. */
-		bool rq = h->rq_head && (h->rq_head->avoid != w->index || h->n_ready < 2);
+		bool rq = h->rq_head && requeued_may_run(h) &&
+			  (h->rq_head->avoid != w->index || h->n_ready < 2);
 		if (!rq && (h->gen_done || h->abort))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
@@ -167,6 +176,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 			}
 			if (rc < 0) {
 				h->gen_done = true;
+				h->gen_failed = true;
 				host_abort(h, "the generator failed after %llu tasks: %s",
 					   (unsigned long long)h->next_id,
 					   err.message[0] ? err.message : "gpud_generator_next returned -1");
@@ -254,6 +264,7 @@ int dispatch(struct host *h)
 			if (interrupts_seen == 1) {
 				ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
 						    "(interrupt again to stop at once)");
+				h->interrupted = true;
 				host_abort(h, "interrupted");
 			} else if (!h->killing) {
 				lifecycle_kill_all(h);
@@ -273,9 +284,7 @@ int dispatch(struct host *h)
 		if (!h->stopping && !h->killing)
 			progress += feed(h);
 
-		/* An interrupt or a failed sink: what has not started will not run. */
-		if (h->abort && h->rq_head && (h->killing || !h->gen_done || !h->sink_open ||
-					       strcmp(h->abort_msg, "interrupted") == 0))
+		if (h->rq_head && !requeued_may_run(h))
 			events_drop_requeued(h);
 
 		if (!h->stopping && h->in_flight == 0 && !h->rq_head && (h->gen_done || h->abort))

@@ -118,6 +118,8 @@ struct host {
 	unsigned rr;      /* where the next feeding pass starts */
 	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
 	bool gen_done;
+	bool gen_failed;  /* the generator returned -1: what it yielded still runs */
+	bool interrupted; /* SIGINT/SIGTERM: nothing new starts */
 	bool killing; /* second interrupt: workers killed, nothing more runs */
 	bool stopping;    /* workers told to stop */
 	uint64_t stop_ns; /* when they were */
