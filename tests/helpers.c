@@ -36,6 +36,18 @@ char *t_write(const char *dir, const char *name, const char *text)
 	return path;
 }
 
+char *t_jobf(const char *dir, const char *fmt, ...)
+{
+	char *text;
+	va_list ap;
+	va_start(ap, fmt);
+	cr_assert(vasprintf(&text, fmt, ap) > 0);
+	va_end(ap);
+	char *path = t_write(dir, "job.ini", text);
+	free(text);
+	return path;
+}
+
 char *t_read(const char *path)
 {
 	FILE *f = fopen(path, "r");

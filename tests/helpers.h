@@ -10,6 +10,8 @@
 const char *t_tmpdir(void);
 /* Writes `text` to dir/name; returns the path (malloc'd). */
 char *t_write(const char *dir, const char *name, const char *text);
+/* Formats a job file and writes it to dir/job.ini; returns its path (malloc'd). */
+char *t_jobf(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The whole file, NUL-terminated (malloc'd), or NULL. */
 char *t_read(const char *path);
 /* The file dir/name, read whole (malloc'd), or NULL. */

@@ -25,23 +25,10 @@ struct outcome {
 	char *events;
 };
 
-/* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status.
- * A test that counts events of every worker gives its tasks some duration (sleep_us):
- * a worker still in setup when the last task ends is cancelled, not waited for. */
-static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
-		      unsigned long stop, struct outcome *o)
+/* Reads the recorder's events from dir/events into o, with the stats of its close line
+ * (which must be there: the sink is closed on every run). */
+static void read_close(const char *dir, struct outcome *o)
 {
-	char *text;
-	cr_assert(asprintf(&text,
-			   "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
-			   "[worker]\nplugin = faulty\n%s\n"
-			   "[generator]\nplugin = range\nstop = %lu\n"
-			   "[sink]\nplugin = recorder\npath = %s/events\n",
-			   strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
-			   strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
-			   job_keys, worker_keys, stop, dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
-	int rc = t_gpud(dir, "run '%s'", path);
 	o->events = t_read_in(dir, "events");
 	cr_assert(o->events, "no events file");
 	const char *close = strstr(o->events, "close ");
@@ -49,8 +36,25 @@ static int run_faulty(const char *dir, const char *worker_keys, const char *job_
 	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu %lu %lu %lu", &o->generated, &o->ok,
 			    &o->failed, &o->timed_out, &o->not_run, &o->retried, &o->restarts,
 			    &o->setup_fail), 8);
+}
+
+/* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status.
+ * A test that counts events of every worker gives its tasks some duration (sleep_us):
+ * a worker still in setup when the last task ends is cancelled, not waited for. */
+static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
+		      unsigned long stop, struct outcome *o)
+{
+	char *path = t_jobf(dir,
+			   "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
+			   "[worker]\nplugin = faulty\n%s\n"
+			   "[generator]\nplugin = range\nstop = %lu\n"
+			   "[sink]\nplugin = recorder\npath = %s/events\n",
+			   strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
+			   strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
+			   job_keys, worker_keys, stop, dir);
+	int rc = t_gpud(dir, "run '%s'", path);
+	read_close(dir, o);
 	cr_expect_eq(t_count_lines(o->events, "close "), 1, "closed once");
-	free(text);
 	free(path);
 	return rc;
 }
@@ -242,20 +246,17 @@ Test(faults, sink_failure_aborts_and_counts_lost_results, .timeout = 30)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
 				  "[generator]\nplugin = range\nstop = 100000\n"
 				  "[sink]\nplugin = recorder\npath = %s/events\nfail_after = 100\n",
-			   dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "the sink failed: recorder: refusing after 100"), "%s", err);
 	cr_expect(strstr(err, "results could not be written"), "%s", err);
-	o.events = t_read_in(dir, "events");
-	cr_expect(strstr(o.events, "close "), "closed even so");
+	read_close(dir, &o); /* closed even so */
+	free(o.events);
 	free(err);
-	free(text);
 }
 
 Test(faults, full_disk_sink, .timeout = 30)
@@ -278,12 +279,10 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
 				  "[generator]\nplugin = range\nstop = 150\n"
 				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
+			   dir);
 	char *cmd;
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
@@ -291,13 +290,7 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 			   "pkill -9 -P $gp -f gpud-worker -n; wait $gp",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
-	o.events = t_read_in(dir, "events");
-	cr_assert(o.events);
-	const char *close = strstr(o.events, "close ");
-	cr_assert(close, "the sink was closed");
-	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu %lu %lu %lu", &o.generated, &o.ok,
-			    &o.failed, &o.timed_out, &o.not_run, &o.retried, &o.restarts,
-			    &o.setup_fail), 8);
+	read_close(dir, &o);
 	exactly_once(&o, 150);
 	cr_expect_eq(o.restarts, 1, "a fresh worker replaced the killed one");
 	cr_expect_leq(o.failed, 1);
@@ -309,19 +302,16 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 	}
 	free(o.events);
 	free(cmd);
-	free(text);
 }
 
 /* SIGINT: stop feeding, finish what runs, close the sink, exit 3, stats add up. */
 Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
 				  "[generator]\nplugin = range\nstop = 100000\n"
 				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
+			   dir);
 	char *cmd;
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
@@ -329,17 +319,13 @@ Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
-	char *ev = t_read_in(dir, "events");
-	unsigned long g, ok, f, t, nr;
-	const char *close = strstr(ev, "close ");
-	cr_assert(close, "sink closed");
-	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu", &g, &ok, &f, &t, &nr), 5);
-	cr_expect_eq(g, ok + f + t + nr, "stats add up: %s", close);
-	cr_expect_lt(g, 100000, "it stopped feeding");
-	cr_expect_eq(t_count_lines(ev, "ok "), ok);
-	free(ev);
+	struct outcome o;
+	read_close(dir, &o);
+	cr_expect_eq(o.generated, o.ok + o.failed + o.timed_out + o.not_run, "stats add up");
+	cr_expect_lt(o.generated, 100000, "it stopped feeding");
+	cr_expect_eq(t_count_lines(o.events, "ok "), o.ok);
+	free(o.events);
 	free(cmd);
-	free(text);
 }
 
 /* Load balancing: a worker whose tasks are slow holds few, so the fast one runs the
@@ -368,11 +354,10 @@ Test(faults, slow_worker_does_not_hoard_tasks, .timeout = 60)
 Test(faults, no_worker_outlives_a_killed_host, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *text, *cmd;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\n"
+	char *cmd;
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\n"
 				  "sleep_us = 100000\n[generator]\nplugin = range\nstop = 1000\n"
-				  "[sink]\nplugin = null\n") > 0);
-	char *path = t_write(dir, "job.ini", text);
+				  "[sink]\nplugin = null\n");
 	/* Alive means any state but Z (zombie: dead, waiting for its new parent). */
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; "
@@ -386,7 +371,6 @@ Test(faults, no_worker_outlives_a_killed_host, .timeout = 60)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "status %d: 2 = not 4 workers seen, 1 = a worker still runs", WEXITSTATUS(st));
 	free(cmd);
-	free(text);
 	free(path);
 }
 
@@ -395,12 +379,11 @@ Test(faults, no_worker_outlives_a_killed_host, .timeout = 60)
 Test(faults, second_interrupt_stops_at_once, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *text, *cmd;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 5000000\n"
+	char *cmd;
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 5000000\n"
 				  "[generator]\nplugin = range\nstop = 100\n"
 				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
+			   dir);
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
 			   "w \"grep -q '^start ' '%s/events'\"; "
@@ -408,18 +391,13 @@ Test(faults, second_interrupt_stops_at_once, .timeout = 60)
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
-	char *ev = t_read_in(dir, "events");
-	cr_assert(ev);
-	unsigned long g, ok, f, t, nr;
-	const char *close = strstr(ev, "close ");
-	cr_assert(close, "the sink was closed");
-	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu", &g, &ok, &f, &t, &nr), 5);
-	cr_expect_eq(ok, 0, "5 s tasks cannot have finished");
-	cr_expect_gt(nr, 0, "the running tasks did not run to the end");
-	cr_expect_eq(g, ok + f + t + nr, "stats add up: %s", close);
-	free(ev);
+	struct outcome o;
+	read_close(dir, &o);
+	cr_expect_eq(o.ok, 0, "5 s tasks cannot have finished");
+	cr_expect_gt(o.not_run, 0, "the running tasks did not run to the end");
+	cr_expect_eq(o.generated, o.ok + o.failed + o.timed_out + o.not_run, "stats add up");
+	free(o.events);
 	free(cmd);
-	free(text);
 	free(path);
 }
 
@@ -486,10 +464,9 @@ Test(faults, no_worker_left_ends_the_run, .timeout = 60)
 Test(faults, sigpipe_on_standard_output, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *text, *cmd;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-				  "[generator]\nplugin = range\nstop = 5000000\n[sink]\nplugin = jsonl\n") > 0);
-	char *path = t_write(dir, "job.ini", text);
+	char *cmd;
+	char *path = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+				  "[generator]\nplugin = range\nstop = 5000000\n[sink]\nplugin = jsonl\n");
 	cr_assert(asprintf(&cmd, "('%s' run '%s' 2>'%s/err'; echo $? >'%s/status') | head -n 1 >/dev/null",
 			   t_env("GPUD"), path, dir, dir) > 0);
 	cr_assert_eq(system(cmd), 0);
@@ -501,7 +478,6 @@ Test(faults, sigpipe_on_standard_output, .timeout = 60)
 	free(status);
 	free(err);
 	free(cmd);
-	free(text);
 	free(path);
 }
 

@@ -14,11 +14,8 @@
 static char *job(const char *dir, const char *job_keys, const char *worker, const char *gen,
 		 const char *sink)
 {
-	char *text;
-	cr_assert(asprintf(&text, "[job]\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n",
-			   job_keys, worker, gen, sink) > 0);
-	char *path = t_write(dir, "job.ini", text);
-	free(text);
+	char *path = t_jobf(dir, "[job]\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n",
+			   job_keys, worker, gen, sink);
 	return path;
 }
 

@@ -16,13 +16,10 @@
 /* Runs an echo job over `gen` into `sink` (lines of the sections); returns the status. */
 static int echo_job(const char *dir, const char *job_extra, const char *gen, const char *sink)
 {
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = echo\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = echo\n"
 				  "[generator]\n%s\n[sink]\n%s\n",
-			   job_extra, gen, sink) > 0);
-	char *path = t_write(dir, "job.ini", text);
+			   job_extra, gen, sink);
 	int rc = t_gpud(dir, "run '%s'", path);
-	free(text);
 	free(path);
 	return rc;
 }

@@ -83,14 +83,11 @@ static void wait_exit(const char *dir)
 
 static char *job(const char *dir, const char *worker_extra, int tasks)
 {
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1,2,3\nmax_worker_restarts = 100\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1,2,3\nmax_worker_restarts = 100\n"
 				  "[worker]\nplugin = faulty\nsleep_us = 20000\n%s\n"
 				  "[generator]\nplugin = range\nstop = %d\n"
 				  "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
-			   worker_extra, tasks, dir) > 0);
-	char *path = t_write(dir, "job.ini", text);
-	free(text);
+			   worker_extra, tasks, dir);
 	return path;
 }
 
@@ -193,12 +190,10 @@ Test(ui, colours_only_without_no_color, .timeout = 120)
 Test(ui, plain_mode_lines, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 10000\n"
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 10000\n"
 				  "fail_every = 10\nprint_every = 100\n"
 				  "[generator]\nplugin = range\nstop = 300\n"
-				  "[sink]\nplugin = null\n[ui]\nplain_interval = 0.5\n") > 0);
-	char *path = t_write(dir, "job.ini", text);
+				  "[sink]\nplugin = null\n[ui]\nplain_interval = 0.5\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
 	char *err = t_read_in(dir, "err");
 	cr_expect_geq(t_count_lines(err, "gpud: [0:0"), 2, "progress lines each interval: %s", err);
@@ -207,7 +202,6 @@ Test(ui, plain_mode_lines, .timeout = 120)
 	cr_expect_eq(t_count_lines(err, "[worker "), 3, "worker output prefixed: %s", err);
 	cr_expect(strstr(err, "] faulty prints for input 99"), "%s", err);
 	free(err);
-	free(text);
 	free(path);
 }
 
