@@ -29,13 +29,14 @@ int fuzz_ring_one(const uint8_t *data, size_t size)
 	/* Positions are line-aligned in a real ring; keep the fuzzer near real states but
 	 * let the head be anything. */
 	tail &= ~(uint64_t)(SHM_LINE - 1);
-	struct ring r = {mem, cap};
+	struct ring r = {mem, cap, 0};
 	uint64_t max_payload = cap / 2;
 	struct shm_rec *rec;
 	const char *why;
 	volatile uint32_t sum = 0;
 	for (int i = 0; i < 10000; i++) {
-		int rc = ring_check(&r, &tail, head, kinds, max_payload, &rec, &why);
+		struct shm_rec copy;
+		int rc = ring_check(&r, &tail, head, kinds, max_payload, &copy, &rec, &why);
 		if (rc <= 0)
 			break;
 		const uint8_t *p = (const uint8_t *)rec + SHM_REC_HDR;

@@ -21,9 +21,9 @@ fi
 out=build-fuzz
 mkdir -p "$out"
 flags=(-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-       -DGPUD_LIBFUZZER -Iplugin_api -Idaemon -Ifuzz)
-clang "${flags[@]}" fuzz/fuzz_config.c daemon/config.c -linih -o "$out/fuzz_config"
-clang "${flags[@]}" fuzz/fuzz_ring.c daemon/ring.c -o "$out/fuzz_ring"
+       -DGPUD_LIBFUZZER -Iplugin_api -Idaemon/shared -Idaemon/host -Ifuzz)
+clang "${flags[@]}" fuzz/fuzz_config.c daemon/host/config.c -linih -o "$out/fuzz_config"
+clang "${flags[@]}" fuzz/fuzz_ring.c daemon/shared/ring.c -o "$out/fuzz_ring"
 
 status=0
 for t in config ring; do

@@ -86,12 +86,16 @@ Test(abi, shm_layout)
 	/* Not the plugin ABI, but host and worker must agree on it byte for byte. */
 	cr_expect_eq(sizeof(struct shm_rec), 64u);
 	cr_expect_eq(sizeof(struct shm_header), 192u);
-	cr_expect_eq(sizeof(struct shm_worker), 6 * 64u + 1024u);
-	OFF(shm_worker, task_tail, 64);
-	OFF(shm_worker, result_head, 128);
-	OFF(shm_worker, result_tail, 192);
-	OFF(shm_worker, bell, 256);
-	OFF(shm_worker, message, 384);
+	cr_expect_eq(sizeof(struct shm_feed), 3 * 64u);
+	cr_expect_eq(sizeof(struct shm_report), 64u + 1024u);
+	OFF(shm_rec, check, 32);
+	OFF(shm_feed, result_tail, 8);
+	OFF(shm_feed, bell, 64);
+	OFF(shm_feed, task_base, 128);
+	OFF(shm_report, result_head, 32);
+	OFF(shm_report, state, 40);
+	OFF(shm_report, message, 64);
+	OFF(shm_header, host_sleeping, 128);
 }
 
 /* The header compiles alone as strict C11 with only libc, like an out-of-tree plugin. */

@@ -81,7 +81,7 @@ Test(ring, capacity)
 Test(ring, empty_and_full)
 {
 	uint8_t *mem = ring_mem(512);
-	struct ring r = {mem, 512};
+	struct ring r = {mem, 512, 0};
 	uint64_t head = 0, tail = 0;
 	cr_expect_null(ring_peek(&r, &tail, head), "empty");
 	/* 512 bytes hold eight empty records and no more. */
@@ -106,7 +106,7 @@ Test(ring, empty_and_full)
 Test(ring, wrap_around_with_pads)
 {
 	uint8_t *mem = ring_mem(1024);
-	struct ring r = {mem, 1024};
+	struct ring r = {mem, 1024, 0};
 	uint64_t head = 0, tail = 0, next_in = 0, next_out = 0;
 	const uint32_t max = 200;
 	int pads = 0;
@@ -136,54 +136,54 @@ Test(ring, wrap_around_with_pads)
 Test(ring, check_accepts_what_reserve_writes)
 {
 	uint8_t *mem = ring_mem(1024);
-	struct ring r = {mem, 1024};
+	struct ring r = {mem, 1024, 0};
 	uint64_t head = 0, tail = 0, ctail = 0;
-	struct shm_rec *rec, *out;
+	struct shm_rec *rec, *out, copy;
 	const char *why;
 	for (uint64_t i = 0; i < 2000; i++) {
 		rec = ring_reserve(&r, &head, tail, ring_span(300));
 		cr_assert_not_null(rec);
 		fill(rec, i, size_of(i, 300));
 		head += ring_span(rec->size);
-		cr_assert_eq(ring_check(&r, &ctail, head, task_kinds, 300, &out, &why), 1, "%s", why);
+		cr_assert_eq(ring_check(&r, &ctail, head, task_kinds, 300, &copy, &out, &why), 1, "%s", why);
 		verify(out, i);
 		ctail += ring_span(out->size);
 		tail = ctail;
 	}
-	cr_expect_eq(ring_check(&r, &ctail, head, task_kinds, 300, &out, &why), 0);
+	cr_expect_eq(ring_check(&r, &ctail, head, task_kinds, 300, &copy, &out, &why), 0);
 	free(mem);
 }
 
 Test(ring, check_rejects_corruption)
 {
 	uint8_t *mem = ring_mem(1024);
-	struct ring r = {mem, 1024};
-	struct shm_rec *rec = (struct shm_rec *)mem, *out;
+	struct ring r = {mem, 1024, 0};
+	struct shm_rec *rec = (struct shm_rec *)mem, *out, copy;
 	const char *why;
 	uint64_t tail;
 
 	fill(rec, 1, 10);
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 2048, task_kinds, 100, &out, &why), -1, "head too far");
+	cr_expect_eq(ring_check(&r, &tail, 2048, task_kinds, 100, &copy, &out, &why), -1, "head too far");
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 64, task_kinds, 100, &out, &why), -1,
+	cr_expect_eq(ring_check(&r, &tail, 64, task_kinds, 100, &copy, &out, &why), -1,
 		     "a record past the head");
 	rec->kind = 0xdeadbeef;
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 128, task_kinds, 100, &out, &why), -1, "unknown kind");
+	cr_expect_eq(ring_check(&r, &tail, 128, task_kinds, 100, &copy, &out, &why), -1, "unknown kind");
 	cr_expect_str_eq(why, "unknown record kind");
 	fill(rec, 1, 500);
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 100, &out, &why), -1, "oversized");
+	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 100, &copy, &out, &why), -1, "oversized");
 	rec->size = 2000; /* claims more than the ring holds */
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 4096, &out, &why), -1,
+	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 4096, &copy, &out, &why), -1,
 		     "past the ring's end");
 	/* A pad at offset 512 claims the rest of the lap, but the head stops short. */
 	fill(rec, 1, 10);
 	((struct shm_rec *)(mem + 512))->kind = REC_PAD;
 	tail = 512;
-	cr_expect_eq(ring_check(&r, &tail, 700, task_kinds, 100, &out, &why), -1, "pad past head");
+	cr_expect_eq(ring_check(&r, &tail, 700, task_kinds, 100, &copy, &out, &why), -1, "pad past head");
 	free(mem);
 }
 
@@ -194,18 +194,23 @@ Test(ring, check_rejects_corruption)
 #define MAX_PAYLOAD 150u
 
 struct shared {
-	struct shm_doorbell producer_bell;
+	struct shm_bell producer_bell;
+	_Atomic uint32_t producer_sleeping;
 	struct {
 		_Atomic uint64_t head;
 		uint8_t _p0[56];
 		_Atomic uint64_t tail;
 		uint8_t _p1[56];
-		struct shm_doorbell bell;
+		struct shm_bell bell;
+		_Atomic uint32_t sleeping;
 		_Atomic uint32_t bad;
 		uint8_t _p2[60];
 		_Alignas(64) uint8_t mem[512]; /* room for two largest records */
 	} ch[N_CONSUMERS];
 };
+
+#define PBELL(s) ((struct wait_bell){&(s)->producer_bell.bell, &(s)->producer_sleeping})
+#define CBELL(s, k) ((struct wait_bell){&(s)->ch[k].bell.bell, &(s)->ch[k].sleeping})
 
 struct wait_ctx {
 	_Atomic uint64_t *word;
@@ -220,17 +225,17 @@ static bool moved(void *p)
 
 static void consumer(struct shared *s, int k)
 {
-	struct ring r = {s->ch[k].mem, sizeof s->ch[k].mem};
+	struct ring r = {s->ch[k].mem, sizeof s->ch[k].mem, 0};
 	uint64_t tail = 0, head = 0, seq = 0;
 	while (seq < PER_CONSUMER) {
 		struct shm_rec *rec = ring_peek(&r, &tail, head);
 		if (!rec) {
 			/* Dry: hand back what we consumed before waiting, as a worker does. */
 			atomic_store_explicit(&s->ch[k].tail, tail, memory_order_release);
-			wait_ring_fast(&s->producer_bell);
+			wait_ring_fast(PBELL(s));
 			struct wait_ctx c = {&s->ch[k].head, head};
 			if (atomic_load_explicit(&s->ch[k].head, memory_order_acquire) == head)
-				wait_until(&s->ch[k].bell, moved, &c, 0);
+				wait_until(CBELL(s, k), moved, &c, 0);
 			head = atomic_load_explicit(&s->ch[k].head, memory_order_acquire);
 			continue;
 		}
@@ -242,7 +247,7 @@ static void consumer(struct shared *s, int k)
 		/* Publish every few records, like a worker's bursts. */
 		if (seq % 3 == 0 || seq == PER_CONSUMER) {
 			atomic_store_explicit(&s->ch[k].tail, tail, memory_order_release);
-			wait_ring_fast(&s->producer_bell);
+			wait_ring_fast(PBELL(s));
 		}
 	}
 	_exit(0);
@@ -279,7 +284,7 @@ Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 	struct ring r[N_CONSUMERS];
 	uint64_t head[N_CONSUMERS] = {0}, tail[N_CONSUMERS] = {0}, seq[N_CONSUMERS] = {0};
 	for (int k = 0; k < N_CONSUMERS; k++)
-		r[k] = (struct ring){s->ch[k].mem, sizeof s->ch[k].mem};
+		r[k] = (struct ring){s->ch[k].mem, sizeof s->ch[k].mem, 0};
 	unsigned done = 0;
 	while (done < N_CONSUMERS) {
 		bool progress = false;
@@ -300,7 +305,7 @@ Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 			}
 			if (head[k] != h0) {
 				atomic_store_explicit(&s->ch[k].head, head[k], memory_order_release);
-				wait_ring_fast(&s->ch[k].bell);
+				wait_ring_fast(CBELL(s, k));
 				progress = true;
 			}
 		}
@@ -308,7 +313,7 @@ Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 			struct space_ctx c = {s, {0}};
 			for (int k = 0; k < N_CONSUMERS; k++)
 				c.seen[k] = tail[k];
-			wait_until(&s->producer_bell, any_tail_moved, &c, 0);
+			wait_until(PBELL(s), any_tail_moved, &c, 0);
 		}
 	}
 	for (int k = 0; k < N_CONSUMERS; k++) {

@@ -2,9 +2,11 @@
 /*
  * gpud-worker: the process that runs a worker plugin. The host starts one per (GPU,
  * slot) by exec, with CUDA_VISIBLE_DEVICES, GPUD_GPU_ID and GPUD_WORKER_ID already in
- * its environment, and the run's shared memory as fd 3.
+ * its environment, the run memfd read-only as fd 3, its own out memfd as fd 4, the
+ * host's bell page as fd 5 and a pipe from the host as fd 6.
  *
- *   gpud-worker --run FD INDEX HOST_PID   run as worker INDEX of the run
+ *   gpud-worker --run INDEX HOST_PID      run as worker INDEX of the run (descriptors 3-6:
+ *                                         shm_layout.h)
  *   gpud-worker --check PLUGIN            load PLUGIN as a worker plugin and report
  *   gpud-worker --count-gpus              print the number of CUDA devices (gpus = all)
  *   gpud-worker --describe PLUGIN         print kind, name, version, description (gpud plugins)
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -28,8 +31,8 @@
 
 #include "loader.h"
 #include "ring.h"
-#include "worker_output.h"
-#include "worker_tools.h"
+#include "output.h"
+#include "tools.h"
 #include "wait.h"
 
 /* Publish results at least this often, and every PUBLISH_BURST results, so the host
@@ -38,15 +41,18 @@
 #define PUBLISH_NS 100000u
 
 struct worker {
-	struct shm_header *hdr;
-	struct shm_worker *ctl;
+	const struct shm_header *hdr;
+	const struct shm_feed *feed; /* read-only: the host's */
+	struct shm_report *rep;      /* ours: the host checks everything in it */
+	struct wait_bell host_bell, my_bell;
 	struct ring tasks, results;
 	uint64_t task_tail;   /* private: next task record to read */
 	uint64_t task_head;   /* cached from ctl->task_head */
 	uint64_t result_head; /* private: next result record to write */
 	uint64_t result_tail; /* cached from ctl->result_tail */
-	uint64_t result_need; /* bytes reserved for one result */
+	uint64_t result_need; /* bytes reserved for one result slot, gap included */
 	unsigned pending;     /* results written, not yet published */
+	bool waited;          /* the clock read last is stale: we waited since */
 	uint64_t published_ns;
 
 	struct plugin plugin;
@@ -62,6 +68,7 @@ struct worker {
 	uint32_t batch;
 	struct gpud_task *t;
 	struct shm_rec **in, **out;
+	uint64_t *out_pos; /* ring position of each result slot */
 	struct gpud_error *err;
 	char fatal[SHM_MSG_MAX];
 };
@@ -69,15 +76,15 @@ struct worker {
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
 {
 	if (msg)
-		snprintf(w->ctl->message, sizeof w->ctl->message, "%s", msg);
-	atomic_store_explicit(&w->ctl->state, s, memory_order_release);
-	wait_ring_fast(&w->hdr->host_bell);
+		snprintf(w->rep->message, sizeof w->rep->message, "%s", msg);
+	atomic_store_explicit(&w->rep->state, s, memory_order_release);
+	wait_ring_fast(w->host_bell);
 }
 
 static void publish(struct worker *w, uint64_t now)
 {
-	atomic_store_explicit(&w->ctl->result_head, w->result_head, memory_order_release);
-	wait_ring_fast(&w->hdr->host_bell);
+	atomic_store_explicit(&w->rep->result_head, w->result_head, memory_order_release);
+	wait_ring_fast(w->host_bell);
 	w->pending = 0;
 	w->published_ns = now;
 }
@@ -85,20 +92,20 @@ static void publish(struct worker *w, uint64_t now)
 static bool task_or_stop(void *ctx)
 {
 	struct worker *w = ctx;
-	return atomic_load_explicit(&w->ctl->task_head, memory_order_acquire) != w->task_tail ||
-	       atomic_load_explicit(&w->ctl->stop, memory_order_acquire);
+	return atomic_load_explicit(&w->feed->task_head, memory_order_acquire) != w->task_tail ||
+	       atomic_load_explicit(&w->feed->stop, memory_order_acquire);
 }
 
 static bool more_tasks(void *ctx)
 {
 	struct worker *w = ctx;
-	return atomic_load_explicit(&w->ctl->task_head, memory_order_acquire) != w->task_head;
+	return atomic_load_explicit(&w->feed->task_head, memory_order_acquire) != w->task_head;
 }
 
 static bool result_space(void *ctx)
 {
 	struct worker *w = ctx;
-	return atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire) != w->result_tail;
+	return atomic_load_explicit(&w->feed->result_tail, memory_order_acquire) != w->result_tail;
 }
 
 /* The next task record, waiting for one; NULL when told to stop and none is left. */
@@ -108,40 +115,43 @@ static struct shm_rec *next_task(struct worker *w, uint64_t *now)
 		struct shm_rec *t = ring_peek(&w->tasks, &w->task_tail, w->task_head);
 		if (t)
 			return t;
-		w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+		w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 		if (w->task_head != w->task_tail)
 			continue;
 		/* Dry: hand over what we have before waiting. */
 		if (w->pending)
 			publish(w, *now);
-		atomic_store_explicit(&w->ctl->busy_since_ns, 0, memory_order_relaxed);
-		if (atomic_load_explicit(&w->ctl->stop, memory_order_acquire)) {
-			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+		atomic_store_explicit(&w->rep->busy_since_ns, 0, memory_order_relaxed);
+		if (atomic_load_explicit(&w->feed->stop, memory_order_acquire)) {
+			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			if (w->task_head == w->task_tail)
 				return NULL;
 			continue;
 		}
-		wait_until(&w->ctl->bell, task_or_stop, w, 0);
+		w->waited = true;
+		wait_until(w->my_bell, task_or_stop, w, 0);
 		*now = wait_now_ns();
 	}
 }
 
 /* Room for one more result at *head (the private head of this call's slots). */
+/* Room for one more result slot at *head (the private head of this call's slots). */
 static struct shm_rec *reserve_result(struct worker *w, uint64_t *head)
 {
 	for (;;) {
 		struct shm_rec *r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
 		if (r)
 			return r;
-		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
+		w->result_tail = atomic_load_explicit(&w->feed->result_tail, memory_order_acquire);
 		r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
 		if (r)
 			return r;
 		/* Full: the host must see our results to free space. */
 		publish(w, wait_now_ns());
-		atomic_store_explicit(&w->ctl->busy_since_ns, 0, memory_order_relaxed);
-		wait_until(&w->ctl->bell, result_space, w, 0);
-		w->result_tail = atomic_load_explicit(&w->ctl->result_tail, memory_order_acquire);
+		atomic_store_explicit(&w->rep->busy_since_ns, 0, memory_order_relaxed);
+		w->waited = true;
+		wait_until(w->my_bell, result_space, w, 0);
+		w->result_tail = atomic_load_explicit(&w->feed->result_tail, memory_order_acquire);
 	}
 }
 
@@ -159,11 +169,11 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 	while (n < w->batch) {
 		struct shm_rec *t = ring_peek(&w->tasks, &pos, w->task_head);
 		if (!t) {
-			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			if (w->task_head != pos)
 				continue;
 			if (!w->hdr->batch_wait_ns ||
-			    atomic_load_explicit(&w->ctl->stop, memory_order_acquire))
+			    atomic_load_explicit(&w->feed->stop, memory_order_acquire))
 				break;
 			uint64_t now = wait_now_ns();
 			if (!deadline)
@@ -172,8 +182,9 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 				break;
 			if (w->pending)
 				publish(w, now);
-			wait_until(&w->ctl->bell, more_tasks, w, deadline);
-			w->task_head = atomic_load_explicit(&w->ctl->task_head, memory_order_acquire);
+			w->waited = true;
+		wait_until(w->my_bell, more_tasks, w, deadline);
+			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			continue;
 		}
 		w->in[n++] = t;
@@ -184,51 +195,100 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 }
 
 /* Writes task i's result record (and, in a batch slot, a filler over the rest). */
-static void finish_result(struct worker *w, uint32_t i, int rc, double seconds, bool slot)
+/* The canary: the header line before a result buffer, and a line right after its
+ * capacity, hold this pattern while the plugin runs. */
+static void arm(struct shm_rec *r, uint32_t capacity)
+{
+	uint64_t *hdr = (uint64_t *)r;
+	uint64_t after[SHM_LINE / 8];
+	for (unsigned k = 0; k < SHM_LINE / 8; k++)
+		hdr[k] = after[k] = SHM_CANARY;
+	memcpy((uint8_t *)ring_payload(r) + capacity, after, sizeof after);
+}
+
+/* Which canary the plugin overwrote: NULL when both are whole. */
+static const char *disarm(const struct shm_rec *r, uint32_t capacity)
+{
+	const uint64_t *hdr = (const uint64_t *)r;
+	uint64_t after[SHM_LINE / 8], bad = 0;
+	memcpy(after, (const uint8_t *)r + SHM_REC_HDR + capacity, sizeof after);
+	for (unsigned k = 0; k < SHM_LINE / 8; k++)
+		bad |= hdr[k] ^ SHM_CANARY;
+	if (bad)
+		return "before the start of";
+	for (unsigned k = 0; k < SHM_LINE / 8; k++)
+		bad |= after[k] ^ SHM_CANARY;
+	return bad ? "past the end of" : NULL;
+}
+
+/* Writes task i's result record at ring position `pos` (and, in a batch slot, a filler
+ * over the rest of the slot). Returns the bytes the record takes, gap included. */
+static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc, double seconds,
+			      bool slot)
 {
 	struct gpud_task *task = &w->t[i];
 	struct shm_rec *r = w->out[i], *t = w->in[i];
 	struct gpud_error *err = &w->err[i];
 	uint32_t max_result = w->hdr->max_result_bytes;
+	uint32_t kind, size, flags = 0;
+	const char *bounds = disarm(r, max_result);
 
-	r->task_id = t->task_id;
-	r->attempt = t->attempt;
-	r->seconds = seconds;
-	r->flags = 0;
-	if (task->failed || rc != 0) {
+	if (bounds) {
+		/* Caught here, before the host could take anything the write reached: slots
+		 * sit SHM_SLOT_GAP apart, so a write of up to that much touched only this
+		 * slot's own space. */
+		kind = REC_FAIL;
+		flags = REC_FLAG_BOUNDS;
+		size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
+					  "the plugin wrote %s its result buffer (capacity %u bytes)",
+					  bounds, max_result);
+	} else if (task->failed || rc != 0) {
 		if (!err->message[0])
 			snprintf(err->message, sizeof err->message, "%s returned %d without a message",
 				 slot ? "process_batch()" : "process()", rc);
-		r->kind = REC_FAIL;
-		r->size = (uint32_t)strnlen(err->message, sizeof err->message);
-		memcpy(ring_payload(r), err->message, r->size);
+		kind = REC_FAIL;
+		size = (uint32_t)strnlen(err->message, sizeof err->message);
+		memcpy(ring_payload(r), err->message, size);
 		if (task->failed == GPUD_TASK_FATAL) {
-			r->flags = REC_FLAG_FATAL;
+			flags = REC_FLAG_FATAL;
 			memcpy(w->fatal, err->message, sizeof w->fatal);
+			if (!w->fatal[0])
+				snprintf(w->fatal, sizeof w->fatal, "gpud_task_fatal() without a message");
 		}
 	} else if (task->result.size > max_result) {
-		r->kind = REC_FAIL;
-		r->size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
-					     "result of %zu bytes exceeds max_result_bytes (%u)",
-					     task->result.size, max_result);
+		kind = REC_FAIL;
+		size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
+					  "result of %zu bytes exceeds max_result_bytes (%u)",
+					  task->result.size, max_result);
 	} else {
-		r->kind = REC_OK;
-		r->size = (uint32_t)task->result.size;
+		kind = REC_OK;
+		size = (uint32_t)task->result.size;
 	}
-	if (slot) {
+	uint64_t sec_bits;
+	memcpy(&sec_bits, &seconds, sizeof sec_bits);
+	*r = (struct shm_rec){
+		.task_id = t->task_id,
+		.kind = kind,
+		.size = size,
+		.attempt = t->attempt,
+		.flags = flags,
+		.seconds = seconds,
+		.check = shm_rec_check(t->task_id, kind, size, t->attempt, flags, sec_bits, pos),
+	};
+	uint64_t used = ring_rec_span(&w->results, kind, size);
+	if (slot && used < w->result_need) {
 		/* The slot was reserved at full size: skip over what this result left. */
-		uint64_t used = ring_span(r->size);
-		if (used < w->result_need) {
-			struct shm_rec *f = (struct shm_rec *)((uint8_t *)r + used);
-			f->kind = REC_SKIP;
-			f->size = (uint32_t)(w->result_need - used - SHM_REC_HDR);
-		}
+		struct shm_rec *f = (struct shm_rec *)((uint8_t *)r + used);
+		f->kind = REC_SKIP;
+		f->size = (uint32_t)(w->result_need - used - SHM_REC_HDR);
 	}
+	return used;
 }
 
 static void run_tasks(struct worker *w)
 {
 	uint64_t now = wait_now_ns();
+	uint32_t cap = w->hdr->max_result_bytes;
 
 	for (;;) {
 		struct shm_rec *first = next_task(w, &now);
@@ -242,6 +302,8 @@ static void run_tasks(struct worker *w)
 		uint64_t head = w->result_head;
 		for (uint32_t i = 0; i < n; i++) {
 			w->out[i] = reserve_result(w, &head);
+			w->out_pos[i] = head;
+			arm(w->out[i], cap);
 			head += slots ? w->result_need : 0;
 		}
 		for (uint32_t i = 0; i < n; i++) {
@@ -251,28 +313,33 @@ static void run_tasks(struct worker *w)
 				.id = t->task_id,
 				.input = ring_payload(t),
 				.input_size = t->size,
-				.result = {.data = ring_payload(w->out[i]), .size = 0,
-					   .capacity = w->hdr->max_result_bytes},
+				.result = {.data = ring_payload(w->out[i]), .size = 0, .capacity = cap},
 				.error = &w->err[i],
 				.attempt = (int)t->attempt,
 			};
 		}
 
-		/* Tell the host which tasks run, since when (timeouts, starts, dashboard). */
-		atomic_store_explicit(&w->ctl->cur_task, first->task_id, memory_order_relaxed);
-		atomic_store_explicit(&w->ctl->busy_since_ns, now, memory_order_relaxed);
-		atomic_store_explicit(&w->ctl->run_from, w->task_tail, memory_order_relaxed);
-		atomic_store_explicit(&w->ctl->task_tail, end_pos, memory_order_release);
+		/* Tell the host which tasks run, since when (timeouts, starts, dashboard).
+		 * The clock starts now: waiting for tasks or result space never counts. */
+		if (w->waited) {
+			now = wait_now_ns();
+			w->waited = false;
+		}
+		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->busy_since_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->run_from, w->task_tail, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
 		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
 		uint64_t end = wait_now_ns();
 		double each = (double)(end - now) * 1e-9 / n;
 
+		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)
-			finish_result(w, i, rc, each, slots);
+			used = finish_result(w, i, w->out_pos[i], rc, each, slots);
 		/* `head` is where the last slot was reserved (past any pad the reservation
 		 * wrote): in slot mode already past that slot, otherwise past it after this. */
-		w->result_head = slots ? head : head + ring_span(w->out[0]->size);
+		w->result_head = slots ? head : head + used;
 		w->task_tail = end_pos;
 		now = end;
 		w->pending += n;
@@ -280,7 +347,7 @@ static void run_tasks(struct worker *w)
 			/* The plugin says this process is beyond repair: hand over the results,
 			 * then leave; the host starts a fresh worker. */
 			publish(w, end);
-			snprintf(w->ctl->message, sizeof w->ctl->message, "%s", w->fatal);
+			snprintf(w->rep->message, sizeof w->rep->message, "%s", w->fatal);
 			finish(WORKER_EXIT_FATAL);
 		}
 		if (w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS || slots)
@@ -324,52 +391,119 @@ static int read_config(struct worker *w, const char **plugin)
 	return 0;
 }
 
-static int map_shm(struct worker *w, int fd, long index)
+/* Maps `len` bytes of fd at `off` with an inaccessible guard page on either side, so
+ * a write running off either end faults instead of landing in other memory. */
+static void *map_guarded(int fd, uint64_t off, uint64_t len, int prot)
 {
-	struct stat st;
-	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_header))
+	uint8_t *area = mmap(NULL, len + 2 * SHM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+			     -1, 0);
+	if (area == MAP_FAILED)
+		return NULL;
+	void *m = mmap(area + SHM_PAGE, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
+	if (m == MAP_FAILED) {
+		munmap(area, len + 2 * SHM_PAGE);
+		return NULL;
+	}
+	return m;
+}
+
+/* Maps the run memfd read-only (a write to it faults), this worker's out memfd as two
+ * guarded parts (report block, result ring) and the host's bell page. */
+static int map_shm(struct worker *w, long index)
+{
+	struct stat st, out;
+	if (fstat(SHM_FD_RUN, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_header) ||
+	    fstat(SHM_FD_OUT, &out) < 0)
 		return -1;
-	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, SHM_FD_RUN, 0);
 	if (m == MAP_FAILED)
 		return -1;
-	close(fd);
-	w->hdr = m;
-	struct shm_header *h = w->hdr;
+	const struct shm_header *h = w->hdr = m;
 	if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
-	    h->header_size != sizeof *h || h->worker_size != sizeof(struct shm_worker) ||
+	    h->header_size != sizeof *h || h->feed_size != sizeof(struct shm_feed) ||
+	    h->report_size != sizeof(struct shm_report) ||
 	    h->total_size != (uint64_t)st.st_size || index < 0 || index >= h->n_workers ||
-	    h->workers_off + (uint64_t)h->n_workers * sizeof(struct shm_worker) > h->total_size)
+	    h->feeds_off + (uint64_t)h->n_workers * sizeof(struct shm_feed) > h->total_size ||
+	    h->out_size != (uint64_t)out.st_size || h->out_size <= SHM_OUT_RING_OFF)
 		return -1;
-	w->ctl = (struct shm_worker *)((uint8_t *)m + h->workers_off) + index;
-	struct shm_worker *c = w->ctl;
-	if (c->task_ring_off + c->task_ring_cap > h->total_size ||
-	    c->result_ring_off + c->result_ring_cap > h->total_size)
+	w->feed = (const struct shm_feed *)((const uint8_t *)m + h->feeds_off) + index;
+	const struct shm_feed *f = w->feed;
+	if (f->task_ring_off + f->task_ring_cap > h->total_size ||
+	    SHM_OUT_RING_OFF + f->result_ring_cap > h->out_size)
 		return -1;
-	w->tasks = (struct ring){(uint8_t *)m + c->task_ring_off, c->task_ring_cap};
-	w->results = (struct ring){(uint8_t *)m + c->result_ring_off, c->result_ring_cap};
+	w->rep = map_guarded(SHM_FD_OUT, 0, SHM_PAGE, PROT_READ | PROT_WRITE);
+	uint8_t *results = map_guarded(SHM_FD_OUT, SHM_OUT_RING_OFF, f->result_ring_cap,
+				       PROT_READ | PROT_WRITE);
+	_Atomic uint32_t *bell = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
+				      SHM_FD_BELL, 0);
+	if (!w->rep || !results || bell == MAP_FAILED)
+		return -1;
+	close(SHM_FD_RUN);
+	close(SHM_FD_OUT);
+	close(SHM_FD_BELL);
+	w->tasks = (struct ring){(uint8_t *)m + f->task_ring_off, f->task_ring_cap, 0};
+	w->results = (struct ring){results, f->result_ring_cap, SHM_SLOT_GAP};
+	w->host_bell = (struct wait_bell){bell, (_Atomic uint32_t *)&h->host_sleeping};
+	w->my_bell = (struct wait_bell){(_Atomic uint32_t *)&f->bell.bell, &w->rep->sleeping};
 	uint32_t res = h->max_result_bytes > SHM_MSG_MAX ? h->max_result_bytes : SHM_MSG_MAX;
-	w->result_need = ring_span(res);
+	w->result_need = ring_span(res) + SHM_SLOT_GAP;
+	w->task_tail = w->task_head = f->task_base;
+	atomic_store(&w->rep->task_tail, f->task_base);
+	atomic_store(&w->rep->run_from, f->task_base);
 	return 0;
+}
+
+/* The host holds the write end of the pipe on fd 6 and never writes: end of file means
+ * it is gone. Unlike PR_SET_PDEATHSIG this survives a plugin changing its credentials,
+ * and it takes the whole process group (anything the plugin started) along. */
+static void *watch_host(void *arg)
+{
+	(void)arg;
+	struct pollfd p = {SHM_FD_HOST, POLLIN, 0};
+	for (;;) {
+		int n = poll(&p, 1, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		char c;
+		if (n < 0 || read(SHM_FD_HOST, &c, 1) <= 0)
+			break;
+	}
+	kill(0, SIGKILL);
+	_exit(1);
 }
 
 static int pin_rings(struct worker *w, char *why, size_t len);
 
-static int run(int fd, long index, long host_pid)
+static int run(long index, long host_pid)
 {
 	struct worker w = {0};
 	struct gpud_error err = {{0}};
 	const char *plugin_path;
 	char msg[1200];
+	pthread_t watcher;
+	sigset_t all, old;
 
 	/* Die with the host, and catch the case where it died before this line. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != (pid_t)host_pid)
 		return 1;
-	/* Ctrl-C reaches the whole process group; the host decides what it means. */
+	/* Signals meant for the job (Ctrl-C, a batch system's SIGTERM to every process,
+	 * a closed terminal, Ctrl-Z) are the host's to act on. */
 	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGTSTP, SIG_IGN);
+	signal(SIGTTIN, SIG_IGN);
+	signal(SIGTTOU, SIG_IGN);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int watching = pthread_create(&watcher, NULL, watch_host, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (watching != 0)
+		return 1;
 
 	output_prefix_start((int)index);
-	if (map_shm(&w, fd, index) < 0) {
+	if (map_shm(&w, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
 		return 1;
 	}
@@ -397,8 +531,9 @@ static int run(int fd, long index, long host_pid)
 	w.t = calloc(w.batch, sizeof *w.t);
 	w.in = calloc(w.batch, sizeof *w.in);
 	w.out = calloc(w.batch, sizeof *w.out);
+	w.out_pos = calloc(w.batch, sizeof *w.out_pos);
 	w.err = malloc(w.batch * sizeof *w.err);
-	if (!w.t || !w.in || !w.out || !w.err) {
+	if (!w.t || !w.in || !w.out || !w.out_pos || !w.err) {
 		set_state(&w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
 		finish(1);
 	}
@@ -409,9 +544,9 @@ static int run(int fd, long index, long host_pid)
 	}
 
 	struct gpud_worker_info info = {
-		.worker_id = w.ctl->worker_id,
-		.gpu_id = w.ctl->gpu_id,
-		.seed = w.ctl->seed,
+		.worker_id = w.feed->worker_id,
+		.gpu_id = w.feed->gpu_id,
+		.seed = w.feed->seed,
 		.args = &w.args,
 		.flags = pinned ? GPUD_WORKER_PINNED : 0,
 		.batch_size = w.batch,
@@ -439,10 +574,6 @@ static int run(int fd, long index, long host_pid)
 	finish(0);
 }
 
-/* pin_memory: registers this worker's task and result rings with the CUDA driver, so a
- * plugin's cudaMemcpyAsync to or from them is a direct DMA. Returns 1 when pinned, 0
- * when not (off, or auto without the CUDA runtime or with a registration that failed),
- * -1 with `why` when pin_memory = on and it cannot be done. */
 static int pin_rings(struct worker *w, char *why, size_t len)
 {
 	static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
@@ -472,9 +603,11 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 		snprintf(why, len, "pin_memory = on: libcudart has no cudaHostRegister");
 		return -1;
 	}
-	/* The two rings are adjacent and page-aligned. */
-	size_t bytes = w->ctl->task_ring_cap + w->ctl->result_ring_cap;
-	int rc = reg(w->tasks.base, bytes, 1 /* cudaHostRegisterPortable */);
+	/* The task ring is mapped read-only here: it is registered as such. */
+	int rc = reg(w->tasks.base, w->tasks.cap,
+		     1 /* cudaHostRegisterPortable */ | 8 /* cudaHostRegisterReadOnly */);
+	if (rc == 0)
+		rc = reg(w->results.base, w->results.cap, 1 /* cudaHostRegisterPortable */);
 	if (rc == 0)
 		return 1;
 	if (last)
@@ -494,8 +627,8 @@ int main(int argc, char **argv)
 		return worker_count_gpus();
 	if (argc == 3 && strcmp(argv[1], "--check") == 0)
 		return worker_check(argv[2]);
-	if (argc == 5 && strcmp(argv[1], "--run") == 0)
-		return run(atoi(argv[2]), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10));
+	if (argc == 4 && strcmp(argv[1], "--run") == 0)
+		return run(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10));
 	fprintf(stderr, "gpud-worker is started by gpud; it is not meant to be run by hand.\n");
 	return 2;
 }

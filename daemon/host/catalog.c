@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "host.h"
+#include "spawner.h"
 #include "paths.h"
 
 static int by_name(const void *a, const void *b)

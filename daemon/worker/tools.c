@@ -2,7 +2,7 @@
 /* gpud-worker's helper modes: short-lived processes that load what the host must not
  * (a worker plugin, the CUDA runtime) and report on it. */
 #define _GNU_SOURCE
-#include "worker_tools.h"
+#include "tools.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include "ring.h"
 
+#include <string.h>
+
 int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32_t *kinds,
-	       uint64_t max_payload, struct shm_rec **out, const char **why)
+	       uint64_t max_payload, struct shm_rec *copy, struct shm_rec **out,
+	       const char **why)
 {
 	/* Positions come from another process: a head behind the tail or more than a
 	 * ring ahead of it is corruption, not an empty or full ring. */
@@ -14,13 +17,15 @@ int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32
 		uint64_t off = *tail & (r->cap - 1);
 		uint64_t avail = head - *tail;
 		struct shm_rec *rec = (struct shm_rec *)(r->base + off);
-		uint32_t kind = rec->kind;
 
 		if (off % SHM_LINE != 0) {
 			*why = "record not line-aligned";
 			return -1;
 		}
-		if (kind == REC_PAD) {
+		/* One read of the header; every check and every later use is of the copy. */
+		memcpy(copy, rec, sizeof *copy);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (copy->kind == REC_PAD) {
 			if (r->cap - off > avail) {
 				*why = "pad record past the ring head";
 				return -1;
@@ -30,17 +35,17 @@ int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32
 		}
 		bool known = false;
 		for (const uint32_t *k = kinds; *k; k++)
-			known |= (*k == kind);
+			known |= (*k == copy->kind);
 		if (!known) {
 			*why = "unknown record kind";
 			return -1;
 		}
-		if (rec->size > max_payload) {
+		if (copy->size > max_payload) {
 			*why = "record larger than its limit";
 			return -1;
 		}
-		uint64_t span = ring_span(rec->size);
-		if (span > avail || off + span > r->cap) {
+		uint64_t span = ring_rec_span(r, copy->kind, copy->size);
+		if (span > avail || off + ring_span(copy->size) > r->cap) {
 			*why = "record runs past the ring head or end";
 			return -1;
 		}

@@ -8,12 +8,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dispatcher.h"
+#include "events.h"
+#include "files.h"
 #include "host.h"
+#include "lifecycle.h"
+#include "memory.h"
+#include "spawner.h"
 #include "paths.h"
 #include "stats.h"
 #include "wait.h"
@@ -90,7 +97,9 @@ static int prepare(struct host *h, struct cfg *c)
 
 static void release(struct host *h)
 {
+	files_close_logs(h);
 	shm_destroy(h);
+	tasks_free(h);
 	loader_close(&h->gen_pl);
 	loader_close(&h->sink_pl);
 	free(h->worker_exe);
@@ -104,7 +113,7 @@ static void release(struct host *h)
 
 int run_check(struct cfg *c)
 {
-	struct host h = {.cfg = c, .shm_fd = -1};
+	struct host h = HOST_INIT(c);
 	int rc = prepare(&h, c) < 0 ? 2 : 0;
 	if (rc == 0) {
 		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
@@ -118,48 +127,13 @@ int run_check(struct cfg *c)
 
 typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
 
-/* Dashboard: each worker's output goes to <log_dir>/worker-<k>.log, so a plugin that
- * prints cannot tear the screen. The default is a fresh folder per run under $TMPDIR. */
-static int make_log_dir(struct host *h)
-{
-	char *dir = NULL;
-	if (h->cfg->log_dir) {
-		dir = strdup(h->cfg->log_dir);
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		char stamp[32];
-		time_t now = time(NULL);
-		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-		if (asprintf(&dir, "%s/gpud-%d", tmp && *tmp ? tmp : "/tmp", (int)getuid()) < 0)
-			dir = NULL;
-		if (dir) {
-			mkdir(dir, 0700);
-			char *run;
-			if (asprintf(&run, "%s/run-%s-%d", dir, stamp, (int)getpid()) < 0)
-				run = NULL;
-			free(dir);
-			dir = run;
-		}
-	}
-	if (!dir || (mkdir(dir, 0777) < 0 && errno != EEXIST) || access(dir, W_OK) < 0) {
-		fprintf(stderr, "gpud: cannot use %s for worker output (%s); showing plain "
-				"progress instead of the dashboard\n",
-			dir ? dir : "a log folder", strerror(errno));
-		free(dir);
-		return -1;
-	}
-	h->log_dir = dir;
-	return 0;
-}
-
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
-	struct host h = {.cfg = c, .shm_fd = -1, .total = -1};
+	struct host h = HOST_INIT(c);
 	struct gpud_error err = {{0}};
 	struct ui *ui = NULL;
 	int rc = 2;
 
-	h.rq_tail = &h.rq_head;
 	if (prepare(&h, c) < 0)
 		goto out;
 	if (c->n_gpus == 0) {
@@ -200,18 +174,29 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 
 	h.ui_mode = opts->ui;
 	pthread_mutex_init(&h.notes.lock, NULL);
-	if (h.ui_mode == UI_DASHBOARD && make_log_dir(&h) < 0)
-		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
 
 	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
 	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
 	h.w = calloc(h.n_workers, sizeof *h.w);
 	h.restarts = calloc(c->n_gpus, sizeof *h.restarts);
 	h.retired = calloc(c->n_gpus, sizeof *h.retired);
+	if (!h.w || !h.restarts || !h.retired) {
+		fprintf(stderr, "gpud: out of memory for %u workers\n", h.n_workers);
+		goto close_plugins;
+	}
 	for (unsigned k = 0; k < h.n_workers; k++) {
 		h.w[k].index = (int)k;
 		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+		h.w[k].log_fd = -1;
+		h.w[k].out_fd = -1;
+		h.w[k].pid = -1;
 	}
+	if (tasks_init(&h, (c->queue_size + h.n_workers - 1) / h.n_workers) < 0) {
+		fprintf(stderr, "gpud: out of memory for the task table\n");
+		goto close_plugins;
+	}
+	if (h.ui_mode == UI_DASHBOARD && files_open_logs(&h) < 0)
+		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
 	/* Ordering only matters to a sink that receives outcomes. */
 	if (c->ordered && (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
 					  GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
@@ -221,6 +206,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		host_abort(&h, "cannot create the shared memory");
 	} else {
 		host_install_signals(&h);
+		/* Whatever a worker starts and leaves behind becomes our child, so it can
+		 * be found and ended with the run. */
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
 		ui = ui_start(&h);
 		for (unsigned k = 0; k < h.n_workers; k++) {
 			int e = spawn_worker(&h, &h.w[k]);
@@ -233,14 +221,17 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		dispatch(&h);
 	}
 
-	/* Every child is waited for: none outlives the run. */
+	/* Every child is waited for, and whatever the workers left behind is killed:
+	 * nothing outlives the run or holds its output open. */
 	for (unsigned k = 0; k < h.n_workers; k++) {
 		if (h.w[k].pid > 0) {
 			int st;
+			kill(-h.w[k].pid, SIGKILL);
 			while (waitpid(h.w[k].pid, &st, 0) < 0 && errno == EINTR)
 				;
 		}
 	}
+	lifecycle_sweep(&h);
 	events_flush_held(&h);
 	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
 	ui_stop(ui);
@@ -269,6 +260,14 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	} else {
 		rc = (h.stats.failed || h.stats.timed_out) ? 1 : 0;
 	}
+	goto out;
+
+close_plugins: /* nothing ran */
+	err.message[0] = '\0';
+	if (h.sink_close)
+		h.sink_close(h.sink, &h.stats, &err);
+	if (h.gen_close)
+		h.gen_close(h.gen);
 out:
 	release(&h);
 	return rc;

@@ -16,37 +16,46 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "host.h"
-#include "wait.h"
+#include "dispatcher.h"
+#include "events.h"
+#include "lifecycle.h"
+#include "memory.h"
+#include "ui.h"
 
 #define WINDOW_S 5e-3
 
 static const uint32_t result_kinds[] = {REC_OK, REC_FAIL, REC_SKIP, 0};
 
+/* Where worker w says it has got to in its task ring, kept inside what we gave it. */
+static uint64_t reported_tail(const struct host_worker *w)
+{
+	uint64_t upto = atomic_load_explicit(&w->rep->task_tail, memory_order_acquire);
+	if (upto - w->task_free > w->task_head - w->task_free)
+		return w->task_free;
+	return upto;
+}
+
 /* Reports GPUD_TASK_START for every task the worker has begun since the last call. */
 static unsigned emit_starts(struct host *h, struct host_worker *w)
 {
-	uint64_t upto = atomic_load_explicit(&w->ctl->task_tail, memory_order_acquire);
+	uint64_t upto = reported_tail(w);
 	unsigned n = 0;
-	if (upto - w->start_pos > w->task_head - w->start_pos)
-		upto = w->task_head; /* never trust a position past what we wrote */
-	if (w->start_pos - w->task_free > w->task_head - w->task_free)
-		w->start_pos = w->task_free;
-	while (w->start_pos != upto) {
-		struct shm_rec *t = ring_peek(&w->tasks, &w->start_pos, upto);
-		if (!t)
+	while (w->tt_started != w->tt_head) {
+		const struct task_ent *t = &w->tt[w->tt_started & w->tt_mask];
+		/* Started means its record lies wholly before the reported tail. */
+		if (t->pos - w->task_free >= upto - w->task_free)
 			break;
 		struct gpud_event ev = {
 			.kind = GPUD_TASK_START,
-			.task_id = t->task_id,
+			.task_id = t->id,
 			.worker_id = w->index,
 			.gpu_id = w->gpu_id,
 			.attempt = (int)t->attempt,
-			.input = ring_payload(t),
+			.input = ring_payload(ring_at(&w->tasks, t->pos)),
 			.input_size = t->size,
 		};
 		events_deliver(h, &ev);
-		w->start_pos += ring_span(t->size);
+		w->tt_started++;
 		n++;
 	}
 	return n;
@@ -68,8 +77,10 @@ static void update_window(struct host *h, struct host_worker *w)
 
 unsigned dispatch_drain(struct host *h, struct host_worker *w)
 {
-	uint64_t head = atomic_load_explicit(&w->ctl->result_head, memory_order_acquire);
-	if (head == w->result_tail)
+	if (!w->rep)
+		return 0;
+	uint64_t head = atomic_load_explicit(&w->rep->result_head, memory_order_acquire);
+	if (head == w->result_tail || w->corrupt)
 		return 0;
 	if (h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START))
 		emit_starts(h, w);
@@ -77,52 +88,58 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	uint64_t max_payload = h->hdr->max_result_bytes > SHM_MSG_MAX ? h->hdr->max_result_bytes
 								       : SHM_MSG_MAX;
 	unsigned n = 0;
-	struct shm_rec *r;
+	struct shm_rec r, *rec;
 	const char *why = NULL;
 	int rc;
 	while ((rc = ring_check(&w->results, &w->result_tail, head, result_kinds, max_payload, &r,
-				&why)) == 1) {
-		if (r->kind == REC_SKIP) { /* the unused end of a batch's result slot */
-			w->result_tail += ring_span(r->size);
+				&rec, &why)) == 1) {
+		if (r.kind == REC_SKIP) { /* the unused end of a batch's result slot */
+			w->result_tail += ring_span(r.size);
 			continue;
 		}
-		struct shm_rec *t = ring_peek(&w->tasks, &w->task_free, w->task_head);
-		if (!t || t->task_id != r->task_id) {
+		/* The result must be for the oldest task it holds, as we handed it out, with
+		 * a header nobody changed after the worker finished it. */
+		const struct task_ent *t = tasks_front(w);
+		uint64_t sec_bits;
+		memcpy(&sec_bits, &r.seconds, sizeof sec_bits);
+		if (!t || r.task_id != t->id || r.attempt != t->attempt) {
 			rc = -1;
 			why = "a result for a task it was not given";
 			break;
 		}
-		double sec = r->seconds;
+		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags, sec_bits,
+					     w->result_tail)) {
+			rc = -1;
+			why = "a result header changed after it was written";
+			break;
+		}
+		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
+		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
 		w->last_seconds = sec;
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
-		if (r->kind == REC_OK) {
+		if (r.kind == REC_OK) {
 			w->ok++;
-			events_outcome(h, w, t, GPUD_TASK_OK, ring_payload(r), r->size, NULL, sec);
+			events_outcome(h, w, t, input, GPUD_TASK_OK, ring_payload(rec), r.size, NULL, sec);
 		} else {
 			char msg[SHM_MSG_MAX + 1];
-			memcpy(msg, ring_payload(r), r->size < SHM_MSG_MAX ? r->size : SHM_MSG_MAX);
-			msg[r->size < SHM_MSG_MAX ? r->size : SHM_MSG_MAX] = '\0';
+			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;
+			memcpy(msg, ring_payload(rec), len);
+			msg[len] = '\0';
+			ui_clean(msg);
 			w->failed++;
-			events_outcome(h, w, t, GPUD_TASK_ERROR, NULL, 0, msg, sec);
+			events_outcome(h, w, t, input, GPUD_TASK_ERROR, NULL, 0, msg, sec);
 		}
-		w->task_free += ring_span(t->size);
-		w->result_tail += ring_span(r->size);
-		w->outstanding--;
+		w->task_free = t->pos + ring_span(t->size);
+		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
+		tasks_pop(w);
 		h->in_flight--;
 		n++;
 	}
-	if (w->start_pos - w->task_free > w->task_head - w->task_free)
-		w->start_pos = w->task_free;
-	atomic_store_explicit(&w->ctl->result_tail, w->result_tail, memory_order_release);
-	wait_ring_fast(&w->ctl->bell);
+	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
+	wait_ring_fast(shm_worker_bell(w));
 	update_window(h, w);
-	if (rc < 0 && w->pid > 0 && !w->timed_out) {
-		/* The worker wrote something that is not a result: it cannot be trusted with
-		 * more tasks. Killing it sends its tasks through the crash path. */
-		ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its result ring (%s); restarting it",
-		       w->index, w->gpu_id, why);
-		kill(w->pid, SIGKILL);
-	}
+	if (rc < 0)
+		lifecycle_corrupt(h, w, why);
 	return n;
 }
 
@@ -134,49 +151,67 @@ static bool requeued_may_run(const struct host *h)
 	return !h->abort || (h->gen_failed && !h->interrupted && h->sink_open && !h->killing);
 }
 
-/* Fills `w`'s ring from the requeued tasks first, then from the generator. */
-static unsigned feed_one(struct host *h, struct host_worker *w)
+/* A feeding pass gives the rest of the loop a turn at least this often, so a slow
+ * generator cannot hold back results, timeouts or signals for more than one of its
+ * calls (the clock is read every few calls, more often once calls are slow). */
+#define FEED_SLICE_NS 1000000u
+
+/* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
+ * tasks given; *slice_end is set when the pass ran out of time. */
+static unsigned feed_one(struct host *h, struct host_worker *w, uint64_t *clock, bool *slice_end)
 {
 	const struct cfg *c = h->cfg;
 	uint64_t head0 = w->task_head;
 	unsigned n = 0;
 
-	while (h->in_flight < c->queue_size && w->outstanding < w->window) {
-		/* A retry goes to another worker when there is one to take it. */
-		bool rq = h->rq_head && requeued_may_run(h) &&
-			  (h->rq_head->avoid != w->index || h->n_ready < 2);
-		if (!rq && (h->gen_done || h->abort))
+	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
+		struct requeued *q = requeued_may_run(h) ? tasks_requeued_take(h, w->index, h->n_ready < 2)
+							 : NULL;
+		if (!q && (h->gen_done || h->abort))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
 		 * undelivered one on, and so the outcomes held back. Tasks to run again are
 		 * inside that span already. */
-		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
+		if (!q && h->held && h->next_id - h->next_deliver >= c->queue_size)
 			break;
 		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
-		if (!t)
+		if (!t) {
+			if (q) { /* no room after all: back to the front of the queue */
+				q->next = h->rq_head;
+				h->rq_head = q;
+				if (!q->next)
+					h->rq_tail = &q->next;
+			}
 			break;
-		if (rq) {
-			struct requeued *q = h->rq_head;
-			h->rq_head = q->next;
-			if (!h->rq_head)
-				h->rq_tail = &h->rq_head;
-			memcpy(ring_payload(t), q->data, q->size);
-			t->task_id = q->task_id;
-			t->size = q->size;
-			t->attempt = q->attempt;
+		}
+		struct task_ent ent;
+		if (q) {
+			memcpy(ring_payload(t), q->data, q->t.size);
+			ent = q->t;
 			free(q);
 		} else {
 			struct gpud_buf item = {ring_payload(t), 0, c->max_task_bytes};
 			struct gpud_error err;
 			err.message[0] = '\0';
 			int rc = h->gen_next(h->gen, &item, &err);
+			if ((++h->gen_calls & h->gen_check_mask) == 0) {
+				uint64_t now = wait_now_ns();
+				/* Calls slower than ~2 us: look at the clock after every one. */
+				h->gen_check_mask = now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
+				if (now - h->feed_start_ns >= FEED_SLICE_NS)
+					*slice_end = true;
+				*clock = now;
+			}
 			if (rc == 0) {
 				h->gen_done = true;
 				break;
 			}
 			if (rc < 0) {
 				h->gen_done = true;
+				if (host_interrupts)
+					break; /* a read cut short by Ctrl-C or SIGTERM: not a failure */
 				h->gen_failed = true;
+				ui_clean(err.message);
 				host_abort(h, "the generator failed after %llu tasks: %s",
 					   (unsigned long long)h->next_id,
 					   err.message[0] ? err.message : "gpud_generator_next returned -1");
@@ -194,21 +229,28 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
 							.worker_id = -1, .gpu_id = -1, .message = msg};
 				events_deliver_outcome(h, &ev);
+				if (*slice_end)
+					break;
 				continue;
 			}
-			t->task_id = id;
-			t->size = (uint32_t)item.size;
-			t->attempt = 0;
+			ent = (struct task_ent){.id = id, .size = (uint32_t)item.size};
 		}
+		ent.pos = w->task_head;
+		t->task_id = ent.id;
+		t->size = ent.size;
+		t->attempt = ent.attempt;
+		t->flags = 0;
 		t->kind = REC_TASK;
-		w->task_head += ring_span(t->size);
-		w->outstanding++;
+		tasks_push(w, &ent);
+		w->task_head += ring_span(ent.size);
 		h->in_flight++;
 		n++;
+		if (*slice_end)
+			break;
 	}
 	if (w->task_head != head0) {
-		atomic_store_explicit(&w->ctl->task_head, w->task_head, memory_order_release);
-		wait_ring_fast(&w->ctl->bell);
+		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+		wait_ring_fast(shm_worker_bell(w));
 	}
 	return n;
 }
@@ -216,13 +258,15 @@ static unsigned feed_one(struct host *h, struct host_worker *w)
 static unsigned feed(struct host *h)
 {
 	unsigned n = 0;
+	bool slice_end = false;
+	uint64_t clock = h->feed_start_ns = wait_now_ns();
 	h->n_ready = 0;
 	for (unsigned i = 0; i < h->n_workers; i++)
 		h->n_ready += h->w[i].state == HW_READY;
-	for (unsigned i = 0; i < h->n_workers; i++) {
+	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
 		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
 		if (w->state == HW_READY)
-			n += feed_one(h, w);
+			n += feed_one(h, w, &clock, &slice_end);
 	}
 	h->rr++;
 	return n;
@@ -232,29 +276,36 @@ static unsigned feed(struct host *h)
 static bool host_ready(void *ctx)
 {
 	struct host *h = ctx;
-	if (host_sigchld || host_interrupts)
+	if (host_sigchld || host_interrupts || host_sigtstp || host_sigcont)
 		return true;
 	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
-		if (w->state == HW_GONE)
+		if (w->state == HW_GONE || !w->rep)
 			continue;
-		if (atomic_load_explicit(&w->ctl->result_head, memory_order_relaxed) != w->result_tail)
+		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) != w->result_tail)
 			return true;
-		if (w->state == HW_STARTING &&
-		    atomic_load_explicit(&w->ctl->state, memory_order_relaxed) != WS_SETUP &&
-		    atomic_load_explicit(&w->ctl->state, memory_order_relaxed) != WS_SPAWNED)
+		uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_relaxed);
+		if (w->state == HW_STARTING && s != WS_SETUP && s != WS_SPAWNED)
 			return true;
-		if (starts && atomic_load_explicit(&w->ctl->task_tail, memory_order_relaxed) != w->start_pos)
-			return true;
+		if (starts && w->tt_started != w->tt_head) {
+			uint64_t pos = w->tt[w->tt_started & w->tt_mask].pos;
+			if (pos - w->task_free < reported_tail(w) - w->task_free)
+				return true;
+		}
 	}
 	return false;
 }
+
+/* Timeouts are looked at whenever the loop would sleep, and at least this often while
+ * it is busy. */
+#define BUSY_CHECK_NS 2000000u
 
 int dispatch(struct host *h)
 {
 	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
 	int interrupts_seen = 0;
+	uint64_t checked = wait_now_ns();
 
 	for (;;) {
 		unsigned progress = 0;
@@ -270,39 +321,50 @@ int dispatch(struct host *h)
 				lifecycle_kill_all(h);
 			}
 		}
+		if (host_sigtstp || host_sigcont)
+			lifecycle_job_control(h);
 		if (host_sigchld)
 			lifecycle_reap(h);
 		for (unsigned i = 0; i < h->n_workers; i++) {
 			struct host_worker *w = &h->w[i];
+			if (w->exited) {
+				/* Its last results first: they are outcomes, not lost tasks. */
+				dispatch_drain(h, w);
+				lifecycle_exited(h, w);
+				continue;
+			}
 			if (w->state == HW_STARTING)
 				lifecycle_poll(h, w);
 			if (w->state == HW_READY || w->state == HW_STOPPING)
 				progress += dispatch_drain(h, w);
-			if (starts && w->state == HW_READY)
+			if (starts && w->state == HW_READY && w->rep)
 				progress += emit_starts(h, w);
 		}
 		if (!h->stopping && !h->killing)
 			progress += feed(h);
 
-		if (h->rq_head && !requeued_may_run(h))
-			events_drop_requeued(h);
+		if (tasks_requeued_any(h) && !requeued_may_run(h))
+			tasks_drop_requeued(h);
 
-		if (!h->stopping && h->in_flight == 0 && !h->rq_head && (h->gen_done || h->abort))
+		if (!h->stopping && h->in_flight == 0 && !tasks_requeued_any(h) &&
+		    (h->gen_done || h->abort))
 			lifecycle_stop_all(h);
 		if (lifecycle_live(h) == 0) {
-			if (h->rq_head || h->in_flight || (!h->stopping && !h->gen_done)) {
-				events_drop_requeued(h);
+			if (tasks_requeued_any(h) || h->in_flight || (!h->stopping && !h->gen_done)) {
+				tasks_drop_requeued(h);
 				host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
 							    : "no worker could be set up");
 			}
 			break;
 		}
+		uint64_t now = wait_now_ns();
+		if (progress && now - checked < BUSY_CHECK_NS)
+			continue;
+		checked = now;
+		uint64_t deadline = lifecycle_timeouts(h, now);
 		if (progress)
 			continue;
-
-		uint64_t now = wait_now_ns();
-		uint64_t deadline = lifecycle_timeouts(h, now);
-		wait_until(&h->hdr->host_bell, host_ready, h, deadline);
+		wait_until(h->bell, host_ready, h, deadline);
 	}
 	return h->abort ? 3 : 0;
 }

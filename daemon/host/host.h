@@ -14,6 +14,8 @@
 #include "config.h"
 #include "loader.h"
 #include "ring.h"
+#include "tasks.h"
+#include "wait.h"
 #include "ui.h"
 
 /* Fields the UI thread reads while the host writes them: aligned words, stored and
@@ -36,41 +38,54 @@ enum hw_state {
 };
 
 struct host_worker {
-	struct shm_worker *ctl;
+	struct shm_feed *feed;  /* what we tell it (run memfd) */
+	struct shm_report *rep; /* what it tells us (its out memfd): untrusted */
+	int out_fd;             /* its out memfd, fresh for each process */
 	struct ring tasks, results;
 	uint64_t task_head;   /* producer position (published in bursts) */
 	uint64_t task_free;   /* oldest task whose result is not yet consumed */
 	uint64_t start_pos;   /* next task to report GPUD_TASK_START for */
 	uint64_t result_tail; /* consumer position (published in bursts) */
-	uint32_t outstanding; /* tasks in its ring without a consumed result */
+	/* the task table's FIFO of what it holds (tasks.c) */
+	struct task_ent *tt;
+	uint32_t tt_mask;
+	uint64_t tt_head, tt_tail, tt_started; /* tt_started: next to report as started */
 	uint32_t window;      /* most tasks it may hold: covers ~WINDOW_NS of its work */
 	double task_seconds;  /* moving average of its process() time */
-	pid_t pid;
+	pid_t pid;            /* also its process group */
 	int index, gpu_id;
 	enum hw_state state;
 	bool timed_out; /* the host killed it for running past task_timeout, or its cleanup
 			   for running past the cleanup bound */
 	bool cancelled; /* still in setup when the run ended: killed, not reported */
+	bool corrupt;   /* killed for writing something that is not valid */
+	bool setup_timed_out; /* killed for running past setup_timeout */
+	bool held_still;      /* killed for holding tasks it did not start */
+	int log_fd;           /* dashboard: its log file, or -1 */
+	char corrupt_why[160];
 	enum hw_end end;
 	uint64_t ok, failed, timeouts;
 	unsigned restarts;
 	double last_seconds; /* its last task's time in process() */
+	uint64_t spawned_ns;  /* when this process started (setup_timeout) */
+	uint64_t seen_since;  /* the busy_since value the timeout clock last saw */
+	uint64_t grace_ns;    /* time the host was stopped during that task: not counted */
+	uint64_t seen_tail;   /* its task_tail when last looked at */
+	uint64_t still_ns;    /* since when it has held unstarted tasks while not busy */
+	int exit_status;      /* reaped, not yet handled */
+	bool exited;
 };
+
+static inline uint32_t tasks_held(const struct host_worker *w)
+{
+	return (uint32_t)(w->tt_head - w->tt_tail);
+}
 
 /* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
  * ring space is reused once consumed. */
 struct held_outcome {
 	struct gpud_event ev;
 	uint8_t data[]; /* input, result, message */
-};
-
-/* A task taken back from a dead worker, waiting to run again. */
-struct requeued {
-	struct requeued *next;
-	uint64_t task_id;
-	uint32_t attempt, size;
-	int avoid; /* the worker a retry should not go back to, or -1 */
-	uint8_t data[];
 };
 
 /* The last messages for the dashboard (failures, worker deaths), newest last. */
@@ -90,9 +105,15 @@ struct host {
 	char *worker_exe;
 	char *worker_plugin;
 
-	int shm_fd;
+	int shm_fd;  /* the run memfd: read-write here; workers get a read-only one */
+	int ro_fd;   /* the same, opened read-only, for workers */
+	int bell_fd; /* the host's futex page */
+	int host_pipe[2]; /* workers hold [0]; its end-of-file tells them we are gone */
 	struct shm_header *hdr;
 	size_t shm_size;
+	_Atomic uint32_t *host_bell; /* in the bell page */
+	struct wait_bell bell;       /* host_bell + hdr->host_sleeping */
+	size_t out_size;
 	struct host_worker *w;
 	unsigned n_workers;
 	unsigned *restarts; /* per GPU index */
@@ -114,9 +135,14 @@ struct host {
 	struct gpud_stats stats;
 	uint64_t next_id;
 	uint64_t in_flight; /* tasks in worker rings */
-	struct requeued *rq_head, **rq_tail;
+	uint64_t stopped_ns; /* when a SIGTSTP stopped the job, or 0 */
+	uint64_t last_check_ns; /* when the timeouts were last looked at */
+	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
 	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
+	uint64_t gen_calls;      /* generator calls, for reading the clock every few */
+	uint64_t gen_check_mask; /* read it when (gen_calls & mask) == 0 */
+	uint64_t feed_start_ns;
 	bool gen_done;
 	bool gen_failed;  /* the generator returned -1: what it yielded still runs */
 	bool interrupted; /* SIGINT/SIGTERM: nothing new starts */
@@ -132,57 +158,11 @@ struct host {
 	uint64_t t_start_ns;
 };
 
-/* shm.c */
-int shm_create(struct host *h);
-void shm_destroy(struct host *h);
-void shm_reset_worker(struct host *h, struct host_worker *w);
-
-/* spawn.c */
-int spawn_worker(struct host *h, struct host_worker *w);
-int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *err,
-			      size_t errlen);
-/* gpud plugins: "kind\tname\tversion\tdescription" of a plugin, from a helper process
- * (a worker plugin never loads into the host). 0, or -1 with err. */
-int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
-		   char *err, size_t errlen);
-/* gpus = all: the CUDA device count, from a short-lived gpud-worker; -1 with err. */
-int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen);
-
-/* dispatcher.c: runs the loop until every task has an outcome; 0, or 3 on abort. */
-int dispatch(struct host *h);
-unsigned dispatch_drain(struct host *h, struct host_worker *w);
-
-/* events.c: outcomes and events */
-void events_deliver(struct host *h, const struct gpud_event *ev);
-/* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
-void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
-/* End of run: delivers every held outcome in task order, past the gaps of tasks that
- * did not run. */
-void events_flush_held(struct host *h);
-void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
-		   const char *message);
-/* The final outcome of a task (or a retry when attempts are left): kind is
- * GPUD_TASK_OK, GPUD_TASK_ERROR or GPUD_TASK_TIMEOUT. */
-void events_outcome(struct host *h, const struct host_worker *w, const struct shm_rec *task,
-		    enum gpud_event_kind kind, const void *result, size_t result_size,
-		    const char *message, double seconds);
-/* Keeps a copy of `task` to run again; a retry (attempt > task->attempt) avoids the
- * worker `avoid` when another can take it. */
-void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt, int avoid);
-/* Counts every requeued task as not run and frees them. */
-void events_drop_requeued(struct host *h);
-void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* lifecycle.c: worker states, deaths, timeouts, stopping */
-void lifecycle_poll(struct host *h, struct host_worker *w);
-void lifecycle_reap(struct host *h);
-uint64_t lifecycle_timeouts(struct host *h, uint64_t now);
-void lifecycle_stop_all(struct host *h);
-void lifecycle_kill_all(struct host *h);
-unsigned lifecycle_live(const struct host *h);
-
-/* signals (lifecycle.c) */
-extern volatile sig_atomic_t host_sigchld, host_interrupts;
-void host_install_signals(struct host *h);
+/* A host before anything is opened: every descriptor -1. */
+#define HOST_INIT(c)                                                                       \
+	{                                                                                  \
+		.cfg = (c), .shm_fd = -1, .ro_fd = -1, .bell_fd = -1, .host_pipe = {-1, -1},  \
+		.total = -1, .rq_tail = NULL                                               \
+	}
 
 #endif /* GPUD_HOST_H */

@@ -28,10 +28,10 @@ void wait_futex_wake(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void wait_ring(struct shm_doorbell *d)
+void wait_ring(struct wait_bell d)
 {
-	atomic_fetch_add_explicit(&d->bell, 1, memory_order_seq_cst);
-	wait_futex_wake(&d->bell);
+	atomic_fetch_add_explicit(d.bell, 1, memory_order_seq_cst);
+	wait_futex_wake(d.bell);
 }
 
 static inline void cpu_relax(void)
@@ -58,7 +58,7 @@ static void futex_sleep(_Atomic uint32_t *word, uint32_t seen, uint64_t deadline
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, tsp, NULL, 0);
 }
 
-bool wait_until(struct shm_doorbell *d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns)
+bool wait_until(struct wait_bell d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns)
 {
 	for (int i = 0; i < SPIN_ROUNDS; i++) {
 		if (ready(ctx))
@@ -77,14 +77,14 @@ bool wait_until(struct shm_doorbell *d, wait_ready_fn ready, void *ctx, uint64_t
 		sched_yield();
 	}
 
-	uint32_t seen = atomic_load_explicit(&d->bell, memory_order_seq_cst);
-	atomic_store_explicit(&d->sleeping, 1, memory_order_seq_cst);
+	uint32_t seen = atomic_load_explicit(d.bell, memory_order_seq_cst);
+	atomic_store_explicit(d.sleeping, 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	bool ok = ready(ctx);
 	if (!ok) {
-		futex_sleep(&d->bell, seen, deadline_ns);
+		futex_sleep(d.bell, seen, deadline_ns);
 		ok = ready(ctx);
 	}
-	atomic_store_explicit(&d->sleeping, 0, memory_order_relaxed);
+	atomic_store_explicit(d.sleeping, 0, memory_order_relaxed);
 	return ok;
 }

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host.h"
+#include "events.h"
+#include "ui.h"
 
 void host_abort(struct host *h, const char *fmt, ...)
 {
@@ -116,41 +117,15 @@ void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_
 	events_deliver(h, &ev);
 }
 
-void events_requeue(struct host *h, const struct shm_rec *task, uint32_t attempt, int avoid)
+void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
+		    const void *input, enum gpud_event_kind kind, const void *result,
+		    size_t result_size, const char *message, double seconds)
 {
-	struct requeued *q = malloc(sizeof *q + task->size);
-	if (!q) {
-		perror("gpud: cannot keep a task to run again");
-		abort();
-	}
-	q->next = NULL;
-	q->task_id = task->task_id;
-	q->attempt = attempt;
-	q->size = task->size;
-	q->avoid = avoid;
-	memcpy(q->data, (const uint8_t *)task + SHM_REC_HDR, task->size);
-	*h->rq_tail = q;
-	h->rq_tail = &q->next;
-}
-
-void events_drop_requeued(struct host *h)
-{
-	while (h->rq_head) {
-		struct requeued *q = h->rq_head;
-		h->rq_head = q->next;
-		h->stats.not_run++;
-		free(q);
-	}
-	h->rq_tail = &h->rq_head;
-}
-
-void events_outcome(struct host *h, const struct host_worker *w, const struct shm_rec *task,
-		    enum gpud_event_kind kind, const void *result, size_t result_size,
-		    const char *message, double seconds)
-{
-	if (kind != GPUD_TASK_OK && task->attempt < h->cfg->max_retries && !h->killing) {
+	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing) {
+		struct task_ent again = *t;
+		again.attempt++;
 		h->stats.retried++;
-		events_requeue(h, task, task->attempt + 1, w ? w->index : -1);
+		tasks_requeue(h, &again, input, w ? w->index : -1);
 		return;
 	}
 	switch (kind) {
@@ -167,21 +142,21 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct sh
 	if (kind != GPUD_TASK_OK) {
 		if (w)
 			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
-			       (unsigned long long)task->task_id,
+			       (unsigned long long)t->id,
 			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index, w->gpu_id,
 			       message ? message : "");
 		else
-			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)task->task_id,
+			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
 			       message ? message : "");
 	}
 	struct gpud_event ev = {
 		.kind = kind,
-		.task_id = task->task_id,
+		.task_id = t->id,
 		.worker_id = w ? w->index : -1,
 		.gpu_id = w ? w->gpu_id : -1,
-		.attempt = (int)task->attempt,
-		.input = w ? (const uint8_t *)task + SHM_REC_HDR : NULL,
-		.input_size = w ? task->size : 0,
+		.attempt = (int)t->attempt,
+		.input = input,
+		.input_size = input ? t->size : 0,
 		.result = result,
 		.result_size = result_size,
 		.message = message,

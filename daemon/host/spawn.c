@@ -12,7 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "host.h"
+#include <poll.h>
+#include <time.h>
+
+#include "files.h"
+#include "spawner.h"
+#include "wait.h"
 
 extern char **environ;
 
@@ -51,34 +56,38 @@ static char **worker_env(const struct host_worker *w, char *own[3], bool prefix)
 
 int spawn_worker(struct host *h, struct host_worker *w)
 {
-	char fd_arg[16], idx_arg[16], pid_arg[24];
+	char idx_arg[16], pid_arg[24];
 	char *own[3] = {NULL, NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, dfl;
 	int rc;
 
-	snprintf(fd_arg, sizeof fd_arg, "3");
 	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
-	char *argv[] = {h->worker_exe, "--run", fd_arg, idx_arg, pid_arg, NULL};
+	char *argv[] = {h->worker_exe, "--run", idx_arg, pid_arg, NULL};
 	char **env = worker_env(w, own, h->ui_mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;
 
+	/* Exactly the descriptors it needs (shm_layout.h), nothing else of ours: not the
+	 * sink's output, not the generator's input, not the run memfd's writable twin. */
 	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, h->shm_fd, 3);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, h->ro_fd, SHM_FD_RUN);
+	posix_spawn_file_actions_adddup2(&fa, w->out_fd, SHM_FD_OUT);
+	posix_spawn_file_actions_adddup2(&fa, h->bell_fd, SHM_FD_BELL);
+	posix_spawn_file_actions_adddup2(&fa, h->host_pipe[0], SHM_FD_HOST);
 	/* A worker's output never goes to our standard output, which may be the sink's
 	 * stream. With the dashboard it goes to a log file per worker; otherwise to our
 	 * standard error (in plain mode the worker prefixes each line with its id). */
-	char log[4096];
-	if (h->ui_mode == UI_DASHBOARD && h->log_dir) {
-		snprintf(log, sizeof log, "%s/worker-%d.log", h->log_dir, w->index);
-		posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0666);
-		posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	if (h->ui_mode == UI_DASHBOARD && w->log_fd >= 0) {
+		posix_spawn_file_actions_adddup2(&fa, w->log_fd, 1);
+		posix_spawn_file_actions_adddup2(&fa, w->log_fd, 2);
 	} else {
 		posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	}
+	posix_spawn_file_actions_addclosefrom_np(&fa, SHM_FD_HOST + 1);
 	posix_spawnattr_init(&attr);
 	sigemptyset(&none);
 	sigfillset(&dfl);
@@ -86,7 +95,11 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	sigdelset(&dfl, SIGSTOP);
 	posix_spawnattr_setsigmask(&attr, &none);
 	posix_spawnattr_setsigdefault(&attr, &dfl);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	/* Its own process group: it and whatever it starts are killed together, and
+	 * signals for the job reach only the host. */
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+					       POSIX_SPAWN_SETPGROUP);
 
 	rc = posix_spawn(&w->pid, h->worker_exe, &fa, &attr, argv, env);
 
@@ -99,28 +112,59 @@ int spawn_worker(struct host *h, struct host_worker *w)
 		w->pid = -1;
 		return -rc;
 	}
+	w->spawned_ns = wait_now_ns();
 	w->state = HW_STARTING;
 	return 0;
 }
 
-/* Runs gpud-worker with `args` and waits for it: its standard output lands in out,
- * its standard error in err (trailing newlines cut). Returns 0 when it exited 0. */
+/* Appends what fd has to say to buf (keeping a NUL-terminated prefix of at most len-1
+ * bytes, reading and dropping the rest). Returns 0 at end of file, 1 otherwise. */
+static int take(int fd, char *buf, size_t len, size_t *used)
+{
+	char sink[4096];
+	ssize_t r;
+	if (*used + 1 < len)
+		r = read(fd, buf + *used, len - *used - 1);
+	else
+		r = read(fd, sink, sizeof sink);
+	if (r < 0 && (errno == EINTR || errno == EAGAIN))
+		return 1;
+	if (r <= 0)
+		return 0;
+	if (*used + 1 < len)
+		*used += (size_t)r;
+	return 1;
+}
+
+/* Runs gpud-worker with `args` and waits for it, at most SPAWN_HELPER_TIMEOUT_S: its
+ * standard output lands in out, its standard error in err (trailing newlines cut), both
+ * read together so neither can fill up and stall it. Returns 0 when it exited 0. */
 static int spawn_helper(const char *worker_exe, char *const args[], char *out, size_t outlen,
 			char *err, size_t errlen)
 {
 	int po[2], pe[2];
 	pid_t pid;
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
 	char *argv[4] = {(char *)worker_exe, args[0], args[1], NULL};
 
-	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
-		snprintf(err, errlen, "gpud: pipe: %s", strerror(errno));
-		return -1;
+	if (pipe2(po, O_CLOEXEC) < 0)
+		goto pipe_failed;
+	if (pipe2(pe, O_CLOEXEC) < 0) {
+		close(po[0]);
+		close(po[1]);
+		goto pipe_failed;
 	}
 	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
 	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-	int rc = posix_spawn(&pid, worker_exe, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+	int rc = posix_spawn(&pid, worker_exe, &fa, &attr, argv, environ);
+	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
 	close(po[1]);
 	close(pe[1]);
@@ -130,34 +174,46 @@ static int spawn_helper(const char *worker_exe, char *const args[], char *out, s
 		snprintf(err, errlen, "gpud: cannot start %s: %s", worker_exe, strerror(rc));
 		return -1;
 	}
-	/* Small outputs: read standard output to its end, then standard error. */
-	int fds[2] = {po[0], pe[0]};
+	size_t used[2] = {0, 0};
 	char *bufs[2] = {out, err};
 	size_t lens[2] = {outlen, errlen};
-	for (int k = 0; k < 2; k++) {
-		size_t used = 0;
-		ssize_t r;
-		char sink[256];
-		for (;;) {
-			if (used + 1 < lens[k])
-				r = read(fds[k], bufs[k] + used, lens[k] - used - 1);
-			else
-				r = read(fds[k], sink, sizeof sink);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0)
-				break;
-			if (used + 1 < lens[k])
-				used += (size_t)r;
+	struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+	uint64_t deadline = wait_now_ns() + (uint64_t)SPAWN_HELPER_TIMEOUT_S * 1000000000u;
+	bool timed_out = false;
+	while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+		uint64_t now = wait_now_ns();
+		if (now >= deadline) {
+			timed_out = true;
+			break;
 		}
-		while (used && bufs[k][used - 1] == '\n')
-			used--;
-		bufs[k][used] = '\0';
-		close(fds[k]);
+		int n = poll(pf, 2, (int)((deadline - now) / 1000000u) + 1);
+		if (n < 0 && errno != EINTR)
+			break;
+		for (int k = 0; k < 2 && n > 0; k++) {
+			if (pf[k].fd >= 0 && pf[k].revents &&
+			    !take(pf[k].fd, bufs[k], lens[k], &used[k])) {
+				close(pf[k].fd);
+				pf[k].fd = -1;
+			}
+		}
 	}
+	for (int k = 0; k < 2; k++) {
+		if (pf[k].fd >= 0)
+			close(pf[k].fd);
+		while (used[k] && bufs[k][used[k] - 1] == '\n')
+			used[k]--;
+		bufs[k][used[k]] = '\0';
+	}
+	if (timed_out)
+		kill(-pid, SIGKILL);
 	int status;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
+	if (timed_out) {
+		snprintf(err, errlen, "%s %s %s: no answer within %d s; killed", worker_exe, args[0],
+			 args[1] ? args[1] : "", SPAWN_HELPER_TIMEOUT_S);
+		return -1;
+	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
 	if (!err[0]) {
@@ -168,6 +224,10 @@ static int spawn_helper(const char *worker_exe, char *const args[], char *out, s
 			snprintf(err, errlen, "%s %s %s: failed", worker_exe, args[0],
 				 args[1] ? args[1] : "");
 	}
+	return -1;
+
+pipe_failed:
+	snprintf(err, errlen, "gpud: pipe: %s", strerror(errno));
 	return -1;
 }
 

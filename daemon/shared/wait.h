@@ -23,14 +23,23 @@
 
 #include "shm_layout.h"
 
-/* Wakes the doorbell's sleeper, if it sleeps. Call after publishing. */
-void wait_ring(struct shm_doorbell *d);
+/* A sleeper's bell (the futex word; wakers bump it) and its sleeping flag (only the
+ * sleeper writes it). They may live in different memory: each where its writer may
+ * write. */
+struct wait_bell {
+	_Atomic uint32_t *bell;
+	_Atomic uint32_t *sleeping;
+};
 
-/* Inline fast path of wait_ring: most calls find nobody asleep. */
-static inline void wait_ring_fast(struct shm_doorbell *d)
+/* Wakes the sleeper, whether or not it sleeps. Call after publishing. */
+void wait_ring(struct wait_bell d);
+
+/* Inline fast path: wakes the sleeper only if its flag is up; most calls find nobody
+ * asleep. */
+static inline void wait_ring_fast(struct wait_bell d)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&d->sleeping, memory_order_relaxed))
+	if (atomic_load_explicit(d.sleeping, memory_order_relaxed))
 		wait_ring(d);
 }
 
@@ -38,10 +47,10 @@ typedef bool (*wait_ready_fn)(void *ctx);
 
 /*
  * Waits until ready(ctx) is true, the bell rings, or the CLOCK_MONOTONIC deadline
- * (nanoseconds; 0 = none) passes: spins, yields, then sleeps on `d`. Returns true when
+ * (nanoseconds; 0 = none) passes: spins, yields, then sleeps on d.bell. Returns true when
  * ready(ctx) was seen true. ready() must be cheap and side-effect free.
  */
-bool wait_until(struct shm_doorbell *d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns);
+bool wait_until(struct wait_bell d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t wait_now_ns(void);

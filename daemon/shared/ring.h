@@ -18,12 +18,19 @@
 struct ring {
 	uint8_t *base;
 	uint64_t cap; /* a power of two, >= 2 lines */
+	uint64_t gap; /* result rings: bytes after every OK/FAIL record (SHM_SLOT_GAP) */
 };
 
 /* Bytes a record with `size` payload bytes takes. */
 static inline uint64_t ring_span(uint64_t size)
 {
 	return SHM_REC_HDR + ((size + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
+}
+
+/* Bytes a record of `kind` takes in ring `r`: results are followed by their slot gap. */
+static inline uint64_t ring_rec_span(const struct ring *r, uint32_t kind, uint64_t size)
+{
+	return ring_span(size) + ((kind == REC_OK || kind == REC_FAIL) ? r->gap : 0);
 }
 
 static inline struct shm_rec *ring_at(const struct ring *r, uint64_t pos)
@@ -78,14 +85,18 @@ static inline struct shm_rec *ring_peek(const struct ring *r, uint64_t *tail, ui
 }
 
 /*
- * The careful consumer: like ring_peek, but checks every record against the ring's
- * bounds: kinds in `kinds` (a NULL-terminated list of allowed kinds besides REC_PAD),
- * payload at most `max_payload`, the whole record before `head` and inside the ring.
- * Returns 1 with *out set, 0 when the ring is empty, or -1 with *why set when the
- * producer wrote something that is not a valid record.
+ * The careful consumer, for records written by a process that is not trusted: like
+ * ring_peek, but it reads each header once, into *copy, and checks that copy: kinds in
+ * `kinds` (a 0-terminated list of allowed kinds besides REC_PAD), payload at most
+ * `max_payload`, the whole record (with its gap) before `head` and inside the ring.
+ * Callers use only *copy, never the header in the ring, which the producer may still
+ * be changing. Returns 1 with *copy and *out (the record, for its payload) set, 0 when
+ * the ring is empty, or -1 with *why set when the producer wrote something that is not
+ * a valid record.
  */
 int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32_t *kinds,
-	       uint64_t max_payload, struct shm_rec **out, const char **why);
+	       uint64_t max_payload, struct shm_rec *copy, struct shm_rec **out,
+	       const char **why);
 
 /* The smallest power of two >= 2 * need and >= min_bytes. */
 uint64_t ring_capacity_for(uint64_t need, uint64_t min_bytes);

@@ -14,6 +14,7 @@
 #define CFG_MAX_WORKERS 4096
 #define CFG_MAX_QUEUE (1u << 24)
 #define CFG_MAX_BATCH 65536
+#define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 
 enum { CFG_PIN_AUTO = 0, CFG_PIN_ON = 1, CFG_PIN_OFF = 2 }; /* = enum shm_pin */
 
@@ -40,6 +41,7 @@ struct cfg {
 	unsigned queue_size;
 	double task_timeout;    /* seconds; 0 = none */
 	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */
+	double setup_timeout;   /* seconds a worker's setup may take; then it is killed */
 	uint64_t base_seed;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +208,7 @@ static const char *worker_status(struct host_worker *w, const char **color)
 		*color = C_YELLOW;
 		return UI_READ(w->restarts) ? "restarting" : "initializing";
 	case HW_READY:
-		if (atomic_load_explicit(&w->ctl->busy_since_ns, memory_order_relaxed)) {
+		if (atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed)) {
 			*color = C_GREEN;
 			return "processing";
 		}
@@ -380,11 +381,11 @@ static void draw_dashboard(struct ui *u, bool final)
 		l_color(&l, color);
 		l_fmt(&l, "%-12s", status);
 		l_color(&l, C_RESET);
-		uint64_t since = atomic_load_explicit(&w->ctl->busy_since_ns, memory_order_relaxed);
+		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
 		if (UI_READ(w->state) == HW_READY && since) {
 			fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
 			l_fmt(&l, " %10llu %9s",
-			      (unsigned long long)atomic_load_explicit(&w->ctl->cur_task,
+			      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
 								       memory_order_relaxed),
 			      a);
 		} else {
@@ -560,7 +561,13 @@ struct ui *ui_start(struct host *h)
 		u->nvml = nvml_open();
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_cond_init(&u->wake, NULL);
-	if (pthread_create(&u->thread, NULL, ui_main, u) != 0) {
+	/* Signals are the host loop's: the drawing thread never takes one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int started = pthread_create(&u->thread, NULL, ui_main, u);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (started != 0) {
 		nvml_close(u->nvml);
 		free(u);
 		return NULL;
@@ -587,4 +594,18 @@ void ui_stop(struct ui *u)
 	pthread_mutex_destroy(&u->lock);
 	pthread_cond_destroy(&u->wake);
 	free(u);
+}
+
+void ui_clean(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
+void ui_suspend(struct host *h, bool stopping)
+{
+	static const char show[] = "\033[?25h\n";
+	if (stopping && h->ui_mode == UI_DASHBOARD && write(2, show, sizeof show - 1) < 0)
+		return;
 }

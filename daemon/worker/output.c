@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
-#include "worker_output.h"
+#include "output.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -269,7 +269,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			bad = 1;
 		}
 		c->queue_size = (unsigned)u;
-	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0) {
+	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0 ||
+		   strcmp(k, "setup_timeout") == 0) {
 		char *end;
 		errno = 0;
 		double d = strtod(v, &end);
@@ -279,6 +280,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		}
 		if (strcmp(k, "task_timeout") == 0)
 			c->task_timeout = d;
+		else if (strcmp(k, "setup_timeout") == 0)
+			c->setup_timeout = d;
 		else
 			c->cleanup_timeout = d;
 	} else if (strcmp(k, "base_seed") == 0) {
@@ -349,7 +352,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->max_worker_restarts = (unsigned)u;
 	} else {
 		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
-			"task_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
+			"task_timeout, setup_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
 			"max_retries, max_worker_restarts, ordered, log_dir, batch_size, batch_wait_ms, "
 			"pin_memory)",
 		     where(p, r, loc, sizeof loc), k);
@@ -586,6 +589,7 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.max_result_bytes = 1u << 20,
 		.max_worker_restarts = 3,
 		.cleanup_timeout = 30,
+		.setup_timeout = CFG_SETUP_TIMEOUT,
 		.refresh_rate = 4,
 		.batch_size = 1,
 		.plain_interval = 5,

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: MIT */
+/* The host loop (dispatcher.c). */
+#ifndef GPUD_DISPATCHER_H
+#define GPUD_DISPATCHER_H
+
+#include "host.h"
+
+/* Runs the loop until every task has an outcome; 0, or 3 on abort. */
+int dispatch(struct host *h);
+/* Takes in worker w's published results; returns how many. */
+unsigned dispatch_drain(struct host *h, struct host_worker *w);
+
+#endif

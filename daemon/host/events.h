@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* Outcomes and events: what the sink hears and the stats count (events.c). */
+#ifndef GPUD_EVENTS_H
+#define GPUD_EVENTS_H
+
+#include "host.h"
+
+void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void events_deliver(struct host *h, const struct gpud_event *ev);
+/* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
+void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
+/* End of run: delivers every held outcome in task order, past the gaps of tasks that
+ * did not run. */
+void events_flush_held(struct host *h);
+void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
+		   const char *message);
+/* The final outcome of task t (or a retry when attempts are left): kind is
+ * GPUD_TASK_OK, GPUD_TASK_ERROR or GPUD_TASK_TIMEOUT. `input` is its bytes. */
+void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
+		    const void *input, enum gpud_event_kind kind, const void *result,
+		    size_t result_size, const char *message, double seconds);
+
+#endif

@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Worker lifecycles seen from the host: setup results, deaths (noticed at once through
+ * SIGCHLD, whose handler rings the host's bell), host-enforced bounds on every wait
+ * (task_timeout, setup_timeout, tasks held but never started, cleanup), restarts within
+ * a per-GPU budget, job control, and the orderly stop at the end of a run.
+ *
+ * Each worker leads its own process group: whatever it starts dies with it, and
+ * signals meant for the job (Ctrl-C, SIGTERM to the group) reach only the host, which
+ * decides. The host is a child subreaper, so what escapes a group still ends below it.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "events.h"
+#include "lifecycle.h"
+#include "memory.h"
+#include "spawner.h"
+#include "ui.h"
+
+/* While a task limit is set, the host looks at least this often for a task that began
+ * while it slept (it is not woken for task starts unless its sink wants them). */
+#define TIMEOUT_POLL_NS 20000000u
+/* A worker that holds tasks, runs none and waits for no batch this long is stuck
+ * (stopped, or wedged outside any task): its tasks go to another worker. */
+#define STILL_NS 3000000000u
+
+volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
+static _Atomic uint32_t *sig_bell;
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+	if (sig == SIGCHLD)
+		host_sigchld = 1;
+	else if (sig == SIGTSTP)
+		host_sigtstp = 1;
+	else if (sig == SIGCONT)
+		host_sigcont = 1;
+	else
+		host_interrupts++;
+	if (sig_bell) {
+		atomic_fetch_add(sig_bell, 1);
+		wait_futex_wake(sig_bell);
+	}
+	errno = saved;
+}
+
+void host_install_signals(struct host *h)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sig_bell = h->host_bell;
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGCONT, &sa, NULL);
+	/* No SA_RESTART: a generator blocked in read() gets EINTR and can give up. */
+	sa.sa_flags = 0;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
+	sigaction(SIGTSTP, &sa, NULL);
+	/* A closed standard output shows up as a write error in the sink. */
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void signal_workers(struct host *h, int sig)
+{
+	for (unsigned i = 0; i < h->n_workers; i++)
+		if (h->w[i].pid > 0)
+			kill(-h->w[i].pid, sig);
+}
+
+/* Credits `gap` ns during which the job was stopped to every clock that bounds a
+ * worker: time stopped never counts against a task, a setup or a cleanup. */
+static void credit(struct host *h, uint64_t gap)
+{
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		w->grace_ns += gap;
+		w->spawned_ns += gap;
+		if (w->still_ns)
+			w->still_ns += gap;
+	}
+	if (h->stopping)
+		h->stop_ns += gap;
+}
+
+void lifecycle_job_control(struct host *h)
+{
+	if (host_sigtstp) {
+		/* Ctrl-Z: the workers (in their own groups) stop with us. */
+		host_sigtstp = 0;
+		h->stopped_ns = wait_now_ns();
+		signal_workers(h, SIGSTOP);
+		ui_suspend(h, true);
+		kill(getpid(), SIGSTOP);
+		/* Continued: SIGCONT is pending or handled. */
+		ui_suspend(h, false);
+	}
+	if (host_sigcont) {
+		host_sigcont = 0;
+		uint64_t now = wait_now_ns();
+		/* Stopped by us (Ctrl-Z) or from outside: either way, the host could not
+		 * time anything while stopped, so that time does not count. */
+		uint64_t since = h->stopped_ns ? h->stopped_ns : h->last_check_ns;
+		if (since && now > since)
+			credit(h, now - since);
+		h->stopped_ns = 0;
+		signal_workers(h, SIGCONT);
+	}
+}
+
+static const char *how_it_ended(int status, char *buf, size_t len)
+{
+	if (WIFSIGNALED(status)) {
+		const char *abbrev = sigabbrev_np(WTERMSIG(status));
+		if (abbrev)
+			snprintf(buf, len, "killed by SIG%s", abbrev);
+		else
+			snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+	} else {
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+	}
+	return buf;
+}
+
+/* The worker's message (setup, cleanup, fatal), read once, bounded and made printable. */
+static const char *worker_message(const struct host_worker *w, char *buf, size_t len,
+				  const char *none)
+{
+	size_t n = w->rep ? strnlen(w->rep->message, sizeof w->rep->message) : 0;
+	if (n >= len)
+		n = len - 1;
+	if (n)
+		memcpy(buf, w->rep->message, n);
+	buf[n] = '\0';
+	ui_clean(buf);
+	if (!buf[0])
+		snprintf(buf, len, "%s", none);
+	return buf;
+}
+
+static void setup_failed(struct host *h, struct host_worker *w, const char *why)
+{
+	h->stats.setup_failures++;
+	ui_say(h, UI_EVENT, "worker %d (GPU %d) setup failed: %s", w->index, w->gpu_id, why);
+	events_worker(h, GPUD_SETUP_FAILED, w, why);
+	w->end = END_ERROR;
+	w->state = HW_GONE;
+}
+
+void lifecycle_poll(struct host *h, struct host_worker *w)
+{
+	char msg[SHM_MSG_MAX];
+	uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_acquire);
+	if (s == WS_READY) {
+		w->state = HW_READY;
+		h->ever_ready = true;
+		w->window = 1; /* until its first results tell how long its tasks take */
+	} else if (s == WS_SETUP_FAILED) {
+		setup_failed(h, w, worker_message(w, msg, sizeof msg, "setup failed without a message"));
+	}
+}
+
+static void kill_worker(struct host_worker *w)
+{
+	if (w->pid > 0)
+		kill(-w->pid, SIGKILL);
+}
+
+void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
+{
+	if (w->corrupt || w->pid <= 0 || w->timed_out)
+		return;
+	w->corrupt = true;
+	snprintf(w->corrupt_why, sizeof w->corrupt_why, "%s", why);
+	ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its shared memory (%s); restarting it",
+	       w->index, w->gpu_id, why);
+	kill_worker(w);
+}
+
+/* Where the dead worker said its current call began and ended, kept inside what it held. */
+static void reported_call(const struct host_worker *w, uint64_t *from, uint64_t *to)
+{
+	uint64_t started = atomic_load(&w->rep->task_tail);
+	uint64_t run_from = atomic_load(&w->rep->run_from);
+	if (started - w->task_free > w->task_head - w->task_free)
+		started = w->task_free;
+	if (run_from - w->task_free > started - w->task_free)
+		run_from = started;
+	*from = run_from;
+	*to = started;
+}
+
+/* A worker died while it held tasks: the call it was running gets the blame (an error,
+ * a timeout if we killed it for one, a strike if we killed it for corrupting its
+ * memory), the others go back to the queue. */
+static void crashed(struct host *h, struct host_worker *w, int status)
+{
+	char how[64], msg[SHM_MSG_MAX + 256];
+	uint64_t from, to;
+	uint64_t since = atomic_load(&w->rep->busy_since_ns);
+	bool busy = since != 0;
+
+	how_it_ended(status, how, sizeof how);
+	reported_call(w, &from, &to);
+	while (tasks_held(w)) {
+		struct task_ent t = *tasks_front(w);
+		const void *input = ring_payload(ring_at(&w->tasks, t.pos));
+		/* The call it was in: [from, to), one task or a whole batch. Tasks before it
+		 * finished, but their results never reached us: they run again. */
+		bool in_call = t.pos - w->task_free >= from - w->task_free &&
+			       t.pos - w->task_free < to - w->task_free;
+		tasks_pop(w);
+		h->in_flight--;
+		if (h->killing) {
+			h->stats.not_run++;
+		} else if (in_call && w->corrupt) {
+			/* Which task did it is not known for sure: a strike, and it runs again,
+			 * unless this keeps happening to it. */
+			if (++t.strikes >= TASK_MAX_STRIKES) {
+				w->failed++;
+				snprintf(msg, sizeof msg, "its worker was killed %u times while running it "
+					 "(last: worker %d (GPU %d) %s)", t.strikes, w->index, w->gpu_id,
+					 w->corrupt_why);
+				t.attempt = h->cfg->max_retries; /* no retry: this is the retry */
+				events_outcome(h, w, &t, input, GPUD_TASK_ERROR, NULL, 0, msg, 0);
+			} else {
+				tasks_requeue(h, &t, input, -1);
+			}
+		} else if (in_call && (busy || w->timed_out)) {
+			if (w->timed_out) {
+				w->timeouts++;
+				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (GPU %d)",
+					 h->cfg->task_timeout, w->index, w->gpu_id);
+				events_outcome(h, w, &t, input, GPUD_TASK_TIMEOUT, NULL, 0, msg,
+					       h->cfg->task_timeout);
+			} else {
+				uint64_t now = wait_now_ns();
+				w->failed++;
+				snprintf(msg, sizeof msg, "worker %d (GPU %d) %s while running task %llu",
+					 w->index, w->gpu_id, how, (unsigned long long)t.id);
+				events_outcome(h, w, &t, input, GPUD_TASK_ERROR, NULL, 0, msg,
+					       since < now ? (double)(now - since) * 1e-9 : 0);
+			}
+		} else {
+			tasks_requeue(h, &t, input, -1);
+		}
+	}
+	w->task_free = w->task_head;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
+		       w->index, w->gpu_id,
+		       worker_message(w, msg, sizeof msg, "(the plugin gave no message)"));
+	else if (!w->timed_out && !h->killing && !w->corrupt && !w->held_still)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
+}
+
+static void restart(struct host *h, struct host_worker *w)
+{
+	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
+	if (h->killing || h->stopping || h->interrupted || h->retired[slot]) {
+		w->state = HW_GONE;
+		return;
+	}
+	if (h->restarts[slot] >= h->cfg->max_worker_restarts) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "GPU %d retired: its workers were restarted %u times "
+					  "(max_worker_restarts = %u)",
+			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
+		w->state = HW_GONE;
+		w->end = END_ERROR;
+		h->retired[slot] = true;
+		/* Its other workers finish what they hold, then leave too. */
+		for (unsigned i = 0; i < h->n_workers; i++) {
+			struct host_worker *o = &h->w[i];
+			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
+				o->state = HW_STOPPING;
+				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
+				wait_ring(shm_worker_bell(o));
+			}
+		}
+		ui_say(h, UI_EVENT, "%s", msg);
+		events_worker(h, GPUD_GPU_RETIRED, w, msg);
+		return;
+	}
+	h->restarts[slot]++;
+	h->stats.worker_restarts++;
+	w->restarts++;
+	int rc = shm_renew_worker(h, w);
+	if (rc == 0)
+		rc = spawn_worker(h, w);
+	if (rc < 0) {
+		ui_say(h, UI_EVENT, "cannot restart worker %d: %s", w->index, strerror(-rc));
+		w->end = END_ERROR;
+		w->state = HW_GONE;
+	}
+}
+
+void lifecycle_exited(struct host *h, struct host_worker *w)
+{
+	char how[64], msg[SHM_MSG_MAX + 128], wmsg[SHM_MSG_MAX];
+	int status = w->exit_status;
+	uint32_t s = atomic_load(&w->rep->state);
+
+	w->exited = false;
+	w->pid = -1;
+	how_it_ended(status, how, sizeof how);
+	switch (w->state) {
+	case HW_GONE:
+		return;
+	case HW_STARTING:
+		if (w->setup_timed_out) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d): setup did not finish within "
+				 "%g s (setup_timeout); killed", w->index, w->gpu_id,
+				 h->cfg->setup_timeout);
+			setup_failed(h, w, msg);
+		} else if (s == WS_SETUP_FAILED) {
+			setup_failed(h, w, worker_message(w, wmsg, sizeof wmsg,
+							  "setup failed without a message"));
+		} else {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
+				 w->gpu_id, how);
+			setup_failed(h, w, msg);
+		}
+		return;
+	case HW_STOPPING:
+		if (tasks_held(w))
+			crashed(h, w, status);
+		/* Told to stop while still in setup (the run ended first): how it ended
+		 * belongs to setup, not cleanup. */
+		if (s == WS_SETUP_FAILED) {
+			setup_failed(h, w, worker_message(w, wmsg, sizeof wmsg,
+							  "setup failed without a message"));
+		} else if (w->cancelled) {
+			/* Killed in setup because the run had ended: nothing to report. */
+		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
+				 w->gpu_id, how);
+			setup_failed(h, w, msg);
+		} else if (s == WS_CLEANUP_FAILED) {
+			w->end = END_ERROR;
+			events_worker(h, GPUD_CLEANUP_FAILED, w,
+				      worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message"));
+		} else if (s != WS_DONE && w->timed_out) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
+				 "%g s; killed", w->index, w->gpu_id, h->cfg->cleanup_timeout);
+			ui_say(h, UI_EVENT, "%s", msg);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+		} else if (s != WS_DONE && !h->killing) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
+				 w->gpu_id, how);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+		}
+		if (w->end == END_NONE)
+			w->end = END_FINISHED;
+		w->state = HW_GONE;
+		return;
+	case HW_READY:
+		crashed(h, w, status);
+		restart(h, w);
+		return;
+	}
+}
+
+static struct host_worker *worker_by_pid(struct host *h, pid_t pid)
+{
+	for (unsigned i = 0; i < h->n_workers; i++)
+		if (h->w[i].pid == pid && !h->w[i].exited)
+			return &h->w[i];
+	return NULL;
+}
+
+void lifecycle_reap(struct host *h)
+{
+	siginfo_t si;
+	host_sigchld = 0;
+	for (;;) {
+		si.si_pid = 0;
+		/* Look before reaping: while the dead worker is a zombie its process group
+		 * still exists, so whatever it left behind in it can be killed safely. */
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+			break;
+		pid_t pid = si.si_pid;
+		struct host_worker *w = worker_by_pid(h, pid);
+		if (w)
+			kill(-pid, SIGKILL);
+		int status;
+		if (waitpid(pid, &status, 0) < 0)
+			break;
+		if (w) {
+			w->exit_status = status;
+			w->exited = true;
+		}
+		/* Anything else is a process a worker left behind, handed to us as the
+		 * subreaper: reaped, nothing more. */
+	}
+}
+
+/* Workers told to stop get cleanup_timeout to exit; then they are killed. */
+static uint64_t cleanup_deadline(struct host *h, uint64_t now)
+{
+	double limit = h->cfg->cleanup_timeout;
+	if (!h->stopping || h->killing || limit <= 0)
+		return 0;
+	uint64_t deadline = h->stop_ns + (uint64_t)(limit * 1e9);
+	if (now < deadline)
+		return deadline;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_STOPPING && w->pid > 0 && !w->timed_out && !w->cancelled) {
+			w->timed_out = true;
+			kill_worker(w);
+		}
+	}
+	return 0;
+}
+
+static uint64_t earlier(uint64_t a, uint64_t b)
+{
+	return !a ? b : !b ? a : a < b ? a : b;
+}
+
+/* A worker holding tasks it does not start, while not in a call and not waiting to
+ * fill a batch, is stopped or wedged: its tasks go elsewhere. */
+static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
+{
+	uint64_t tail = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
+	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
+	uint64_t unstarted = tasks_held(w) ? w->tt_head - w->tt_started : 0;
+	if (tail != w->seen_tail || busy || !tasks_held(w)) {
+		w->seen_tail = tail;
+		w->still_ns = 0;
+		return 0;
+	}
+	(void)unstarted;
+	uint64_t limit = STILL_NS + h->hdr->batch_wait_ns;
+	if (!w->still_ns) {
+		w->still_ns = now;
+	} else if (now - w->still_ns >= limit) {
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) held %u tasks for %.1f s without starting "
+		       "one; giving them to another worker", w->index, w->gpu_id, tasks_held(w),
+		       (double)(now - w->still_ns) * 1e-9);
+		w->held_still = true;
+		kill_worker(w);
+		return 0;
+	}
+	return w->still_ns + limit;
+}
+
+uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
+{
+	double limit_s = h->cfg->task_timeout;
+	uint64_t deadline = cleanup_deadline(h, now);
+	h->last_check_ns = now;
+	if (h->stopping)
+		return deadline;
+	uint64_t limit = (uint64_t)(limit_s * 1e9);
+	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
+	if (limit_s > 0)
+		deadline = earlier(deadline, now + TIMEOUT_POLL_NS);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
+			continue;
+		if (w->state == HW_STARTING && setup_limit) {
+			if (now - w->spawned_ns >= setup_limit) {
+				w->setup_timed_out = true;
+				kill_worker(w);
+			} else {
+				deadline = earlier(deadline, w->spawned_ns + setup_limit);
+			}
+			continue;
+		}
+		if (w->state != HW_READY)
+			continue;
+		deadline = earlier(deadline, check_still(h, w, now));
+		if (limit_s <= 0)
+			continue;
+		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+		if (since != w->seen_since) {
+			w->seen_since = since;
+			w->grace_ns = 0;
+		}
+		/* A task may have begun after `now` was read: that is not a long one (and
+		 * now - since would wrap around). */
+		if (!since || since >= now)
+			continue;
+		uint64_t ran = now - since;
+		ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
+		if (ran >= limit) {
+			/* A plugin stuck in a kernel or a C loop cannot be interrupted from
+			 * inside: the worker goes, a fresh one takes its place. */
+			w->timed_out = true;
+			kill_worker(w);
+		} else {
+			deadline = earlier(deadline, now + (limit - ran));
+		}
+	}
+	return deadline;
+}
+
+void lifecycle_stop_all(struct host *h)
+{
+	h->stopping = true;
+	h->stop_ns = wait_now_ns();
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_STARTING && w->pid > 0) {
+			/* Every task has its outcome: a setup still running can only delay
+			 * the end (it may be minutes of model loading). */
+			w->state = HW_STOPPING;
+			w->cancelled = true;
+			kill_worker(w);
+			continue;
+		}
+		if (w->state != HW_READY)
+			continue;
+		w->state = HW_STOPPING;
+		atomic_store_explicit(&w->feed->stop, 1, memory_order_release);
+		wait_ring(shm_worker_bell(w));
+	}
+}
+
+void lifecycle_kill_all(struct host *h)
+{
+	h->killing = true;
+	h->stopping = true;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->pid > 0) {
+			if (w->state == HW_READY || w->state == HW_STARTING)
+				w->state = HW_STOPPING;
+			kill_worker(w);
+		}
+	}
+}
+
+unsigned lifecycle_live(const struct host *h)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < h->n_workers; i++)
+		n += h->w[i].state != HW_GONE || h->w[i].exited;
+	return n;
+}
+
+/* The pids whose parent is us, from /proc; up to `max`. */
+static unsigned our_children(pid_t *out, unsigned max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	unsigned n = 0;
+	pid_t self = getpid();
+	if (!d)
+		return 0;
+	while (n < max && (e = readdir(d))) {
+		char path[300], buf[512];
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		/* "pid (comm) state ppid ...": comm may hold anything, so parse after the
+		 * last ')'. */
+		char *p = strrchr(buf, ')');
+		int ppid;
+		char state;
+		if (p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+			out[n++] = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+unsigned lifecycle_sweep(struct host *h)
+{
+	pid_t kids[256];
+	unsigned total = 0, n;
+	(void)h;
+	/* Each round kills what is below us now; their own children come to us as
+	 * orphans for the next round. */
+	for (int round = 0; round < 64 && (n = our_children(kids, 256)) > 0; round++) {
+		for (unsigned i = 0; i < n; i++)
+			kill(kids[i], SIGKILL);
+		for (unsigned i = 0; i < n; i++)
+			while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR)
+				;
+		total += n;
+	}
+	return total;
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/* The run's shared memory, host side (memory.c; layout: shm_layout.h). */
+#ifndef GPUD_MEMORY_H
+#define GPUD_MEMORY_H
+
+#include "host.h"
+
+/* The run memfd, its read-only twin for workers, the bell page, the host pipe, and
+ * each worker's first out memfd. 0, or -1 with a message on standard error. */
+int shm_create(struct host *h);
+void shm_destroy(struct host *h);
+/* A fresh out memfd for the worker's next process, and its feed reset; 0 or -errno. */
+int shm_renew_worker(struct host *h, struct host_worker *w);
+
+/* Wakes worker w: its futex lives in the run memfd, its flag in its out memfd. */
+static inline struct wait_bell shm_worker_bell(struct host_worker *w)
+{
+	return (struct wait_bell){&w->feed->bell.bell, &w->rep->sleeping};
+}
+
+#endif

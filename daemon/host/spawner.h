@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* Starting worker processes and helpers (spawn.c). */
+#ifndef GPUD_SPAWNER_H
+#define GPUD_SPAWNER_H
+
+#include <stddef.h>
+
+#include "host.h"
+
+int spawn_worker(struct host *h, struct host_worker *w);
+int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *err,
+			      size_t errlen);
+/* gpud plugins: "kind\tname\tversion\tdescription" of a plugin, from a helper process
+ * (a worker plugin never loads into the host). 0, or -1 with err. */
+int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
+		   char *err, size_t errlen);
+/* gpus = all: the CUDA device count, from a short-lived gpud-worker; -1 with err. */
+int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen);
+
+/* How long a helper process may take before it is killed. */
+#define SPAWN_HELPER_TIMEOUT_S 30
+
+#endif

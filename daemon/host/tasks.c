@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* The task table (tasks.h): per-worker FIFOs of handed-out tasks, and the queue of
+ * tasks waiting to run again. */
+#include "tasks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+
+int tasks_init(struct host *h, uint32_t per_worker)
+{
+	uint32_t cap = 2;
+	while (cap < per_worker + 1)
+		cap <<= 1;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		w->tt = calloc(cap, sizeof *w->tt);
+		if (!w->tt)
+			return -1;
+		w->tt_mask = cap - 1;
+		w->tt_head = w->tt_tail = w->tt_started = 0;
+	}
+	h->rq_tail = &h->rq_head;
+	return 0;
+}
+
+void tasks_free(struct host *h)
+{
+	for (unsigned i = 0; h->w && i < h->n_workers; i++) {
+		free(h->w[i].tt);
+		h->w[i].tt = NULL;
+	}
+	while (h->rq_head) {
+		struct requeued *q = h->rq_head;
+		h->rq_head = q->next;
+		free(q);
+	}
+	h->rq_tail = &h->rq_head;
+}
+
+void tasks_push(struct host_worker *w, const struct task_ent *t)
+{
+	/* The dispatcher never gives a worker more than its window, which the FIFO holds. */
+	if (tasks_held(w) > w->tt_mask) {
+		fprintf(stderr, "gpud: internal error: worker %d holds more tasks than its table\n",
+			w->index);
+		abort();
+	}
+	w->tt[w->tt_head++ & w->tt_mask] = *t;
+}
+
+const struct task_ent *tasks_front(const struct host_worker *w)
+{
+	return w->tt_head == w->tt_tail ? NULL : &w->tt[w->tt_tail & w->tt_mask];
+}
+
+const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i)
+{
+	return &w->tt[(w->tt_tail + i) & w->tt_mask];
+}
+
+void tasks_pop(struct host_worker *w)
+{
+	w->tt_tail++;
+	if (w->tt_started - w->tt_tail > w->tt_head - w->tt_tail)
+		w->tt_started = w->tt_tail;
+}
+
+void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid)
+{
+	struct requeued *q = malloc(sizeof *q + t->size);
+	if (!q) {
+		perror("gpud: cannot keep a task to run again");
+		abort();
+	}
+	q->next = NULL;
+	q->t = *t;
+	q->avoid = avoid;
+	memcpy(q->data, input, t->size);
+	*h->rq_tail = q;
+	h->rq_tail = &q->next;
+}
+
+struct requeued *tasks_requeued_take(struct host *h, int worker, bool any_worker)
+{
+	struct requeued *q = h->rq_head;
+	/* A retry goes to another worker when there is one to take it. */
+	if (!q || (q->avoid == worker && !any_worker))
+		return NULL;
+	h->rq_head = q->next;
+	if (!h->rq_head)
+		h->rq_tail = &h->rq_head;
+	return q;
+}
+
+bool tasks_requeued_any(const struct host *h)
+{
+	return h->rq_head != NULL;
+}
+
+void tasks_drop_requeued(struct host *h)
+{
+	while (h->rq_head) {
+		struct requeued *q = h->rq_head;
+		h->rq_head = q->next;
+		h->stats.not_run++;
+		free(q);
+	}
+	h->rq_tail = &h->rq_head;
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The task table: the host's own record of every task it handed out and every task
+ * waiting to run again. It is the one owner of task state: the dispatcher, the
+ * lifecycle code and the outcome code go through it, and none of them takes a task's
+ * id, size, attempt or ring position from shared memory.
+ *
+ * Per worker, a FIFO of the tasks in its task ring, in ring order; a result must be for
+ * the task at the front. Strikes count the workers a task was running on when they had
+ * to be killed for corrupting their memory or hanging outside a task: a task that
+ * keeps doing that fails, instead of using up its GPU's restarts.
+ */
+#ifndef GPUD_TASKS_H
+#define GPUD_TASKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct host;
+struct host_worker;
+
+#define TASK_MAX_STRIKES 2
+
+struct task_ent {
+	uint64_t id;
+	uint64_t pos; /* ring position of its record */
+	uint32_t size;
+	uint32_t attempt;
+	uint32_t strikes;
+	uint32_t _pad;
+};
+
+/* A task taken back from a worker, waiting to run again, with its own copy of the input. */
+struct requeued {
+	struct requeued *next;
+	struct task_ent t;
+	int avoid; /* the worker a retry should not go back to, or -1 */
+	uint8_t data[];
+};
+
+/* Sizes every worker's FIFO for `per_worker` tasks. 0, or -1 (out of memory). */
+int tasks_init(struct host *h, uint32_t per_worker);
+void tasks_free(struct host *h);
+
+void tasks_push(struct host_worker *w, const struct task_ent *t);
+/* The oldest task the worker holds, or NULL. */
+const struct task_ent *tasks_front(const struct host_worker *w);
+/* The i-th oldest (i < tasks_held). */
+const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i);
+void tasks_pop(struct host_worker *w);
+
+/* Keeps a copy of `t` and its input to run again (at the back of the queue). */
+void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);
+/* The next task to run again that worker `w` may take, or NULL; the caller frees it. */
+struct requeued *tasks_requeued_take(struct host *h, int worker, bool any_worker);
+bool tasks_requeued_any(const struct host *h);
+/* Counts every requeued task as not run and frees them. */
+void tasks_drop_requeued(struct host *h);
+
+#endif /* GPUD_TASKS_H */

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The layout of a run's shared memory. Memory is split by who may write it, so that a
+ * worker with a memory bug can only damage what it owns (docs/architecture.md):
+ *
+ *   run memfd   written by the host only. A worker gets it as a read-only descriptor
+ *               (fd 3) and maps it PROT_READ; it can neither write it nor map it
+ *               writable again.
+ *                 [struct shm_header]                  offset 0
+ *                 [struct shm_feed] x n_workers        header.feeds_off
+ *                 [config blob]                        header.config_off
+ *                 per worker: its task ring            page-aligned, shm_feed.task_ring_off
+ *   out memfd   one per worker process, made fresh for every start or restart, given to
+ *               that process only (fd 4), mapped read-write by it and the host:
+ *                 [struct shm_report]                  offset 0 (the worker's control block)
+ *                 [result ring]                        offset SHM_OUT_RING_OFF
+ *               The worker maps the two parts apart, with an inaccessible guard page
+ *               before, between and after them.
+ *   bell memfd  one page (fd 5) holding the host's futex word: the only word every
+ *               worker may write. Its value carries no information; writing it can only
+ *               wake the host early.
+ *
+ * Each ring is single-producer single-consumer, of power-of-two size, and holds
+ * 64-byte-aligned records: a struct shm_rec then the payload. A record never wraps: a
+ * producer that would cross the end writes a REC_PAD record and starts over at offset 0.
+ *
+ * Task ring:   the host writes tasks and publishes shm_feed.task_head; the worker reads
+ *              them in order and reports shm_report.task_tail as it starts each one. Only
+ *              the host frees task space, when it has consumed the task's result, so an
+ *              input stays valid until the sink has seen its result.
+ * Result ring: the worker writes one result per task, in task order, and publishes
+ *              shm_report.result_head; the host consumes them and publishes
+ *              shm_feed.result_tail.
+ *
+ * Everything a worker writes is input to the host: it checks every position against
+ * its own records and every result header against the task it handed out.
+ */
+#ifndef GPUD_SHM_LAYOUT_H
+#define GPUD_SHM_LAYOUT_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_MAGIC UINT64_C(0x326d687364757067) /* "gpudshm2", little-endian */
+#define SHM_VERSION 3u
+#define SHM_LINE 64u
+#define SHM_PAGE 4096u
+#define SHM_REC_HDR 64u
+#define SHM_MSG_MAX 1024u
+/* A failed task's message travels as its result payload, so a result slot holds one. */
+#define SHM_MAX_PAYLOAD (UINT32_C(1) << 30)
+/* Where the result ring starts in an out memfd: the report block has the first page. */
+#define SHM_OUT_RING_OFF SHM_PAGE
+
+/* The descriptors a worker process is started with. */
+#define SHM_FD_RUN 3
+#define SHM_FD_OUT 4
+#define SHM_FD_BELL 5
+#define SHM_FD_HOST 6 /* read end of a pipe whose write end only the host holds: EOF = the
+			 host is gone */
+
+enum shm_rec_kind {
+	REC_PAD = 0x50414444u,  /* "PADD": skip to the ring's next lap */
+	REC_TASK = 0x5441534bu, /* "TASK": a task's input */
+	REC_OK = 0x524f4b21u,   /* "ROK!": a result */
+	REC_FAIL = 0x52464149u, /* "RFAI": a failed task; payload = message (no NUL) */
+	REC_SKIP = 0x534b4950u, /* "SKIP": filler to skip; a batch's unused result space */
+};
+
+/* shm_header.pin_memory */
+enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
+
+/* A worker's exit status after gpud_task_fatal(): its message is in shm_report.message. */
+#define WORKER_EXIT_FATAL 70
+
+/* REC_FAIL flags */
+#define REC_FLAG_FATAL 1u   /* the plugin marked the worker unusable (gpud_task_fatal) */
+#define REC_FLAG_BOUNDS 2u  /* the plugin wrote outside its result buffer */
+
+/* The head of every record in either ring. `check` (results only) is shm_rec_check()
+ * of the other fields and the record's ring position: a header overwritten after the
+ * worker finished it no longer matches. */
+struct shm_rec {
+	uint64_t task_id;
+	uint32_t kind;    /* enum shm_rec_kind */
+	uint32_t size;    /* payload bytes after the header */
+	uint32_t attempt; /* 0 on a task's first run */
+	uint32_t flags;   /* REC_FLAG_* */
+	double seconds;   /* results: time spent in process() */
+	uint64_t check;
+	uint8_t _pad1[24];
+};
+
+static inline uint64_t shm_mix(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= UINT64_C(0x7fb5d329728ea185);
+	x ^= x >> 27;
+	x *= UINT64_C(0x81dadef4bc2dd44d);
+	return x ^ (x >> 33);
+}
+
+/* The check word of a result header at ring position `pos`. */
+static inline uint64_t shm_rec_check(uint64_t task_id, uint32_t kind, uint32_t size,
+				     uint32_t attempt, uint32_t flags, uint64_t seconds_bits,
+				     uint64_t pos)
+{
+	return shm_mix(task_id ^ shm_mix(pos ^ ((uint64_t)kind << 32 | size)) ^
+		       shm_mix(((uint64_t)attempt << 32 | flags) + seconds_bits));
+}
+
+/* A sleeper's futex word and flag live apart, each in memory its writer owns: the bell
+ * with the waker, the flag with the sleeper (see wait.h for the protocol). */
+struct shm_bell {
+	_Atomic uint32_t bell;
+	uint8_t _pad[60];
+};
+
+enum shm_worker_state {
+	WS_SPAWNED = 0,      /* exec'd, not yet in setup */
+	WS_SETUP = 1,        /* running the plugin's setup */
+	WS_READY = 2,        /* taking tasks */
+	WS_SETUP_FAILED = 3, /* message holds the plugin's reason; the worker exits */
+	WS_CLEANUP = 4,      /* stop seen, running cleanup */
+	WS_DONE = 5,         /* cleanup succeeded; the worker exits 0 */
+	WS_CLEANUP_FAILED = 6, /* message holds the reason; the worker exits */
+};
+
+/* What the host tells one worker (run memfd: read-only to the worker). */
+struct shm_feed {
+	/* line 0, host, once per burst */
+	_Atomic uint64_t task_head;
+	_Atomic uint64_t result_tail;
+	_Atomic uint32_t stop; /* 1 = finish the tasks you hold, clean up and exit */
+	uint8_t _pad0[44];
+	/* line 1: the worker sleeps on this; the host rings it */
+	struct shm_bell bell;
+	/* line 2, written by the host before each start of a worker in this slot */
+	uint64_t task_base; /* ring position of the first task this process is given */
+	uint64_t task_ring_off;
+	uint64_t task_ring_cap;
+	uint64_t result_ring_cap;
+	uint64_t seed;
+	int32_t worker_id;
+	int32_t gpu_id;
+	uint32_t incarnation; /* starts of this slot so far */
+	uint8_t _pad2[12];
+};
+
+/* What one worker tells the host (out memfd, offset 0). Each line has one writer: the
+ * worker. The host reads it as untrusted input. */
+struct shm_report {
+	/* line 0, once per task */
+	_Atomic uint64_t task_tail;     /* ring position past the tasks it runs or ran */
+	_Atomic uint64_t busy_since_ns; /* CLOCK_MONOTONIC when process() began; 0 idle */
+	_Atomic uint64_t cur_task;      /* id of the (first) task it runs */
+	_Atomic uint64_t run_from;      /* ring position of the first task of the current
+					   call (a batch runs [run_from, task_tail)) */
+	_Atomic uint64_t result_head;
+	_Atomic uint32_t state;    /* enum shm_worker_state */
+	_Atomic uint32_t sleeping; /* it sleeps on shm_feed.bell */
+	uint8_t _pad0[16];
+	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
+	char message[SHM_MSG_MAX];
+};
+
+struct shm_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size; /* sizeof(struct shm_header) */
+	uint64_t total_size;
+	uint32_t n_workers;
+	uint32_t feed_size; /* sizeof(struct shm_feed) */
+	uint64_t feeds_off;
+	uint64_t config_off; /* worker plugin path, NUL, then n_args (key NUL value NUL) */
+	uint64_t config_len;
+	uint32_t n_args;
+	uint32_t max_task_bytes;
+	uint32_t max_result_bytes;
+	uint32_t batch_size;    /* most tasks a gpud_worker_process_batch call gets */
+	uint32_t pin_memory;    /* CFG_PIN_AUTO / ON / OFF: cudaHostRegister the rings */
+	uint32_t report_size;   /* sizeof(struct shm_report) */
+	uint64_t batch_wait_ns; /* how long to wait to fill a batch */
+	uint64_t out_size;      /* bytes of each out memfd */
+	uint8_t _pad1[32];
+	/* line 2, host: it sleeps on the bell memfd's word */
+	_Atomic uint32_t host_sleeping;
+	uint8_t _pad2[60];
+};
+
+/* A result slot: the payload has a canary line right after its capacity, and the header
+ * before it is filled with a canary until the call returns, so a plugin that writes
+ * past either end of its buffer is caught (worker.c). Slots sit SHM_SLOT_GAP bytes
+ * apart, so such a write cannot reach another task's result before it is caught. */
+#define SHM_CANARY UINT64_C(0xc0ffee5ca1ab1e5d)
+#define SHM_SLOT_GAP 256u
+
+_Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
+_Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");
+_Static_assert(offsetof(struct shm_rec, check) == 32, "shm_rec layout");
+_Static_assert(offsetof(struct shm_rec, flags) == 20, "shm_rec layout");
+_Static_assert(sizeof(struct shm_bell) == SHM_LINE, "a bell is one line");
+_Static_assert(offsetof(struct shm_feed, bell) == 1 * SHM_LINE, "feed line 1");
+_Static_assert(offsetof(struct shm_feed, task_base) == 2 * SHM_LINE, "feed line 2");
+_Static_assert(sizeof(struct shm_feed) == 3 * SHM_LINE, "shm_feed size");
+_Static_assert(offsetof(struct shm_report, message) == SHM_LINE, "report message");
+_Static_assert(sizeof(struct shm_report) == SHM_LINE + SHM_MSG_MAX, "shm_report size");
+_Static_assert(sizeof(struct shm_report) <= SHM_OUT_RING_OFF, "report fits its page");
+_Static_assert(offsetof(struct shm_header, max_result_bytes) == 64, "shm_header layout");
+_Static_assert(offsetof(struct shm_header, batch_wait_ns) == 80, "shm_header layout");
+_Static_assert(offsetof(struct shm_header, host_sleeping) == 2 * SHM_LINE, "host line 2");
+_Static_assert(sizeof(struct shm_header) == 3 * SHM_LINE, "shm_header size");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "atomics");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "magic is little-endian");
+
+#endif /* GPUD_SHM_LAYOUT_H */
