@@ -186,7 +186,8 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 	snprintf(w->corrupt_why, sizeof w->corrupt_why, "%s", why);
 	ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its shared memory (%s); restarting it",
 	       w->index, w->gpu_id, why);
-	kill_worker(w);
+	if (!w->exited) /* reaped already: its process group is gone */
+		kill_worker(w);
 }
 
 /* Where the dead worker said its current call began and ended, kept inside what it held. */
@@ -214,6 +215,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 
 	how_it_ended(status, how, sizeof how);
 	reported_call(w, &from, &to);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
+		w->corrupt = true;
+		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
+	}
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
 		const void *input = ring_payload(ring_at(&w->tasks, t.pos));
@@ -258,7 +263,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		}
 	}
 	w->task_free = w->task_head;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt)
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d): its plugin wrote before a result buffer; "
+		       "restarted", w->index, w->gpu_id);
+	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
 		       w->index, w->gpu_id,
 		       worker_message(w, msg, sizeof msg, "(the plugin gave no message)"));

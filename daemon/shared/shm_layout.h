@@ -75,6 +75,10 @@ enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
 /* A worker's exit status after gpud_task_fatal(): its message is in shm_report.message. */
 #define WORKER_EXIT_FATAL 70
 
+/* A worker's exit status after the plugin wrote before a result buffer: what else it
+ * wrote is unknown, so the process is replaced; the call it made takes a strike. */
+#define WORKER_EXIT_TAINTED 71
+
 /* REC_FAIL flags */
 #define REC_FLAG_FATAL 1u   /* the plugin marked the worker unusable (gpud_task_fatal) */
 #define REC_FLAG_BOUNDS 2u  /* the plugin wrote outside its result buffer */

@@ -71,6 +71,7 @@ struct worker {
 	uint64_t *out_pos; /* ring position of each result slot */
 	struct gpud_error *err;
 	char fatal[SHM_MSG_MAX];
+	bool tainted; /* the plugin wrote before a result buffer: replace this process */
 };
 
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
@@ -233,6 +234,8 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 	uint32_t kind, size, flags = 0;
 	const char *bounds = disarm(r, max_result);
 
+	if (bounds && bounds[0] == 'b')
+		w->tainted = true;
 	if (bounds) {
 		/* Caught here, before the host could take anything the write reached: slots
 		 * sit SHM_SLOT_GAP apart, so a write of up to that much touched only this
@@ -327,7 +330,8 @@ static void run_tasks(struct worker *w)
 		}
 		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->busy_since_ns, now, memory_order_relaxed);
-		atomic_store_explicit(&w->rep->run_from, w->task_tail, memory_order_relaxed);
+		uint64_t call_from = w->task_tail;
+		atomic_store_explicit(&w->rep->run_from, call_from, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
 		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
@@ -343,6 +347,15 @@ static void run_tasks(struct worker *w)
 		w->task_tail = end_pos;
 		now = end;
 		w->pending += n;
+		if (w->tainted) {
+			/* It may have written anywhere in our memory, the report block too:
+			 * say again which call this was, hand over the results, and leave. */
+			atomic_store_explicit(&w->rep->busy_since_ns, end, memory_order_relaxed);
+			atomic_store_explicit(&w->rep->run_from, call_from, memory_order_relaxed);
+			atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_relaxed);
+			publish(w, end);
+			finish(WORKER_EXIT_TAINTED);
+		}
 		if (w->fatal[0]) {
 			/* The plugin says this process is beyond repair: hand over the results,
 			 * then leave; the host starts a fresh worker. */

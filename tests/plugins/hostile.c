@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A hostile worker, as a plugin author with a memory bug (or worse) would write it.
+ * Innocent tasks return "r" + their input. Every `every`-th task (id % every == every-1)
+ * is a poison task that misbehaves according to `mode`:
+ *   overflow   writes `bytes` (200) past the end of its result buffer
+ *   underflow  writes `bytes` (256) before the start of its result buffer
+ *   input      writes 4 bytes into the 64 before its input (the record header)
+ *   scribble   overwrites every writable shared mapping of the process, then returns ok
+ *   fork       starts a child (in a session of its own) that holds standard output and
+ *              error open for 30 s; its pid is appended to `pidfile`
+ * `setuid = 1` drops to uid/gid 65534 in setup (when root).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gpud/plugin.h>
+
+GPUD_PLUGIN("worker", "hostile", "1.0");
+
+struct st {
+	char pidfile[512];
+	char mode[16];
+	long every, bytes;
+};
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err)
+{
+	struct st *s = calloc(1, sizeof *s);
+	if (!s)
+		return gpud_fail(err, "out of memory");
+	snprintf(s->mode, sizeof s->mode, "%s", gpud_arg(info->args, "mode", "none"));
+	snprintf(s->pidfile, sizeof s->pidfile, "%s", gpud_arg(info->args, "pidfile", "/dev/null"));
+	s->every = atol(gpud_arg(info->args, "every", "100"));
+	s->bytes = atol(gpud_arg(info->args, "bytes", strcmp(s->mode, "overflow") ? "256" : "200"));
+	if (atoi(gpud_arg(info->args, "setuid", "0")) && getuid() == 0 &&
+	    (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
+		return gpud_fail(err, "setresuid failed");
+	*state = s;
+	return 0;
+}
+
+/* Every writable MAP_SHARED mapping ("rw-s" in /proc/self/maps), filled with 0xa5. */
+static void scribble(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && strcmp(perms, "rw-s") == 0)
+			memset((void *)lo, 0xa5, hi - lo);
+	}
+	fclose(f);
+}
+
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+{
+	struct st *s = state;
+	int poison = s->every > 0 && task->id % (uint64_t)s->every == (uint64_t)(s->every - 1);
+	if (poison) {
+		uint8_t *out = task->result.data;
+		if (!strcmp(s->mode, "overflow"))
+			memset(out + task->result.capacity, 0x5a, (size_t)s->bytes);
+		else if (!strcmp(s->mode, "underflow"))
+			memset(out - s->bytes, 0x5a, (size_t)s->bytes);
+		else if (!strcmp(s->mode, "input"))
+			memset((uint8_t *)(uintptr_t)task->input - 32, 0x5a, 4);
+		else if (!strcmp(s->mode, "scribble"))
+			scribble();
+		else if (!strcmp(s->mode, "fork") && fork() == 0) {
+			FILE *f = fopen(s->pidfile, "a");
+			if (f) {
+				fprintf(f, "%d\n", (int)getpid());
+				fclose(f);
+			}
+			setsid(); /* out of the worker's process group, too */
+			sleep(30);
+			_exit(0);
+		}
+	}
+	if (task->input_size + 1 > task->result.capacity)
+		return gpud_fail(task->error, "result too small");
+	char *r = task->result.data;
+	r[0] = 'r';
+	memcpy(r + 1, task->input, task->input_size);
+	task->result.size = task->input_size + 1;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
+{
+	(void)err;
+	free(state);
+	return 0;
+}
