@@ -87,10 +87,9 @@ static int refill(struct lines *l)
 {
 	if (l->eof)
 		return 0;
-	ssize_t n;
-	do
-		n = read(l->fd, l->buf, sizeof l->buf);
-	while (n < 0 && errno == EINTR);
+	/* An interrupted read is not retried: gpud interrupts reads only to stop the run
+	 * (Ctrl-C, SIGTERM, SIGHUP), and a pipe that stays idle must not hold it up. */
+	ssize_t n = read(l->fd, l->buf, sizeof l->buf);
 	if (n < 0)
 		return -1;
 	l->pos = 0;

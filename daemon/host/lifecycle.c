@@ -68,6 +68,7 @@ void host_install_signals(struct host *h)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
+	sa.sa_flags = SA_RESTART;
 	sigaction(SIGTSTP, &sa, NULL);
 	/* A closed standard output shows up as a write error in the sink. */
 	signal(SIGPIPE, SIG_IGN);
