@@ -90,6 +90,27 @@ int t_gpud(const char *dir, const char *fmt, ...)
 	return WEXITSTATUS(st);
 }
 
+int t_sh(const char *dir, const char *script)
+{
+	char *cmd;
+	free(t_write(dir, "script.sh", script));
+	cr_assert(asprintf(&cmd, "cd '%s' && GPUD='%s' GPUD_PLUGIN_PATH='%s' timeout -k 5 120 sh script.sh",
+			   dir, t_env("GPUD"), t_env("FIXTURES")) > 0);
+	int st = system(cmd);
+	free(cmd);
+	cr_assert(WIFEXITED(st), "the script did not exit normally");
+	return WEXITSTATUS(st);
+}
+
+long t_read_long(const char *dir, const char *name)
+{
+	char *s = t_read_in(dir, name);
+	cr_assert(s, "no file %s in %s", name, dir);
+	long v = atol(s);
+	free(s);
+	return v;
+}
+
 size_t t_count_lines(const char *text, const char *prefix)
 {
 	size_t n = 0, pl = strlen(prefix);

@@ -19,6 +19,12 @@ char *t_read_in(const char *dir, const char *name);
 /* Runs `gpud ARGS` through the shell with GPUD_PLUGIN_PATH at the fixtures, standard
  * output to dir/out, standard error to dir/err; returns its exit status. */
 int t_gpud(const char *dir, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Runs a shell script (written to dir/script.sh) in dir with $GPUD (the binary) and
+ * GPUD_PLUGIN_PATH (the fixtures) set, bounded to 120 s; returns its exit status. For
+ * pipelines, signals and timing that t_gpud cannot express. */
+int t_sh(const char *dir, const char *script);
+/* The number at the start of file dir/name (fails the test when it is missing). */
+long t_read_long(const char *dir, const char *name);
 /* Counts the lines of `text` that start with `prefix`. */
 size_t t_count_lines(const char *text, const char *prefix);
 /* The value of an environment variable the test runner sets; fails the test if unset. */

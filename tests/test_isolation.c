@@ -63,37 +63,33 @@ static int run_hostile(const char *dir, const char *mode, unsigned n)
 	return rc;
 }
 
-Test(isolation, overflow_past_the_result_buffer, .timeout = 120)
+/* Every poison task fails with `message` in its outcome; everything else is checked by
+ * check_output. */
+static void expect_poison_failed(const char *mode, const char *message)
 {
 	const char *dir = t_tmpdir();
-	int rc = run_hostile(dir, "overflow", N);
+	int rc = run_hostile(dir, mode, N);
 	cr_expect_eq(rc, 1, "exit 1: some tasks failed\n%s", t_read_in(dir, "err"));
 	cr_expect_eq(check_output(dir, N, EVERY), N / EVERY, "every poison task failed");
 	char *out = t_read_in(dir, "out.jsonl");
-	cr_expect(strstr(out, "wrote past the end of its result buffer"), "the message says what");
+	cr_expect(strstr(out, message), "the outcome says \"%s\"", message);
 	free(out);
+}
+
+Test(isolation, overflow_past_the_result_buffer, .timeout = 120)
+{
+	expect_poison_failed("overflow", "wrote past the end of its result buffer");
 }
 
 Test(isolation, underflow_before_the_result_buffer, .timeout = 120)
 {
-	const char *dir = t_tmpdir();
-	int rc = run_hostile(dir, "underflow", N);
-	cr_expect_eq(rc, 1, "%s", t_read_in(dir, "err"));
-	cr_expect_eq(check_output(dir, N, EVERY), N / EVERY, "every poison task failed");
-	char *out = t_read_in(dir, "out.jsonl");
-	cr_expect(strstr(out, "wrote before the start of its result buffer"), "the message says what");
-	free(out);
+	expect_poison_failed("underflow", "wrote before the start of its result buffer");
 }
 
+/* The task ring is read-only in workers: the write faults and blames the task. */
 Test(isolation, writes_to_the_input_fault_in_the_worker, .timeout = 120)
 {
-	const char *dir = t_tmpdir();
-	int rc = run_hostile(dir, "input", N);
-	cr_expect_eq(rc, 1, "%s", t_read_in(dir, "err"));
-	cr_expect_eq(check_output(dir, N, EVERY), N / EVERY, "every poison task failed");
-	char *out = t_read_in(dir, "out.jsonl");
-	cr_expect(strstr(out, "killed by SIGSEGV"), "the task ring is read-only in workers");
-	free(out);
+	expect_poison_failed("input", "killed by SIGSEGV");
 }
 
 Test(isolation, scribbling_every_writable_shared_mapping, .timeout = 180)
@@ -104,30 +100,84 @@ Test(isolation, scribbling_every_writable_shared_mapping, .timeout = 180)
 	check_output(dir, N, EVERY);
 }
 
-/* A child forked by a worker neither outlives the run nor holds its output open. */
+/* A child forked by a worker (in a session of its own) neither outlives the run nor
+ * holds its output open. */
 Test(isolation, forked_children_end_with_the_run, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir,
-			   "[job]\ngpus = 0,1\n"
-			   "[worker]\nplugin = hostile\nmode = fork\nevery = 5\npidfile = %s/pids\n"
-			   "[generator]\nplugin = range\nstop = 20\n"
-			   "[sink]\nplugin = jsonl\n", dir);
-	char full[8192];
-	snprintf(full, sizeof full,
-		 "cd '%s' && export GPUD_PLUGIN_PATH='%s'; start=$(date +%%s%%N); "
-		 "'%s' run '%s' --ui plain 2>err | cat >/dev/null; "
-		 "echo $(( ($(date +%%s%%N) - start) / 1000000 )) >ms; "
-		 "sleep 0.3; for p in $(cat pids); do kill -0 $p 2>/dev/null && echo $p; done >left; true",
-		 dir, t_env("FIXTURES"), t_env("GPUD"), job);
-	cr_assert_eq(system(full), 0);
-	char *ms = t_read_in(dir, "ms"), *left = t_read_in(dir, "left");
-	cr_expect_lt(atol(ms), 10000, "the pipe closed with the run, not 30 s later (%s ms)", ms);
-	char *pids = t_read_in(dir, "pids");
+	free(t_jobf(dir, "[job]\ngpus = 0,1\n"
+			 "[worker]\nplugin = hostile\nmode = fork\nevery = 5\npidfile = %s/pids\n"
+			 "[generator]\nplugin = range\nstop = 20\n"
+			 "[sink]\nplugin = jsonl\n", dir));
+	t_sh(dir, "start=$(date +%s%N)\n"
+		  "\"$GPUD\" run job.ini --ui plain 2>err | cat >/dev/null\n"
+		  "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
+		  "sleep 0.3\n"
+		  "for p in $(cat pids); do kill -0 $p 2>/dev/null && echo $p; done >left\n");
+	char *pids = t_read_in(dir, "pids"), *left = t_read_in(dir, "left");
+	long ms = t_read_long(dir, "ms");
 	cr_assert(pids && *pids, "the plugin forked");
+	cr_expect_lt(ms, 10000, "the pipe closed with the run, not 30 s later (%ld ms)", ms);
 	cr_expect_str_eq(left, "", "no forked child left: %s", left);
 	free(pids);
-	free(ms);
 	free(left);
+}
+
+/* A constructor that writes 200 KB to standard error stalls neither gpud check nor
+ * gpud run (the helper's output and errors are read together). */
+Test(isolation, a_plugin_flooding_stderr_does_not_stall_check, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = noisy\n"
+				"[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "check '%s'", job), 0, "%s", t_read_in(dir, "err"));
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off", job), 0, "%s", t_read_in(dir, "err"));
 	free(job);
+}
+
+/* The default log folder ($TMPDIR/gpud-<uid>) is used only when it is ours, a real
+ * folder and private; otherwise the run goes on in plain mode and says why. */
+static void expect_log_folder_refused(const char *prepare, const char *why)
+{
+	const char *dir = t_tmpdir();
+	char *script;
+	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+			 "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n"));
+	cr_assert(asprintf(&script, "base=\"$PWD/gpud-$(id -u)\"\n%s\n"
+				    "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err\n"
+				    "echo $? >rc\n",
+			   prepare) > 0);
+	t_sh(dir, script);
+	free(script);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 0, "the run goes on: %s", err);
+	cr_expect(strstr(err, why), "says why: %s", err);
+	cr_expect(strstr(err, "showing plain progress instead of the dashboard"), "%s", err);
+	free(err);
+}
+
+Test(isolation, log_folder_open_to_others_is_refused, .timeout = 60)
+{
+	expect_log_folder_refused("mkdir -m 0777 \"$base\"; chmod 0777 \"$base\"",
+				  "is open to other users (mode 777");
+}
+
+Test(isolation, log_folder_symlink_is_refused, .timeout = 60)
+{
+	expect_log_folder_refused("mkdir -m 0700 elsewhere; ln -s \"$PWD/elsewhere\" \"$base\"",
+				  "is not a folder (a symlink?)");
+}
+
+/* A private default folder: a fresh run folder (0700) with logs made new, mode 0600. */
+Test(isolation, default_log_folder_is_private, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+			 "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n"));
+	t_sh(dir, "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err; echo $? >rc\n"
+		  "stat -c %a gpud-$(id -u) gpud-$(id -u)/run-* gpud-$(id -u)/run-*/worker-0.log >modes\n");
+	char *modes = t_read_in(dir, "modes");
+	cr_expect_eq(t_read_long(dir, "rc"), 0, "%s", t_read_in(dir, "err"));
+	cr_expect_str_eq(modes, "700\n700\n600\n");
+	free(modes);
 }

@@ -165,27 +165,20 @@ static unsigned feed_one(struct host *h, struct host_worker *w, uint64_t *clock,
 	unsigned n = 0;
 
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
-		struct requeued *q = requeued_may_run(h) ? tasks_requeued_take(h, w->index, h->n_ready < 2)
-							 : NULL;
-		if (!q && (h->gen_done || h->abort))
+		bool rq = requeued_may_run(h) && tasks_requeued_for(h, w->index, h->n_ready < 2);
+		if (!rq && (h->gen_done || h->abort))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
 		 * undelivered one on, and so the outcomes held back. Tasks to run again are
 		 * inside that span already. */
-		if (!q && h->held && h->next_id - h->next_deliver >= c->queue_size)
+		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
 			break;
 		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
-		if (!t) {
-			if (q) { /* no room after all: back to the front of the queue */
-				q->next = h->rq_head;
-				h->rq_head = q;
-				if (!q->next)
-					h->rq_tail = &q->next;
-			}
+		if (!t)
 			break;
-		}
 		struct task_ent ent;
-		if (q) {
+		if (rq) {
+			struct requeued *q = tasks_requeued_take(h);
 			memcpy(ring_payload(t), q->data, q->t.size);
 			ent = q->t;
 			free(q);

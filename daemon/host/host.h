@@ -44,7 +44,6 @@ struct host_worker {
 	struct ring tasks, results;
 	uint64_t task_head;   /* producer position (published in bursts) */
 	uint64_t task_free;   /* oldest task whose result is not yet consumed */
-	uint64_t start_pos;   /* next task to report GPUD_TASK_START for */
 	uint64_t result_tail; /* consumer position (published in bursts) */
 	/* the task table's FIFO of what it holds (tasks.c) */
 	struct task_ent *tt;

@@ -83,11 +83,19 @@ static void signal_workers(struct host *h, int sig)
 
 /* Credits `gap` ns during which the job was stopped to every clock that bounds a
  * worker: time stopped never counts against a task, a setup or a cleanup. */
-static void credit(struct host *h, uint64_t gap)
+static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
-		w->grace_ns += gap;
+		/* The task running now, which may have begun after we last looked: its
+		 * clock gets the credit, at most what it has run. */
+		uint64_t since = w->rep ? atomic_load(&w->rep->busy_since_ns) : 0;
+		if (since != w->seen_since) {
+			w->seen_since = since;
+			w->grace_ns = 0;
+		}
+		if (since && since < now)
+			w->grace_ns += gap < now - since ? gap : now - since;
 		w->spawned_ns += gap;
 		if (w->still_ns)
 			w->still_ns += gap;
@@ -115,7 +123,7 @@ void lifecycle_job_control(struct host *h)
 		 * time anything while stopped, so that time does not count. */
 		uint64_t since = h->stopped_ns ? h->stopped_ns : h->last_check_ns;
 		if (since && now > since)
-			credit(h, now - since);
+			credit(h, now - since, now);
 		h->stopped_ns = 0;
 		signal_workers(h, SIGCONT);
 	}
@@ -446,13 +454,12 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 {
 	uint64_t tail = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
 	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
-	uint64_t unstarted = tasks_held(w) ? w->tt_head - w->tt_started : 0;
-	if (tail != w->seen_tail || busy || !tasks_held(w)) {
+	/* Unstarted: it has not reported reaching the end of what we published. */
+	if (tail != w->seen_tail || busy || tail == w->task_head) {
 		w->seen_tail = tail;
 		w->still_ns = 0;
 		return 0;
 	}
-	(void)unstarted;
 	uint64_t limit = STILL_NS + h->hdr->batch_wait_ns;
 	if (!w->still_ns) {
 		w->still_ns = now;
@@ -595,11 +602,10 @@ static unsigned our_children(pid_t *out, unsigned max)
 	return n;
 }
 
-unsigned lifecycle_sweep(struct host *h)
+unsigned lifecycle_sweep(void)
 {
 	pid_t kids[256];
 	unsigned total = 0, n;
-	(void)h;
 	/* Each round kills what is below us now; their own children come to us as
 	 * orphans for the next round. */
 	for (int round = 0; round < 64 && (n = our_children(kids, 256)) > 0; round++) {

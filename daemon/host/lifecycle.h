@@ -24,7 +24,7 @@ void lifecycle_kill_all(struct host *h);
 unsigned lifecycle_live(const struct host *h);
 /* End of run: kills and reaps every process left below the host (children of workers
  * that outlived them); returns how many. */
-unsigned lifecycle_sweep(struct host *h);
+unsigned lifecycle_sweep(void);
 
 /* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts), SIGTSTP (stop the job),
  * SIGCONT (the job goes on: time stopped does not count against tasks). */

@@ -109,7 +109,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 
 	/* The task ring keeps its positions: the new process starts where we are. */
 	struct shm_feed *f = w->feed;
-	w->task_free = w->start_pos = w->task_head;
+	w->task_free = w->task_head;
 	w->result_tail = 0;
 	f->task_base = w->task_head;
 	f->incarnation++;

@@ -231,7 +231,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 				;
 		}
 	}
-	lifecycle_sweep(&h);
+	lifecycle_sweep();
 	events_flush_held(&h);
 	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
 	ui_stop(ui);

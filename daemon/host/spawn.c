@@ -15,7 +15,6 @@
 #include <poll.h>
 #include <time.h>
 
-#include "files.h"
 #include "spawner.h"
 #include "wait.h"
 

@@ -83,12 +83,14 @@ void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, 
 	h->rq_tail = &q->next;
 }
 
-struct requeued *tasks_requeued_take(struct host *h, int worker, bool any_worker)
+bool tasks_requeued_for(const struct host *h, int worker, bool any_worker)
+{
+	return h->rq_head && (h->rq_head->avoid != worker || any_worker);
+}
+
+struct requeued *tasks_requeued_take(struct host *h)
 {
 	struct requeued *q = h->rq_head;
-	/* A retry goes to another worker when there is one to take it. */
-	if (!q || (q->avoid == worker && !any_worker))
-		return NULL;
 	h->rq_head = q->next;
 	if (!h->rq_head)
 		h->rq_tail = &h->rq_head;

@@ -51,8 +51,11 @@ void tasks_pop(struct host_worker *w);
 
 /* Keeps a copy of `t` and its input to run again (at the back of the queue). */
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);
-/* The next task to run again that worker `w` may take, or NULL; the caller frees it. */
-struct requeued *tasks_requeued_take(struct host *h, int worker, bool any_worker);
+/* Whether worker `worker` may take the next task to run again (a retry goes to another
+ * worker than the one it failed on, unless `any_worker`). */
+bool tasks_requeued_for(const struct host *h, int worker, bool any_worker);
+/* Takes that task; the caller frees it. Only after tasks_requeued_for said yes. */
+struct requeued *tasks_requeued_take(struct host *h);
 bool tasks_requeued_any(const struct host *h);
 /* Counts every requeued task as not run and frees them. */
 void tasks_drop_requeued(struct host *h);

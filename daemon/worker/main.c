@@ -207,8 +207,10 @@ static void arm(struct shm_rec *r, uint32_t capacity)
 	memcpy((uint8_t *)ring_payload(r) + capacity, after, sizeof after);
 }
 
-/* Which canary the plugin overwrote: NULL when both are whole. */
-static const char *disarm(const struct shm_rec *r, uint32_t capacity)
+enum breach { BREACH_NONE, BREACH_BEFORE, BREACH_AFTER };
+
+/* Which canary the plugin overwrote, if any. */
+static enum breach disarm(const struct shm_rec *r, uint32_t capacity)
 {
 	const uint64_t *hdr = (const uint64_t *)r;
 	uint64_t after[SHM_LINE / 8], bad = 0;
@@ -216,10 +218,10 @@ static const char *disarm(const struct shm_rec *r, uint32_t capacity)
 	for (unsigned k = 0; k < SHM_LINE / 8; k++)
 		bad |= hdr[k] ^ SHM_CANARY;
 	if (bad)
-		return "before the start of";
+		return BREACH_BEFORE;
 	for (unsigned k = 0; k < SHM_LINE / 8; k++)
 		bad |= after[k] ^ SHM_CANARY;
-	return bad ? "past the end of" : NULL;
+	return bad ? BREACH_AFTER : BREACH_NONE;
 }
 
 /* Writes task i's result record at ring position `pos` (and, in a batch slot, a filler
@@ -232,11 +234,13 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 	struct gpud_error *err = &w->err[i];
 	uint32_t max_result = w->hdr->max_result_bytes;
 	uint32_t kind, size, flags = 0;
-	const char *bounds = disarm(r, max_result);
+	enum breach breach = disarm(r, max_result);
 
-	if (bounds && bounds[0] == 'b')
+	/* Before the buffer lies this slot's header and the gap to the last result: a
+	 * plugin that wrote there may have written more of our memory. */
+	if (breach == BREACH_BEFORE)
 		w->tainted = true;
-	if (bounds) {
+	if (breach != BREACH_NONE) {
 		/* Caught here, before the host could take anything the write reached: slots
 		 * sit SHM_SLOT_GAP apart, so a write of up to that much touched only this
 		 * slot's own space. */
@@ -244,7 +248,8 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 		flags = REC_FLAG_BOUNDS;
 		size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
 					  "the plugin wrote %s its result buffer (capacity %u bytes)",
-					  bounds, max_result);
+					  breach == BREACH_BEFORE ? "before the start of" : "past the end of",
+					  max_result);
 	} else if (task->failed || rc != 0) {
 		if (!err->message[0])
 			snprintf(err->message, sizeof err->message, "%s returned %d without a message",
