@@ -96,3 +96,57 @@ Test(stalls, stopping_and_continuing_the_job_times_out_nothing, .timeout = 60)
 	cr_expect_null(strstr(out, "timeout"), "%s", out);
 	free(out);
 }
+
+/* The generator yields five tasks, then its sixth call never returns (it sleeps
+ * through signals, like a read that retries on EINTR). The five run at once, the one
+ * that hangs times out on time, its worker is replaced, and SIGTERM still ends the run
+ * with a summary, the sink closed. */
+Test(stalls, a_blocked_generator_holds_back_nothing, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\ntask_timeout = 1\n"
+			 "[worker]\nplugin = faulty\nhang_on = 2\n"
+			 "[generator]\nplugin = failgen\nblock_after = 5\n"
+			 "[sink]\nplugin = recorder\npath = rec\n"));
+	t_sh(dir, "start=$(date +%s%N)\n"
+		  "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "n=0; until [ \"$(grep -c '^ok \\|^timeout ' rec 2>/dev/null)\" = 5 ] || [ $n -ge 500 ]; do\n"
+		  "  sleep 0.02; n=$((n + 1)); done\n"
+		  "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
+		  "kill -TERM $pid\n"
+		  "t=$(date +%s%N)\n"
+		  "wait $pid; echo $? >rc\n"
+		  "echo $(( ($(date +%s%N) - t) / 1000000 )) >term_ms\n");
+	long ms = t_read_long(dir, "ms"), term_ms = t_read_long(dir, "term_ms");
+	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+	cr_expect_lt(ms, 4000, "the 5 outcomes took %ld ms while the generator was blocked", ms);
+	cr_expect_eq(t_count_lines(rec, "ok "), 4, "%s", rec);
+	cr_expect_eq(t_count_lines(rec, "timeout 2 "), 1, "%s", rec);
+	cr_expect_lt(term_ms, 5000, "SIGTERM took %ld ms to end the run", term_ms);
+	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect_eq(t_count_lines(rec, "close 5 4 0 1 0 "), 1, "the sink was closed: %s", rec);
+	cr_expect(strstr(err, "aborted: interrupted"), "%s", err);
+	cr_expect(strstr(err, "generator's last call had not returned"), "%s", err);
+	free(rec);
+	free(err);
+}
+
+/* A generator call that takes a while (300 ms) and then goes on: the loop is handed
+ * back, and every task runs once. */
+Test(stalls, a_generator_call_that_returns_late_gives_the_loop_back, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir, "[job]\ngpus = 0,1\n"
+				"[worker]\nplugin = faulty\n"
+				"[generator]\nplugin = failgen\nstop = 3000\nblock_after = 1000\n"
+				"block_ms = 300\n"
+				"[sink]\nplugin = recorder\npath = %s/rec\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
+	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(rec, "ok "), 3000, "%s", err);
+	cr_expect_eq(t_count_lines(rec, "close 3000 3000 0 0 0 "), 1, "%s", err);
+	cr_expect_null(strstr(err, "not returned"), "%s", err);
+	free(rec);
+	free(err);
+	free(job);
+}

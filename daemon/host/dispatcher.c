@@ -20,6 +20,7 @@
 #include "events.h"
 #include "lifecycle.h"
 #include "memory.h"
+#include "standin.h"
 #include "ui.h"
 
 #define WINDOW_S 5e-3
@@ -158,15 +159,16 @@ static bool requeued_may_run(const struct host *h)
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
  * tasks given; *slice_end is set when the pass ran out of time. */
-static unsigned feed_one(struct host *h, struct host_worker *w, uint64_t *clock, bool *slice_end)
+static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uint64_t *clock,
+			 bool *slice_end)
 {
 	const struct cfg *c = h->cfg;
-	uint64_t head0 = w->task_head;
+	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
 		bool rq = requeued_may_run(h) && tasks_requeued_for(h, w->index, h->n_ready < 2);
-		if (!rq && (h->gen_done || h->abort))
+		if (!rq && (h->gen_done || h->abort || !gen_ok))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
 		 * undelivered one on, and so the outcomes held back. Tasks to run again are
@@ -186,7 +188,21 @@ static unsigned feed_one(struct host *h, struct host_worker *w, uint64_t *clock,
 			struct gpud_buf item = {ring_payload(t), 0, c->max_task_bytes};
 			struct gpud_error err;
 			err.message[0] = '\0';
+			/* Slow calls: what this ring has goes to the worker before the next. */
+			if (h->gen_check_mask == 0 && w->task_head != head0) {
+				atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+				wait_ring_fast(shm_worker_bell(w));
+				head0 = w->task_head;
+			}
+			h->filling = w;
+			gate_enter(&h->gate);
 			int rc = h->gen_next(h->gen, &item, &err);
+			if (gate_leave(h, &h->gate)) {
+				/* The stand-in ran the loop meanwhile (and may have published
+				 * this ring): this task goes in, then the loop looks again. */
+				*slice_end = true;
+				head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
+			}
 			if ((++h->gen_calls & h->gen_check_mask) == 0) {
 				uint64_t now = wait_now_ns();
 				/* Calls slower than ~2 us: look at the clock after every one. */
@@ -248,7 +264,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, uint64_t *clock,
 	return n;
 }
 
-static unsigned feed(struct host *h)
+static unsigned feed(struct host *h, bool gen_ok)
 {
 	unsigned n = 0;
 	bool slice_end = false;
@@ -258,8 +274,9 @@ static unsigned feed(struct host *h)
 		h->n_ready += h->w[i].state == HW_READY;
 	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
 		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
-		if (w->state == HW_READY)
-			n += feed_one(h, w, &clock, &slice_end);
+		/* The stand-in leaves alone the ring the stuck call writes into. */
+		if (w->state == HW_READY && (gen_ok || w != h->filling))
+			n += feed_one(h, w, gen_ok, &clock, &slice_end);
 	}
 	h->rr++;
 	return n;
@@ -270,6 +287,10 @@ static bool host_ready(void *ctx)
 {
 	struct host *h = ctx;
 	if (host_sigchld || host_interrupts || host_sigtstp || host_sigcont)
+		return true;
+	/* Standing in: the stuck generator call has returned. */
+	if (atomic_load_explicit(&h->gate.taken, memory_order_relaxed) &&
+	    !atomic_load_explicit(&h->gate.in_call, memory_order_relaxed))
 		return true;
 	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
 	for (unsigned i = 0; i < h->n_workers; i++) {
@@ -294,70 +315,85 @@ static bool host_ready(void *ctx)
  * it is busy. */
 #define BUSY_CHECK_NS 2000000u
 
-int dispatch(struct host *h)
+/* One pass of the loop (and its wait, when it found nothing to do); true when the run
+ * is over. gen_ok = false: the stand-in runs it, and the generator is not called. */
+bool dispatch_pass(struct host *h, bool gen_ok)
 {
 	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
-	int interrupts_seen = 0;
-	uint64_t checked = wait_now_ns();
+	unsigned progress = 0;
 
-	for (;;) {
-		unsigned progress = 0;
-
-		if (host_interrupts != interrupts_seen) {
-			interrupts_seen = host_interrupts;
-			if (interrupts_seen == 1) {
-				ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
-						    "(interrupt again to stop at once)");
-				h->interrupted = true;
-				host_abort(h, "interrupted");
-			} else if (!h->killing) {
-				lifecycle_kill_all(h);
-			}
+	if (host_interrupts != h->interrupts_seen) {
+		h->interrupts_seen = host_interrupts;
+		if (h->interrupts_seen == 1) {
+			ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
+					    "(interrupt again to stop at once)");
+			h->interrupted = true;
+			host_abort(h, "interrupted");
+		} else if (!h->killing) {
+			lifecycle_kill_all(h);
 		}
-		if (host_sigtstp || host_sigcont)
-			lifecycle_job_control(h);
-		if (host_sigchld)
-			lifecycle_reap(h);
-		for (unsigned i = 0; i < h->n_workers; i++) {
-			struct host_worker *w = &h->w[i];
-			if (w->exited) {
-				/* Its last results first: they are outcomes, not lost tasks. */
-				dispatch_drain(h, w);
-				lifecycle_exited(h, w);
-				continue;
-			}
+	}
+	if (host_sigtstp || host_sigcont)
+		lifecycle_job_control(h);
+	if (host_sigchld)
+		lifecycle_reap(h);
+	uint64_t in_flight = 0;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->exited) {
+			/* Its last results first: they are outcomes, not lost tasks. */
+			dispatch_drain(h, w);
+			lifecycle_exited(h, w);
+		} else {
 			if (w->state == HW_STARTING)
 				lifecycle_poll(h, w);
 			if (w->state == HW_READY || w->state == HW_STOPPING)
 				progress += dispatch_drain(h, w);
 			if (starts && w->state == HW_READY && w->rep)
 				progress += emit_starts(h, w);
+			/* Given tasks by a generator call that returned after the worker
+			 * had left for good. */
+			if (w->state == HW_GONE && w->pid <= 0 && tasks_held(w))
+				lifecycle_take_back(h, w);
 		}
-		if (!h->stopping && !h->killing)
-			progress += feed(h);
-
-		if (tasks_requeued_any(h) && !requeued_may_run(h))
-			tasks_drop_requeued(h);
-
-		if (!h->stopping && h->in_flight == 0 && !tasks_requeued_any(h) &&
-		    (h->gen_done || h->abort))
-			lifecycle_stop_all(h);
-		if (lifecycle_live(h) == 0) {
-			if (tasks_requeued_any(h) || h->in_flight || (!h->stopping && !h->gen_done)) {
-				tasks_drop_requeued(h);
-				host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
-							    : "no worker could be set up");
-			}
-			break;
-		}
-		uint64_t now = wait_now_ns();
-		if (progress && now - checked < BUSY_CHECK_NS)
-			continue;
-		checked = now;
-		uint64_t deadline = lifecycle_timeouts(h, now);
-		if (progress)
-			continue;
-		wait_until(h->bell, host_ready, h, deadline);
+		in_flight += tasks_held(w);
 	}
+	h->in_flight = in_flight;
+	if (!h->stopping && !h->killing)
+		progress += feed(h, gen_ok);
+
+	if (tasks_requeued_any(h) && !requeued_may_run(h))
+		tasks_drop_requeued(h);
+
+	if (!h->stopping && h->in_flight == 0 && !tasks_requeued_any(h) &&
+	    (h->gen_done || h->abort))
+		lifecycle_stop_all(h);
+	if (lifecycle_live(h) == 0) {
+		if (tasks_requeued_any(h) || h->in_flight || (!h->stopping && !h->gen_done)) {
+			tasks_drop_requeued(h);
+			host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
+						    : "no worker could be set up");
+		}
+		return true;
+	}
+	uint64_t now = wait_now_ns();
+	if (progress && now - h->checked_ns < BUSY_CHECK_NS)
+		return false;
+	h->checked_ns = now;
+	uint64_t deadline = lifecycle_timeouts(h, now);
+	if (!progress)
+		wait_until(h->bell, host_ready, h, deadline);
+	return false;
+}
+
+int dispatch(struct host *h)
+{
+	h->checked_ns = wait_now_ns();
+	if (standin_start(h) < 0)
+		ui_say(h, UI_EVENT, "cannot start the loop's stand-in thread: a generator call that "
+		       "blocks holds up the run");
+	while (!dispatch_pass(h, true))
+		;
+	standin_stop(h);
 	return h->abort ? 3 : 0;
 }

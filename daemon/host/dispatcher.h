@@ -7,6 +7,9 @@
 
 /* Runs the loop until every task has an outcome; 0, or 3 on abort. */
 int dispatch(struct host *h);
+/* One pass of the loop, waiting when it finds nothing to do; true when the run is
+ * over. gen_ok = false (the stand-in): the generator is not called. */
+bool dispatch_pass(struct host *h, bool gen_ok);
 /* Takes in worker w's published results; returns how many. */
 unsigned dispatch_drain(struct host *h, struct host_worker *w);
 

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "loader.h"
 #include "ring.h"
+#include "standin.h"
 #include "tasks.h"
 #include "wait.h"
 #include "ui.h"
@@ -75,9 +76,38 @@ struct host_worker {
 	bool exited;
 };
 
+/* The task table's per-worker FIFO (tasks.h). */
 static inline uint32_t tasks_held(const struct host_worker *w)
 {
 	return (uint32_t)(w->tt_head - w->tt_tail);
+}
+
+/* Adds a task the worker was given. The dispatcher never gives a worker more than its
+ * window, which the FIFO holds. */
+static inline void tasks_push(struct host_worker *w, const struct task_ent *t)
+{
+	if (__builtin_expect(tasks_held(w) > w->tt_mask, 0))
+		__builtin_trap();
+	w->tt[w->tt_head++ & w->tt_mask] = *t;
+}
+
+/* The oldest task the worker holds, or NULL. */
+static inline const struct task_ent *tasks_front(const struct host_worker *w)
+{
+	return w->tt_head == w->tt_tail ? NULL : &w->tt[w->tt_tail & w->tt_mask];
+}
+
+/* The i-th oldest (i < tasks_held). */
+static inline const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i)
+{
+	return &w->tt[(w->tt_tail + i) & w->tt_mask];
+}
+
+static inline void tasks_pop(struct host_worker *w)
+{
+	w->tt_tail++;
+	if (w->tt_started - w->tt_tail > w->tt_head - w->tt_tail)
+		w->tt_started = w->tt_tail;
 }
 
 /* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
@@ -95,6 +125,8 @@ struct host_notes {
 	bool error[HOST_NOTES];
 	uint64_t count; /* notes ever added; text[(count - 1) % HOST_NOTES] is the newest */
 };
+
+struct run_opts;
 
 struct host {
 	const struct cfg *cfg;
@@ -139,6 +171,16 @@ struct host {
 	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
 	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
+	struct gate gate;        /* the generator call gate (standin.h) */
+	pthread_t standin;
+	bool standin_running;
+	bool gen_stuck;          /* the run ended while a generator call had not returned */
+	struct host_worker *filling; /* the worker whose ring the generator fills */
+	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
+	const struct run_opts *opts;
+	struct ui *ui;
+	int interrupts_seen;     /* the loop's count of host_interrupts */
+	uint64_t checked_ns;     /* when the loop last looked at timeouts */
 	uint64_t gen_calls;      /* generator calls, for reading the clock every few */
 	uint64_t gen_check_mask; /* read it when (gen_calls & mask) == 0 */
 	uint64_t feed_start_ns;

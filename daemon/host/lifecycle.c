@@ -283,6 +283,17 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
 }
 
+void lifecycle_take_back(struct host *h, struct host_worker *w)
+{
+	while (tasks_held(w)) {
+		struct task_ent t = *tasks_front(w);
+		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
+		tasks_pop(w);
+		h->in_flight--;
+	}
+	w->task_free = w->task_head;
+}
+
 static void restart(struct host *h, struct host_worker *w)
 {
 	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;

@@ -21,6 +21,8 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now);
 void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why);
 void lifecycle_stop_all(struct host *h);
 void lifecycle_kill_all(struct host *h);
+/* Requeues every task w holds: it is gone for good and runs none of them. */
+void lifecycle_take_back(struct host *h, struct host_worker *w);
 unsigned lifecycle_live(const struct host *h);
 /* End of run: kills and reaps every process left below the host (children of workers
  * that outlived them); returns how many. */

@@ -16,6 +16,7 @@
 
 #include "dispatcher.h"
 #include "events.h"
+#include "ui.h"
 #include "files.h"
 #include "host.h"
 #include "lifecycle.h"
@@ -125,13 +126,60 @@ int run_check(struct cfg *c)
 	return rc;
 }
 
+/* The rest of a run after the loop: children reaped, held outcomes flushed, the sink
+ * closed, the stats reported; returns the exit status. The loop's stand-in calls it
+ * when the run ends while a generator call is stuck, and then exits. */
+static int finish_run(struct host *h)
+{
+	/* Every child is waited for, and whatever the workers left behind is killed:
+	 * nothing outlives the run or holds its output open. */
+	for (unsigned k = 0; k < h->n_workers; k++) {
+		if (h->w[k].pid > 0) {
+			int st;
+			kill(-h->w[k].pid, SIGKILL);
+			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
+				;
+		}
+	}
+	lifecycle_sweep();
+	events_flush_held(h);
+	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
+	ui_stop(h->ui);
+	/* Whatever was generated and has no outcome did not run. */
+	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
+	if (done < h->stats.generated)
+		h->stats.not_run += h->stats.generated - done;
+
+	struct gpud_error err = {{0}};
+	if (h->sink_close && h->sink_close(h->sink, &h->stats, &err) != 0)
+		host_abort(h, "the sink failed to close: %s",
+			   err.message[0] ? err.message : "gpud_sink_close returned an error");
+	if (h->gen_stuck)
+		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
+				"ended; it was not closed\n");
+	else if (h->gen_close)
+		h->gen_close(h->gen);
+
+	stats_print(h, stderr);
+	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json) < 0)
+		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
+	if (h->abort) {
+		if (h->sink_lost)
+			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
+				h->abort_msg, (unsigned long long)h->sink_lost);
+		else
+			fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+		return 3;
+	}
+	return (h->stats.failed || h->stats.timed_out) ? 1 : 0;
+}
+
 typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
 
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
 	struct gpud_error err = {{0}};
-	struct ui *ui = NULL;
 	int rc = 2;
 
 	if (prepare(&h, c) < 0)
@@ -173,6 +221,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
 
 	h.ui_mode = opts->ui;
+	h.opts = opts;
+	h.finish = finish_run;
 	pthread_mutex_init(&h.notes.lock, NULL);
 
 	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
@@ -209,7 +259,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		/* Whatever a worker starts and leaves behind becomes our child, so it can
 		 * be found and ended with the run. */
 		prctl(PR_SET_CHILD_SUBREAPER, 1);
-		ui = ui_start(&h);
+		h.ui = ui_start(&h);
 		for (unsigned k = 0; k < h.n_workers; k++) {
 			int e = spawn_worker(&h, &h.w[k]);
 			if (e < 0) {
@@ -221,45 +271,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		dispatch(&h);
 	}
 
-	/* Every child is waited for, and whatever the workers left behind is killed:
-	 * nothing outlives the run or holds its output open. */
-	for (unsigned k = 0; k < h.n_workers; k++) {
-		if (h.w[k].pid > 0) {
-			int st;
-			kill(-h.w[k].pid, SIGKILL);
-			while (waitpid(h.w[k].pid, &st, 0) < 0 && errno == EINTR)
-				;
-		}
-	}
-	lifecycle_sweep();
-	events_flush_held(&h);
-	h.stats.elapsed = (double)(wait_now_ns() - h.t_start_ns) * 1e-9;
-	ui_stop(ui);
-	/* Whatever was generated and has no outcome did not run. */
-	uint64_t done = h.stats.ok + h.stats.failed + h.stats.timed_out + h.stats.not_run;
-	if (done < h.stats.generated)
-		h.stats.not_run += h.stats.generated - done;
-
-	err.message[0] = '\0';
-	if (h.sink_close && h.sink_close(h.sink, &h.stats, &err) != 0)
-		host_abort(&h, "the sink failed to close: %s",
-			   err.message[0] ? err.message : "gpud_sink_close returned an error");
-	if (h.gen_close)
-		h.gen_close(h.gen);
-
-	stats_print(&h, stderr);
-	if (opts->stats_json && stats_write_json(&h, opts->stats_json) < 0)
-		host_abort(&h, "cannot write --stats-json %s: %s", opts->stats_json, strerror(errno));
-	if (h.abort) {
-		if (h.sink_lost)
-			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
-				h.abort_msg, (unsigned long long)h.sink_lost);
-		else
-			fprintf(stderr, "gpud: aborted: %s\n", h.abort_msg);
-		rc = 3;
-	} else {
-		rc = (h.stats.failed || h.stats.timed_out) ? 1 : 0;
-	}
+	rc = finish_run(&h);
 	goto out;
 
 close_plugins: /* nothing ran */

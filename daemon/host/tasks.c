@@ -40,34 +40,6 @@ void tasks_free(struct host *h)
 	h->rq_tail = &h->rq_head;
 }
 
-void tasks_push(struct host_worker *w, const struct task_ent *t)
-{
-	/* The dispatcher never gives a worker more than its window, which the FIFO holds. */
-	if (tasks_held(w) > w->tt_mask) {
-		fprintf(stderr, "gpud: internal error: worker %d holds more tasks than its table\n",
-			w->index);
-		abort();
-	}
-	w->tt[w->tt_head++ & w->tt_mask] = *t;
-}
-
-const struct task_ent *tasks_front(const struct host_worker *w)
-{
-	return w->tt_head == w->tt_tail ? NULL : &w->tt[w->tt_tail & w->tt_mask];
-}
-
-const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i)
-{
-	return &w->tt[(w->tt_tail + i) & w->tt_mask];
-}
-
-void tasks_pop(struct host_worker *w)
-{
-	w->tt_tail++;
-	if (w->tt_started - w->tt_tail > w->tt_head - w->tt_tail)
-		w->tt_started = w->tt_tail;
-}
-
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid)
 {
 	struct requeued *q = malloc(sizeof *q + t->size);

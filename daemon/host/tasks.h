@@ -42,12 +42,8 @@ struct requeued {
 int tasks_init(struct host *h, uint32_t per_worker);
 void tasks_free(struct host *h);
 
-void tasks_push(struct host_worker *w, const struct task_ent *t);
-/* The oldest task the worker holds, or NULL. */
-const struct task_ent *tasks_front(const struct host_worker *w);
-/* The i-th oldest (i < tasks_held). */
-const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i);
-void tasks_pop(struct host_worker *w);
+/* The FIFO itself (tasks_push, tasks_front, tasks_nth, tasks_pop, tasks_held) is
+ * inline, in host.h: it is on every task's path. */
 
 /* Keeps a copy of `t` and its input to run again (at the back of the queue). */
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);

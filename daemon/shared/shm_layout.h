@@ -111,8 +111,14 @@ static inline uint64_t shm_rec_check(uint64_t task_id, uint32_t kind, uint32_t s
 				     uint32_t attempt, uint32_t flags, uint64_t seconds_bits,
 				     uint64_t pos)
 {
-	return shm_mix(task_id ^ shm_mix(pos ^ ((uint64_t)kind << 32 | size)) ^
-		       shm_mix(((uint64_t)attempt << 32 | flags) + seconds_bits));
+	/* One mix of the fields, each first multiplied by its own odd constant: any
+	 * change to one field changes the word (it is a check against accidents, not
+	 * against a worker that means to forge it). */
+	return shm_mix(task_id * UINT64_C(0x9e3779b97f4a7c15) ^
+		       pos * UINT64_C(0xc2b2ae3d27d4eb4f) ^
+		       ((uint64_t)kind << 32 | size) * UINT64_C(0x165667b19e3779f9) ^
+		       ((uint64_t)attempt << 32 | flags) * UINT64_C(0xd6e8feb86659fd93) ^
+		       seconds_bits * UINT64_C(0xff51afd7ed558ccd));
 }
 
 /* A sleeper's futex word and flag live apart, each in memory its writer owns: the bell

@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /* Test generator: yields 0, 1, ... and fails after `fail_after` items; with
- * `huge_every = N` every Nth item claims to be larger than max_task_bytes. */
+ * `huge_every = N` every Nth item claims to be larger than max_task_bytes; with
+ * `block_after = N` the call after N items blocks for `block_ms` (0: for ever, through
+ * any signal, like a read that retries on EINTR), once. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
-	long n, fail_after, huge_every, stop;
+	long n, fail_after, huge_every, stop, block_after, block_ms;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -21,6 +26,8 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	g->fail_after = gpud_arg_long(args, "fail_after", -1);
 	g->huge_every = gpud_arg_long(args, "huge_every", 0);
 	g->stop = gpud_arg_long(args, "stop", 1000);
+	g->block_after = gpud_arg_long(args, "block_after", -1);
+	g->block_ms = gpud_arg_long(args, "block_ms", 0);
 	*state = g;
 	return 0;
 }
@@ -28,6 +35,15 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct fg *g = state;
+	if (g->n == g->block_after) {
+		g->block_after = -1;
+		if (!g->block_ms)
+			for (;;)
+				pause();
+		struct timespec ts = {g->block_ms / 1000, g->block_ms % 1000 * 1000000};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	if (g->fail_after >= 0 && g->n >= g->fail_after)
 		return gpud_fail(err, "failgen: the input went away after %ld items", g->n);
 	if (g->n >= g->stop)

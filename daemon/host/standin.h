@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host loop's stand-in: a thread that runs the loop while the generator is stuck.
+ *
+ * The host loop calls the generator itself, between draining results, because that is
+ * the fast path: one thread, no hand-over per task. But a generator call can block (an
+ * idle stdin pipe, an empty queue) or take seconds. The stand-in thread looks at the
+ * loop about every STANDIN_POLL_NS; when the same generator call is still running, it
+ * takes the loop over: it publishes the tasks already yielded, then takes in results,
+ * handles signals, timeouts and worker deaths, and places tasks that run again,
+ * exactly as the loop would, but calls no generator. When the call returns, the
+ * loop's thread waits for the stand-in to finish its pass and takes the loop back. If
+ * the run ends first (every task done, or an interrupt), the stand-in ends it.
+ *
+ * The hand-over costs the loop's thread two plain stores and a load per generator
+ * call: the stand-in pays for the ordering with membarrier(2), which puts a full
+ * barrier into the loop's thread only when a take-over is tried (an asymmetric Dekker
+ * handshake). Where membarrier is not available, the loop's thread uses a fence.
+ */
+#ifndef GPUD_STANDIN_H
+#define GPUD_STANDIN_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct host;
+
+/* The generator call gate. The loop's thread writes `in_call` and `calls`; the
+ * stand-in writes `taken`. */
+struct gate {
+	_Alignas(64) _Atomic uint32_t in_call; /* inside a generator call */
+	_Atomic uint64_t calls;                /* calls finished */
+	bool fence;                            /* no membarrier: fence on every call */
+	_Alignas(64) _Atomic uint32_t taken;   /* the stand-in runs the loop */
+	_Atomic uint32_t ending;               /* the loop is done: the stand-in leaves */
+	_Alignas(64) char _end;
+};
+
+/* Starts the stand-in (at the start of the loop). 0, or -errno. */
+int standin_start(struct host *h);
+/* Ends it (the loop's thread, at the end of the loop). */
+void standin_stop(struct host *h);
+
+/* The loop's thread, after a call found the loop taken: waits for it back. */
+void standin_wait(struct host *h);
+
+static inline void gate_enter(struct gate *g)
+{
+	atomic_store_explicit(&g->in_call, 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* After a generator call; true when the stand-in ran the loop meanwhile. */
+static inline bool gate_leave(struct host *h, struct gate *g)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_store_explicit(&g->in_call, 0, memory_order_relaxed);
+	atomic_store_explicit(&g->calls, atomic_load_explicit(&g->calls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	if (__builtin_expect(g->fence, 0))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_signal_fence(memory_order_seq_cst);
+	if (__builtin_expect(atomic_load_explicit(&g->taken, memory_order_relaxed) != 0, 0)) {
+		standin_wait(h);
+		return true;
+	}
+	return false;
+}
+
+#endif /* GPUD_STANDIN_H */
