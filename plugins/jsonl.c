@@ -5,11 +5,14 @@
  *    "seconds": 0.0012, "result": "..."}
  * status is ok, error or timeout; failures carry "error". Bytes that are not valid
  * UTF-8 go base64 under result_base64 / input_base64 instead.
- * Keys: path (default: standard output), include_input (true/false, default false).
+ * Keys: path (default: standard output), include_input (true/false, default false),
+ * append (true/false, default false: the file is emptied first).
  *
  * Output is buffered in whole lines and written with write(2) only at line boundaries
  * (when the buffer fills, and at least once a second), so a crash of the host loses at
- * most the lines still buffered and never leaves a torn line.
+ * most the lines still buffered. A kill in the middle of a large write can still leave
+ * the last line cut short; with append = true the next open cuts such a line off
+ * (and says so), so the file again holds whole lines only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +111,36 @@ static void puts_(struct jsonl *j, const char *s)
 	put(j, s, strlen(s));
 }
 
+/* A file appended to: whatever follows its last newline is a line an earlier run was
+ * killed while writing. It is cut off, so every line is whole again. */
+static int cut_torn_line(int fd, const char *path, struct gpud_error *err)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+		return 0;
+	char buf[4096];
+	off_t pos = st.st_size, keep = 0;
+	while (pos > 0) {
+		size_t n = pos < (off_t)sizeof buf ? (size_t)pos : sizeof buf;
+		pos -= (off_t)n;
+		if (pread(fd, buf, n, pos) != (ssize_t)n)
+			return gpud_fail(err, "jsonl: cannot read %s: %s", path, strerror(errno));
+		char *nl = memrchr(buf, '\n', n);
+		if (nl) {
+			keep = pos + (nl - buf) + 1;
+			break;
+		}
+	}
+	if (keep == st.st_size)
+		return 0;
+	if (ftruncate(fd, keep) < 0)
+		return gpud_fail(err, "jsonl: cannot cut the torn last line of %s: %s", path,
+				 strerror(errno));
+	fprintf(stderr, "jsonl: %s ended in a line cut short (%lld bytes, from a run that was "
+		"killed); it was removed\n", path, (long long)(st.st_size - keep));
+	return 0;
+}
+
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 			       struct gpud_error *err)
 {
@@ -120,17 +154,29 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 		free(j);
 		return gpud_fail(err, "jsonl: out of memory");
 	}
+	const char *app = gpud_arg(args, "append", "false");
+	if (!truthy(app) && strcmp(app, "0") && strcmp(app, "false") && strcmp(app, "no") &&
+	    strcmp(app, "off")) {
+		free(j->buf);
+		free(j);
+		return gpud_fail(err, "jsonl: append = '%s': expected true or false", app);
+	}
 	j->cap = BUF_SIZE;
 	j->include_input = truthy(inc);
 	if (strcmp(path, "-") == 0) {
 		j->fd = 1;
 		j->path = "standard output";
 	} else {
-		j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-		if (j->fd < 0) {
-			int e = errno;
+		int mode = truthy(app) ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC;
+		j->fd = open(path, mode | O_CREAT | O_CLOEXEC, 0666);
+		int fd = j->fd, e = errno;
+		if (fd < 0 || (truthy(app) && cut_torn_line(fd, path, err) < 0)) {
+			if (fd >= 0)
+				close(fd);
 			free(j->buf);
 			free(j);
+			if (fd >= 0)
+				return -1; /* said why */
 			return gpud_fail(err, "jsonl: cannot open %s: %s", path, strerror(e));
 		}
 		j->own = true;

@@ -285,3 +285,41 @@ Test(plugins, jsonl_survives_a_host_crash, .timeout = 60)
 	free(text);
 	free(path);
 }
+
+/* append = true: a line cut short by a kill of an earlier run is removed on the next
+ * open, and the new lines follow whole ones. */
+Test(plugins, jsonl_append_cuts_a_torn_last_line, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "out.jsonl", "{\"task_id\": 0, \"status\": \"ok\"}\n"
+					"{\"task_id\": 1, \"status\": \"ok\"}\n{\"task_id\": 2, \"sta"));
+	char *job = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+				"[generator]\nplugin = range\nstart = 10\nstop = 13\n"
+				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\nappend = true\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "ended in a line cut short (19 bytes"), "%s", err);
+	cr_expect_eq(t_count_lines(out, ""), 5, "%s", out);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 5, "%s", out);
+	cr_expect(strncmp(out, "{\"task_id\": 0, \"status\": \"ok\"}\n{\"task_id\": 1, \"status\": "
+			       "\"ok\"}\n{\"task_id\": ", 74) == 0, "%s", out);
+	cr_expect_null(strstr(out, "\"sta\n"), "%s", out);
+	/* A file that ends whole is left alone, and append = maybe is refused. */
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
+	free(err);
+	err = t_read_in(dir, "err");
+	cr_expect_null(strstr(err, "cut short"), "%s", err);
+	free(out);
+	out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 8, "%s", out);
+	free(job);
+	job = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+			  "stop = 1\n[sink]\nplugin = jsonl\npath = x.jsonl\nappend = maybe\n");
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 2);
+	free(err);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "append = 'maybe': expected true or false"), "%s", err);
+	free(out);
+	free(err);
+	free(job);
+}
