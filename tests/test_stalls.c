@@ -150,3 +150,33 @@ Test(stalls, a_generator_call_that_returns_late_gives_the_loop_back, .timeout = 
 	free(err);
 	free(job);
 }
+
+/* SIGHUP (the terminal went away) ends the run like SIGTERM: the running tasks finish,
+ * the sink is closed, the summary adds up, exit status 3. */
+Test(stalls, sighup_ends_the_run_like_sigterm, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\n"
+			 "[worker]\nplugin = faulty\nsleep_us = 20000\n"
+			 "[generator]\nplugin = range\nstop = 100000\n"
+			 "[sink]\nplugin = recorder\npath = rec\n"));
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "n=0; until grep -q '^ok ' rec 2>/dev/null || [ $n -ge 500 ]; do\n"
+		  "  sleep 0.02; n=$((n + 1)); done\n"
+		  "kill -HUP $pid\n"
+		  "wait $pid; echo $? >rc\n");
+	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect(strstr(err, "aborted: interrupted"), "%s", err);
+	const char *close = strstr(rec, "close ");
+	cr_assert(close, "the sink was closed: %s", rec);
+	unsigned long long gen, ok, failed, timed_out, not_run;
+	cr_assert_eq(sscanf(close, "close %llu %llu %llu %llu %llu", &gen, &ok, &failed, &timed_out,
+			    &not_run), 5);
+	cr_expect_eq(gen, ok + failed + timed_out + not_run, "%s", close);
+	cr_expect_gt(ok, 0);
+	cr_expect_lt(gen, 100000, "the run stopped early: %s", close);
+	cr_expect_eq((unsigned long long)t_count_lines(rec, "ok "), ok);
+	free(rec);
+	free(err);
+}

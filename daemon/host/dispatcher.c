@@ -108,10 +108,17 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			why = "a result for a task it was not given";
 			break;
 		}
+		/* A small payload is copied, then checked and delivered as copied: the worker
+		 * may still be writing its memory (SHM_HASHED_MAX). */
+		const void *payload = ring_payload(rec);
+		if (r.size <= SHM_HASHED_MAX) {
+			memcpy(h->result_copy, payload, r.size);
+			payload = h->result_copy;
+		}
 		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags, sec_bits,
-					     w->result_tail)) {
+					     w->result_tail ^ shm_payload_hash(payload, r.size))) {
 			rc = -1;
-			why = "a result header changed after it was written";
+			why = "a result changed after it was written";
 			break;
 		}
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
@@ -120,11 +127,11 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
 			w->ok++;
-			events_outcome(h, w, t, input, GPUD_TASK_OK, ring_payload(rec), r.size, NULL, sec);
+			events_outcome(h, w, t, input, GPUD_TASK_OK, payload, r.size, NULL, sec);
 		} else {
 			char msg[SHM_MSG_MAX + 1];
 			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;
-			memcpy(msg, ring_payload(rec), len);
+			memcpy(msg, payload, len);
 			msg[len] = '\0';
 			ui_clean(msg);
 			w->failed++;

@@ -197,6 +197,7 @@ struct host {
 	struct held_outcome **held; /* queue_size slots, by task_id % queue_size */
 	uint64_t next_deliver;      /* the task whose outcome goes next */
 	uint64_t t_start_ns;
+	uint8_t result_copy[SHM_HASHED_MAX]; /* a small result, copied before it is checked */
 };
 
 /* A host before anything is opened: every descriptor -1. */
