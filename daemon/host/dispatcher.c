@@ -108,18 +108,24 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			why = "a result for a task it was not given";
 			break;
 		}
-		/* A small payload is copied, then checked and delivered as copied: the worker
-		 * may still be writing its memory (SHM_HASHED_MAX). */
+		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags, sec_bits,
+					     w->result_tail)) {
+			rc = -1;
+			why = "a result header changed after it was written";
+			break;
+		}
+		/* A small payload is copied, and delivered as copied if the header is still
+		 * the one checked: the worker may be writing its memory as we read. */
 		const void *payload = ring_payload(rec);
-		if (r.size <= SHM_HASHED_MAX) {
+		if (r.size <= SHM_COPIED_MAX) {
 			memcpy(h->result_copy, payload, r.size);
 			payload = h->result_copy;
-		}
-		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags, sec_bits,
-					     w->result_tail ^ shm_payload_hash(payload, r.size))) {
-			rc = -1;
-			why = "a result changed after it was written";
-			break;
+			atomic_thread_fence(memory_order_acquire); /* the copy, then the look */
+			if (__atomic_load_n(&rec->check, __ATOMIC_RELAXED) != r.check) {
+				rc = -1;
+				why = "a result changed while it was read";
+				break;
+			}
 		}
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
 		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
@@ -173,6 +179,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
+	h->filling = w; /* the ring a stuck generator call writes into (standin.c) */
+
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
 		bool rq = requeued_may_run(h) && tasks_requeued_for(h, w->index, h->n_ready < 2);
 		if (!rq && (h->gen_done || h->abort || !gen_ok))
@@ -201,7 +209,6 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				wait_ring_fast(shm_worker_bell(w));
 				head0 = w->task_head;
 			}
-			h->filling = w;
 			gate_enter(&h->gate);
 			int rc = h->gen_next(h->gen, &item, &err);
 			if (gate_leave(h, &h->gate)) {
@@ -344,7 +351,6 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		lifecycle_job_control(h);
 	if (host_sigchld)
 		lifecycle_reap(h);
-	uint64_t in_flight = 0;
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
 		if (w->exited) {
@@ -363,9 +369,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 			if (w->state == HW_GONE && w->pid <= 0 && tasks_held(w))
 				lifecycle_take_back(h, w);
 		}
-		in_flight += tasks_held(w);
 	}
-	h->in_flight = in_flight;
 	if (!h->stopping && !h->killing)
 		progress += feed(h, gen_ok);
 

@@ -87,7 +87,7 @@ static inline uint32_t tasks_held(const struct host_worker *w)
 static inline void tasks_push(struct host_worker *w, const struct task_ent *t)
 {
 	if (__builtin_expect(tasks_held(w) > w->tt_mask, 0))
-		__builtin_trap();
+		tasks_overfull(w);
 	w->tt[w->tt_head++ & w->tt_mask] = *t;
 }
 
@@ -197,7 +197,7 @@ struct host {
 	struct held_outcome **held; /* queue_size slots, by task_id % queue_size */
 	uint64_t next_deliver;      /* the task whose outcome goes next */
 	uint64_t t_start_ns;
-	uint8_t result_copy[SHM_HASHED_MAX]; /* a small result, copied before it is checked */
+	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
 };
 
 /* A host before anything is opened: every descriptor -1. */

@@ -106,32 +106,13 @@ static inline uint64_t shm_mix(uint64_t x)
 	return x ^ (x >> 33);
 }
 
-/* Results up to this size have their payload in the check word too: the host copies
- * such a payload before it checks it, so a worker that rewrites it afterwards (a
- * plugin scribbling its own memory while the host reads) cannot slip it past. Larger
- * results are read in place, unhashed (zero copy). */
-#define SHM_HASHED_MAX 4096u
+/* Results up to this size are copied by the host, which then reads their check word
+ * again: a worker that rewrites its memory while the host reads (a plugin scribbling
+ * over its own results) changes the header too and is caught, and what is delivered
+ * is what was checked. Larger results are read in place (zero copy). */
+#define SHM_COPIED_MAX 256u
 
-/* A hash of a payload of at most SHM_HASHED_MAX bytes (0 for larger ones). */
-static inline uint64_t shm_payload_hash(const void *p, uint32_t size)
-{
-	if (size > SHM_HASHED_MAX)
-		return 0;
-	const unsigned char *b = (const unsigned char *)p;
-	uint64_t h = UINT64_C(0x243f6a8885a308d3) ^ size, v;
-	uint32_t i = 0;
-	for (; i + 8 <= size; i += 8) {
-		__builtin_memcpy(&v, b + i, 8);
-		h = (h ^ v) * UINT64_C(0x9e3779b97f4a7c15);
-		h ^= h >> 29;
-	}
-	v = 0;
-	__builtin_memcpy(&v, b + i, size - i);
-	return shm_mix(h ^ v);
-}
-
-/* The check word of a result header at ring position `pos` (pos may carry the
- * payload's hash). */
+/* The check word of a result header at ring position `pos`. */
 static inline uint64_t shm_rec_check(uint64_t task_id, uint32_t kind, uint32_t size,
 				     uint32_t attempt, uint32_t flags, uint64_t seconds_bits,
 				     uint64_t pos)

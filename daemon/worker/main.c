@@ -281,8 +281,7 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 		.attempt = t->attempt,
 		.flags = flags,
 		.seconds = seconds,
-		.check = shm_rec_check(t->task_id, kind, size, t->attempt, flags, sec_bits,
-				       pos ^ shm_payload_hash(ring_payload(r), size)),
+		.check = shm_rec_check(t->task_id, kind, size, t->attempt, flags, sec_bits, pos),
 	};
 	uint64_t used = ring_rec_span(&w->results, kind, size);
 	if (slot && used < w->result_need) {
