@@ -16,7 +16,6 @@
 
 #include "dispatcher.h"
 #include "events.h"
-#include "ui.h"
 #include "files.h"
 #include "host.h"
 #include "lifecycle.h"
@@ -24,6 +23,7 @@
 #include "spawner.h"
 #include "paths.h"
 #include "stats.h"
+#include "ui.h"
 #include "wait.h"
 
 #define ERRLEN 2048

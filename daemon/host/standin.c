@@ -3,15 +3,11 @@
 #define _GNU_SOURCE
 #include "standin.h"
 
-#include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "dispatcher.h"
@@ -21,17 +17,6 @@
 /* How often the stand-in looks; a call seen running at two looks in a row is stuck,
  * so the loop is taken over 1 to 2 periods after a call blocks. */
 #define STANDIN_POLL_NS 500000u
-
-static void futex_wait(_Atomic uint32_t *word, uint32_t val, long ns)
-{
-	struct timespec ts = {ns / 1000000000, ns % 1000000000};
-	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, ns ? &ts : NULL, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *word)
-{
-	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
 
 /* Orders the loop thread's stores before our loads, as if it had run a full fence. */
 static void heavy_barrier(const struct gate *g)
@@ -61,7 +46,7 @@ static bool stand_in(struct host *h)
 			return false;
 	}
 	atomic_store_explicit(&g->taken, 0, memory_order_release);
-	futex_wake(&g->taken);
+	wait_futex_wake(&g->taken);
 	return true;
 }
 
@@ -71,7 +56,7 @@ static void *standin_main(void *arg)
 	struct gate *g = &h->gate;
 	uint64_t seen = UINT64_MAX;
 	while (!atomic_load_explicit(&g->ending, memory_order_acquire)) {
-		futex_wait(&g->ending, 0, STANDIN_POLL_NS);
+		wait_futex_wait(&g->ending, 0, STANDIN_POLL_NS);
 		if (atomic_load_explicit(&g->ending, memory_order_acquire))
 			break;
 		uint64_t calls = atomic_load_explicit(&g->calls, memory_order_relaxed);
@@ -94,7 +79,7 @@ static void *standin_main(void *arg)
 			}
 		} else {
 			atomic_store_explicit(&g->taken, 0, memory_order_release);
-			futex_wake(&g->taken);
+			wait_futex_wake(&g->taken);
 		}
 		seen = UINT64_MAX;
 	}
@@ -122,7 +107,7 @@ void standin_stop(struct host *h)
 	if (!h->standin_running)
 		return;
 	atomic_store_explicit(&h->gate.ending, 1, memory_order_release);
-	futex_wake(&h->gate.ending);
+	wait_futex_wake(&h->gate.ending);
 	pthread_join(h->standin, NULL);
 	h->standin_running = false;
 }
@@ -133,5 +118,5 @@ void standin_wait(struct host *h)
 	/* The stand-in may sleep in the loop's wait: it wakes for the host's bell. */
 	wait_ring(h->bell);
 	while (atomic_load_explicit(&g->taken, memory_order_acquire))
-		futex_wait(&g->taken, 1, 0);
+		wait_futex_wait(&g->taken, 1, 0);
 }

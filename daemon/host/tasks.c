@@ -40,6 +40,13 @@ void tasks_free(struct host *h)
 	h->rq_tail = &h->rq_head;
 }
 
+void tasks_overfull(const struct host_worker *w)
+{
+	fprintf(stderr, "gpud: internal error: worker %d holds more tasks than its table\n",
+		w->index);
+	abort();
+}
+
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid)
 {
 	struct requeued *q = malloc(sizeof *q + t->size);

@@ -42,6 +42,9 @@ struct requeued {
 int tasks_init(struct host *h, uint32_t per_worker);
 void tasks_free(struct host *h);
 
+/* A worker given more tasks than its FIFO holds: an internal error, reported. */
+_Noreturn void tasks_overfull(const struct host_worker *w) __attribute__((cold));
+
 /* The FIFO itself (tasks_push, tasks_front, tasks_nth, tasks_pop, tasks_held) is
  * inline, in host.h: it is on every task's path. */
 

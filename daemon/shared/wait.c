@@ -41,21 +41,24 @@ static inline void cpu_relax(void)
 #endif
 }
 
+void wait_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t timeout_ns)
+{
+	struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+	/* EAGAIN (the word moved), EINTR (a signal: the caller looks at its flags) and
+	 * ETIMEDOUT all mean: go and look again. */
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, timeout_ns ? &ts : NULL, NULL, 0);
+}
+
 static void futex_sleep(_Atomic uint32_t *word, uint32_t seen, uint64_t deadline_ns)
 {
-	struct timespec ts, *tsp = NULL;
+	uint64_t left = 0;
 	if (deadline_ns) {
 		uint64_t now = wait_now_ns();
-		uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+		left = deadline_ns > now ? deadline_ns - now : 0;
 		if (left == 0)
 			return;
-		ts.tv_sec = (time_t)(left / 1000000000u);
-		ts.tv_nsec = (long)(left % 1000000000u);
-		tsp = &ts;
 	}
-	/* EAGAIN (the bell moved), EINTR (a signal: the caller looks at its flags) and
-	 * ETIMEDOUT all mean: go and look again. */
-	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, tsp, NULL, 0);
+	wait_futex_wait(word, seen, left);
 }
 
 bool wait_until(struct wait_bell d, wait_ready_fn ready, void *ctx, uint64_t deadline_ns)

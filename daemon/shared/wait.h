@@ -57,5 +57,7 @@ uint64_t wait_now_ns(void);
 
 /* Raw futex wake of every waiter on `word`. Async-signal-safe. */
 void wait_futex_wake(_Atomic uint32_t *word);
+/* Raw futex wait while *word == seen, for at most timeout_ns (0: no limit). */
+void wait_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t timeout_ns);
 
 #endif /* GPUD_WAIT_H */
