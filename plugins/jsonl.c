@@ -56,6 +56,17 @@ static bool truthy(const char *v)
 	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
 }
 
+/* A true/false key (default false) into *out; -1 with err set when it is neither. */
+static int parse_flag(const struct gpud_args *args, const char *key, bool *out,
+		      struct gpud_error *err)
+{
+	const char *v = gpud_arg(args, key, "false");
+	*out = truthy(v);
+	if (!*out && strcmp(v, "0") && strcmp(v, "false") && strcmp(v, "no") && strcmp(v, "off"))
+		return gpud_fail(err, "jsonl: %s = '%s': expected true or false", key, v);
+	return 0;
+}
+
 /* Writes out the buffer, which holds whole lines only. */
 static int flush_out(struct jsonl *j)
 {
@@ -145,40 +156,36 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 			       struct gpud_error *err)
 {
 	const char *path = gpud_arg(args, "path", "-");
-	const char *inc = gpud_arg(args, "include_input", "false");
-	if (!truthy(inc) && strcmp(inc, "0") && strcmp(inc, "false") && strcmp(inc, "no") &&
-	    strcmp(inc, "off"))
-		return gpud_fail(err, "jsonl: include_input = '%s': expected true or false", inc);
+	bool include_input, append;
+	if (parse_flag(args, "include_input", &include_input, err) < 0 ||
+	    parse_flag(args, "append", &append, err) < 0)
+		return -1;
 	struct jsonl *j = calloc(1, sizeof *j);
 	if (!j || !(j->buf = malloc(BUF_SIZE))) {
 		free(j);
 		return gpud_fail(err, "jsonl: out of memory");
 	}
-	const char *app = gpud_arg(args, "append", "false");
-	if (!truthy(app) && strcmp(app, "0") && strcmp(app, "false") && strcmp(app, "no") &&
-	    strcmp(app, "off")) {
-		free(j->buf);
-		free(j);
-		return gpud_fail(err, "jsonl: append = '%s': expected true or false", app);
-	}
 	j->cap = BUF_SIZE;
-	j->include_input = truthy(inc);
+	j->include_input = include_input;
 	if (strcmp(path, "-") == 0) {
 		j->fd = 1;
 		j->path = "standard output";
 	} else {
-		int mode = truthy(app) ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC;
-		j->fd = open(path, mode | O_CREAT | O_CLOEXEC, 0666);
-		int fd = j->fd, e = errno;
-		if (fd < 0 || (truthy(app) && cut_torn_line(fd, path, err) < 0)) {
-			if (fd >= 0)
-				close(fd);
+		int mode = append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC;
+		int fd = open(path, mode | O_CREAT | O_CLOEXEC, 0666);
+		if (fd < 0) {
+			int e = errno;
 			free(j->buf);
 			free(j);
-			if (fd >= 0)
-				return -1; /* said why */
 			return gpud_fail(err, "jsonl: cannot open %s: %s", path, strerror(e));
 		}
+		if (append && cut_torn_line(fd, path, err) < 0) {
+			close(fd);
+			free(j->buf);
+			free(j);
+			return -1;
+		}
+		j->fd = fd;
 		j->own = true;
 		j->path = path;
 	}
