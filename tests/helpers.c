@@ -93,7 +93,10 @@ int t_gpud(const char *dir, const char *fmt, ...)
 int t_sh(const char *dir, const char *script)
 {
 	char *cmd;
-	free(t_write(dir, "script.sh", script));
+	char *text;
+	cr_assert(asprintf(&text, "%s\n%s", WAIT_FOR, script) > 0);
+	free(t_write(dir, "script.sh", text));
+	free(text);
 	cr_assert(asprintf(&cmd, "cd '%s' && GPUD='%s' GPUD_PLUGIN_PATH='%s' timeout -k 5 120 sh script.sh",
 			   dir, t_env("GPUD"), t_env("FIXTURES")) > 0);
 	int st = system(cmd);

@@ -15,10 +15,6 @@
 
 #include "helpers.h"
 
-/* Shell: waits (up to 20 s) until the command in $1 succeeds; fixed sleeps race a slow
- * start (a signal sent before gpud installs its handlers is lost). */
-#define WAIT_FOR "w() { i=0; while [ $i -lt 400 ]; do eval \"$1\" && return 0; sleep 0.05; " \
-		 "i=$((i+1)); done; return 1; }; "
 
 struct outcome {
 	unsigned long generated, ok, failed, timed_out, not_run, retried, restarts, setup_fail;
