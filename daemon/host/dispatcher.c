@@ -388,9 +388,8 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		return true;
 	}
 	uint64_t now = wait_now_ns();
-	if (progress && now - h->checked_ns < BUSY_CHECK_NS)
+	if (progress && now - h->last_check_ns < BUSY_CHECK_NS)
 		return false;
-	h->checked_ns = now;
 	uint64_t deadline = lifecycle_timeouts(h, now);
 	if (!progress)
 		wait_until(h->bell, host_ready, h, deadline);
@@ -399,7 +398,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 
 int dispatch(struct host *h)
 {
-	h->checked_ns = wait_now_ns();
+	h->last_check_ns = wait_now_ns();
 	if (standin_start(h) < 0)
 		ui_say(h, UI_EVENT, "cannot start the loop's stand-in thread: a generator call that "
 		       "blocks holds up the run");

@@ -97,12 +97,6 @@ static inline const struct task_ent *tasks_front(const struct host_worker *w)
 	return w->tt_head == w->tt_tail ? NULL : &w->tt[w->tt_tail & w->tt_mask];
 }
 
-/* The i-th oldest (i < tasks_held). */
-static inline const struct task_ent *tasks_nth(const struct host_worker *w, uint32_t i)
-{
-	return &w->tt[(w->tt_tail + i) & w->tt_mask];
-}
-
 static inline void tasks_pop(struct host_worker *w)
 {
 	w->tt_tail++;
@@ -180,7 +174,6 @@ struct host {
 	const struct run_opts *opts;
 	struct ui *ui;
 	int interrupts_seen;     /* the loop's count of host_interrupts */
-	uint64_t checked_ns;     /* when the loop last looked at timeouts */
 	uint64_t gen_calls;      /* generator calls, for reading the clock every few */
 	uint64_t gen_check_mask; /* read it when (gen_calls & mask) == 0 */
 	uint64_t feed_start_ns;

@@ -45,7 +45,7 @@ void tasks_free(struct host *h);
 /* A worker given more tasks than its FIFO holds: an internal error, reported. */
 _Noreturn void tasks_overfull(const struct host_worker *w) __attribute__((cold));
 
-/* The FIFO itself (tasks_push, tasks_front, tasks_nth, tasks_pop, tasks_held) is
+/* The FIFO itself (tasks_push, tasks_front, tasks_pop, tasks_held) is
  * inline, in host.h: it is on every task's path. */
 
 /* Keeps a copy of `t` and its input to run again (at the back of the queue). */
