@@ -182,7 +182,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	h->filling = w; /* the ring a stuck generator call writes into (standin.c) */
 
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
-		bool rq = requeued_may_run(h) && tasks_requeued_for(h, w->index, h->n_ready < 2);
+		bool rq = tasks_requeued_for(h, w->index, h->n_ready < 2) && requeued_may_run(h);
 		if (!rq && (h->gen_done || h->abort || !gen_ok))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
@@ -217,7 +217,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				*slice_end = true;
 				head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 			}
-			if ((++h->gen_calls & h->gen_check_mask) == 0) {
+			uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
+			if ((calls & h->gen_check_mask) == 0) {
 				uint64_t now = wait_now_ns();
 				/* Calls slower than ~2 us: look at the clock after every one. */
 				h->gen_check_mask = now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;

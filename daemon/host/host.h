@@ -174,8 +174,7 @@ struct host {
 	const struct run_opts *opts;
 	struct ui *ui;
 	int interrupts_seen;     /* the loop's count of host_interrupts */
-	uint64_t gen_calls;      /* generator calls, for reading the clock every few */
-	uint64_t gen_check_mask; /* read it when (gen_calls & mask) == 0 */
+	uint64_t gen_check_mask; /* read the clock when (gate.calls & mask) == 0 */
 	uint64_t feed_start_ns;
 	bool gen_done;
 	bool gen_failed;  /* the generator returned -1: what it yielded still runs */
@@ -199,5 +198,16 @@ struct host {
 		.cfg = (c), .shm_fd = -1, .ro_fd = -1, .bell_fd = -1, .host_pipe = {-1, -1},  \
 		.total = -1, .rq_tail = NULL                                               \
 	}
+
+/* The tasks waiting to run again (tasks.h). */
+static inline bool tasks_requeued_for(const struct host *h, int worker, bool any_worker)
+{
+	return h->rq_head && (h->rq_head->avoid != worker || any_worker);
+}
+
+static inline bool tasks_requeued_any(const struct host *h)
+{
+	return h->rq_head != NULL;
+}
 
 #endif /* GPUD_HOST_H */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "events.h"
@@ -485,6 +486,19 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 	return w->still_ns + limit;
 }
 
+/* The resolution of CLOCK_MONOTONIC_COARSE (1 to 10 ms, by the kernel's HZ). */
+static uint64_t coarse_tick_ns(void)
+{
+	static uint64_t tick;
+	if (!tick) {
+		struct timespec res;
+		bool ok = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 &&
+			  res.tv_nsec > 0;
+		tick = ok ? (uint64_t)res.tv_nsec : 10000000u;
+	}
+	return tick;
+}
+
 uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 {
 	double limit_s = h->cfg->task_timeout;
@@ -492,7 +506,10 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	h->last_check_ns = now;
 	if (h->stopping)
 		return deadline;
-	uint64_t limit = (uint64_t)(limit_s * 1e9);
+	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
+	 * stretch of them began, which may be up to a tick before the task now running
+	 * (worker/main.c, TINY_NS). */
+	uint64_t limit = (uint64_t)(limit_s * 1e9) + coarse_tick_ns();
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
 	if (limit_s > 0)
 		deadline = earlier(deadline, now + TIMEOUT_POLL_NS);

@@ -62,11 +62,6 @@ void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, 
 	h->rq_tail = &q->next;
 }
 
-bool tasks_requeued_for(const struct host *h, int worker, bool any_worker)
-{
-	return h->rq_head && (h->rq_head->avoid != worker || any_worker);
-}
-
 struct requeued *tasks_requeued_take(struct host *h)
 {
 	struct requeued *q = h->rq_head;
@@ -74,11 +69,6 @@ struct requeued *tasks_requeued_take(struct host *h)
 	if (!h->rq_head)
 		h->rq_tail = &h->rq_head;
 	return q;
-}
-
-bool tasks_requeued_any(const struct host *h)
-{
-	return h->rq_head != NULL;
 }
 
 void tasks_drop_requeued(struct host *h)

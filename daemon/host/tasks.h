@@ -45,17 +45,18 @@ void tasks_free(struct host *h);
 /* A worker given more tasks than its FIFO holds: an internal error, reported. */
 _Noreturn void tasks_overfull(const struct host_worker *w) __attribute__((cold));
 
-/* The FIFO itself (tasks_push, tasks_front, tasks_pop, tasks_held) is
- * inline, in host.h: it is on every task's path. */
+/* The FIFO itself (tasks_push, tasks_front, tasks_pop, tasks_held) and the two
+ * questions about the requeued tasks are inline, in host.h: they are on every task's
+ * path. */
 
 /* Keeps a copy of `t` and its input to run again (at the back of the queue). */
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);
 /* Whether worker `worker` may take the next task to run again (a retry goes to another
  * worker than the one it failed on, unless `any_worker`). */
-bool tasks_requeued_for(const struct host *h, int worker, bool any_worker);
+static inline bool tasks_requeued_for(const struct host *h, int worker, bool any_worker);
 /* Takes that task; the caller frees it. Only after tasks_requeued_for said yes. */
 struct requeued *tasks_requeued_take(struct host *h);
-bool tasks_requeued_any(const struct host *h);
+static inline bool tasks_requeued_any(const struct host *h);
 /* Counts every requeued task as not run and frees them. */
 void tasks_drop_requeued(struct host *h);
 

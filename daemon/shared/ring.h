@@ -5,13 +5,14 @@
  * Positions are 64-bit byte counters that only grow; the offset in the ring is
  * position & (cap - 1). The producer keeps its head private and publishes it in
  * bursts; the consumer keeps its tail likewise. These helpers are the hot path and are
- * inline; ring_check() is the careful decoder for records written by another process.
+ * inline, ring_check() too: the careful decoder for records written by another process.
  */
 #ifndef GPUD_RING_H
 #define GPUD_RING_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "shm_layout.h"
 
@@ -94,9 +95,57 @@ static inline struct shm_rec *ring_peek(const struct ring *r, uint64_t *tail, ui
  * the ring is empty, or -1 with *why set when the producer wrote something that is not
  * a valid record.
  */
-int ring_check(const struct ring *r, uint64_t *tail, uint64_t head, const uint32_t *kinds,
-	       uint64_t max_payload, struct shm_rec *copy, struct shm_rec **out,
-	       const char **why);
+static inline int ring_check(const struct ring *r, uint64_t *tail, uint64_t head,
+			     const uint32_t *kinds, uint64_t max_payload, struct shm_rec *copy,
+			     struct shm_rec **out, const char **why)
+{
+	/* Positions come from another process: a head behind the tail or more than a
+	 * ring ahead of it is corruption, not an empty or full ring. */
+	if (head - *tail > r->cap) {
+		*why = "ring head out of range";
+		return -1;
+	}
+	while (*tail != head) {
+		uint64_t off = *tail & (r->cap - 1);
+		uint64_t avail = head - *tail;
+		struct shm_rec *rec = (struct shm_rec *)(r->base + off);
+
+		if (off % SHM_LINE != 0) {
+			*why = "record not line-aligned";
+			return -1;
+		}
+		/* One read of the header; every check and every later use is of the copy. */
+		memcpy(copy, rec, sizeof *copy);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (copy->kind == REC_PAD) {
+			if (r->cap - off > avail) {
+				*why = "pad record past the ring head";
+				return -1;
+			}
+			*tail += r->cap - off;
+			continue;
+		}
+		bool known = false;
+		for (const uint32_t *k = kinds; *k; k++)
+			known |= (*k == copy->kind);
+		if (!known) {
+			*why = "unknown record kind";
+			return -1;
+		}
+		if (copy->size > max_payload) {
+			*why = "record larger than its limit";
+			return -1;
+		}
+		uint64_t span = ring_rec_span(r, copy->kind, copy->size);
+		if (span > avail || off + ring_span(copy->size) > r->cap) {
+			*why = "record runs past the ring head or end";
+			return -1;
+		}
+		*out = rec;
+		return 1;
+	}
+	return 0;
+}
 
 /* The smallest power of two >= 2 * need and >= min_bytes. */
 uint64_t ring_capacity_for(uint64_t need, uint64_t min_bytes);

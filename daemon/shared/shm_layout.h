@@ -97,15 +97,6 @@ struct shm_rec {
 	uint8_t _pad1[24];
 };
 
-static inline uint64_t shm_mix(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= UINT64_C(0x7fb5d329728ea185);
-	x ^= x >> 27;
-	x *= UINT64_C(0x81dadef4bc2dd44d);
-	return x ^ (x >> 33);
-}
-
 /* Results up to this size are copied by the host, which then reads their check word
  * again: a worker that rewrites its memory while the host reads (a plugin scribbling
  * over its own results) changes the header too and is caught, and what is delivered
@@ -117,14 +108,14 @@ static inline uint64_t shm_rec_check(uint64_t task_id, uint32_t kind, uint32_t s
 				     uint32_t attempt, uint32_t flags, uint64_t seconds_bits,
 				     uint64_t pos)
 {
-	/* One mix of the fields, each first multiplied by its own odd constant: any
-	 * change to one field changes the word (it is a check against accidents, not
-	 * against a worker that means to forge it). */
-	return shm_mix(task_id * UINT64_C(0x9e3779b97f4a7c15) ^
-		       pos * UINT64_C(0xc2b2ae3d27d4eb4f) ^
-		       ((uint64_t)kind << 32 | size) * UINT64_C(0x165667b19e3779f9) ^
-		       ((uint64_t)attempt << 32 | flags) * UINT64_C(0xd6e8feb86659fd93) ^
-		       seconds_bits * UINT64_C(0xff51afd7ed558ccd));
+	/* Each field multiplied by its own odd constant (a bijection), then all xored: a
+	 * change to any one field changes the word, and the multiplications run side by
+	 * side (this is on every result's path, in the worker and in the host). It is a
+	 * check against accidents, not against a worker that means to forge it. */
+	return task_id * UINT64_C(0x9e3779b97f4a7c15) ^ pos * UINT64_C(0xc2b2ae3d27d4eb4f) ^
+	       ((uint64_t)kind << 32 | size) * UINT64_C(0x165667b19e3779f9) ^
+	       ((uint64_t)attempt << 32 | flags) * UINT64_C(0xd6e8feb86659fd93) ^
+	       seconds_bits * UINT64_C(0xff51afd7ed558ccd);
 }
 
 /* A sleeper's futex word and flag live apart, each in memory its writer owns: the bell

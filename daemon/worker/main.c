@@ -40,6 +40,18 @@
 #define PUBLISH_BURST 32
 #define PUBLISH_NS 100000u
 
+/* Reading the clock costs about as much as gpud's own work for a no-op task (~20 ns,
+ * more in a VM), so tiny tasks are timed in stretches. After a call that took under
+ * TINY_NS a task, the next calls are not timed one by one, for up to TINY_RUN tasks and
+ * only while the coarse clock (a few ns to read) has not ticked: their results carry
+ * the last measured average, and the call that ends the stretch is timed with the
+ * whole stretch. busy_since_ns stays at the stretch's start, which is less than one
+ * coarse tick early; the host's timeouts allow that tick (lifecycle_timeouts).
+ * A call that takes longer than a tick ends the stretch, so longer tasks are timed one
+ * by one. */
+#define TINY_NS 2000u
+#define TINY_RUN 32u
+
 struct worker {
 	const struct shm_header *hdr;
 	const struct shm_feed *feed; /* read-only: the host's */
@@ -54,6 +66,13 @@ struct worker {
 	unsigned pending;     /* results written, not yet published */
 	bool waited;          /* the clock read last is stale: we waited since */
 	uint64_t published_ns;
+
+	/* task timing (TINY_NS) */
+	uint64_t timed_ns;     /* the last reading of the clock */
+	uint64_t timed_coarse; /* the coarse clock at that reading */
+	uint32_t untimed;      /* tasks finished since */
+	bool tiny;             /* the last timed tasks took under TINY_NS each */
+	double tiny_each;      /* their seconds per task */
 
 	struct plugin plugin;
 	int (*process)(void *, struct gpud_task *);
@@ -73,6 +92,40 @@ struct worker {
 	char fatal[SHM_MSG_MAX];
 	bool tainted; /* the plugin wrote before a result buffer: replace this process */
 };
+
+static uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Reads the clock and starts timing from now. */
+static uint64_t clock_restart(struct worker *w)
+{
+	w->timed_ns = wait_now_ns();
+	w->timed_coarse = coarse_ns();
+	w->untimed = 0;
+	return w->timed_ns;
+}
+
+/* The time after a call that ran n tasks (TINY_NS); *each: seconds per task. */
+static uint64_t clock_after(struct worker *w, uint32_t n, uint64_t now, double *each)
+{
+	w->untimed += n;
+	if (w->tiny && w->untimed < TINY_RUN && coarse_ns() == w->timed_coarse) {
+		*each = w->tiny_each;
+		return now;
+	}
+	uint64_t end = wait_now_ns();
+	*each = (double)(end - w->timed_ns) * 1e-9 / w->untimed;
+	w->tiny = *each < TINY_NS * 1e-9;
+	w->tiny_each = *each;
+	w->timed_ns = end;
+	w->timed_coarse = coarse_ns();
+	w->untimed = 0;
+	return end;
+}
 
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
 {
@@ -295,7 +348,7 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 
 static void run_tasks(struct worker *w)
 {
-	uint64_t now = wait_now_ns();
+	uint64_t now = clock_restart(w);
 	uint32_t cap = w->hdr->max_result_bytes;
 
 	for (;;) {
@@ -330,7 +383,7 @@ static void run_tasks(struct worker *w)
 		/* Tell the host which tasks run, since when (timeouts, starts, dashboard).
 		 * The clock starts now: waiting for tasks or result space never counts. */
 		if (w->waited) {
-			now = wait_now_ns();
+			now = clock_restart(w);
 			w->waited = false;
 		}
 		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
@@ -340,8 +393,8 @@ static void run_tasks(struct worker *w)
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
 		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
-		uint64_t end = wait_now_ns();
-		double each = (double)(end - now) * 1e-9 / n;
+		double each;
+		uint64_t end = clock_after(w, n, now, &each);
 
 		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)

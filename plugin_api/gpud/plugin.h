@@ -332,7 +332,8 @@ struct gpud_event {
 	const void *result; /* GPUD_TASK_OK */
 	size_t result_size;
 	const char *message; /* errors: the plugin's message, or the host's */
-	double seconds;      /* time spent in process(); for a timeout, the limit exceeded */
+	double seconds;      /* time spent in process(); for a timeout, the limit exceeded.
+			      * Tasks under 2 us carry an average over up to 32 of them. */
 	void *reserved[4];   /* NULL; room for later ABI minors */
 };
 
