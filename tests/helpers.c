@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +18,36 @@ const char *t_env(const char *name)
 	return v;
 }
 
+/* The folders this test process made. */
+static char tmp_dirs[32][64];
+static unsigned n_tmp_dirs;
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* Each test runs in its own process: its folders go when it exits, unless
+ * GPUD_TEST_KEEP is set (to look at what a failing test left). */
+static void remove_tmpdirs(void)
+{
+	for (unsigned i = 0; i < n_tmp_dirs && !getenv("GPUD_TEST_KEEP"); i++)
+		nftw(tmp_dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *t_tmpdir(void)
 {
-	static char dir[64];
-	snprintf(dir, sizeof dir, "/tmp/gpud-test-XXXXXX");
+	cr_assert(n_tmp_dirs < sizeof tmp_dirs / sizeof tmp_dirs[0], "too many t_tmpdir()s");
+	if (n_tmp_dirs == 0)
+		atexit(remove_tmpdirs);
+	char *dir = tmp_dirs[n_tmp_dirs];
+	snprintf(dir, sizeof tmp_dirs[0], "/tmp/gpud-test-XXXXXX");
 	cr_assert(mkdtemp(dir), "mkdtemp");
+	n_tmp_dirs++;
 	return dir;
 }
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A fresh temporary folder (static storage until the next call). */
+/* A fresh temporary folder, removed when the test ends unless GPUD_TEST_KEEP is set. */
 const char *t_tmpdir(void);
 /* Writes `text` to dir/name; returns the path (malloc'd). */
 char *t_write(const char *dir, const char *name, const char *text);

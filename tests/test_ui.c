@@ -214,13 +214,13 @@ Test(ui, plain_mode_rate_limits_failures, .timeout = 120)
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
 	char *err = t_read_in(dir, "err");
 	cr_expect_lt(t_count_lines(err, "gpud: task "), 200, "not 5000 lines");
-	cr_expect(strstr(err, "more failures not shown"), "%s", err);
+	cr_expect(strstr(err, "more messages not shown: every failure is in"), "%s", err);
 	cr_expect(strstr(err, "failed 5000"), "the count is still whole: %s", err);
 	free(err);
 	free(path);
 }
 
-Test(ui, off_prints_only_the_summary)
+Test(ui, off_prints_only_the_summary_and_where_the_failures_are)
 {
 	const char *dir = t_tmpdir();
 	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
@@ -228,8 +228,10 @@ Test(ui, off_prints_only_the_summary)
 					     "stop = 100\n[sink]\nplugin = null\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui off", path), 1);
 	char *err = t_read_in(dir, "err");
-	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	/* The summary, and where the failures are listed. */
+	cr_expect_eq(t_count_lines(err, ""), 2, "%s", err);
 	cr_expect(strstr(err, "gpud: 100 tasks: 50 ok, 50 failed"), "%s", err);
+	cr_expect(strstr(err, "gpud: every failure is listed in "), "%s", err);
 	free(err);
 	free(path);
 }

@@ -18,6 +18,7 @@
 
 #include "dispatcher.h"
 #include "events.h"
+#include "failures.h"
 #include "lifecycle.h"
 #include "memory.h"
 #include "standin.h"
@@ -249,6 +250,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 					 "task input of %zu bytes exceeds max_task_bytes (%u)",
 					 item.size, c->max_task_bytes);
 				h->stats.failed++;
+				failures_add(h, id, 0, NULL, false, msg, false);
 				ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
 							.worker_id = -1, .gpu_id = -1, .message = msg};

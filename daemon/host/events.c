@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "events.h"
+#include "failures.h"
 #include "ui.h"
 
 void host_abort(struct host *h, const char *fmt, ...)
@@ -122,6 +123,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		    size_t result_size, const char *message, double seconds)
 {
 	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing) {
+		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;
 		h->stats.retried++;
@@ -140,6 +142,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		break;
 	}
 	if (kind != GPUD_TASK_OK) {
+		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, false);
 		if (w)
 			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
 			       (unsigned long long)t->id,

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The dashboard's log folder, made like a private temporary folder: another local user
- * must not be able to plant a folder or a symlink that makes a run write somewhere else.
+ * The run's folder (the failures list, the dashboard's worker logs), made like a private
+ * temporary folder: another local user must not be able to plant a folder or a symlink
+ * that makes a run write somewhere else.
  */
 #define _GNU_SOURCE
 #include "files.h"
+#include "failures.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,8 +48,8 @@ static int check_private(const char *dir, char *why, size_t len)
 	return 0;
 }
 
-/* Removes run folders older than FILES_KEEP_DAYS: their worker-*.log files, then the
- * folder. Anything else in one (a folder, a file of another name) keeps it. */
+/* Removes run folders older than FILES_KEEP_DAYS: their worker-*.log files and
+ * failures list, then the folder. Anything else in one (a folder, a file of another name) keeps it. */
 static void clean_old_runs(const char *base)
 {
 	DIR *d = opendir(base);
@@ -70,7 +72,8 @@ static void clean_old_runs(const char *base)
 		}
 		struct dirent *f;
 		while ((f = readdir(run)))
-			if (strncmp(f->d_name, "worker-", 7) == 0)
+			if (strncmp(f->d_name, "worker-", 7) == 0 ||
+			    strcmp(f->d_name, FILES_FAILURES) == 0)
 				unlinkat(fd, f->d_name, 0);
 		closedir(run);
 		unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
@@ -104,7 +107,29 @@ static char *default_dir(char *why, size_t len)
 	return run;
 }
 
-int files_open_logs(struct host *h)
+/* Opens `name` in the run folder: new in a fresh one, else `flags` (append or truncate);
+ * never through a symlink, never as one of the descriptors workers are given (0-6). */
+static int open_in_run(const struct host *h, const char *name, int flags, char *why,
+		       size_t len)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", h->log_dir, name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
+				    (h->run_dir_fresh ? O_EXCL : flags),
+		      0600);
+	if (fd < 0) {
+		snprintf(why, len, "cannot create %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fd < 10) {
+		int hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+		close(fd);
+		fd = hi;
+	}
+	return fd;
+}
+
+int files_open_run(struct host *h)
 {
 	char why[4200];
 	bool fresh = !h->cfg->log_dir;
@@ -114,32 +139,39 @@ int files_open_logs(struct host *h)
 		free(dir);
 		dir = NULL;
 	}
-	for (unsigned k = 0; dir && k < h->n_workers; k++) {
-		char path[4096];
-		snprintf(path, sizeof path, "%s/worker-%u.log", dir, k);
-		int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
-			    (fresh ? O_EXCL : O_APPEND);
-		int fd = open(path, flags, 0600);
-		if (fd < 0) {
-			snprintf(why, sizeof why, "cannot create %s: %s", path, strerror(errno));
-			free(dir);
-			dir = NULL;
-			break;
-		}
-		/* Off the descriptors workers are given (0-6). */
-		if (fd < 10) {
-			int hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-			close(fd);
-			fd = hi;
-		}
-		h->w[k].log_fd = fd;
+	h->log_dir = dir;
+	h->run_dir_fresh = fresh;
+	if (dir && failures_open(h, open_in_run(h, FILES_FAILURES, O_TRUNC, why, sizeof why)) < 0) {
+		free(h->log_dir);
+		h->log_dir = NULL;
 	}
-	if (!dir) {
-		files_close_logs(h);
-		fprintf(stderr, "gpud: %s; showing plain progress instead of the dashboard\n", why);
+	if (!h->log_dir) {
+		fprintf(stderr, "gpud: %s; failures are only %s\n", why,
+			h->ui_mode == UI_OFF ? "counted" : "printed");
 		return -1;
 	}
-	h->log_dir = dir;
+	return 0;
+}
+
+int files_open_logs(struct host *h)
+{
+	char why[4200] = "no run folder";
+	for (unsigned k = 0; h->log_dir && k < h->n_workers; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "worker-%u.log", k);
+		h->w[k].log_fd = open_in_run(h, name, O_APPEND, why, sizeof why);
+		if (h->w[k].log_fd < 0) {
+			files_close_logs(h);
+			fprintf(stderr, "gpud: %s; showing plain progress instead of the dashboard\n",
+				why);
+			return -1;
+		}
+	}
+	if (!h->log_dir) {
+		fprintf(stderr, "gpud: no run folder for the workers' logs; showing plain progress "
+				"instead of the dashboard\n");
+		return -1;
+	}
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include <gpud/plugin.h>
@@ -111,13 +112,17 @@ struct held_outcome {
 	uint8_t data[]; /* input, result, message */
 };
 
-/* The last messages for the dashboard (failures, worker deaths), newest last. */
-#define HOST_NOTES 6
+/* Messages for the UI thread (failures, worker deaths), newest last: the dashboard shows
+ * the last few; plain mode prints them in order and, when it falls behind by the whole
+ * ring, counts the newer ones as hidden rather than dropping older ones unseen. */
+#define HOST_NOTES 64
 struct host_notes {
 	pthread_mutex_t lock;
 	char text[HOST_NOTES][256];
 	bool error[HOST_NOTES];
-	uint64_t count; /* notes ever added; text[(count - 1) % HOST_NOTES] is the newest */
+	uint64_t count;   /* notes ever added; text[(count - 1) % HOST_NOTES] is the newest */
+	uint64_t printed; /* plain mode: notes printed or counted as hidden */
+	uint64_t hidden;  /* plain mode: not printed, since the last progress line */
 };
 
 struct run_opts;
@@ -125,7 +130,10 @@ struct run_opts;
 struct host {
 	const struct cfg *cfg;
 	enum ui_mode ui_mode;
-	char *log_dir; /* dashboard: where each worker's output goes */
+	char *log_dir;       /* the run's folder: failures list, dashboard worker logs */
+	bool run_dir_fresh;  /* made for this run (not [job] log_dir) */
+	FILE *failures;      /* failures.h: every failure and task not run, as JSON lines */
+	uint64_t failures_listed, not_run_listed;
 	struct host_notes notes;
 	char *worker_exe;
 	char *worker_plugin;

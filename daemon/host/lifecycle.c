@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "events.h"
+#include "failures.h"
 #include "lifecycle.h"
 #include "memory.h"
 #include "spawner.h"
@@ -240,6 +241,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		h->in_flight--;
 		if (h->killing) {
 			h->stats.not_run++;
+			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */

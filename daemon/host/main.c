@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "run.h"
+#include "stats.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
@@ -136,6 +137,13 @@ int main(int argc, char **argv)
 		goto out;
 	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
 		fprintf(stderr, "gpud: %s\n", err);
+		rc = 2;
+		goto out;
+	}
+	/* Found out now, not after a long run. */
+	if (opts.stats_json && stats_json_check(opts.stats_json, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: --stats-json %s: %s\n", opts.stats_json, err);
+		cfg_free(&c);
 		rc = 2;
 		goto out;
 	}

@@ -16,6 +16,7 @@
 
 #include "dispatcher.h"
 #include "events.h"
+#include "failures.h"
 #include "files.h"
 #include "host.h"
 #include "lifecycle.h"
@@ -99,6 +100,8 @@ static int prepare(struct host *h, struct cfg *c)
 static void release(struct host *h)
 {
 	files_close_logs(h);
+	if (h->failures)
+		fclose(h->failures);
 	shm_destroy(h);
 	tasks_free(h);
 	loader_close(&h->gen_pl);
@@ -146,6 +149,7 @@ static int finish_run(struct host *h)
 	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
 	ui_stop(h->ui);
 	/* Whatever was generated and has no outcome did not run. */
+	failures_not_run_held(h);
 	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
 	if (done < h->stats.generated)
 		h->stats.not_run += h->stats.generated - done;
@@ -161,7 +165,9 @@ static int finish_run(struct host *h)
 		h->gen_close(h->gen);
 
 	stats_print(h, stderr);
-	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json) < 0)
+	failures_close(h, stderr);
+	int status = h->abort ? 3 : (h->stats.failed || h->stats.timed_out) ? 1 : 0;
+	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
 	if (h->abort) {
 		if (h->sink_lost)
@@ -169,6 +175,12 @@ static int finish_run(struct host *h)
 				h->abort_msg, (unsigned long long)h->sink_lost);
 		else
 			fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+		if (!h->gen_done && h->total > (int64_t)h->next_id)
+			fprintf(stderr, "gpud: tasks %llu to %lld were not generated\n",
+				(unsigned long long)h->next_id, (long long)h->total - 1);
+		else if (!h->gen_done)
+			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
+				(unsigned long long)h->next_id);
 		return 3;
 	}
 	return (h->stats.failed || h->stats.timed_out) ? 1 : 0;
@@ -245,6 +257,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		fprintf(stderr, "gpud: out of memory for the task table\n");
 		goto close_plugins;
 	}
+	files_open_run(&h); /* said why if not; the run goes on */
 	if (h.ui_mode == UI_DASHBOARD && files_open_logs(&h) < 0)
 		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
 	/* Ordering only matters to a sink that receives outcomes. */

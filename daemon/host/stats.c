@@ -3,10 +3,16 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <time.h>
 
+#include "files.h"
 #include "host.h"
 
 void stats_print(const struct host *h, FILE *f)
@@ -26,7 +32,62 @@ void stats_print(const struct host *h, FILE *f)
 	fprintf(f, " in %.3f s (%.0f tasks/s)\n", s->elapsed, rate);
 }
 
-int stats_write_json(const struct host *h, const char *path)
+static void json_string_or_null(FILE *f, const char *s)
+{
+	if (!s) {
+		fputs("null", f);
+		return;
+	}
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+int stats_json_check(const char *path, char *why, size_t len)
+{
+	struct stat st;
+	if (stat(path, &st) == 0) {
+		if (!S_ISREG(st.st_mode)) {
+			snprintf(why, len, "not a regular file");
+			return -1;
+		}
+		if (access(path, W_OK) < 0) {
+			snprintf(why, len, "%s", strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (errno != ENOENT) {
+		snprintf(why, len, "%s", strerror(errno));
+		return -1;
+	}
+	char *copy = strdup(path);
+	if (!copy) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	const char *dir = dirname(copy);
+	int rc = 0;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(why, len, "no folder %s", dir);
+		rc = -1;
+	} else if (access(dir, W_OK | X_OK) < 0) {
+		snprintf(why, len, "cannot write in %s: %s", dir, strerror(errno));
+		rc = -1;
+	}
+	free(copy);
+	return rc;
+}
+
+int stats_write_json(const struct host *h, const char *path, int exit_status)
 {
 	const struct gpud_stats *s = &h->stats;
 	FILE *f = fopen(path, "w");
@@ -73,7 +134,16 @@ int stats_write_json(const struct host *h, const char *path)
 			(unsigned long long)failed, (unsigned long long)timed_out,
 			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "], \"total\": %lld, \"exit_status\": %d, \"abort_reason\": ",
+		(long long)h->total, exit_status);
+	json_string_or_null(f, h->abort ? h->abort_msg : NULL);
+	fprintf(f, ", \"failures_file\": ");
+	char list[4200];
+	if (h->log_dir && (h->failures_listed || h->not_run_listed))
+		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
+	json_string_or_null(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list
+										       : NULL);
+	fprintf(f, "}\n");
 	if (ferror(f)) {
 		int e = errno;
 		fclose(f);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "host.h"
+#include "failures.h"
 
 int tasks_init(struct host *h, uint32_t per_worker)
 {
@@ -77,6 +78,7 @@ void tasks_drop_requeued(struct host *h)
 		struct requeued *q = h->rq_head;
 		h->rq_head = q->next;
 		h->stats.not_run++;
+		failures_not_run(h, q->t.id, q->t.attempt);
 		free(q);
 	}
 	h->rq_tail = &h->rq_head;

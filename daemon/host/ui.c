@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "host.h"
 #include "nvml.h"
 #include "wait.h"
@@ -21,6 +22,8 @@
 #define SAMPLES 64
 /* Plain mode shows at most this many failures per interval, then a count. */
 #define PLAIN_FAILURES 20
+/* The dashboard shows this many of the last messages. */
+#define DASH_NOTES 6
 
 struct ui {
 	struct host *h;
@@ -30,13 +33,11 @@ struct ui {
 	bool stop;
 	bool color;
 	int prev_lines;  /* dashboard: lines of the last frame, to draw over */
-	uint64_t notes_seen;
 	double t_samples[SAMPLES];
 	uint64_t done_samples[SAMPLES];
 	unsigned n_samples;
 	double last_plain;
 	unsigned failures_shown; /* plain: in this interval */
-	uint64_t failures_hidden;
 	struct nvml *nvml;
 };
 
@@ -72,6 +73,12 @@ void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
 	}
 	bool is_error = kind == UI_FAILURE;
 	pthread_mutex_lock(&h->notes.lock);
+	if (h->ui_mode == UI_PLAIN && h->notes.count - h->notes.printed >= HOST_NOTES) {
+		/* The printer is a whole ring behind: this one waits in the failures list. */
+		h->notes.hidden++;
+		pthread_mutex_unlock(&h->notes.lock);
+		return;
+	}
 	unsigned k = (unsigned)(h->notes.count % HOST_NOTES);
 	memcpy(h->notes.text[k], line, sizeof line);
 	h->notes.error[k] = is_error;
@@ -414,7 +421,7 @@ static void draw_dashboard(struct ui *u, bool final)
 	/* The last messages: failures, worker deaths. */
 	pthread_mutex_lock(&h->notes.lock);
 	uint64_t count = h->notes.count;
-	uint64_t first = count > HOST_NOTES ? count - HOST_NOTES : 0;
+	uint64_t first = count > DASH_NOTES ? count - DASH_NOTES : 0;
 	if (count) {
 		new_line(&l, u, width);
 		l_color(&l, C_BOLD);
@@ -486,30 +493,31 @@ static void plain_progress(struct ui *u, bool final)
 		fmt_duration(b, sizeof b, f.eta);
 		fprintf(stderr, " | ETA %s", b);
 	}
-	if (u->failures_hidden) {
-		fprintf(stderr, " | %llu more failures not shown", (unsigned long long)u->failures_hidden);
-		u->failures_hidden = 0;
-	}
+	pthread_mutex_lock(&u->h->notes.lock);
+	uint64_t hidden = u->h->notes.hidden;
+	u->h->notes.hidden = 0;
+	pthread_mutex_unlock(&u->h->notes.lock);
+	if (hidden && u->h->failures)
+		fprintf(stderr, " | %llu more messages not shown: every failure is in %s/%s",
+			(unsigned long long)hidden, u->h->log_dir, FILES_FAILURES);
+	else if (hidden)
+		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
 	fputc('\n', stderr);
 	u->failures_shown = 0;
 }
 
-/* Plain mode: failures as lines, as they come, at most PLAIN_FAILURES an interval. */
+/* Plain mode: failures as lines, in order, at most PLAIN_FAILURES an interval; the
+ * rest are counted, and the progress line says where they all are. */
 static void plain_failures(struct ui *u)
 {
 	struct host *h = u->h;
 	pthread_mutex_lock(&h->notes.lock);
-	uint64_t count = h->notes.count;
-	if (count - u->notes_seen > HOST_NOTES) {
-		u->failures_hidden += count - u->notes_seen - HOST_NOTES;
-		u->notes_seen = count - HOST_NOTES;
-	}
-	for (; u->notes_seen < count; u->notes_seen++) {
+	for (; h->notes.printed < h->notes.count; h->notes.printed++) {
 		if (u->failures_shown >= PLAIN_FAILURES) {
-			u->failures_hidden++;
+			h->notes.hidden++;
 			continue;
 		}
-		fprintf(stderr, "gpud: %s\n", h->notes.text[u->notes_seen % HOST_NOTES]);
+		fprintf(stderr, "gpud: %s\n", h->notes.text[h->notes.printed % HOST_NOTES]);
 		u->failures_shown++;
 	}
 	pthread_mutex_unlock(&h->notes.lock);
