@@ -20,6 +20,7 @@
 
 GPUD_PLUGIN("generator", "files", "1.0");
 GPUD_PLUGIN_DESCRIPTION("the paths of the files under dir matching pattern, sorted");
+GPUD_PLUGIN_KEYS("dir", "pattern", "recursive");
 
 struct files {
 	char **paths;
@@ -97,21 +98,44 @@ static void free_files(struct files *f)
 	free(f);
 }
 
+static int parse(const struct gpud_args *args, const char **dir, bool *recursive,
+		 struct gpud_error *err)
+{
+	const char *rec = gpud_arg(args, "recursive", "false");
+	*dir = gpud_arg(args, "dir", NULL);
+	if (!*dir)
+		return gpud_fail(err, "files: 'dir' is required (the folder to list)");
+	if (!strcmp(rec, "true") || !strcmp(rec, "yes") || !strcmp(rec, "1") || !strcmp(rec, "on"))
+		*recursive = true;
+	else if (!strcmp(rec, "false") || !strcmp(rec, "no") || !strcmp(rec, "0") || !strcmp(rec, "off"))
+		*recursive = false;
+	else
+		return gpud_fail(err, "files: recursive = '%s': expected true or false", rec);
+	return 0;
+}
+
+/* The folder is opened and closed, not listed: that is the run's work. */
+GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	const char *dir;
+	bool recursive;
+	if (parse(args, &dir, &recursive, err) < 0)
+		return -1;
+	DIR *d = opendir(dir);
+	if (!d)
+		return gpud_fail(err, "files: cannot read folder %s: %s", dir, strerror(errno));
+	closedir(d);
+	return 0;
+}
+
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 				    struct gpud_error *err)
 {
-	const char *dir = gpud_arg(args, "dir", NULL);
+	const char *dir;
 	const char *pattern = gpud_arg(args, "pattern", "*");
-	const char *rec = gpud_arg(args, "recursive", "false");
 	bool recursive;
-	if (!dir)
-		return gpud_fail(err, "files: 'dir' is required (the folder to list)");
-	if (!strcmp(rec, "true") || !strcmp(rec, "yes") || !strcmp(rec, "1") || !strcmp(rec, "on"))
-		recursive = true;
-	else if (!strcmp(rec, "false") || !strcmp(rec, "no") || !strcmp(rec, "0") || !strcmp(rec, "off"))
-		recursive = false;
-	else
-		return gpud_fail(err, "files: recursive = '%s': expected true or false", rec);
+	if (parse(args, &dir, &recursive, err) < 0)
+		return -1;
 	struct files *f = calloc(1, sizeof *f);
 	if (!f)
 		return gpud_fail(err, "files: out of memory");

@@ -17,13 +17,32 @@
 
 #include <gpud/plugin.h>
 
+#include "check.h"
+
 GPUD_PLUGIN("sink", "files", "1.0");
 GPUD_PLUGIN_DESCRIPTION("each result written to dir/<task_id><suffix>");
+GPUD_PLUGIN_KEYS("dir", "suffix");
 
 struct files_sink {
 	const char *dir;
 	const char *suffix;
 };
+
+/* The folder exists and is writable, or can be made in its parent; nothing is created. */
+GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	const char *dir = gpud_arg(args, "dir", NULL);
+	const char *suffix = gpud_arg(args, "suffix", "");
+	struct stat st;
+	char parent[4096];
+	if (!dir)
+		return gpud_fail(err, "files: 'dir' is required (the folder for the results)");
+	if (strchr(suffix, '/'))
+		return gpud_fail(err, "files: suffix = '%s' must not contain '/'", suffix);
+	if (stat(dir, &st) == 0 || errno != ENOENT)
+		return check_dir_writable("files", dir, err);
+	return check_dir_writable("files", check_parent(dir, parent, sizeof parent), err);
+}
 
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 			       struct gpud_error *err)

@@ -27,8 +27,11 @@
 
 #include <gpud/plugin.h>
 
+#include "check.h"
+
 GPUD_PLUGIN("sink", "jsonl", "1.0");
 GPUD_PLUGIN_DESCRIPTION("one JSON object a line per finished task (path, or standard output)");
+GPUD_PLUGIN_KEYS("path", "include_input", "append");
 
 #define BUF_SIZE (1 << 16)
 #define FLUSH_NS 1000000000ull
@@ -150,6 +153,17 @@ static int cut_torn_line(int fd, const char *path, struct gpud_error *err)
 	fprintf(stderr, "jsonl: %s ended in a line cut short (%lld bytes, from a run that was "
 		"killed); it was removed\n", path, (long long)(st.st_size - keep));
 	return 0;
+}
+
+/* The file is not opened: opening it for writing would empty it. */
+GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	const char *path = gpud_arg(args, "path", "-");
+	bool flag;
+	if (parse_flag(args, "include_input", &flag, err) < 0 ||
+	    parse_flag(args, "append", &flag, err) < 0)
+		return -1;
+	return strcmp(path, "-") == 0 ? 0 : check_file_writable("jsonl", path, err);
 }
 
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,

@@ -14,8 +14,11 @@
 
 #include <gpud/plugin.h>
 
+#include "check.h"
+
 GPUD_PLUGIN("generator", "lines", "1.1");
 GPUD_PLUGIN_DESCRIPTION("each line of a file (path; - for standard input)");
+GPUD_PLUGIN_KEYS("path");
 
 #define CHUNK (1 << 16)
 
@@ -47,6 +50,17 @@ static int64_t count_lines(const char *path)
 	if (got < 0)
 		return -1;
 	return n + (last != '\n');
+}
+
+/* Standard input is not looked at: checking must not consume it. */
+GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	const char *path = gpud_arg(args, "path", NULL);
+	if (!path)
+		return gpud_fail(err, "lines: 'path' is required (a file, or - for standard input)");
+	if (strcmp(path, "-") == 0)
+		return 0;
+	return check_file_readable("lines", path, err);
 }
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,

@@ -5,6 +5,7 @@
 
 GPUD_PLUGIN("sink", "null", "1.0");
 GPUD_PLUGIN_DESCRIPTION("discards everything (for benchmarks)");
+GPUD_PLUGIN_NO_KEYS;
 
 static int dummy;
 

@@ -7,13 +7,13 @@
 
 GPUD_PLUGIN("generator", "range", "1.0");
 GPUD_PLUGIN_DESCRIPTION("the integers start, start+step, ... before stop, as decimal text");
+GPUD_PLUGIN_KEYS("start", "stop", "step");
 
 struct range {
 	long next, stop, step;
 };
 
-GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
-				    struct gpud_error *err)
+static int parse(const struct gpud_args *args, struct range *r, struct gpud_error *err)
 {
 	long start = 0, stop = 0, step = 1;
 	if (!gpud_arg(args, "stop", NULL))
@@ -24,10 +24,26 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		return -1;
 	if (step == 0)
 		return gpud_fail(err, "range: step must not be 0");
+	*r = (struct range){start, stop, step};
+	return 0;
+}
+
+GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	struct range r;
+	return parse(args, &r, err);
+}
+
+GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
+				    struct gpud_error *err)
+{
+	struct range parsed;
+	if (parse(args, &parsed, err) < 0)
+		return -1;
 	struct range *r = malloc(sizeof *r);
 	if (!r)
 		return gpud_fail(err, "range: out of memory");
-	*r = (struct range){start, stop, step};
+	*r = parsed;
 	*state = r;
 	return 0;
 }

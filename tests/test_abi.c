@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 1);
+	cr_expect_eq(GPUD_ABI_MINOR, 2);
 }
 
 Test(abi, struct_sizes)

@@ -64,7 +64,9 @@ Test(loader, wrong_abi_major)
 
 Test(loader, newer_minor)
 {
-	refused("newer-minor.so", LOADER_WORKER, "built for plugin ABI 1.2");
+	char want[64];
+	snprintf(want, sizeof want, "built for plugin ABI %d.%d", GPUD_ABI_MAJOR, GPUD_ABI_MINOR + 1);
+	refused("newer-minor.so", LOADER_WORKER, want);
 }
 
 Test(loader, wrong_kind)
@@ -75,7 +77,7 @@ Test(loader, wrong_kind)
 
 Test(loader, missing_symbol)
 {
-	refused("missing-sym.so", LOADER_WORKER, "does not export gpud_worker_process");
+	refused("missing-sym.so", LOADER_WORKER, "exports neither gpud_worker_process nor gpud_worker_process_batch");
 }
 
 Test(loader, no_descriptor)

@@ -244,7 +244,7 @@ Test(run, broken_plugins_exit_2_with_one_line)
 {
 	broken_plugin("worker", "bad-abi.so", "built for plugin ABI 2.0");
 	broken_plugin("worker", "wrong-kind.so", "is a 'sink' plugin, not a 'worker' plugin");
-	broken_plugin("worker", "missing-sym.so", "does not export gpud_worker_process");
+	broken_plugin("worker", "missing-sym.so", "exports neither gpud_worker_process nor");
 	broken_plugin("worker", "unresolved.so", "undefined symbol");
 	broken_plugin("worker", "not-a-plugin.so", "cannot load");
 	broken_plugin("worker", "no-such.so", "No such file");

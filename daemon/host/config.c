@@ -10,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
+
+#include "suggest.h"
 
 /* Longest job-file line accepted. inih's default (200 bytes) would cut long values. */
 #define CFG_MAX_LINE (1 << 20)
@@ -32,6 +35,8 @@ struct parse {
 	int lineno;
 	struct raw *raw;
 	size_t n_raw, cap_raw;
+	size_t *slots; /* hash of (section, key) -> index in raw + 1; 0 = empty */
+	size_t n_slots;
 	struct { char *name; int line; } *sections;
 	size_t n_sections, cap_sections;
 	char *err;
@@ -102,23 +107,73 @@ static char *reader(char *str, int num, void *stream)
 	return str;
 }
 
+static size_t hash_key(const char *section, const char *key)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+	for (const char *s = section; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	h = (h ^ 0xff) * UINT64_C(1099511628211);
+	for (const char *s = key; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return (size_t)(h ^ (h >> 29));
+}
+
+/* The slot of (section, key): where it is, or the empty slot where it would go. */
+static size_t *slot_of(struct parse *p, const char *section, const char *key)
+{
+	size_t mask = p->n_slots - 1;
+	for (size_t i = hash_key(section, key) & mask;; i = (i + 1) & mask) {
+		size_t *s = &p->slots[i];
+		if (*s == 0 || (strcmp(p->raw[*s - 1].section, section) == 0 &&
+				strcmp(p->raw[*s - 1].key, key) == 0))
+			return s;
+	}
+}
+
+/* The key as read so far, or NULL: one hash lookup, so a file of many keys is read in
+ * linear time. */
+static struct raw *find_raw(struct parse *p, const char *section, const char *key)
+{
+	if (!p->n_slots)
+		return NULL;
+	size_t *s = slot_of(p, section, key);
+	return *s ? &p->raw[*s - 1] : NULL;
+}
+
+static void add_raw(struct parse *p, struct raw r)
+{
+	if (2 * (p->n_raw + 1) > p->n_slots) {
+		size_t n = p->n_slots ? 2 * p->n_slots : 64;
+		size_t *slots = calloc(n, sizeof *slots);
+		if (!slots) {
+			perror("gpud");
+			abort();
+		}
+		free(p->slots);
+		p->slots = slots;
+		p->n_slots = n;
+		for (size_t i = 0; i < p->n_raw; i++)
+			*slot_of(p, p->raw[i].section, p->raw[i].key) = i + 1;
+	}
+	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
+	p->raw[p->n_raw++] = r;
+	*slot_of(p, r.section, r.key) = p->n_raw;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse *p = user;
-	for (size_t i = 0; i < p->n_raw; i++) {
-		if (strcmp(p->raw[i].section, section) == 0 && strcmp(p->raw[i].key, key) == 0) {
-			fail(p, "%s:%d: [%s] %s is set twice (first on line %d)", p->path,
-			     p->lineno, section, key, p->raw[i].line);
-			return 0;
-		}
+	struct raw *old = find_raw(p, section, key);
+	if (old) {
+		fail(p, "%s:%d: [%s] %s is set twice (first on line %d)", p->path, p->lineno,
+		     section, key, old->line);
+		return 0;
 	}
 	if (*section == '\0') {
 		fail(p, "%s:%d: '%s' comes before any [section]", p->path, p->lineno, key);
 		return 0;
 	}
-	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
-	p->raw[p->n_raw++] = (struct raw){strdup(section), strdup(key), strdup(value),
-					  p->lineno, NULL};
+	add_raw(p, (struct raw){strdup(section), strdup(key), strdup(value), p->lineno, NULL});
 	return 1;
 }
 
@@ -134,19 +189,17 @@ static void apply_set(struct parse *p, const char *set)
 	char *section = strndup(set, (size_t)(dot - set));
 	char *key = strndup(dot + 1, (size_t)(eq - dot - 1));
 	const char *value = eq + 1;
-	for (size_t i = 0; i < p->n_raw; i++) {
-		if (strcmp(p->raw[i].section, section) == 0 && strcmp(p->raw[i].key, key) == 0) {
-			free(p->raw[i].value);
-			p->raw[i].value = strdup(value);
-			p->raw[i].line = -1;
-			p->raw[i].set = set;
-			free(section);
-			free(key);
-			return;
-		}
+	struct raw *old = find_raw(p, section, key);
+	if (old) {
+		free(old->value);
+		old->value = strdup(value);
+		old->line = -1;
+		old->set = set;
+		free(section);
+		free(key);
+		return;
 	}
-	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
-	p->raw[p->n_raw++] = (struct raw){section, key, strdup(value), -1, set};
+	add_raw(p, (struct raw){section, key, strdup(value), -1, set});
 }
 
 /* "file:line" or "--set X" for messages. */
@@ -245,6 +298,61 @@ static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
 
 static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
 
+static const char *const job_keys[] = {
+	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
+	"cleanup_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
+	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
+	"pin_memory", NULL};
+static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
+				      "metrics_listen", "metrics_interval", NULL};
+static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
+
+/* "unknown key 'x' in [s] (did you mean 'y'?; known: ...)" */
+static void unknown_key(struct parse *p, const struct raw *r, const char *const *known)
+{
+	char loc[512], list[512], hint[128] = "";
+	const char *near = suggest(r->key, known);
+	if (near)
+		snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
+	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc),
+	     r->key, r->section, hint, suggest_list(known, list, sizeof list));
+}
+
+/* retry_on = error,timeout,crash (any of them, comma-separated), or none. */
+static int parse_retry_on(const char *v, unsigned *out)
+{
+	static const char *const names[] = {"error", "timeout", "crash"};
+	unsigned bits = 0;
+	char *copy = strdup(v), *save = NULL;
+	int rc = 0;
+	if (!copy)
+		return -1;
+	if (strcmp(v, "none") == 0) {
+		*out = 0;
+		free(copy);
+		return 0;
+	}
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ' || *t == '\t')
+			t++;
+		size_t n = strlen(t);
+		while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
+			t[--n] = '\0';
+		unsigned bit = 0;
+		for (unsigned i = 0; i < 3; i++)
+			if (strcmp(t, names[i]) == 0)
+				bit = 1u << i;
+		if (!bit)
+			rc = -1;
+		bits |= bit;
+	}
+	free(copy);
+	if (rc == 0 && bits == 0)
+		rc = -1;
+	*out = bits;
+	return rc;
+}
+
 static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 {
 	char loc[512], why[128] = "";
@@ -305,6 +413,12 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			bad = 1;
 		}
 		c->max_retries = (unsigned)u;
+	} else if (strcmp(k, "retry_on") == 0) {
+		if (parse_retry_on(v, &c->retry_on) < 0) {
+			snprintf(why, sizeof why, "expected a list of error, timeout and crash "
+						  "(like error,crash), or none");
+			bad = 1;
+		}
 	} else if (strcmp(k, "ordered") == 0) {
 		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on")) {
 			c->ordered = true;
@@ -351,11 +465,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		}
 		c->max_worker_restarts = (unsigned)u;
 	} else {
-		fail(p, "%s: unknown key '%s' in [job] (known: gpus, workers_per_gpu, queue_size, "
-			"task_timeout, setup_timeout, cleanup_timeout, base_seed, max_task_bytes, max_result_bytes, "
-			"max_retries, max_worker_restarts, ordered, log_dir, batch_size, batch_wait_ms, "
-			"pin_memory)",
-		     where(p, r, loc, sizeof loc), k);
+		unknown_key(p, r, job_keys);
 		return -1;
 	}
 	if (bad) {
@@ -365,15 +475,58 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	return 0;
 }
 
+/* metrics_listen = HOST:PORT, a numeric IPv4 address (127.0.0.1 by default). */
+static int parse_listen(const char *v, struct cfg *c)
+{
+	const char *colon = strrchr(v, ':');
+	const char *port = colon ? colon + 1 : v;
+	uint64_t u;
+	if (parse_u64(port, 1, 65535, &u) < 0)
+		return -1;
+	char host[64] = "127.0.0.1";
+	if (colon) {
+		size_t n = (size_t)(colon - v);
+		if (n == 0 || n >= sizeof host)
+			return -1;
+		memcpy(host, v, n);
+		host[n] = '\0';
+		if (strcmp(host, "localhost") == 0)
+			strcpy(host, "127.0.0.1");
+		unsigned a, b, d, e;
+		char tail;
+		if (sscanf(host, "%u.%u.%u.%u%c", &a, &b, &d, &e, &tail) != 4 || a > 255 ||
+		    b > 255 || d > 255 || e > 255)
+			return -1;
+	}
+	free(c->metrics_host);
+	c->metrics_host = strdup(host);
+	c->metrics_port = (unsigned)u;
+	return 0;
+}
+
 static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
 {
 	char loc[512];
+	if (strcmp(r->key, "metrics_file") == 0) {
+		free(c->metrics_file);
+		c->metrics_file = resolve_from(p, c, r);
+		return 0;
+	}
+	if (strcmp(r->key, "metrics_listen") == 0) {
+		if (parse_listen(r->value, c) < 0) {
+			fail(p, "%s: [ui] metrics_listen = '%s': expected PORT or ADDRESS:PORT, "
+				"like 127.0.0.1:9400 (a numeric IPv4 address, port 1 to 65535)",
+			     where(p, r, loc, sizeof loc), r->value);
+			return -1;
+		}
+		return 0;
+	}
 	double *dst = strcmp(r->key, "refresh_rate") == 0	 ? &c->refresh_rate
 		      : strcmp(r->key, "plain_interval") == 0 ? &c->plain_interval
+		      : strcmp(r->key, "metrics_interval") == 0 ? &c->metrics_interval
 							       : NULL;
 	if (!dst) {
-		fail(p, "%s: unknown key '%s' in [ui] (known: refresh_rate, plain_interval)",
-		     where(p, r, loc, sizeof loc), r->key);
+		unknown_key(p, r, ui_keys);
 		return -1;
 	}
 	char *end;
@@ -464,6 +617,14 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
 			abort();
 		}
 		s->kv = kv;
+		char **wh = realloc(s->where, (s->count + 1) * sizeof *wh);
+		if (!wh) {
+			perror("gpud");
+			abort();
+		}
+		s->where = wh;
+		char loc[512];
+		s->where[s->count] = strdup(where(p, r, loc, sizeof loc));
 		s->kv[s->count].key = strdup(r->key);
 		s->kv[s->count].value = path ? resolve(base, r->value) : strdup(r->value);
 		s->count++;
@@ -480,8 +641,12 @@ static int validate(struct parse *p, struct cfg *c)
 		const char *n = p->sections[i].name;
 		if (strcmp(n, "job") && strcmp(n, "worker") && strcmp(n, "generator") &&
 		    strcmp(n, "sink") && strcmp(n, "ui")) {
-			fail(p, "%s:%d: unknown section [%s] (known: job, worker, generator, sink, ui)",
-			     p->path, p->sections[i].line, n);
+			const char *near = suggest(n, section_names);
+			char hint[64] = "";
+			if (near)
+				snprintf(hint, sizeof hint, "did you mean [%s]? ", near);
+			fail(p, "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, ui)",
+			     p->path, p->sections[i].line, n, hint);
 			return -1;
 		}
 		for (size_t j = 0; j < i; j++) {
@@ -538,7 +703,14 @@ static int validate(struct parse *p, struct cfg *c)
 		return -1;
 	}
 	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
+	static const char *const sec_names[] = {"worker", "generator", "sink"};
 	for (size_t i = 0; i < 3; i++) {
+		if (secs[i]->count > CFG_MAX_KEYS) {
+			fail(p, "%s: [%s] has %zu keys; at most %d are allowed (the %d-th is at %s)",
+			     p->path, sec_names[i], secs[i]->count, CFG_MAX_KEYS, CFG_MAX_KEYS + 1,
+			     secs[i]->where[CFG_MAX_KEYS]);
+			return -1;
+		}
 		secs[i]->args.items = secs[i]->kv;
 		secs[i]->args.count = secs[i]->count;
 	}
@@ -571,6 +743,7 @@ static void parse_free(struct parse *p)
 	for (size_t i = 0; i < p->n_sections; i++)
 		free(p->sections[i].name);
 	free(p->raw);
+	free(p->slots);
 	free(p->sections);
 	free(p->linebuf);
 }
@@ -591,12 +764,20 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.cleanup_timeout = 30,
 		.setup_timeout = CFG_SETUP_TIMEOUT,
 		.refresh_rate = 4,
+		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
+		.metrics_interval = 5,
 		.batch_size = 1,
 		.plain_interval = 5,
 	};
 	c->path = strdup(path);
 	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);
 
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s: is a folder; give the job file (an .ini file) itself",
+			 path);
+		goto out;
+	}
 	p.f = fopen(path, "r");
 	if (!p.f) {
 		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
@@ -644,8 +825,10 @@ static void section_free(struct cfg_section *s)
 	for (size_t i = 0; i < s->count; i++) {
 		free((char *)s->kv[i].key);
 		free((char *)s->kv[i].value);
+		free(s->where[i]);
 	}
 	free(s->kv);
+	free(s->where);
 	free(s->plugin);
 }
 
@@ -655,6 +838,8 @@ void cfg_free(struct cfg *c)
 	free(c->dir);
 	free(c->gpus);
 	free(c->log_dir);
+	free(c->metrics_file);
+	free(c->metrics_host);
 	section_free(&c->worker);
 	section_free(&c->generator);
 	section_free(&c->sink);

@@ -15,6 +15,10 @@
 #define CFG_MAX_QUEUE (1u << 24)
 #define CFG_MAX_BATCH 65536
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
+#define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
+
+/* retry_on bits: which failures run again (up to max_retries). */
+enum { CFG_RETRY_ERROR = 1, CFG_RETRY_TIMEOUT = 2, CFG_RETRY_CRASH = 4 };
 
 enum { CFG_PIN_AUTO = 0, CFG_PIN_ON = 1, CFG_PIN_OFF = 2 }; /* = enum shm_pin */
 
@@ -25,6 +29,7 @@ struct cfg_section {
 	char *plugin;       /* as written (a name or a path, already resolved) */
 	int plugin_line;
 	struct gpud_kv *kv; /* every key but `plugin`, file order; owned */
+	char **where;       /* kv[i]'s place: "file:line" or "--set ..."; owned */
 	size_t count;
 	struct gpud_args args; /* view of kv for the plugin */
 };
@@ -46,6 +51,7 @@ struct cfg {
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;
 	unsigned max_retries;
+	unsigned retry_on; /* CFG_RETRY_* bits */
 	unsigned max_worker_restarts; /* per GPU */
 	bool ordered;  /* deliver outcomes to the sink in task-id order */
 	unsigned batch_size;    /* most tasks per gpud_worker_process_batch call */
@@ -56,6 +62,10 @@ struct cfg {
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */
 	double plain_interval; /* seconds between plain-mode progress lines */
+	char *metrics_file;    /* Prometheus text file, rewritten every metrics_interval */
+	char *metrics_host;    /* metrics_listen address (numeric IPv4), NULL = none */
+	unsigned metrics_port;
+	double metrics_interval; /* seconds */
 
 	struct cfg_section worker, generator, sink;
 };

@@ -131,10 +131,12 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
 		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
 		w->last_seconds = sec;
+		if (h->metrics)
+			metrics_task(h->metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
 			w->ok++;
-			events_outcome(h, w, t, input, GPUD_TASK_OK, payload, r.size, NULL, sec);
+			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
 		} else {
 			char msg[SHM_MSG_MAX + 1];
 			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;
@@ -142,7 +144,9 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			msg[len] = '\0';
 			ui_clean(msg);
 			w->failed++;
-			events_outcome(h, w, t, input, GPUD_TASK_ERROR, NULL, 0, msg, sec);
+			events_outcome(h, w, t, input,
+				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL, 0,
+				       msg, sec);
 		}
 		w->task_free = t->pos + ring_span(t->size);
 		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
@@ -183,7 +187,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	h->filling = w; /* the ring a stuck generator call writes into (standin.c) */
 
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
-		bool rq = tasks_requeued_for(h, w->index, h->n_ready < 2) && requeued_may_run(h);
+		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
 		if (!rq && (h->gen_done || h->abort || !gen_ok))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
@@ -286,9 +290,6 @@ static unsigned feed(struct host *h, bool gen_ok)
 	unsigned n = 0;
 	bool slice_end = false;
 	uint64_t clock = h->feed_start_ns = wait_now_ns();
-	h->n_ready = 0;
-	for (unsigned i = 0; i < h->n_workers; i++)
-		h->n_ready += h->w[i].state == HW_READY;
 	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
 		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
 		/* The stand-in leaves alone the ring the stuck call writes into. */

@@ -118,11 +118,30 @@ void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_
 	events_deliver(h, &ev);
 }
 
+/* Whether a failure of this cause runs again, attempts allowing. */
+static bool retried(const struct host *h, enum cause cause)
+{
+	switch (cause) {
+	case CAUSE_ERROR:
+		return h->cfg->retry_on & CFG_RETRY_ERROR;
+	case CAUSE_TIMEOUT:
+		return h->cfg->retry_on & CFG_RETRY_TIMEOUT;
+	case CAUSE_CRASH:
+		return h->cfg->retry_on & CFG_RETRY_CRASH;
+	default:
+		return false;
+	}
+}
+
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
-		    const void *input, enum gpud_event_kind kind, const void *result,
+		    const void *input, enum cause cause, const void *result,
 		    size_t result_size, const char *message, double seconds)
 {
-	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing) {
+	enum gpud_event_kind kind = cause == CAUSE_OK	     ? GPUD_TASK_OK
+				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
+							     : GPUD_TASK_ERROR;
+	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing &&
+	    retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;

@@ -14,10 +14,20 @@ void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
 void events_flush_held(struct host *h);
 void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
 		   const char *message);
-/* The final outcome of task t (or a retry when attempts are left): kind is
- * GPUD_TASK_OK, GPUD_TASK_ERROR or GPUD_TASK_TIMEOUT. `input` is its bytes. */
+/* Why a task ended: the event it makes, and whether it runs again. */
+enum cause {
+	CAUSE_OK,      /* GPUD_TASK_OK */
+	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
+	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
+	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
+	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
+	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
+};
+
+/* The final outcome of task t, or a retry when attempts are left and retry_on allows.
+ * `input` is its bytes. */
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
-		    const void *input, enum gpud_event_kind kind, const void *result,
+		    const void *input, enum cause cause, const void *result,
 		    size_t result_size, const char *message, double seconds);
 
 #endif

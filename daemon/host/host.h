@@ -19,6 +19,7 @@
 #include "tasks.h"
 #include "wait.h"
 #include "ui.h"
+#include "metrics.h"
 
 /* Fields the UI thread reads while the host writes them: aligned words, stored and
  * loaded whole. The UI reads them with relaxed atomic loads. */
@@ -62,6 +63,8 @@ struct host_worker {
 	bool corrupt;   /* killed for writing something that is not valid */
 	bool setup_timed_out; /* killed for running past setup_timeout */
 	bool held_still;      /* killed for holding tasks it did not start */
+	bool free_restart;    /* it died running a task that had crashed a worker before:
+			       * the task is to blame, its restart is not the GPU's */
 	int log_fd;           /* dashboard: its log file, or -1 */
 	char corrupt_why[160];
 	enum hw_end end;
@@ -172,7 +175,6 @@ struct host {
 	uint64_t last_check_ns; /* when the timeouts were last looked at */
 	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
-	unsigned n_ready; /* workers taking tasks, counted each feeding pass */
 	struct gate gate;        /* the generator call gate (standin.h) */
 	pthread_t standin;
 	bool standin_running;
@@ -198,6 +200,8 @@ struct host {
 	uint64_t next_deliver;      /* the task whose outcome goes next */
 	uint64_t t_start_ns;
 	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
+	struct metrics_hist *metrics;   /* NULL unless metrics_file or metrics_listen */
+	struct metrics_srv *metrics_srv;
 };
 
 /* A host before anything is opened: every descriptor -1. */
@@ -208,9 +212,9 @@ struct host {
 	}
 
 /* The tasks waiting to run again (tasks.h). */
-static inline bool tasks_requeued_for(const struct host *h, int worker, bool any_worker)
+static inline bool tasks_requeued_for(const struct host *h, const struct host_worker *w)
 {
-	return h->rq_head && (h->rq_head->avoid != worker || any_worker);
+	return h->rq_head && (h->rq_head->avoid < 0 || tasks_retry_fits(h, w));
 }
 
 static inline bool tasks_requeued_any(const struct host *h)

@@ -250,8 +250,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				snprintf(msg, sizeof msg, "its worker was killed %u times while running it "
 					 "(last: worker %d (GPU %d) %s)", t.strikes, w->index, w->gpu_id,
 					 w->corrupt_why);
-				t.attempt = h->cfg->max_retries; /* no retry: this is the retry */
-				events_outcome(h, w, &t, input, GPUD_TASK_ERROR, NULL, 0, msg, 0);
+				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
 				tasks_requeue(h, &t, input, -1);
 			}
@@ -260,14 +259,27 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				w->timeouts++;
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (GPU %d)",
 					 h->cfg->task_timeout, w->index, w->gpu_id);
-				events_outcome(h, w, &t, input, GPUD_TASK_TIMEOUT, NULL, 0, msg,
+				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
 					       h->cfg->task_timeout);
 			} else {
 				uint64_t now = wait_now_ns();
+				enum cause cause = CAUSE_CRASH;
 				w->failed++;
-				snprintf(msg, sizeof msg, "worker %d (GPU %d) %s while running task %llu",
-					 w->index, w->gpu_id, how, (unsigned long long)t.id);
-				events_outcome(h, w, &t, input, GPUD_TASK_ERROR, NULL, 0, msg,
+				/* A task that crashed a worker before is the likely culprit:
+				 * this restart is its, not the GPU's. */
+				if (t.crashes++ > 0)
+					w->free_restart = true;
+				if (t.crashes > h->cfg->max_retries && t.crashes > 1) {
+					cause = CAUSE_FINAL;
+					snprintf(msg, sizeof msg, "poison task: %u workers died while "
+						 "running it (last: worker %d (GPU %d) %s)", t.crashes,
+						 w->index, w->gpu_id, how);
+				} else {
+					snprintf(msg, sizeof msg, "worker %d (GPU %d) %s while running "
+						 "task %llu", w->index, w->gpu_id, how,
+						 (unsigned long long)t.id);
+				}
+				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
 					       since < now ? (double)(now - since) * 1e-9 : 0);
 			}
 		} else {
@@ -304,7 +316,9 @@ static void restart(struct host *h, struct host_worker *w)
 		w->state = HW_GONE;
 		return;
 	}
-	if (h->restarts[slot] >= h->cfg->max_worker_restarts) {
+	bool free_restart = w->free_restart;
+	w->free_restart = false;
+	if (!free_restart && h->restarts[slot] >= h->cfg->max_worker_restarts) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "GPU %d retired: its workers were restarted %u times "
 					  "(max_worker_restarts = %u)",
@@ -325,7 +339,8 @@ static void restart(struct host *h, struct host_worker *w)
 		events_worker(h, GPUD_GPU_RETIRED, w, msg);
 		return;
 	}
-	h->restarts[slot]++;
+	if (!free_restart)
+		h->restarts[slot]++;
 	h->stats.worker_restarts++;
 	w->restarts++;
 	int rc = shm_renew_worker(h, w);

@@ -15,6 +15,8 @@
 
 #include "host.h"
 
+_Static_assert(CFG_MAX_KEYS == SHM_MAX_ARGS, "a worker takes every key the job file may give");
+
 #define MIN_RING (64u << 10)
 
 static uint64_t align_up(uint64_t v, uint64_t a)

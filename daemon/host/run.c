@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checks.h"
 #include "dispatcher.h"
 #include "events.h"
 #include "failures.h"
@@ -85,12 +86,17 @@ static int prepare(struct host *h, struct cfg *c)
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
 	}
-	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, err, sizeof err) < 0) {
+	static char out[64 << 10]; /* the worker plugin's name and keys */
+	out[0] = '\0';
+	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, out, sizeof out, err,
+				      sizeof err) < 0) {
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
 	}
 	if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0 ||
 	    load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0)
+		return -1;
+	if (checks_keys(h, c, out) < 0)
 		return -1;
 	if (resolve_gpus(c, h->worker_exe) < 0)
 		return -1;
@@ -99,6 +105,7 @@ static int prepare(struct host *h, struct cfg *c)
 
 static void release(struct host *h)
 {
+	metrics_stop(h, -1);
 	files_close_logs(h);
 	if (h->failures)
 		fclose(h->failures);
@@ -118,13 +125,20 @@ static void release(struct host *h)
 int run_check(struct cfg *c)
 {
 	struct host h = HOST_INIT(c);
-	int rc = prepare(&h, c) < 0 ? 2 : 0;
+	char *notes = NULL;
+	size_t notes_len = 0;
+	FILE *nf = open_memstream(&notes, &notes_len);
+	int rc = !nf || prepare(&h, c) < 0 || checks_dry(&h, c, nf) < 0 ? 2 : 0;
+	if (nf)
+		fclose(nf);
 	if (rc == 0) {
 		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
 		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
 		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin, h.gen_pl.path,
 		       h.sink_pl.path);
+		fputs(notes ? notes : "", stdout);
 	}
+	free(notes);
 	release(&h);
 	return rc;
 }
@@ -167,6 +181,7 @@ static int finish_run(struct host *h)
 	stats_print(h, stderr);
 	failures_close(h, stderr);
 	int status = h->abort ? 3 : (h->stats.failed || h->stats.timed_out) ? 1 : 0;
+	metrics_stop(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
 	if (h->abort) {
@@ -265,6 +280,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 					  GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
 		h.held = calloc(c->queue_size, sizeof *h.held);
 	h.t_start_ns = wait_now_ns();
+	if (metrics_start(&h) < 0) /* said why: a port asked for and not had */
+		goto close_plugins;
 	if (shm_create(&h) < 0) {
 		host_abort(&h, "cannot create the shared memory");
 	} else {

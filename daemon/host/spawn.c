@@ -230,12 +230,11 @@ pipe_failed:
 	return -1;
 }
 
-int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *err,
-			      size_t errlen)
+int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out,
+			      size_t outlen, char *err, size_t errlen)
 {
-	char out[256];
 	char *args[] = {"--check", (char *)plugin};
-	return spawn_helper(worker_exe, args, out, sizeof out, err, errlen);
+	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
 }
 
 int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen)

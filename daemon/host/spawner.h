@@ -8,8 +8,11 @@
 #include "host.h"
 
 int spawn_worker(struct host *h, struct host_worker *w);
-int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *err,
-			      size_t errlen);
+/* Loads the worker plugin in a helper process, as a worker would. On success `out`
+ * holds "name version", then, when the plugin declares its keys, a line "keys" and
+ * one key a line. */
+int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out,
+			      size_t outlen, char *err, size_t errlen);
 /* gpud plugins: "kind\tname\tversion\tdescription" of a plugin, from a helper process
  * (a worker plugin never loads into the host). 0, or -1 with err. */
 int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "stats.h"
+#include "checks.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -53,38 +54,7 @@ static void json_string_or_null(FILE *f, const char *s)
 
 int stats_json_check(const char *path, char *why, size_t len)
 {
-	struct stat st;
-	if (stat(path, &st) == 0) {
-		if (!S_ISREG(st.st_mode)) {
-			snprintf(why, len, "not a regular file");
-			return -1;
-		}
-		if (access(path, W_OK) < 0) {
-			snprintf(why, len, "%s", strerror(errno));
-			return -1;
-		}
-		return 0;
-	}
-	if (errno != ENOENT) {
-		snprintf(why, len, "%s", strerror(errno));
-		return -1;
-	}
-	char *copy = strdup(path);
-	if (!copy) {
-		snprintf(why, len, "out of memory");
-		return -1;
-	}
-	const char *dir = dirname(copy);
-	int rc = 0;
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(why, len, "no folder %s", dir);
-		rc = -1;
-	} else if (access(dir, W_OK | X_OK) < 0) {
-		snprintf(why, len, "cannot write in %s: %s", dir, strerror(errno));
-		rc = -1;
-	}
-	free(copy);
-	return rc;
+	return check_file_writable(path, why, len);
 }
 
 int stats_write_json(const struct host *h, const char *path, int exit_status)

@@ -63,6 +63,26 @@ void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, 
 	h->rq_tail = &q->next;
 }
 
+bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
+{
+	const struct host_worker *failed_on = &h->w[h->rq_head->avoid];
+	bool other_gpu = false, other_worker = false;
+	if (w->gpu_id != failed_on->gpu_id)
+		return true;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *o = &h->w[i];
+		if (o->state != HW_READY || o == failed_on)
+			continue;
+		if (o->gpu_id != failed_on->gpu_id)
+			other_gpu = true;
+		else
+			other_worker = true;
+	}
+	if (other_gpu)
+		return false; /* it waits for that one */
+	return w != failed_on || !other_worker;
+}
+
 struct requeued *tasks_requeued_take(struct host *h)
 {
 	struct requeued *q = h->rq_head;

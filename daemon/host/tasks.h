@@ -26,15 +26,15 @@ struct task_ent {
 	uint64_t pos; /* ring position of its record */
 	uint32_t size;
 	uint32_t attempt;
-	uint32_t strikes;
-	uint32_t _pad;
+	uint32_t strikes; /* workers killed for corrupting memory while running it */
+	uint32_t crashes; /* workers that died while running it */
 };
 
 /* A task taken back from a worker, waiting to run again, with its own copy of the input. */
 struct requeued {
 	struct requeued *next;
 	struct task_ent t;
-	int avoid; /* the worker a retry should not go back to, or -1 */
+	int avoid; /* the worker it failed on (a retry goes elsewhere if it can), or -1 */
 	uint8_t data[];
 };
 
@@ -51,9 +51,11 @@ _Noreturn void tasks_overfull(const struct host_worker *w) __attribute__((cold))
 
 /* Keeps a copy of `t` and its input to run again (at the back of the queue). */
 void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);
-/* Whether worker `worker` may take the next task to run again (a retry goes to another
- * worker than the one it failed on, unless `any_worker`). */
-static inline bool tasks_requeued_for(const struct host *h, int worker, bool any_worker);
+/* Whether worker w may take the next task to run again. A retry goes to a worker on
+ * another GPU when one is ready, else to another worker of its GPU, else back to the
+ * one it failed on. */
+static inline bool tasks_requeued_for(const struct host *h, const struct host_worker *w);
+bool tasks_retry_fits(const struct host *h, const struct host_worker *w) __attribute__((cold));
 /* Takes that task; the caller frees it. Only after tasks_requeued_for said yes. */
 struct requeued *tasks_requeued_take(struct host *h);
 static inline bool tasks_requeued_any(const struct host *h);

@@ -13,9 +13,10 @@
 
 static const char *const kind_names[] = {"worker", "generator", "sink"};
 
-/* The entry points each kind must export. */
+/* The entry points each kind must export. A worker exports gpud_worker_process or
+ * gpud_worker_process_batch, or both (checked below). */
 static const char *const required[][3] = {
-	{"gpud_worker_setup", "gpud_worker_process", NULL},
+	{"gpud_worker_setup", NULL},
 	{"gpud_generator_open", "gpud_generator_next", NULL},
 	{"gpud_sink_open", "gpud_sink_event", NULL},
 };
@@ -123,6 +124,12 @@ int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char
 					      "plugin must", kn, path, *s, kn);
 			goto fail;
 		}
+	}
+	if (kind == LOADER_WORKER && !dlsym(pl->handle, "gpud_worker_process") &&
+	    !dlsym(pl->handle, "gpud_worker_process_batch")) {
+		snprintf(err, errlen, "worker plugin %s: exports neither gpud_worker_process nor "
+				      "gpud_worker_process_batch; a worker plugin needs one of them", path);
+		goto fail;
 	}
 	pl->path = strdup(path);
 	return 0;

@@ -49,6 +49,7 @@
 #define SHM_PAGE 4096u
 #define SHM_REC_HDR 64u
 #define SHM_MSG_MAX 1024u
+#define SHM_MAX_ARGS 4096u /* [worker] keys a worker takes (= CFG_MAX_KEYS) */
 /* A failed task's message travels as its result payload, so a result slot holds one. */
 #define SHM_MAX_PAYLOAD (UINT32_C(1) << 30)
 /* Where the result ring starts in an out memfd: the report block has the first page. */
@@ -82,6 +83,10 @@ enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
 /* REC_FAIL flags */
 #define REC_FLAG_FATAL 1u   /* the plugin marked the worker unusable (gpud_task_fatal) */
 #define REC_FLAG_BOUNDS 2u  /* the plugin wrote outside its result buffer */
+#define REC_FLAG_REJECT 4u  /* the plugin rejected the task for good (gpud_task_reject) */
+/* Results of gpud_worker_process_batch: flags >> REC_CALL_SHIFT is the number of tasks
+ * of the call on its first result, 0 on the others (for the batch-size metric). */
+#define REC_CALL_SHIFT 8
 
 /* The head of every record in either ring. `check` (results only) is shm_rec_check()
  * of the other fields and the record's ring position: a header overwritten after the

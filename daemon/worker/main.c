@@ -280,7 +280,7 @@ static enum breach disarm(const struct shm_rec *r, uint32_t capacity)
 /* Writes task i's result record at ring position `pos` (and, in a batch slot, a filler
  * over the rest of the slot). Returns the bytes the record takes, gap included. */
 static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc, double seconds,
-			      bool slot)
+			      bool slot, uint32_t call)
 {
 	struct gpud_task *task = &w->t[i];
 	struct shm_rec *r = w->out[i], *t = w->in[i];
@@ -310,6 +310,8 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 		kind = REC_FAIL;
 		size = (uint32_t)strnlen(err->message, sizeof err->message);
 		memcpy(ring_payload(r), err->message, size);
+		if (task->failed == GPUD_TASK_REJECT)
+			flags = REC_FLAG_REJECT;
 		if (task->failed == GPUD_TASK_FATAL) {
 			flags = REC_FLAG_FATAL;
 			memcpy(w->fatal, err->message, sizeof w->fatal);
@@ -327,6 +329,7 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 	}
 	uint64_t sec_bits;
 	memcpy(&sec_bits, &seconds, sizeof sec_bits);
+	flags |= call << REC_CALL_SHIFT;
 	*r = (struct shm_rec){
 		.task_id = t->task_id,
 		.kind = kind,
@@ -398,7 +401,8 @@ static void run_tasks(struct worker *w)
 
 		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)
-			used = finish_result(w, i, w->out_pos[i], rc, each, slots);
+			used = finish_result(w, i, w->out_pos[i], rc, each, slots,
+					     slots && i == 0 ? n : 0);
 		/* `head` is where the last slot was reserved (past any pad the reservation
 		 * wrote): in slot mode already past that slot, otherwise past it after this. */
 		w->result_head = slots ? head : head + used;
@@ -441,9 +445,9 @@ static int read_config(struct worker *w, const char **plugin)
 	const char *p = (const char *)w->hdr + w->hdr->config_off;
 	const char *end = p + w->hdr->config_len;
 	size_t n = w->hdr->n_args;
-	const char *strs[2 * 4096 + 1];
+	const char *strs[2 * SHM_MAX_ARGS + 1];
 
-	if (n > 4096 || w->hdr->config_off + w->hdr->config_len > w->hdr->total_size)
+	if (n > SHM_MAX_ARGS || w->hdr->config_off + w->hdr->config_len > w->hdr->total_size)
 		return -1;
 	for (size_t i = 0; i < 2 * n + 1; i++) {
 		const char *nul = memchr(p, '\0', (size_t)(end - p));

@@ -20,6 +20,13 @@ int worker_check(const char *path)
 	}
 	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
 	       pl.info->version ? pl.info->version : "?");
+	/* The keys it declares (ABI 1.2): a line "keys", then one a line. */
+	const char *const *keys = pl.info->abi_minor >= 2 ? loader_sym(&pl, "gpud_plugin_keys") : NULL;
+	if (keys) {
+		printf("keys\n");
+		for (size_t i = 0; keys[i] && i < 4096; i++)
+			printf("%s\n", keys[i]);
+	}
 	loader_close(&pl);
 	return 0;
 }

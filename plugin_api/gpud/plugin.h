@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.1 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
- * gpud_worker_info.flags and batch_size, gpud_task_fatal).
+ * gpud plugin ABI, version 1.2 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
+ * gpud_generator_check, gpud_sink_check, gpud_task_reject, and worker plugins that
+ * export only gpud_worker_process_batch).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -38,7 +40,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 1
+#define GPUD_ABI_MINOR 2
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -98,6 +100,17 @@ struct gpud_plugin_info {
 /** Optional (ABI 1.1): a one-line description, shown by `gpud plugins`. */
 #define GPUD_PLUGIN_DESCRIPTION(text)                                                      \
 	GPUD_EXTERN_C GPUD_EXPORT const char gpud_plugin_description[] = text
+
+/** Optional (ABI 1.2): the keys the plugin's job-file section accepts. With it, gpud
+ *  (`check` and `run`) refuses any other key, naming the file and line and the nearest
+ *  accepted key ("did you mean"); a name ending in '*' accepts every key with that
+ *  prefix. Without it, every key reaches the plugin unchecked.
+ *    GPUD_PLUGIN_KEYS("path", "append", "include_input");  */
+#define GPUD_PLUGIN_KEYS(...)                                                              \
+	GPUD_EXTERN_C GPUD_EXPORT const char *const gpud_plugin_keys[] = {__VA_ARGS__, NULL}
+/** (ABI 1.2) The plugin takes no keys at all: any key in its section is refused. */
+#define GPUD_PLUGIN_NO_KEYS                                                                \
+	GPUD_EXTERN_C GPUD_EXPORT const char *const gpud_plugin_keys[] = {NULL}
 
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                              */
@@ -224,8 +237,9 @@ struct gpud_task {
 	void *reserved[3]; /* zero; room for later ABI minors */
 };
 
-/** task->failed value set by gpud_task_fatal(). */
+/** task->failed values set by gpud_task_fatal() and gpud_task_reject(). */
 #define GPUD_TASK_FATAL 2
+#define GPUD_TASK_REJECT 3
 
 /** (ABI 1.1) Marks `task` failed and this worker unusable (a CUDA error that poisons the
  *  context, like an illegal address): after this call returns, gpud reports the task
@@ -246,7 +260,25 @@ static inline int gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
 	return -1;
 }
 
-/** Marks `task` failed with a formatted message; returns -1. */
+/** (ABI 1.2) Marks `task` failed for good: its input is bad and running it again cannot
+ *  help (unparsable, wrong shape), so it is not retried whatever max_retries says.
+ *  Returns -1. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int gpud_task_reject(struct gpud_task *task, const char *fmt, ...)
+{
+	task->failed = GPUD_TASK_REJECT;
+	if (task->error) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/** Marks `task` failed with a formatted message (retried up to max_retries); returns -1. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
@@ -267,8 +299,8 @@ static inline int gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
  *  host reports a setup-failed event and runs on with the other workers. */
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err);
-/** Required. Processes one task: returns 0 with task->result filled, or -1 after
- *  gpud_task_fail(). */
+/** Required unless gpud_worker_process_batch is exported (ABI 1.2). Processes one
+ *  task: returns 0 with task->result filled, or -1 after gpud_task_fail(). */
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
 /** Optional. Processes n tasks at once (1 <= n <= info->batch_size; `[job] batch_size`,
  *  `batch_wait_ms`). Each task has its own input and its own result buffer; mark
@@ -297,6 +329,11 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 GPUD_EXPORT void gpud_generator_close(void *state);
 /** Optional. The number of items the generator will yield, or -1 when unknown. */
 GPUD_EXPORT int64_t gpud_generator_total(void *state);
+/** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
+ *  and whatever they name (an input file readable, a folder listable) WITHOUT side
+ *  effects: it creates, truncates and consumes nothing (it must not read a pipe or
+ *  standard input). 0, or -1 with err. Absent: `check` only loads the plugin. */
+GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Sink plugins                                                                         */
@@ -359,6 +396,10 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
  *  the work of producing them; a sink that does not want GPUD_TASK_START costs nothing
  *  for it. Absent: every kind is delivered. */
 GPUD_EXPORT uint32_t gpud_sink_events(void *state);
+/** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
+ *  and that the output could be written (its folder exists and is writable) WITHOUT
+ *  creating or truncating anything. 0, or -1 with err. Absent: `check` only loads it. */
+GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 
 GPUD_PLUGIN("worker", "echo", "1.0");
 GPUD_PLUGIN_DESCRIPTION("example: the result is the input");
+GPUD_PLUGIN_NO_KEYS;
 
 static int dummy;
 

@@ -12,6 +12,7 @@
 
 GPUD_PLUGIN("worker", "sha256", "1.0");
 GPUD_PLUGIN_DESCRIPTION("example: the SHA-256 of the input, in hex (rounds)");
+GPUD_PLUGIN_KEYS("rounds");
 
 struct sha256 {
 	uint32_t h[8];

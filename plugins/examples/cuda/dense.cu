@@ -26,6 +26,7 @@
 
 GPUD_PLUGIN("worker", "dense", "1.0");
 GPUD_PLUGIN_DESCRIPTION("example (CUDA): a batched dense layer, W·x per float32 vector");
+GPUD_PLUGIN_KEYS("in_dim", "out_dim", "fault");
 
 #define TILE 16
 

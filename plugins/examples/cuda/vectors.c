@@ -10,6 +10,7 @@
 
 GPUD_PLUGIN("generator", "vectors", "1.0");
 GPUD_PLUGIN_DESCRIPTION("example: count float32 vectors of dim elements from seed");
+GPUD_PLUGIN_KEYS("dim", "count", "seed");
 
 struct vectors {
 	long dim, count, seed, next;
