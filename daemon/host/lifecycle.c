@@ -290,10 +290,12 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d): its plugin wrote before a result buffer; "
 		       "restarted", w->index, w->gpu_id);
-	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt)
+	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
+		 worker_message(w, msg, sizeof msg, "")[0])
+		/* A plugin that calls exit(70) itself leaves no message: that is an exit
+		 * like any other, told below. */
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
-		       w->index, w->gpu_id,
-		       worker_message(w, msg, sizeof msg, "(the plugin gave no message)"));
+		       w->index, w->gpu_id, msg);
 	else if (!w->timed_out && !h->killing && !w->corrupt && !w->held_still)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
 }

@@ -3,7 +3,8 @@
  * Test worker that misbehaves on chosen inputs (decimal numbers, as `range` yields).
  * Keys, each a comma list of input numbers: fail_on, crash_on (SIGSEGV), abort_on,
  * exit_on (exit(7) from the plugin), hang_on (loops forever), big_on (claims a result
- * larger than its buffer), fatal_on (gpud_task_fatal); crash_all = 1 crashes on every
+ * larger than its buffer), fatal_on (gpud_task_fatal), reject_on (gpud_task_reject),
+ * exit70_on (exit(70) from the plugin); crash_all = 1 crashes on every
  * task. first_attempt_only = 1
  * misbehaves only on attempt 0; only_gpu = G misbehaves only on GPU G. Periodic forms
  * for soak runs: fail_every, crash_every, abort_every, exit_every, hang_every = N
@@ -117,6 +118,10 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 				;
 		if (listed(f->args, "fail_on", x))
 			return gpud_task_fail(task, "faulty: refused input %ld", x);
+		if (listed(f->args, "reject_on", x))
+			return gpud_task_reject(task, "faulty: input %ld is malformed", x);
+		if (listed(f->args, "exit70_on", x))
+			exit(70);
 		if (listed(f->args, "fatal_on", x))
 			return gpud_task_fatal(task, "faulty: context lost at input %ld", x);
 		if (listed(f->args, "crash_on", x))
