@@ -5,14 +5,18 @@
 #   ./build.sh test   install what is missing, build, run every test, then again
 #                     built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   ./build.sh bench  build a release tree and run bench/run.sh
+#   ./build.sh install [PREFIX]
+#                     build a release tree (build-install/) and install it into PREFIX
+#                     (default /usr/local as root, else ~/.local), then say how to put
+#                     gpud on PATH and gpud.pc on pkg-config's path if they are not
 set -euo pipefail
 cd "$(dirname "$0")"
 
 need=(meson ninja-build pkg-config gcc libinih-dev)
 case "${1:-}" in
-  demo|bench) ;;
+  demo|bench|install) ;;
   test) need+=(g++ libcriterion-dev tmux) ;;
-  *) echo "usage: $0 demo|test|bench" >&2; exit 2 ;;
+  *) echo "usage: $0 demo|test|bench|install [PREFIX]" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -41,9 +45,37 @@ case "$1" in
   demo)
     setup build -Dtests=disabled
     echo "== gpud run config/demo.ini (results in build/demo-results.jsonl)"
-    ./build/daemon/gpud run config/demo.ini --set sink.path="$PWD/build/demo-results.jsonl"
+    ./build/daemon/gpud run config/demo.ini
     echo "== the first results:"
     head -n 3 build/demo-results.jsonl
+    ;;
+  install)
+    prefix=${2:-}
+    if [ -z "$prefix" ]; then
+      if [ "$(id -u)" -eq 0 ]; then prefix=/usr/local; else prefix=$HOME/.local; fi
+    fi
+    case $prefix in /*) ;; *) prefix=$PWD/$prefix ;; esac
+    # Its own build folder: the demo's and the tests' keep their settings.
+    setup build-install -Dtests=disabled -Dbuildtype=release --prefix="$prefix"
+    sudo=""
+    if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then sudo="sudo"; fi
+    $sudo meson install -C build-install --no-rebuild --quiet
+    bin="$prefix/bin"
+    pc=$(dirname "$(find "$prefix" -path '*/pkgconfig/gpud.pc' -print -quit)")
+    echo "== installed: $bin/gpud (and its worker, plugins, gpud/plugin.h, gpud.pc)"
+    "$bin/gpud" --version
+    hints=0
+    if [ "$(command -v gpud || true)" != "$bin/gpud" ]; then
+      echo "== gpud is not on your PATH; add it (e.g. in ~/.profile):"
+      echo "    export PATH=\"$bin:\$PATH\""
+      hints=1
+    fi
+    if ! pkg-config --variable=prefix gpud 2>/dev/null | grep -qx "$prefix"; then
+      echo "== for plugins built with \$(pkg-config --cflags gpud):"
+      echo "    export PKG_CONFIG_PATH=\"$pc:\$PKG_CONFIG_PATH\""
+      hints=1
+    fi
+    [ "$hints" -eq 1 ] || echo "== gpud is on your PATH and pkg-config finds gpud.pc"
     ;;
   test)
     setup build -Dtests=enabled -Dwerror=true

@@ -5,6 +5,7 @@
 #include "catalog.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,18 @@ static int list_dir(const char *worker_exe, const char *dir, const char *origin)
 		} else {
 			char *kind = strtok(out, "\t"), *name = strtok(NULL, "\t");
 			char *version = strtok(NULL, "\t"), *desc = strtok(NULL, "\n");
-			printf("  %-9s  %-10s  %-6s  %s\n", kind ? kind : "?", name ? name : "?",
-			       version ? version : "?", desc ? desc : "");
+			/* The name a job file uses is the file's: <kind>-<NAME>.so. */
+			char use[256];
+			const char *dash = strchr(names[i], '-');
+			snprintf(use, sizeof use, "%.*s", (int)(strlen(dash + 1) - 3), dash + 1);
+			char said[300] = "";
+			if (name && strcmp(name, use) != 0)
+				snprintf(said, sizeof said, " (it calls itself '%s')", name);
+			bool kind_ok = kind && strncmp(names[i], kind, strlen(kind)) == 0 &&
+				       names[i][strlen(kind)] == '-';
+			printf("  %-9s  %-10s  %-6s  %s%s%s\n", kind ? kind : "?", use,
+			       version ? version : "?", desc ? desc : "", said,
+			       kind_ok ? "" : "  [file name says another kind: not found by name]");
 		}
 		shown++;
 		free(names[i]);

@@ -135,6 +135,7 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 		       sizeof err) < 0 ||
 	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err,
 		       sizeof err) < 0) {
+		ui_clean(err);
 		fprintf(stderr, "gpud: %s\n", err);
 		rc = -1;
 	}
@@ -158,6 +159,7 @@ static int plugin_check(const struct plugin *pl, const struct cfg_section *s, co
 	struct gpud_error err;
 	err.message[0] = '\0';
 	if (fn(&s->args, &err) != 0) {
+		ui_clean(err.message);
 		fprintf(stderr, "gpud: %s %s: %s\n", kind, s->plugin,
 			err.message[0] ? err.message : "its check failed without a message");
 		return -1;

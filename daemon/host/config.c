@@ -53,6 +53,10 @@ static void fail(struct parse *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(p->err, p->errlen, fmt, ap);
 	va_end(ap);
+	/* Values are echoed: a control byte in one must not reach the terminal raw. */
+	for (char *s = p->err; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
 	p->failed = true;
 }
 
@@ -611,18 +615,11 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
 			s->plugin_line = r->line;
 		}
 	} else {
-		struct gpud_kv *kv = realloc(s->kv, (s->count + 1) * sizeof *kv);
-		if (!kv) {
-			perror("gpud");
-			abort();
-		}
-		s->kv = kv;
-		char **wh = realloc(s->where, (s->count + 1) * sizeof *wh);
-		if (!wh) {
-			perror("gpud");
-			abort();
-		}
-		s->where = wh;
+		size_t cap = s->cap;
+		s->kv = grow(s->kv, &cap, s->count, sizeof *s->kv);
+		cap = s->cap;
+		s->where = grow(s->where, &cap, s->count, sizeof *s->where);
+		s->cap = cap;
 		char loc[512];
 		s->where[s->count] = strdup(where(p, r, loc, sizeof loc));
 		s->kv[s->count].key = strdup(r->key);

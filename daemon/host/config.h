@@ -30,7 +30,7 @@ struct cfg_section {
 	int plugin_line;
 	struct gpud_kv *kv; /* every key but `plugin`, file order; owned */
 	char **where;       /* kv[i]'s place: "file:line" or "--set ..."; owned */
-	size_t count;
+	size_t count, cap;
 	struct gpud_args args; /* view of kv for the plugin */
 };
 

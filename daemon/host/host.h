@@ -195,6 +195,7 @@ struct host {
 	int abort;     /* exit status 3 pending; abort_msg says why */
 	char abort_msg[4096];
 	uint64_t sink_lost; /* results that could not be delivered after a sink error */
+	uint64_t corruptions; /* workers killed for corrupting their memory */
 	/* ordered = true: outcomes held until every earlier task's is delivered */
 	struct held_outcome **held; /* queue_size slots, by task_id % queue_size */
 	uint64_t next_deliver;      /* the task whose outcome goes next */

@@ -195,8 +195,15 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 		return;
 	w->corrupt = true;
 	snprintf(w->corrupt_why, sizeof w->corrupt_why, "%s", why);
-	ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its shared memory (%s); restarting it",
-	       w->index, w->gpu_id, why);
+	/* A plugin that corrupts its memory on every task would say this thousands of
+	 * times: the first few are told, then that the rest are not. */
+	if (++h->corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its shared memory (%s); "
+		       "restarting it%s", w->index, w->gpu_id, why,
+		       h->corruptions == LIFECYCLE_CORRUPTIONS_TOLD
+			       ? " (further corruptions are not told; the tasks they fail are "
+				 "in the failures list)"
+			       : "");
 	if (!w->exited) /* reaped already: its process group is gone */
 		kill_worker(w);
 }

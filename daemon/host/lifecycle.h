@@ -7,6 +7,9 @@
 
 #include "host.h"
 
+/* How many workers killed for corrupting their memory are told of, per run. */
+#define LIFECYCLE_CORRUPTIONS_TOLD 5
+
 /* A worker in setup: notices when it is ready or has failed. */
 void lifecycle_poll(struct host *h, struct host_worker *w);
 /* Reaps every child that exited; a worker's exit is marked (w->exited) for

@@ -75,6 +75,10 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 				opts->stats_json = v;
 		} else if (strncmp(a, "--set=", 6) == 0) {
 			sets[(*n_sets)++] = (char *)a + 6;
+		} else if (strncmp(a, "--ui=", 5) == 0) {
+			ui = a + 5;
+		} else if (strncmp(a, "--stats-json=", 13) == 0) {
+			opts->stats_json = a + 13;
 		} else if (a[0] == '-' && a[1] != '\0') {
 			fprintf(stderr, "gpud: unknown option %s\n%s", a, usage);
 			*rc = 2;

@@ -222,6 +222,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		&h.gen_pl, "gpud_generator_next");
 	h.gen_close = (void (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_close");
 	if (gen_open(&c->generator.args, &h.gen, &err) != 0) {
+		ui_clean(err.message);
 		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
 			err.message[0] ? err.message : "open failed");
 		goto out;
@@ -237,6 +238,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		&h.sink_pl, "gpud_sink_close");
 	err.message[0] = '\0';
 	if (sink_open(&c->sink.args, &h.sink, &err) != 0) {
+		ui_clean(err.message);
 		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
 			err.message[0] ? err.message : "open failed");
 		if (h.gen_close)

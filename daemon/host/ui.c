@@ -554,6 +554,32 @@ static void *ui_main(void *arg)
 	return NULL;
 }
 
+/* The dashboard hides the cursor: a crash of the host must not leave it hidden. */
+static void on_crash(int sig)
+{
+	static const char show[] = "\033[?25h\n";
+	if (write(2, show, sizeof show - 1) < 0) {
+		/* nothing more to do */
+	}
+	raise(sig); /* SA_RESETHAND: now with the default action */
+}
+
+static void cursor_on_crash(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_crash;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		struct sigaction old;
+		/* One already handled (a sanitizer's) stays. */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
 struct ui *ui_start(struct host *h)
 {
 	if (h->ui_mode == UI_OFF)
@@ -565,8 +591,10 @@ struct ui *ui_start(struct host *h)
 	const char *term = getenv("TERM");
 	u->color = h->ui_mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(2) && term &&
 		   strcmp(term, "dumb") != 0;
-	if (h->ui_mode == UI_DASHBOARD)
+	if (h->ui_mode == UI_DASHBOARD) {
 		u->nvml = nvml_open();
+		cursor_on_crash();
+	}
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_cond_init(&u->wake, NULL);
 	/* Signals are the host loop's: the drawing thread never takes one. */

@@ -54,6 +54,21 @@ int worker_count_gpus(void)
 	}
 	int n = 0; /* cudart leaves it untouched on error */
 	int rc = get_count(&n);
+	/* Without a driver, cudart says "insufficient driver" (35) or "no device" (100):
+	 * the real story is that this machine has no NVIDIA driver. */
+	void *driver = rc != 0 ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;
+	if (rc != 0 && !driver) {
+		fprintf(stderr, "gpus = all: this machine has no NVIDIA driver (libcuda.so.1 "
+				"cannot be loaded), so there is no GPU to count; list GPU ids "
+				"instead (gpus = 0,1) for plugins that simulate GPUs\n");
+		return 2;
+	}
+	if (driver)
+		dlclose(driver);
+	if (rc == 100) {
+		fprintf(stderr, "gpus = all: the NVIDIA driver sees no GPU (cudaErrorNoDevice)\n");
+		return 2;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "gpus = all: no CUDA device usable: %s (%s)\n",
 			get_name ? get_name(rc) : "error", get_string ? get_string(rc) : "?");
