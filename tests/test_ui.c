@@ -123,6 +123,8 @@ Test(ui, dashboard_in_a_terminal, .timeout = 120)
 		size_t len = strchr(l, '\n') ? (size_t)(strchr(l, '\n') - l) : strlen(l);
 		cr_expect_leq(len, 60, "a line wider than the terminal: %.*s", (int)len, l);
 	}
+	/* The worker table narrows instead of losing its outcome columns. */
+	cr_expect(strstr(pane, "GPU WKR  STATUS         TASK       OK FAILED  T/O RST"), "%s", pane);
 	free(pane);
 	sh("tmux -L %s resize-window -t ui -x 120", sock);
 

@@ -154,6 +154,7 @@ struct host {
 	unsigned n_workers;
 	unsigned *restarts; /* per GPU index */
 	bool *retired;      /* per GPU index: crashed past max_worker_restarts */
+	char (*bus_ids)[32]; /* by CUDA device number: its PCI bus id, "" unknown (NVML) */
 	bool ever_ready;    /* some worker finished its setup */
 	uint64_t task_need;
 
@@ -167,6 +168,7 @@ struct host {
 	int (*sink_close)(void *, const struct gpud_stats *, struct gpud_error *);
 	uint32_t sink_mask;
 	bool sink_open;
+	bool sink_open_ever; /* opened (sink_open goes false when it fails) */
 
 	struct gpud_stats stats;
 	uint64_t next_id;
@@ -211,6 +213,14 @@ struct host {
 		.cfg = (c), .shm_fd = -1, .ro_fd = -1, .bell_fd = -1, .host_pipe = {-1, -1},  \
 		.total = -1, .rq_tail = NULL                                               \
 	}
+
+/* The PCI bus id CUDA gave for GPU `gpu_id`, or NULL (for NVML lookups). */
+static inline const char *host_bus_id(const struct host *h, int gpu_id)
+{
+	return h->bus_ids && gpu_id >= 0 && gpu_id < CFG_MAX_GPUS && h->bus_ids[gpu_id][0]
+		       ? h->bus_ids[gpu_id]
+		       : NULL;
+}
 
 /* The tasks waiting to run again (tasks.h). */
 static inline bool tasks_requeued_for(const struct host *h, const struct host_worker *w)

@@ -122,7 +122,7 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 	struct nvml_sample s[CFG_MAX_GPUS];
 	bool have[CFG_MAX_GPUS];
 	for (size_t g = 0; g < c->n_gpus && g < CFG_MAX_GPUS; g++)
-		have[g] = nvml_sample(nvml, c->gpus[g], &s[g]) == 0;
+		have[g] = nvml_sample(nvml, host_bus_id(h, c->gpus[g]), c->gpus[g], &s[g]) == 0;
 	fprintf(o, "# HELP gpud_gpu_utilization_ratio GPU busy time over NVML's last sample "
 		   "period, 0 to 1.\n# TYPE gpud_gpu_utilization_ratio gauge\n");
 	for (size_t g = 0; g < c->n_gpus; g++)

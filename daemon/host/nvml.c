@@ -18,6 +18,7 @@ struct nvml {
 	void *lib;
 	int (*shutdown)(void);
 	int (*by_index)(unsigned, nvml_device *);
+	int (*by_bus)(const char *, nvml_device *);
 	int (*util)(nvml_device, struct nvml_util *);
 	int (*mem)(nvml_device, struct nvml_mem *);
 };
@@ -34,6 +35,7 @@ struct nvml *nvml_open(void)
 	n->lib = lib;
 	n->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
 	n->by_index = (int (*)(unsigned, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+	n->by_bus = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
 	n->util = (int (*)(nvml_device, struct nvml_util *))dlsym(lib, "nvmlDeviceGetUtilizationRates");
 	n->mem = (int (*)(nvml_device, struct nvml_mem *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
 	if (!n->shutdown || !n->by_index || !n->util || !n->mem || init() != 0)
@@ -45,13 +47,20 @@ fail:
 	return NULL;
 }
 
-int nvml_sample(struct nvml *n, int gpu_id, struct nvml_sample *s)
+int nvml_sample(struct nvml *n, const char *bus_id, int gpu_id, struct nvml_sample *s)
 {
 	nvml_device dev;
 	struct nvml_util u;
 	struct nvml_mem m;
-	if (!n || gpu_id < 0 || n->by_index((unsigned)gpu_id, &dev) != 0 || n->util(dev, &u) != 0 ||
-	    n->mem(dev, &m) != 0)
+	if (!n)
+		return -1;
+	if (bus_id && bus_id[0] && n->by_bus) {
+		if (n->by_bus(bus_id, &dev) != 0)
+			return -1;
+	} else if (gpu_id < 0 || n->by_index((unsigned)gpu_id, &dev) != 0) {
+		return -1;
+	}
+	if (n->util(dev, &u) != 0 || n->mem(dev, &m) != 0)
 		return -1;
 	s->util = u.gpu;
 	s->mem_used = m.used;

@@ -5,6 +5,7 @@
 #include "run.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +34,10 @@
 /* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
  * Listed ids: checked against the devices where CUDA works; where it does not, they
  * stay as given (simulated GPUs: the plugin decides what an id means). */
-static int resolve_gpus(struct cfg *c, const char *worker_exe)
+static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 {
 	char err[ERRLEN];
-	int n = spawn_count_gpus(worker_exe, err, sizeof err);
+	int n = spawn_count_gpus(worker_exe, h->bus_ids, CFG_MAX_GPUS, err, sizeof err);
 	if (!c->gpus_all) {
 		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
 			if (c->gpus[i] >= n) {
@@ -98,7 +99,12 @@ static int prepare(struct host *h, struct cfg *c)
 		return -1;
 	if (checks_keys(h, c, out) < 0)
 		return -1;
-	if (resolve_gpus(c, h->worker_exe) < 0)
+	h->bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->bus_ids);
+	if (!h->bus_ids) {
+		fprintf(stderr, "gpud: out of memory\n");
+		return -1;
+	}
+	if (resolve_gpus(h, c, h->worker_exe) < 0)
 		return -1;
 	return 0;
 }
@@ -120,6 +126,7 @@ static void release(struct host *h)
 	free(h->held);
 	free(h->log_dir);
 	free(h->retired);
+	free(h->bus_ids);
 }
 
 int run_check(struct cfg *c)
@@ -141,6 +148,16 @@ int run_check(struct cfg *c)
 	free(notes);
 	release(&h);
 	return rc;
+}
+
+/* Whether standard output is a pipe or socket whose reader has gone. */
+static bool stdout_reader_gone(void)
+{
+	struct stat st;
+	if (fstat(1, &st) < 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		return false;
+	struct pollfd pf = {1, POLLOUT, 0};
+	return poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR);
 }
 
 /* The rest of a run after the loop: children reaped, held outcomes flushed, the sink
@@ -184,6 +201,17 @@ static int finish_run(struct host *h)
 	metrics_stop(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
+	if (h->abort && !h->sink_open && h->sink_open_ever && stdout_reader_gone()) {
+		/* `gpud run ... | head`: like any filter whose reader left, we stop, and say
+		 * in one line what that left undone. */
+		fprintf(stderr, "gpud: stopped: the reader of standard output went away; %llu "
+				"results were not written", (unsigned long long)h->sink_lost);
+		if (!h->gen_done)
+			fprintf(stderr, ", tasks from %llu on were not generated",
+				(unsigned long long)h->next_id);
+		fputc('\n', stderr);
+		return 3;
+	}
 	if (h->abort) {
 		if (h->sink_lost)
 			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
@@ -246,6 +274,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		goto out;
 	}
 	h.sink_open = true;
+	h.sink_open_ever = true;
 	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
 	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
 

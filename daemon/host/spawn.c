@@ -237,13 +237,25 @@ int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *
 	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
 }
 
-int spawn_count_gpus(const char *worker_exe, char *err, size_t errlen)
+int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max,
+		     char *err, size_t errlen)
 {
-	char out[64];
+	static char out[64 * 1024];
 	char *args[] = {"--count-gpus", NULL};
 	if (spawn_helper(worker_exe, args, out, sizeof out, err, errlen) < 0)
 		return -1;
-	return atoi(out);
+	int n = atoi(out);
+	char *line = strchr(out, '\n');
+	for (size_t i = 0; bus_ids && line && i < max && (int)i < n; i++) {
+		char *end = strchr(++line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		if (len < SPAWN_BUS_ID && !(len == 1 && line[0] == '-')) {
+			memcpy(bus_ids[i], line, len);
+			bus_ids[i][len] = '\0';
+		}
+		line = end;
+	}
+	return n;
 }
 
 int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,

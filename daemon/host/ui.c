@@ -24,6 +24,7 @@
 #define PLAIN_FAILURES 20
 /* The dashboard shows this many of the last messages. */
 #define DASH_NOTES 6
+#define UI_WIDE 92 /* columns the full worker table needs */
 
 struct ui {
 	struct host *h;
@@ -362,11 +363,17 @@ static void draw_dashboard(struct ui *u, bool final)
 	      (unsigned long long)f.in_flight, h->cfg->queue_size);
 	frame_add(&fr, &l);
 
-	/* One row per worker, as many as the terminal holds. */
+	/* One row per worker, as many as the terminal holds. Below UI_WIDE columns the
+	 * timings go and the rest narrows, so the outcome columns always show. */
+	bool narrow = width < UI_WIDE;
 	new_line(&l, u, width);
 	l_color(&l, C_BOLD);
-	l_fmt(&l, "%4s %6s  %-12s %10s %9s %9s %9s %6s %5s %8s", "GPU", "WORKER", "STATUS", "TASK",
-	      "RUNNING", "LAST", "OK", "FAILED", "T/O", "RESTARTS");
+	if (narrow)
+		l_fmt(&l, "%3s %3s  %-10s %8s %8s %6s %4s %3s", "GPU", "WKR", "STATUS", "TASK", "OK",
+		      "FAILED", "T/O", "RST");
+	else
+		l_fmt(&l, "%4s %6s  %-12s %10s %9s %9s %9s %6s %5s %8s", "GPU", "WORKER", "STATUS",
+		      "TASK", "RUNNING", "LAST", "OK", "FAILED", "T/O", "RESTARTS");
 	if (u->nvml)
 		l_fmt(&l, " %5s %15s", "UTIL", "MEMORY");
 	frame_add(&fr, &l);
@@ -384,12 +391,27 @@ static void draw_dashboard(struct ui *u, bool final)
 		const char *color;
 		const char *status = worker_status(w, &color);
 		new_line(&l, u, width);
-		l_fmt(&l, "%4d %6d  ", w->gpu_id, w->index);
+		l_fmt(&l, narrow ? "%3d %3d  " : "%4d %6d  ", w->gpu_id, w->index);
 		l_color(&l, color);
-		l_fmt(&l, "%-12s", status);
+		l_fmt(&l, narrow ? "%-10.10s" : "%-12s", status);
 		l_color(&l, C_RESET);
 		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
-		if (UI_READ(w->state) == HW_READY && since) {
+		if (narrow) {
+			if (UI_READ(w->state) == HW_READY && since)
+				l_fmt(&l, " %8llu",
+				      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
+									       memory_order_relaxed));
+			else
+				l_fmt(&l, " %8s", "-");
+			uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
+			l_fmt(&l, " %8llu", (unsigned long long)UI_READ(w->ok));
+			l_color(&l, wf ? C_RED : C_RESET);
+			l_fmt(&l, " %6llu", (unsigned long long)wf);
+			l_color(&l, wt ? C_YELLOW : C_RESET);
+			l_fmt(&l, " %4llu", (unsigned long long)wt);
+			l_color(&l, C_RESET);
+			l_fmt(&l, " %3u", UI_READ(w->restarts));
+		} else if (UI_READ(w->state) == HW_READY && since) {
 			fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
 			l_fmt(&l, " %10llu %9s",
 			      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
@@ -398,21 +420,23 @@ static void draw_dashboard(struct ui *u, bool final)
 		} else {
 			l_fmt(&l, " %10s %9s", "-", "-");
 		}
-		double last = UI_READ(w->last_seconds);
-		if (last > 0)
-			fmt_short(b, sizeof b, last);
-		else
-			snprintf(b, sizeof b, "-");
-		l_fmt(&l, " %9s %9llu", b, (unsigned long long)UI_READ(w->ok));
-		uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
-		l_color(&l, wf ? C_RED : C_RESET);
-		l_fmt(&l, " %6llu", (unsigned long long)wf);
-		l_color(&l, wt ? C_YELLOW : C_RESET);
-		l_fmt(&l, " %5llu", (unsigned long long)wt);
-		l_color(&l, C_RESET);
-		l_fmt(&l, " %8u", UI_READ(w->restarts));
+		if (!narrow) {
+			double last = UI_READ(w->last_seconds);
+			if (last > 0)
+				fmt_short(b, sizeof b, last);
+			else
+				snprintf(b, sizeof b, "-");
+			l_fmt(&l, " %9s %9llu", b, (unsigned long long)UI_READ(w->ok));
+			uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
+			l_color(&l, wf ? C_RED : C_RESET);
+			l_fmt(&l, " %6llu", (unsigned long long)wf);
+			l_color(&l, wt ? C_YELLOW : C_RESET);
+			l_fmt(&l, " %5llu", (unsigned long long)wt);
+			l_color(&l, C_RESET);
+			l_fmt(&l, " %8u", UI_READ(w->restarts));
+		}
 		struct nvml_sample ns;
-		if (u->nvml && nvml_sample(u->nvml, w->gpu_id, &ns) == 0)
+		if (u->nvml && nvml_sample(u->nvml, host_bus_id(h, w->gpu_id), w->gpu_id, &ns) == 0)
 			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);
 		frame_add(&fr, &l);
 		shown++;

@@ -78,7 +78,14 @@ int worker_count_gpus(void)
 		fprintf(stderr, "gpus = all: no CUDA device found\n");
 		return 2;
 	}
+	/* Then each device's PCI bus id, in CUDA's numbering (the one `gpus` and
+	 * CUDA_VISIBLE_DEVICES use), for NVML, which numbers them otherwise. */
 	printf("%d\n", n);
+	int (*bus_id)(char *, int, int) = (int (*)(char *, int, int))dlsym(lib, "cudaDeviceGetPCIBusId");
+	for (int i = 0; bus_id && i < n; i++) {
+		char id[64] = "";
+		printf("%s\n", bus_id(id, (int)sizeof id, i) == 0 ? id : "-");
+	}
 	return 0;
 }
 
