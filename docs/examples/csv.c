@@ -8,6 +8,7 @@
 
 GPUD_PLUGIN("sink", "csv", "1.0");
 GPUD_PLUGIN_DESCRIPTION("task_id,status,text lines in a CSV file (path)");
+GPUD_PLUGIN_KEYS("path");
 
 struct csv { FILE *f; };
 

@@ -5,6 +5,7 @@
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("worker", "upper", "1.0");
+GPUD_PLUGIN_KEYS("prefix"); /* any other [worker] key is a typo gpud refuses */
 
 struct state { long tasks; const char *prefix; };
 

@@ -9,6 +9,7 @@
 
 GPUD_PLUGIN("generator", "words", "1.0");
 GPUD_PLUGIN_DESCRIPTION("the words of a text file (path), one task each");
+GPUD_PLUGIN_KEYS("path");
 
 struct words { FILE *f; };
 
