@@ -237,3 +237,24 @@ Test(ui, off_prints_only_the_summary_and_where_the_failures_are)
 	free(err);
 	free(path);
 }
+
+/* The dashboard hides the cursor while it draws; a host that crashes gives it back. */
+Test(ui, the_cursor_comes_back_after_a_host_crash, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "", 2000);
+	start_in_tmux(dir, "", path);
+	free(pane_with(dir, "processing", 10));
+	sh("tmux -L %s display -p -t ui '#{cursor_flag}' > '%s/cursor' 2>/dev/null", sock, dir);
+	cr_expect_eq(t_read_long(dir, "cursor"), 0, "the dashboard did not hide the cursor");
+	cr_assert_eq(sh("pkill -SEGV -f '^%s run %s'", t_env("GPUD"), path), 0);
+	wait_exit(dir);
+	usleep(200000);
+	sh("tmux -L %s display -p -t ui '#{cursor_flag}' > '%s/cursor' 2>/dev/null", sock, dir);
+	cr_expect_eq(t_read_long(dir, "cursor"), 1, "the cursor stayed hidden");
+	char *e = t_read_in(dir, "exit");
+	cr_expect(e && strstr(e, "exit=139"), "%s", e);
+	free(e);
+	stop_tmux();
+	free(path);
+}
