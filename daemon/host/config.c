@@ -547,11 +547,11 @@ static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
 }
 
 /* Whether a plugin-section value names a file, so a relative one is resolved: the
- * key says so (plugin, path, dir, file, *_path, *_dir, *_file), or the value starts
- * with ./ or ../ . */
+ * key says so (plugin, path, dir, file, script, *_path, *_dir, *_file), or the value
+ * starts with ./ or ../ . */
 static bool is_path_key(const char *key, const char *value)
 {
-	static const char *const exact[] = {"plugin", "path", "dir", "file"};
+	static const char *const exact[] = {"plugin", "path", "dir", "file", "script"};
 	static const char *const suffix[] = {"_path", "_dir", "_file"};
 	if (strncmp(value, "./", 2) == 0 || strncmp(value, "../", 3) == 0)
 		return true;
@@ -582,6 +582,32 @@ static char *resolve(const char *base, const char *v)
 		return strdup(v);
 	if (asprintf(&out, "%s/%s", base, v) < 0)
 		return NULL;
+	return out;
+}
+
+/* A *_path value with colons is a list of folders (python_path = ./src:./vendor):
+ * each is resolved. Any other path value is one path. */
+static char *resolve_list(const char *base, const char *key, const char *v)
+{
+	size_t kl = strlen(key);
+	if (!strchr(v, ':') || kl < 5 || strcmp(key + kl - 5, "_path") != 0)
+		return resolve(base, v);
+	char *copy = strdup(v), *out = NULL, *save = NULL;
+	size_t len = 0;
+	FILE *f = copy ? open_memstream(&out, &len) : NULL;
+	if (!f) {
+		free(copy);
+		return NULL;
+	}
+	bool first = true;
+	for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+		char *r = resolve(base, t);
+		fprintf(f, "%s%s", first ? "" : ":", r ? r : t);
+		free(r);
+		first = false;
+	}
+	fclose(f);
+	free(copy);
 	return out;
 }
 
@@ -623,7 +649,7 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
 		char loc[512];
 		s->where[s->count] = strdup(where(p, r, loc, sizeof loc));
 		s->kv[s->count].key = strdup(r->key);
-		s->kv[s->count].value = path ? resolve(base, r->value) : strdup(r->value);
+		s->kv[s->count].value = path ? resolve_list(base, r->key, r->value) : strdup(r->value);
 		s->count++;
 	}
 	if (!s->present || (r->line > 0 && r->line < s->line))

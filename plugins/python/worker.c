@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Worker `python`: runs a Python worker class inside the worker process, on embedded
+ * CPython (the one this plugin was built against; `gpud plugins` names it).
+ *
+ *   [worker]
+ *   plugin = python
+ *   script = ./my_worker.py      ; or module = my_package.my_worker (found on sys.path)
+ *   class = InferenceWorker
+ *   python_path = ./src:./vendor ; optional, prepended to sys.path
+ *   input = memoryview           ; memoryview (default) | bytes | str | json
+ *   model_path = ./model.bin     ; every other key reaches setup() as a keyword (a str)
+ *
+ * The class has setup(gpu_id, seed, **kwargs), process(data), optionally
+ * process_batch(items) and cleanup(); it may inherit from gpud.BaseWorker (the `gpud`
+ * module is importable inside the worker) or just have the methods. The interpreter
+ * starts in setup, after CUDA_VISIBLE_DEVICES is set, and installs no signal handlers:
+ * gpud's stay in charge (a stuck process() is killed at task_timeout like any worker).
+ *
+ * Input: a read-only memoryview straight over the task's bytes in shared memory. It is
+ * made from a small exporter that counts the buffers taken from it, so a view kept past
+ * the call (np.frombuffer(data) stored on self) is caught: the task fails saying so and
+ * the worker is replaced, since that view would see later tasks' bytes.
+ * Result: a buffer (bytes, bytearray, memoryview, NumPy array...) as is, str as UTF-8,
+ * None as empty, anything else as JSON text.
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <gpud/plugin.h>
+
+#include "gpud_module.h"
+
+GPUD_PLUGIN("worker", "python", "1.0");
+GPUD_PLUGIN_DESCRIPTION("a Python worker class (script or module, class) on embedded "
+			"CPython " PY_VERSION);
+/* script/module, class, python_path and input are ours; every other key is the class's
+ * (setup's keywords), so none can be refused here. */
+
+enum input_mode { IN_MEMORYVIEW, IN_BYTES, IN_STR, IN_JSON };
+
+struct py_worker {
+	PyObject *obj;           /* the worker instance */
+	PyObject *process;       /* its bound process */
+	PyObject *process_batch; /* its bound process_batch, or NULL */
+	PyObject *json_loads, *json_dumps;
+	enum input_mode input;
+	size_t batch;
+};
+
+/* ---- the input exporter: a buffer over shared memory that counts its exports ---- */
+
+typedef struct {
+	PyObject_HEAD
+	const void *data;
+	Py_ssize_t len;
+	Py_ssize_t exports;
+} input_obj;
+
+static int input_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+	input_obj *in = (input_obj *)self;
+	if (!in->data) {
+		PyErr_SetString(PyExc_BufferError,
+				"gpud: this task's input is gone (its process() call returned)");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, self, (void *)in->data, in->len, 1, flags) < 0)
+		return -1;
+	in->exports++;
+	return 0;
+}
+
+static void input_releasebuffer(PyObject *self, Py_buffer *view)
+{
+	(void)view;
+	((input_obj *)self)->exports--;
+}
+
+static PyBufferProcs input_as_buffer = {input_getbuffer, input_releasebuffer};
+
+static PyTypeObject input_type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpud.Input",
+	.tp_basicsize = sizeof(input_obj),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_as_buffer = &input_as_buffer,
+	.tp_new = NULL,
+};
+
+/* ---- messages ---- */
+
+/* The pending exception as one line, "Type: message (traceback, innermost last:
+ * file:line in function <- ...)", into buf; clears it. Returns the exception's type (a
+ * new reference) for the caller to classify, or NULL. */
+static PyObject *take_error(char *buf, size_t len)
+{
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	buf[0] = '\0';
+	if (!type)
+		return NULL;
+	PyObject *msg = value ? PyObject_Str(value) : NULL;
+	const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+	size_t used = (size_t)snprintf(buf, len, "%s: %s", ((PyTypeObject *)type)->tp_name,
+				       m ? m : "");
+	/* The last frames, where it happened. */
+	PyObject *tbmod = tb ? PyImport_ImportModule("traceback") : NULL;
+	PyObject *frames = tbmod ? PyObject_CallMethod(tbmod, "extract_tb", "O", tb) : NULL;
+	Py_ssize_t n = frames ? PyList_Size(frames) : 0;
+	for (Py_ssize_t k = n - 1; k >= 0 && k >= n - 3 && used + 1 < len; k--) {
+		PyObject *f = PyList_GetItem(frames, k); /* borrowed */
+		PyObject *file = PyObject_GetAttrString(f, "filename");
+		PyObject *line = PyObject_GetAttrString(f, "lineno");
+		PyObject *name = PyObject_GetAttrString(f, "name");
+		const char *fs = file ? PyUnicode_AsUTF8(file) : NULL;
+		const char *ns = name ? PyUnicode_AsUTF8(name) : NULL;
+		long ln = line ? PyLong_AsLong(line) : 0;
+		used += (size_t)snprintf(buf + used, len - used, "%s%s:%ld in %s",
+					 k == n - 1 ? " (at " : " <- ", fs ? fs : "?", ln,
+					 ns ? ns : "?");
+		Py_XDECREF(file);
+		Py_XDECREF(line);
+		Py_XDECREF(name);
+	}
+	if (n > 0 && used + 1 < len)
+		snprintf(buf + used, len - used, ")");
+	PyErr_Clear();
+	Py_XDECREF(frames);
+	Py_XDECREF(tbmod);
+	Py_XDECREF(msg);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	return type;
+}
+
+/* ---- setup ---- */
+
+/* Extension modules (NumPy's .so files) look up libpython's symbols globally; a plugin
+ * loaded RTLD_LOCAL keeps them local. Re-open libpython RTLD_GLOBAL before starting. */
+static void libpython_global(void)
+{
+	Dl_info info;
+	if (dladdr((void *)Py_Initialize, &info) && info.dli_fname)
+		dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+}
+
+static int start_python(struct gpud_error *err)
+{
+	if (Py_IsInitialized())
+		return 0;
+	libpython_global();
+	if (PyImport_AppendInittab("gpud", gpud_module_init) < 0)
+		return gpud_fail(err, "python: cannot register the gpud module");
+	PyConfig config;
+	PyConfig_InitPythonConfig(&config);
+	config.install_signal_handlers = 0; /* gpud's handling stays in charge */
+	config.buffered_stdio = 0;          /* print() shows up as it happens */
+	config.parse_argv = 0;
+	PyStatus st = Py_InitializeFromConfig(&config);
+	PyConfig_Clear(&config);
+	if (PyStatus_Exception(st))
+		return gpud_fail(err, "python: cannot start the interpreter: %s",
+				 st.err_msg ? st.err_msg : "?");
+	if (PyType_Ready(&input_type) < 0)
+		return gpud_fail(err, "python: cannot make the input type");
+	return 0;
+}
+
+/* Prepends each folder of a colon-separated list to sys.path (in order). */
+static int prepend_path(const char *list, struct gpud_error *err)
+{
+	PyObject *path = PySys_GetObject("path"); /* borrowed */
+	if (!path)
+		return gpud_fail(err, "python: no sys.path");
+	char *copy = strdup(list), *save = NULL;
+	Py_ssize_t at = 0;
+	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		PyObject *s = PyUnicode_DecodeFSDefault(d);
+		if (!s || PyList_Insert(path, at++, s) < 0) {
+			Py_XDECREF(s);
+			free(copy);
+			return gpud_fail(err, "python: cannot extend sys.path with %s", d);
+		}
+		Py_DECREF(s);
+	}
+	free(copy);
+	return 0;
+}
+
+/* The module holding the class: a script loaded from its file, or a module imported. */
+static PyObject *load_module(const char *script, const char *module, struct gpud_error *err)
+{
+	char why[900];
+	PyObject *mod = NULL;
+	if (script) {
+		/* Its folder first on sys.path, as `python script.py` would have it. */
+		const char *slash = strrchr(script, '/');
+		char dir[4096];
+		snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - script) : 1,
+			 slash ? script : ".");
+		if (prepend_path(dir, err) < 0)
+			return NULL;
+		PyObject *util = PyImport_ImportModule("importlib.util");
+		PyObject *spec = util ? PyObject_CallMethod(util, "spec_from_file_location", "ss",
+							    "__gpud_worker__", script)
+				      : NULL;
+		if (spec == Py_None) {
+			Py_DECREF(spec);
+			Py_XDECREF(util);
+			gpud_fail(err, "python: cannot load %s as a Python file", script);
+			return NULL;
+		}
+		mod = spec ? PyObject_CallMethod(util, "module_from_spec", "O", spec) : NULL;
+		if (mod) {
+			PyObject *sys_modules = PyImport_GetModuleDict();
+			PyDict_SetItemString(sys_modules, "__gpud_worker__", mod);
+			PyObject *loader = PyObject_GetAttrString(spec, "loader");
+			PyObject *r = loader ? PyObject_CallMethod(loader, "exec_module", "O", mod)
+					     : NULL;
+			if (!r)
+				Py_CLEAR(mod);
+			Py_XDECREF(r);
+			Py_XDECREF(loader);
+		}
+		Py_XDECREF(spec);
+		Py_XDECREF(util);
+		if (!mod) {
+			Py_XDECREF(take_error(why, sizeof why));
+			gpud_fail(err, "python: loading %s: %s", script, why);
+		}
+		return mod;
+	}
+	mod = PyImport_ImportModule(module);
+	if (!mod) {
+		Py_XDECREF(take_error(why, sizeof why));
+		gpud_fail(err, "python: importing module %s: %s", module, why);
+	}
+	return mod;
+}
+
+static bool our_key(const char *k)
+{
+	return !strcmp(k, "script") || !strcmp(k, "module") || !strcmp(k, "class") ||
+	       !strcmp(k, "python_path") || !strcmp(k, "input");
+}
+
+GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
+				  struct gpud_error *err)
+{
+	const struct gpud_args *a = info->args;
+	const char *script = gpud_arg(a, "script", NULL), *module = gpud_arg(a, "module", NULL);
+	const char *cls_name = gpud_arg(a, "class", NULL), *in = gpud_arg(a, "input", "memoryview");
+	const char *pypath = gpud_arg(a, "python_path", NULL);
+	char why[900];
+
+	if (!script == !module)
+		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+	if (!cls_name)
+		return gpud_fail(err, "python: class = NAME is required (the worker class)");
+	struct py_worker *pw = calloc(1, sizeof *pw);
+	if (!pw)
+		return gpud_fail(err, "python: out of memory");
+	if (!strcmp(in, "memoryview"))
+		pw->input = IN_MEMORYVIEW;
+	else if (!strcmp(in, "bytes"))
+		pw->input = IN_BYTES;
+	else if (!strcmp(in, "str"))
+		pw->input = IN_STR;
+	else if (!strcmp(in, "json"))
+		pw->input = IN_JSON;
+	else {
+		free(pw);
+		return gpud_fail(err, "python: input = '%s': expected memoryview, bytes, str or json",
+				 in);
+	}
+	pw->batch = info->batch_size ? info->batch_size : 1;
+	if (start_python(err) < 0 || (pypath && prepend_path(pypath, err) < 0)) {
+		free(pw);
+		return -1;
+	}
+	PyObject *mod = load_module(script, module, err);
+	if (!mod) {
+		free(pw);
+		return -1;
+	}
+	PyObject *cls = PyObject_GetAttrString(mod, cls_name);
+	Py_DECREF(mod);
+	if (!cls) {
+		PyErr_Clear();
+		free(pw);
+		return gpud_fail(err, "python: %s has no class %s", script ? script : module, cls_name);
+	}
+	pw->obj = PyObject_CallNoArgs(cls);
+	Py_DECREF(cls);
+	PyObject *json = PyImport_ImportModule("json");
+	PyObject *kwargs = PyDict_New();
+	for (size_t i = 0; a && i < a->count; i++) {
+		if (our_key(a->items[i].key))
+			continue;
+		PyObject *v = PyUnicode_DecodeFSDefault(a->items[i].value);
+		PyDict_SetItemString(kwargs, a->items[i].key, v);
+		Py_XDECREF(v);
+	}
+	PyObject *setup = pw->obj ? PyObject_GetAttrString(pw->obj, "setup") : NULL;
+	PyObject *args = Py_BuildValue("(iK)", info->gpu_id, (unsigned long long)info->seed);
+	PyObject *r = setup ? PyObject_Call(setup, args, kwargs) : NULL;
+	Py_XDECREF(args);
+	Py_XDECREF(kwargs);
+	Py_XDECREF(setup);
+	if (!r || !json) {
+		Py_XDECREF(take_error(why, sizeof why));
+		Py_XDECREF(pw->obj);
+		Py_XDECREF(json);
+		free(pw);
+		return gpud_fail(err, "python: %s.setup() failed: %s", cls_name, why);
+	}
+	Py_DECREF(r);
+	pw->process = PyObject_GetAttrString(pw->obj, "process");
+	if (!pw->process)
+		PyErr_Clear();
+	pw->process_batch = PyObject_GetAttrString(pw->obj, "process_batch");
+	if (!pw->process_batch)
+		PyErr_Clear();
+	pw->json_loads = PyObject_GetAttrString(json, "loads");
+	pw->json_dumps = PyObject_GetAttrString(json, "dumps");
+	Py_DECREF(json);
+	if (!pw->process && !pw->process_batch) {
+		Py_DECREF(pw->obj);
+		free(pw);
+		return gpud_fail(err, "python: class %s has neither process() nor process_batch()",
+				 cls_name);
+	}
+	*state = pw;
+	return 0;
+}
+
+/* ---- one task ---- */
+
+/* The Python object for a task's input; NULL with the task failed. *exporter gets the
+ * exporter behind a memoryview (a new reference), to be checked after the call. */
+static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj **exporter)
+{
+	char why[900];
+	*exporter = NULL;
+	switch (pw->input) {
+	case IN_MEMORYVIEW: {
+		input_obj *in = PyObject_New(input_obj, &input_type);
+		if (!in)
+			break;
+		in->data = t->input;
+		in->len = (Py_ssize_t)t->input_size;
+		in->exports = 0;
+		PyObject *mv = PyMemoryView_FromObject((PyObject *)in);
+		if (!mv) {
+			Py_DECREF(in);
+			break;
+		}
+		*exporter = in;
+		return mv;
+	}
+	case IN_BYTES:
+		return PyBytes_FromStringAndSize(t->input, (Py_ssize_t)t->input_size);
+	case IN_STR:
+	case IN_JSON: {
+		PyObject *s = PyUnicode_DecodeUTF8(t->input, (Py_ssize_t)t->input_size, "strict");
+		if (!s) {
+			Py_XDECREF(take_error(why, sizeof why));
+			gpud_task_reject(t, "python: input is not valid UTF-8 (input = %s): %s",
+					 pw->input == IN_STR ? "str" : "json", why);
+			return NULL;
+		}
+		if (pw->input == IN_STR)
+			return s;
+		PyObject *v = PyObject_CallOneArg(pw->json_loads, s);
+		Py_DECREF(s);
+		if (!v) {
+			Py_XDECREF(take_error(why, sizeof why));
+			gpud_task_reject(t, "python: input is not JSON (input = json): %s", why);
+		}
+		return v;
+	}
+	}
+	Py_XDECREF(take_error(why, sizeof why));
+	gpud_task_fail(t, "python: cannot make the input: %s", why);
+	return NULL;
+}
+
+/* Whether the call kept a view of its input; the exporter is cut off either way. */
+static bool kept_view(PyObject *mv, input_obj *in)
+{
+	if (!in)
+		return false;
+	/* Our own reference to the memoryview goes: only views taken from it by the call
+	 * (np.frombuffer, a slice stored on self) keep exports alive. */
+	PyObject *r = PyObject_CallMethod(mv, "release", NULL);
+	if (!r)
+		PyErr_Clear();
+	Py_XDECREF(r);
+	bool kept = in->exports > 0;
+	in->data = NULL; /* later buffer requests fail instead of reading another task */
+	in->len = 0;
+	Py_DECREF(in);
+	return kept;
+}
+
+/* Fails task t from the pending exception, by its kind. */
+static void task_error(struct gpud_task *t)
+{
+	char why[900];
+	PyObject *type = take_error(why, sizeof why);
+	if (type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal))
+		gpud_task_fatal(t, "%s", why);
+	else if (type && PyErr_GivenExceptionMatches(type, gpud_task_rejected))
+		gpud_task_reject(t, "%s", why);
+	else
+		gpud_task_fail(t, "%s", why);
+	Py_XDECREF(type);
+}
+
+/* Writes a Python result into the task's buffer; fails the task when it cannot. */
+static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
+{
+	char why[900];
+	const char *p = NULL;
+	Py_ssize_t n = 0;
+	Py_buffer view;
+	bool have_view = false;
+	PyObject *text = NULL;
+
+	if (r == Py_None) {
+		t->result.size = 0;
+		return;
+	}
+	if (PyUnicode_Check(r)) {
+		p = PyUnicode_AsUTF8AndSize(r, &n);
+	} else if (PyObject_CheckBuffer(r)) {
+		if (PyObject_GetBuffer(r, &view, PyBUF_C_CONTIGUOUS) == 0) {
+			have_view = true;
+			p = view.buf;
+			n = view.len;
+		}
+	} else {
+		text = PyObject_CallOneArg(pw->json_dumps, r);
+		if (text)
+			p = PyUnicode_AsUTF8AndSize(text, &n);
+	}
+	if (!p) {
+		Py_XDECREF(take_error(why, sizeof why));
+		gpud_task_fail(t, "python: process() returned a %s that cannot be a result (bytes, "
+			       "str, None or JSON-able): %s", Py_TYPE(r)->tp_name, why);
+	} else if ((size_t)n > t->result.capacity) {
+		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", n,
+			       t->result.capacity);
+	} else {
+		memcpy(t->result.data, p, (size_t)n);
+		t->result.size = (size_t)n;
+	}
+	if (have_view)
+		PyBuffer_Release(&view);
+	Py_XDECREF(text);
+}
+
+static void run_one(struct py_worker *pw, struct gpud_task *t)
+{
+	input_obj *in;
+	PyObject *data = make_input(pw, t, &in);
+	if (!data)
+		return;
+	PyObject *r = PyObject_CallOneArg(pw->process, data);
+	if (!r)
+		task_error(t);
+	bool kept = kept_view(data, in);
+	Py_DECREF(data);
+	if (kept) {
+		Py_XDECREF(r);
+		gpud_task_fatal(t, "python: process() kept a view of its input past the call (a "
+			       "memoryview slice, np.frombuffer...), which would see later tasks' "
+			       "bytes; copy what you keep (bytes(data)). The worker is replaced.");
+		return;
+	}
+	if (r) {
+		put_result(pw, t, r);
+		Py_DECREF(r);
+	}
+}
+
+/* process_batch(items): a list in, a list of as many results out; an exception object
+ * in a result's place fails that task alone. */
+static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
+{
+	PyObject *items = PyList_New((Py_ssize_t)n);
+	input_obj **ins = calloc(n, sizeof *ins);
+	bool *made = calloc(n, sizeof *made);
+	if (!items || !ins || !made) {
+		for (size_t i = 0; i < n; i++)
+			gpud_task_fail(&t[i], "python: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		PyObject *d = make_input(pw, &t[i], &ins[i]);
+		made[i] = d != NULL;
+		Py_INCREF(d ? d : Py_None);
+		PyList_SET_ITEM(items, (Py_ssize_t)i, d ? d : Py_None);
+		Py_XDECREF(d);
+	}
+	PyObject *r = PyObject_CallOneArg(pw->process_batch, items);
+	bool kept = false;
+	for (size_t i = 0; i < n; i++)
+		if (made[i])
+			kept |= kept_view(PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
+	if (!r) {
+		char why[900];
+		PyObject *type = take_error(why, sizeof why);
+		bool fatal = type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal);
+		Py_XDECREF(type);
+		for (size_t i = 0; i < n; i++)
+			if (made[i]) {
+				if (fatal)
+					gpud_task_fatal(&t[i], "%s", why);
+				else
+					gpud_task_fail(&t[i], "%s", why);
+			}
+	} else if (kept) {
+		for (size_t i = 0; i < n; i++)
+			gpud_task_fatal(&t[i], "python: process_batch() kept a view of an input past "
+				       "the call; copy what you keep. The worker is replaced.");
+	} else if (!PySequence_Check(r) || PySequence_Size(r) != (Py_ssize_t)n) {
+		PyErr_Clear();
+		for (size_t i = 0; i < n; i++)
+			if (made[i])
+				gpud_task_fail(&t[i], "python: process_batch() must return a list of "
+					       "%zu results, one per item", n);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			if (!made[i])
+				continue;
+			PyObject *ri = PySequence_GetItem(r, (Py_ssize_t)i);
+			if (ri && PyExceptionInstance_Check(ri)) {
+				PyErr_SetObject((PyObject *)Py_TYPE(ri), ri);
+				task_error(&t[i]);
+			} else if (ri) {
+				put_result(pw, &t[i], ri);
+			}
+			Py_XDECREF(ri);
+		}
+	}
+	Py_XDECREF(r);
+out:
+	Py_XDECREF(items);
+	free(ins);
+	free(made);
+}
+
+GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n)
+{
+	struct py_worker *pw = state;
+	if (pw->process_batch && (n > 1 || !pw->process))
+		run_batch(pw, tasks, n);
+	else
+		for (size_t i = 0; i < n; i++)
+			run_one(pw, &tasks[i]);
+	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
+{
+	struct py_worker *pw = state;
+	int rc = 0;
+	PyObject *cleanup = PyObject_GetAttrString(pw->obj, "cleanup");
+	if (!cleanup) {
+		PyErr_Clear();
+	} else {
+		PyObject *r = PyObject_CallNoArgs(cleanup);
+		if (!r) {
+			char why[900];
+			Py_XDECREF(take_error(why, sizeof why));
+			rc = gpud_fail(err, "python: cleanup() failed: %s", why);
+		}
+		Py_XDECREF(r);
+		Py_DECREF(cleanup);
+	}
+	/* What print() left in Python's own buffers reaches the log now. The interpreter is
+	 * not finalized: threads a model library started could hang that, and the process
+	 * ends right after. */
+	PyObject *r = PyRun_String("import sys\nsys.stdout.flush()\nsys.stderr.flush()\n",
+				   Py_file_input, PyModule_GetDict(PyImport_AddModule("__main__")),
+				   NULL);
+	if (!r)
+		PyErr_Clear();
+	Py_XDECREF(r);
+	return rc;
+}

@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* The python worker plugin: a Python worker class on embedded CPython. Every test
+ * skips with one line where the plugin was not built (no python3-embed). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+static void need_python(void)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python worker plugin was not built (meson found no python3-embed; "
+			     "Debian: libpython3.11-dev)");
+}
+
+/* Writes w.py and a job running its class W over range 0..n-1 with the jsonl sink
+ * (out.jsonl); `job_extra` goes in [job], `worker_extra` in [worker]. */
+static void py_job(const char *dir, const char *script, int n, const char *job_extra,
+		   const char *worker_extra)
+{
+	free(t_write(dir, "w.py", script));
+	t_jobf(dir, "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = python\nscript = w.py\nclass = W\n%s\n"
+		    "[generator]\nplugin = range\nstop = %d\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	       job_extra, worker_extra, n);
+}
+
+/* The jsonl line of task `id` (malloc'd), or NULL. */
+static char *line_of(const char *out, int id)
+{
+	char want[48];
+	snprintf(want, sizeof want, "{\"task_id\": %d, ", id);
+	const char *p = strstr(out, want);
+	if (!p)
+		return NULL;
+	const char *e = strchr(p, '\n');
+	return strndup(p, e ? (size_t)(e - p) : strlen(p));
+}
+
+#define EXPECT_LINE(out, id, needle)                                                       \
+	do {                                                                               \
+		char *l_ = line_of(out, id);                                               \
+		cr_expect(l_ && strstr(l_, needle), "task %d: want %s in %s", id, needle,   \
+			  l_ ? l_ : "(none)");                                             \
+		free(l_);                                                                  \
+	} while (0)
+
+Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "import gpud\n"
+	       "class W(gpud.BaseWorker):\n"
+	       "    def setup(self, gpu_id, seed, **kw):\n"
+	       "        self.tag = kw['tag']\n"
+	       "        print('setup', gpu_id, kw)\n"
+	       "    def process(self, data):\n"
+	       "        n = int(bytes(data))\n"
+	       "        if n == 1: return bytearray(b'ba')\n"
+	       "        if n == 2: return 'str-' + self.tag\n"
+	       "        if n == 3: return None\n"
+	       "        if n == 4: return {'n': n, 'sq': n * n}\n"
+	       "        if n == 5: raise ValueError('five is bad')\n"
+	       "        if n == 6: gpud.reject('six is malformed')\n"
+	       "        if n == 7: return b'x' * 5000\n"
+	       "        if n == 8: raise SystemExit(3)\n"
+	       "        if n == 9: return object()\n"
+	       "        return memoryview(b'mv' + bytes(data))\n",
+	       12, "max_result_bytes = 4K\nmax_retries = 1", "tag = T");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert(out, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 12, "%s", out);
+	EXPECT_LINE(out, 0, "\"status\": \"ok\"");
+	EXPECT_LINE(out, 0, "\"result\": \"mv0\"");
+	EXPECT_LINE(out, 1, "\"result\": \"ba\"");
+	EXPECT_LINE(out, 2, "\"result\": \"str-T\"");
+	EXPECT_LINE(out, 3, "\"result\": \"\"");
+	EXPECT_LINE(out, 4, "\"result\": \"{\\\"n\\\": 4, \\\"sq\\\": 16}\"");
+	EXPECT_LINE(out, 5, "\"error\": \"ValueError: five is bad (at ");
+	EXPECT_LINE(out, 5, "w.py:12 in process)");
+	EXPECT_LINE(out, 5, "\"attempt\": 1");
+	EXPECT_LINE(out, 6, "TaskRejected: six is malformed");
+	EXPECT_LINE(out, 6, "\"attempt\": 0"); /* rejected: not retried */
+	EXPECT_LINE(out, 7, "result of 5000 bytes exceeds max_result_bytes (4096)");
+	EXPECT_LINE(out, 8, "SystemExit: 3");
+	EXPECT_LINE(out, 9, "cannot be a result");
+	EXPECT_LINE(out, 11, "\"result\": \"mv11\"");
+	/* print() goes where worker output goes: prefixed in plain mode. */
+	cr_expect(strstr(err, "] setup 0 {'tag': 'T'}") || strstr(err, "] setup 1 {'tag': 'T'}"),
+		  "%s", err);
+	cr_expect(!strstr(err, "restarted"), "an exception must not cost the worker:\n%s", err);
+	free(out);
+	free(err);
+}
+
+Test(python, input_modes, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	const char *script = "class W:\n"
+			     "    def setup(self, gpu_id, seed, **kw): pass\n"
+			     "    def process(self, data):\n"
+			     "        return type(data).__name__ + ':' + repr(data if not isinstance(data, memoryview) else bytes(data))\n";
+	py_job(dir, script, 3, "", "input = bytes");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 2, "\"result\": \"bytes:b'2'\"");
+	free(out);
+	py_job(dir, script, 3, "", "input = str");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 2, "\"result\": \"str:'2'\"");
+	free(out);
+	py_job(dir, script, 3, "", "input = json");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 2, "\"result\": \"int:2\"");
+	free(out);
+	py_job(dir, script, 3, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 2, "\"result\": \"memoryview:b'2'\"");
+	free(out);
+	/* Not UTF-8 under input = str: that task fails, for good. */
+	free(t_write(dir, "in.txt", "ok\n\xff\xfe\n"));
+	t_jobf(dir, "[job]\ngpus = 0\nmax_retries = 2\n[worker]\nplugin = python\nscript = w.py\n"
+		    "class = W\ninput = str\n[generator]\nplugin = lines\npath = in.txt\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 0, "\"result\": \"str:'ok'\"");
+	EXPECT_LINE(out, 1, "input is not valid UTF-8 (input = str)");
+	EXPECT_LINE(out, 1, "\"attempt\": 0");
+	free(out);
+}
+
+Test(python, a_kept_view_is_caught_and_the_worker_replaced, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): self.kept = []\n"
+	       "    def process(self, data):\n"
+	       "        if bytes(data) == b'4': self.kept.append(memoryview(data))\n"
+	       "        if bytes(data) == b'6': self.kept.append(data[0:1])\n"
+	       "        return bytes(data)\n",
+	       10, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	EXPECT_LINE(out, 4, "kept a view of its input past the call");
+	EXPECT_LINE(out, 6, "kept a view of its input past the call");
+	EXPECT_LINE(out, 5, "\"result\": \"5\"");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 10);
+	cr_expect(strstr(err, "restarted at its plugin's request"), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(python, setup_errors_fatal_batches_and_modules, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	/* An exception in setup is a setup failure with its type, message and place. */
+	py_job(dir, "class W:\n    def setup(self, gpu_id, seed, **kw):\n"
+		    "        raise RuntimeError('no model on ' + str(gpu_id))\n"
+		    "    def process(self, d): return d\n", 3, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 3);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "setup failed: python: W.setup() failed: RuntimeError: no model on 0 "
+			      "(at "), "%s", err);
+	free(err);
+	/* gpud.fatal(): the task fails, a fresh worker takes over. */
+	py_job(dir, "import gpud\nclass W(gpud.BaseWorker):\n    def process(self, d):\n"
+		    "        if bytes(d) == b'2': gpud.fatal('context lost')\n"
+		    "        return bytes(d)\n", 6, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl");
+	err = t_read_in(dir, "err");
+	EXPECT_LINE(out, 2, "WorkerFatal: context lost");
+	EXPECT_LINE(out, 3, "\"status\": \"ok\"");
+	cr_expect(strstr(err, "restarted at its plugin's request: WorkerFatal: context lost"), "%s",
+		  err);
+	free(out);
+	free(err);
+	/* process_batch: a list in, a list out; an exception in a place fails that task. */
+	py_job(dir, "class W:\n    def setup(self, gpu_id, seed, **kw): pass\n"
+		    "    def process_batch(self, items):\n"
+		    "        return [ValueError('bad') if bytes(i) == b'3' else b'%d' % len(items)"
+		    " for i in items]\n", 40, "batch_size = 8\nbatch_wait_ms = 50", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 3, "ValueError: bad");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 40);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": 3, "), 1);
+	free(out);
+	/* module = with python_path. */
+	t_sh(dir, "mkdir -p src/pkg && touch src/pkg/__init__.py && "
+		  "printf 'class W:\\n    def setup(self, g, s, **k): pass\\n"
+		  "    def process(self, d): return b\"m\" + bytes(d)\\n' > src/pkg/mod.py");
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = python\nmodule = pkg.mod\nclass = W\n"
+		    "python_path = ./src\n[generator]\nplugin = range\nstop = 2\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 1, "\"result\": \"m1\"");
+	free(out);
+}
+
+Test(python, hangs_time_out_and_crashes_are_replaced, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "import ctypes, os\n"
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): pass\n"
+	       "    def process(self, data):\n"
+	       "        n = int(bytes(data))\n"
+	       "        if n == 3:\n"
+	       "            while True: pass\n"
+	       "        if n == 5: ctypes.string_at(0)\n"
+	       "        if n == 7: os._exit(4)\n"
+	       "        return bytes(data)\n",
+	       10, "task_timeout = 1\nmax_worker_restarts = 10", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 10, "%s", err);
+	EXPECT_LINE(out, 3, "\"status\": \"timeout\"");
+	EXPECT_LINE(out, 5, "killed by SIGSEGV while running task 5");
+	EXPECT_LINE(out, 7, "exited with status 4 while running task 7");
+	EXPECT_LINE(out, 9, "\"status\": \"ok\"");
+	free(out);
+	free(err);
+}
