@@ -12,10 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-need=(meson ninja-build pkg-config gcc libinih-dev)
+# libpython3.11-dev: the python plugins (skipped cleanly when meson finds no python3-embed).
+need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev)
 case "${1:-}" in
   demo|bench|install) ;;
-  test) need+=(g++ libcriterion-dev tmux) ;;
+  test) need+=(g++ libcriterion-dev tmux python3-numpy) ;;
   *) echo "usage: $0 demo|test|bench|install [PREFIX]" >&2; exit 2 ;;
 esac
 

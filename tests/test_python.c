@@ -238,3 +238,147 @@ Test(python, hangs_time_out_and_crashes_are_replaced, .timeout = 120)
 	free(out);
 	free(err);
 }
+
+Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+		cr_skip_test("NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+	/* Extension modules need libpython's symbols global: `import numpy` in a plugin
+	 * loaded RTLD_LOCAL fails with an undefined symbol unless the plugin sees to it. */
+	py_job(dir,
+	       "import numpy as np\n"
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): self.keep = None\n"
+	       "    def process(self, data):\n"
+	       "        a = np.frombuffer(data, dtype=np.uint8)\n"
+	       "        if bytes(data) == b'77': self.keep = a\n"
+	       "        return str(int(a.astype(np.int64).sum()))\n",
+	       100, "max_worker_restarts = 10", "input = memoryview");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 100, "%s", err);
+	/* Each result is the sum of the input's bytes ("12" -> 49 + 50). */
+	for (int id = 0; id < 100; id++) {
+		if (id == 77)
+			continue;
+		char digits[8], want[32];
+		int sum = 0;
+		snprintf(digits, sizeof digits, "%d", id);
+		for (char *c = digits; *c; c++)
+			sum += *c;
+		snprintf(want, sizeof want, "\"result\": \"%d\"", sum);
+		EXPECT_LINE(out, id, want);
+	}
+	EXPECT_LINE(out, 77, "kept a view of its input past the call");
+	free(out);
+	free(err);
+}
+
+Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "gen.py",
+		     "def items(count, **kw):\n"
+		     "    out = [b'bytes', 'str', {'k': 1}]\n"
+		     "    out += [str(i) for i in range(3, int(count))]\n"
+		     "    return out\n"
+		     "def broken(**kw):\n"
+		     "    yield 'one'\n"
+		     "    raise KeyError('no more')\n"));
+	free(t_write(dir, "cb.py",
+		     "import json\n"
+		     "class Callbacks:\n"
+		     "    def __init__(self, log, **kw): self.f = open(log, 'w')\n"
+		     "    def w(self, *a): self.f.write(json.dumps(a) + '\\n')\n"
+		     "    def on_success(self, task_id, result, worker_id): self.w('ok', task_id, result)\n"
+		     "    def on_error(self, task_id, error, worker_id): self.w('error', task_id, error[:40])\n"
+		     "    def on_timeout(self, task_id, timeout, worker_id): self.w('timeout', task_id, timeout)\n"
+		     "    def on_setup_fail(self, gpu_id, error): self.w('setup_fail', gpu_id, error[:60])\n"
+		     "    def on_task_start(self, task_id, worker_id): self.w('start', task_id)\n"
+		     "    def on_exit(self, stats):\n"
+		     "        self.w('exit', stats['ok'], stats['failed'], stats['timed_out'], stats['generated'])\n"
+		     "        self.f.close()\n"));
+	free(t_write(dir, "w.py",
+		     "import time\n"
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed, **kw):\n"
+		     "        if gpu_id == 1: raise RuntimeError('no GPU 1 today')\n"
+		     "    def process(self, data):\n"
+		     "        if data == b'4': raise ValueError('four')\n"
+		     "        if data == b'5': time.sleep(30)\n"
+		     "        return data\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\ntask_timeout = 1\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\ninput = bytes\n"
+		    "[generator]\nplugin = python\nscript = gen.py\nfunction = items\ncount = 8\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nclass = Callbacks\nlog = %s/log\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 1);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err"), *st = t_read_in(dir, "s.json");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(log, "[\"ok\", 0, \"bytes\"]"), "%s", log);
+	cr_expect(strstr(log, "[\"ok\", 1, \"str\"]"), "%s", log);
+	cr_expect(strstr(log, "[\"ok\", 2, \"{\\\"k\\\": 1}\"]"), "%s", log);
+	cr_expect(strstr(log, "[\"ok\", 7, \"7\"]"), "%s", log);
+	cr_expect(strstr(log, "[\"error\", 4, \"ValueError: four (at "), "%s", log);
+	cr_expect(strstr(log, "[\"timeout\", 5, 1.0]"), "%s", log);
+	cr_expect(strstr(log, "[\"setup_fail\", 1, \"python: W.setup() failed: RuntimeError: no GPU 1"),
+		  "%s", log);
+	cr_expect(strstr(log, "[\"start\", 3]"), "%s", log);
+	cr_expect(strstr(log, "[\"exit\", 6, 1, 1, 8]\n"), "on_exit once, last:\n%s", log);
+	cr_expect_eq(t_count_lines(log, "[\"exit\""), 1);
+	cr_expect(strstr(st, "\"total\": 8,"), "the list's length is the total: %s", st);
+	free(log);
+	free(err);
+	free(st);
+
+	/* A generator that raises: a generator failure, with the exception. */
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = python\nscript = gen.py\nfunction = broken\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "the generator failed after 1 tasks: python: broken() raised KeyError: "
+			      "'no more' (at "), "%s", err);
+	free(err);
+	/* A callback that raises aborts the run like a failing sink. */
+	free(t_write(dir, "cb2.py", "def on_success(task_id, result, worker_id):\n"
+				    "    if task_id == 3: raise IOError('disk full')\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 10\n"
+		    "[sink]\nplugin = python\nscript = cb2.py\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "the sink failed: python: on_success raised OSError: disk full"), "%s",
+		  err);
+	free(err);
+}
+
+Test(python, the_libraries_own_example_end_to_end, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	char job[600];
+	snprintf(job, sizeof job, "%s/docs/examples/python/job.ini", t_env("SRCDIR"));
+	/* Its callbacks, as written: every 100th result printed. */
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set job.gpus=0,1", job), 0);
+	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(out, "Progress: "), 10, "%s\n%s", out, err);
+	cr_expect(strstr(out, "Progress: 500 on GPU ") &&
+		  strstr(out, " -> Features from /data/img_0500.jpg via GPU "), "%s", out);
+	free(out);
+	free(err);
+	/* Every result checked: the same job into a jsonl file. */
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set job.gpus=0,1 --set sink.plugin=jsonl "
+				 "--set sink.path=%s/all.jsonl", job, dir), 0);
+	char *all = t_read_in(dir, "all.jsonl");
+	cr_assert(all);
+	cr_expect_eq(t_count_lines(all, "{\"task_id\": "), 1000);
+	for (int id = 0; id < 1000; id++) {
+		char want[96];
+		snprintf(want, sizeof want, "\"result\": \"Features from /data/img_%04d.jpg via GPU ", id);
+		EXPECT_LINE(all, id, want);
+	}
+	free(all);
+}

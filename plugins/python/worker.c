@@ -28,13 +28,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <gpud/plugin.h>
 
+#include "common.h"
 #include "gpud_module.h"
 
 GPUD_PLUGIN("worker", "python", "1.0");
@@ -95,160 +95,18 @@ static PyTypeObject input_type = {
 
 /* ---- messages ---- */
 
-/* The pending exception as one line, "Type: message (traceback, innermost last:
- * file:line in function <- ...)", into buf; clears it. Returns the exception's type (a
- * new reference) for the caller to classify, or NULL. */
-static PyObject *take_error(char *buf, size_t len)
-{
-	PyObject *type, *value, *tb;
-	PyErr_Fetch(&type, &value, &tb);
-	PyErr_NormalizeException(&type, &value, &tb);
-	buf[0] = '\0';
-	if (!type)
-		return NULL;
-	PyObject *msg = value ? PyObject_Str(value) : NULL;
-	const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
-	size_t used = (size_t)snprintf(buf, len, "%s: %s", ((PyTypeObject *)type)->tp_name,
-				       m ? m : "");
-	/* The last frames, where it happened. */
-	PyObject *tbmod = tb ? PyImport_ImportModule("traceback") : NULL;
-	PyObject *frames = tbmod ? PyObject_CallMethod(tbmod, "extract_tb", "O", tb) : NULL;
-	Py_ssize_t n = frames ? PyList_Size(frames) : 0;
-	for (Py_ssize_t k = n - 1; k >= 0 && k >= n - 3 && used + 1 < len; k--) {
-		PyObject *f = PyList_GetItem(frames, k); /* borrowed */
-		PyObject *file = PyObject_GetAttrString(f, "filename");
-		PyObject *line = PyObject_GetAttrString(f, "lineno");
-		PyObject *name = PyObject_GetAttrString(f, "name");
-		const char *fs = file ? PyUnicode_AsUTF8(file) : NULL;
-		const char *ns = name ? PyUnicode_AsUTF8(name) : NULL;
-		long ln = line ? PyLong_AsLong(line) : 0;
-		used += (size_t)snprintf(buf + used, len - used, "%s%s:%ld in %s",
-					 k == n - 1 ? " (at " : " <- ", fs ? fs : "?", ln,
-					 ns ? ns : "?");
-		Py_XDECREF(file);
-		Py_XDECREF(line);
-		Py_XDECREF(name);
-	}
-	if (n > 0 && used + 1 < len)
-		snprintf(buf + used, len - used, ")");
-	PyErr_Clear();
-	Py_XDECREF(frames);
-	Py_XDECREF(tbmod);
-	Py_XDECREF(msg);
-	Py_XDECREF(value);
-	Py_XDECREF(tb);
-	return type;
-}
-
 /* ---- setup ---- */
 
-/* Extension modules (NumPy's .so files) look up libpython's symbols globally; a plugin
- * loaded RTLD_LOCAL keeps them local. Re-open libpython RTLD_GLOBAL before starting. */
-static void libpython_global(void)
-{
-	Dl_info info;
-	if (dladdr((void *)Py_Initialize, &info) && info.dli_fname)
-		dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-}
+static const char *const our_keys[] = {"script", "module", "class", "python_path", "input",
+				       NULL};
 
 static int start_python(struct gpud_error *err)
 {
-	if (Py_IsInitialized())
-		return 0;
-	libpython_global();
-	if (PyImport_AppendInittab("gpud", gpud_module_init) < 0)
-		return gpud_fail(err, "python: cannot register the gpud module");
-	PyConfig config;
-	PyConfig_InitPythonConfig(&config);
-	config.install_signal_handlers = 0; /* gpud's handling stays in charge */
-	config.buffered_stdio = 0;          /* print() shows up as it happens */
-	config.parse_argv = 0;
-	PyStatus st = Py_InitializeFromConfig(&config);
-	PyConfig_Clear(&config);
-	if (PyStatus_Exception(st))
-		return gpud_fail(err, "python: cannot start the interpreter: %s",
-				 st.err_msg ? st.err_msg : "?");
+	if (py_start(gpud_module_init, false, err) < 0)
+		return -1;
 	if (PyType_Ready(&input_type) < 0)
 		return gpud_fail(err, "python: cannot make the input type");
 	return 0;
-}
-
-/* Prepends each folder of a colon-separated list to sys.path (in order). */
-static int prepend_path(const char *list, struct gpud_error *err)
-{
-	PyObject *path = PySys_GetObject("path"); /* borrowed */
-	if (!path)
-		return gpud_fail(err, "python: no sys.path");
-	char *copy = strdup(list), *save = NULL;
-	Py_ssize_t at = 0;
-	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		PyObject *s = PyUnicode_DecodeFSDefault(d);
-		if (!s || PyList_Insert(path, at++, s) < 0) {
-			Py_XDECREF(s);
-			free(copy);
-			return gpud_fail(err, "python: cannot extend sys.path with %s", d);
-		}
-		Py_DECREF(s);
-	}
-	free(copy);
-	return 0;
-}
-
-/* The module holding the class: a script loaded from its file, or a module imported. */
-static PyObject *load_module(const char *script, const char *module, struct gpud_error *err)
-{
-	char why[900];
-	PyObject *mod = NULL;
-	if (script) {
-		/* Its folder first on sys.path, as `python script.py` would have it. */
-		const char *slash = strrchr(script, '/');
-		char dir[4096];
-		snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - script) : 1,
-			 slash ? script : ".");
-		if (prepend_path(dir, err) < 0)
-			return NULL;
-		PyObject *util = PyImport_ImportModule("importlib.util");
-		PyObject *spec = util ? PyObject_CallMethod(util, "spec_from_file_location", "ss",
-							    "__gpud_worker__", script)
-				      : NULL;
-		if (spec == Py_None) {
-			Py_DECREF(spec);
-			Py_XDECREF(util);
-			gpud_fail(err, "python: cannot load %s as a Python file", script);
-			return NULL;
-		}
-		mod = spec ? PyObject_CallMethod(util, "module_from_spec", "O", spec) : NULL;
-		if (mod) {
-			PyObject *sys_modules = PyImport_GetModuleDict();
-			PyDict_SetItemString(sys_modules, "__gpud_worker__", mod);
-			PyObject *loader = PyObject_GetAttrString(spec, "loader");
-			PyObject *r = loader ? PyObject_CallMethod(loader, "exec_module", "O", mod)
-					     : NULL;
-			if (!r)
-				Py_CLEAR(mod);
-			Py_XDECREF(r);
-			Py_XDECREF(loader);
-		}
-		Py_XDECREF(spec);
-		Py_XDECREF(util);
-		if (!mod) {
-			Py_XDECREF(take_error(why, sizeof why));
-			gpud_fail(err, "python: loading %s: %s", script, why);
-		}
-		return mod;
-	}
-	mod = PyImport_ImportModule(module);
-	if (!mod) {
-		Py_XDECREF(take_error(why, sizeof why));
-		gpud_fail(err, "python: importing module %s: %s", module, why);
-	}
-	return mod;
-}
-
-static bool our_key(const char *k)
-{
-	return !strcmp(k, "script") || !strcmp(k, "module") || !strcmp(k, "class") ||
-	       !strcmp(k, "python_path") || !strcmp(k, "input");
 }
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
@@ -281,11 +139,11 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 				 in);
 	}
 	pw->batch = info->batch_size ? info->batch_size : 1;
-	if (start_python(err) < 0 || (pypath && prepend_path(pypath, err) < 0)) {
+	if (start_python(err) < 0 || (pypath && py_prepend_path(pypath, err) < 0)) {
 		free(pw);
 		return -1;
 	}
-	PyObject *mod = load_module(script, module, err);
+	PyObject *mod = py_load_module(script, module, "__gpud_worker__", err);
 	if (!mod) {
 		free(pw);
 		return -1;
@@ -300,14 +158,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	pw->obj = PyObject_CallNoArgs(cls);
 	Py_DECREF(cls);
 	PyObject *json = PyImport_ImportModule("json");
-	PyObject *kwargs = PyDict_New();
-	for (size_t i = 0; a && i < a->count; i++) {
-		if (our_key(a->items[i].key))
-			continue;
-		PyObject *v = PyUnicode_DecodeFSDefault(a->items[i].value);
-		PyDict_SetItemString(kwargs, a->items[i].key, v);
-		Py_XDECREF(v);
-	}
+	PyObject *kwargs = py_kwargs(a, our_keys);
 	PyObject *setup = pw->obj ? PyObject_GetAttrString(pw->obj, "setup") : NULL;
 	PyObject *args = Py_BuildValue("(iK)", info->gpu_id, (unsigned long long)info->seed);
 	PyObject *r = setup ? PyObject_Call(setup, args, kwargs) : NULL;
@@ -315,7 +166,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	Py_XDECREF(kwargs);
 	Py_XDECREF(setup);
 	if (!r || !json) {
-		Py_XDECREF(take_error(why, sizeof why));
+		Py_XDECREF(py_take_error(why, sizeof why));
 		Py_XDECREF(pw->obj);
 		Py_XDECREF(json);
 		free(pw);
@@ -371,7 +222,7 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 	case IN_JSON: {
 		PyObject *s = PyUnicode_DecodeUTF8(t->input, (Py_ssize_t)t->input_size, "strict");
 		if (!s) {
-			Py_XDECREF(take_error(why, sizeof why));
+			Py_XDECREF(py_take_error(why, sizeof why));
 			gpud_task_reject(t, "python: input is not valid UTF-8 (input = %s): %s",
 					 pw->input == IN_STR ? "str" : "json", why);
 			return NULL;
@@ -381,13 +232,13 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 		PyObject *v = PyObject_CallOneArg(pw->json_loads, s);
 		Py_DECREF(s);
 		if (!v) {
-			Py_XDECREF(take_error(why, sizeof why));
+			Py_XDECREF(py_take_error(why, sizeof why));
 			gpud_task_reject(t, "python: input is not JSON (input = json): %s", why);
 		}
 		return v;
 	}
 	}
-	Py_XDECREF(take_error(why, sizeof why));
+	Py_XDECREF(py_take_error(why, sizeof why));
 	gpud_task_fail(t, "python: cannot make the input: %s", why);
 	return NULL;
 }
@@ -414,7 +265,7 @@ static bool kept_view(PyObject *mv, input_obj *in)
 static void task_error(struct gpud_task *t)
 {
 	char why[900];
-	PyObject *type = take_error(why, sizeof why);
+	PyObject *type = py_take_error(why, sizeof why);
 	if (type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal))
 		gpud_task_fatal(t, "%s", why);
 	else if (type && PyErr_GivenExceptionMatches(type, gpud_task_rejected))
@@ -452,7 +303,7 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
 			p = PyUnicode_AsUTF8AndSize(text, &n);
 	}
 	if (!p) {
-		Py_XDECREF(take_error(why, sizeof why));
+		Py_XDECREF(py_take_error(why, sizeof why));
 		gpud_task_fail(t, "python: process() returned a %s that cannot be a result (bytes, "
 			       "str, None or JSON-able): %s", Py_TYPE(r)->tp_name, why);
 	} else if ((size_t)n > t->result.capacity) {
@@ -517,7 +368,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 			kept |= kept_view(PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
 	if (!r) {
 		char why[900];
-		PyObject *type = take_error(why, sizeof why);
+		PyObject *type = py_take_error(why, sizeof why);
 		bool fatal = type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal);
 		Py_XDECREF(type);
 		for (size_t i = 0; i < n; i++)
@@ -580,7 +431,7 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 		PyObject *r = PyObject_CallNoArgs(cleanup);
 		if (!r) {
 			char why[900];
-			Py_XDECREF(take_error(why, sizeof why));
+			Py_XDECREF(py_take_error(why, sizeof why));
 			rc = gpud_fail(err, "python: cleanup() failed: %s", why);
 		}
 		Py_XDECREF(r);

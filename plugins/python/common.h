@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* What the python worker, generator and sink plugins share (common.c). */
+#ifndef GPUD_PY_COMMON_H
+#define GPUD_PY_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+
+#include <gpud/plugin.h>
+
+/* Starts the interpreter once per process: libpython's symbols made global (so
+ * extension modules like NumPy's load), no signal handlers of Python's (gpud's stay in
+ * charge), unbuffered print(). `module_init` adds an importable `gpud` module (NULL:
+ * none). `release_gil`: let go of the GIL after starting (host plugins, called from
+ * more than one thread, take it per call). 0, or -1 with err. */
+int py_start(PyObject *(*module_init)(void), bool release_gil, struct gpud_error *err);
+/* Prepends each folder of a colon-separated list to sys.path, in order. */
+int py_prepend_path(const char *list, struct gpud_error *err);
+/* The user's module: `script` loaded from its file as module `name` (its folder first
+ * on sys.path), or `module` imported. NULL with err (the exception in one line). */
+PyObject *py_load_module(const char *script, const char *module, const char *name,
+			 struct gpud_error *err);
+/* The pending exception as one line, "Type: message (at file:line in function <- ...)"
+ * into buf, cleared; returns its type (a new reference) or NULL. */
+PyObject *py_take_error(char *buf, size_t len);
+/* The section's keys but `ours` (NULL-terminated) as a dict of str, for **kwargs. */
+PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours);
+
+#endif
