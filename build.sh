@@ -87,6 +87,7 @@ case "$1" in
     # A worker killed by a signal must die of it (the tests check the signal), and
     # any undefined behaviour fails the run.
     ASAN_OPTIONS=handle_segv=0:handle_abort=0 \
+    LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       meson test -C build-asan --print-errorlogs --timeout-multiplier 3
     ;;
