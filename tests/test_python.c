@@ -69,6 +69,7 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	       "        if n == 7: return b'x' * 5000\n"
 	       "        if n == 8: raise SystemExit(3)\n"
 	       "        if n == 9: return object()\n"
+	       "        if n == 10: return data\n"
 	       "        return memoryview(b'mv' + bytes(data))\n",
 	       12, "max_result_bytes = 4K\nmax_retries = 1", "tag = T");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
@@ -89,6 +90,7 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	EXPECT_LINE(out, 7, "result of 5000 bytes exceeds max_result_bytes (4096)");
 	EXPECT_LINE(out, 8, "SystemExit: 3");
 	EXPECT_LINE(out, 9, "cannot be a result");
+	EXPECT_LINE(out, 10, "\"result\": \"10\""); /* the input itself, returned */
 	EXPECT_LINE(out, 11, "\"result\": \"mv11\"");
 	/* print() goes where worker output goes: prefixed in plain mode. */
 	cr_expect(strstr(err, "] setup 0 {'tag': 'T'}") || strstr(err, "] setup 1 {'tag': 'T'}"),

@@ -325,21 +325,18 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	if (!data)
 		return;
 	PyObject *r = PyObject_CallOneArg(pw->process, data);
-	if (!r)
+	if (!r) {
 		task_error(t);
+	} else {
+		put_result(pw, t, r); /* first: the result may be the input itself */
+		Py_DECREF(r);
+	}
 	bool kept = kept_view(data, in);
 	Py_DECREF(data);
-	if (kept) {
-		Py_XDECREF(r);
+	if (kept)
 		gpud_task_fatal(t, "python: process() kept a view of its input past the call (a "
 			       "memoryview slice, np.frombuffer...), which would see later tasks' "
 			       "bytes; copy what you keep (bytes(data)). The worker is replaced.");
-		return;
-	}
-	if (r) {
-		put_result(pw, t, r);
-		Py_DECREF(r);
-	}
 }
 
 /* process_batch(items): a list in, a list of as many results out; an exception object
@@ -362,10 +359,6 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		Py_XDECREF(d);
 	}
 	PyObject *r = PyObject_CallOneArg(pw->process_batch, items);
-	bool kept = false;
-	for (size_t i = 0; i < n; i++)
-		if (made[i])
-			kept |= kept_view(PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
 	if (!r) {
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
@@ -378,10 +371,6 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 				else
 					gpud_task_fail(&t[i], "%s", why);
 			}
-	} else if (kept) {
-		for (size_t i = 0; i < n; i++)
-			gpud_task_fatal(&t[i], "python: process_batch() kept a view of an input past "
-				       "the call; copy what you keep. The worker is replaced.");
 	} else if (!PySequence_Check(r) || PySequence_Size(r) != (Py_ssize_t)n) {
 		PyErr_Clear();
 		for (size_t i = 0; i < n; i++)
@@ -403,6 +392,15 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		}
 	}
 	Py_XDECREF(r);
+	/* After the results are written (one may be an input itself): were views kept? */
+	bool kept = false;
+	for (size_t i = 0; i < n; i++)
+		if (made[i])
+			kept |= kept_view(PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
+	if (kept)
+		for (size_t i = 0; i < n; i++)
+			gpud_task_fatal(&t[i], "python: process_batch() kept a view of an input past "
+				       "the call; copy what you keep. The worker is replaced.");
 out:
 	Py_XDECREF(items);
 	free(ins);
