@@ -52,11 +52,13 @@ struct py_worker {
 	PyObject *json_loads, *json_dumps;
 	enum input_mode input;
 	size_t batch;
+	struct input_obj *spare; /* an exporter nobody holds, for the next task */
+	PyObject *release_name;  /* "release", interned */
 };
 
 /* ---- the input exporter: a buffer over shared memory that counts its exports ---- */
 
-typedef struct {
+typedef struct input_obj {
 	PyObject_HEAD
 	const void *data;
 	Py_ssize_t len;
@@ -179,6 +181,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	pw->process_batch = PyObject_GetAttrString(pw->obj, "process_batch");
 	if (!pw->process_batch)
 		PyErr_Clear();
+	pw->release_name = PyUnicode_InternFromString("release");
 	pw->json_loads = PyObject_GetAttrString(json, "loads");
 	pw->json_dumps = PyObject_GetAttrString(json, "dumps");
 	Py_DECREF(json);
@@ -202,7 +205,11 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 	*exporter = NULL;
 	switch (pw->input) {
 	case IN_MEMORYVIEW: {
-		input_obj *in = PyObject_New(input_obj, &input_type);
+		/* The last task's exporter when nothing kept it, else a new one. */
+		input_obj *in = pw->spare;
+		pw->spare = NULL;
+		if (!in)
+			in = PyObject_New(input_obj, &input_type);
 		if (!in)
 			break;
 		in->data = t->input;
@@ -244,20 +251,23 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 }
 
 /* Whether the call kept a view of its input; the exporter is cut off either way. */
-static bool kept_view(PyObject *mv, input_obj *in)
+static bool kept_view(struct py_worker *pw, PyObject *mv, input_obj *in)
 {
 	if (!in)
 		return false;
 	/* Our own reference to the memoryview goes: only views taken from it by the call
 	 * (np.frombuffer, a slice stored on self) keep exports alive. */
-	PyObject *r = PyObject_CallMethod(mv, "release", NULL);
+	PyObject *r = PyObject_CallMethodNoArgs(mv, pw->release_name);
 	if (!r)
 		PyErr_Clear();
 	Py_XDECREF(r);
 	bool kept = in->exports > 0;
 	in->data = NULL; /* later buffer requests fail instead of reading another task */
 	in->len = 0;
-	Py_DECREF(in);
+	if (!kept && !pw->spare && Py_REFCNT(in) == 1)
+		pw->spare = in; /* nobody else holds it: the next task's */
+	else
+		Py_DECREF(in);
 	return kept;
 }
 
@@ -331,7 +341,7 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 		put_result(pw, t, r); /* first: the result may be the input itself */
 		Py_DECREF(r);
 	}
-	bool kept = kept_view(data, in);
+	bool kept = kept_view(pw, data, in);
 	Py_DECREF(data);
 	if (kept)
 		gpud_task_fatal(t, "python: process() kept a view of its input past the call (a "
@@ -396,7 +406,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 	bool kept = false;
 	for (size_t i = 0; i < n; i++)
 		if (made[i])
-			kept |= kept_view(PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
+			kept |= kept_view(pw, PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
 	if (kept)
 		for (size_t i = 0; i < n; i++)
 			gpud_task_fatal(&t[i], "python: process_batch() kept a view of an input past "
