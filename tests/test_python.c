@@ -384,3 +384,59 @@ Test(python, the_libraries_own_example_end_to_end, .timeout = 120)
 	}
 	free(all);
 }
+
+Test(python, the_numpy_example_checks_every_result, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+		cr_skip_test("NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+	char job[600];
+	snprintf(job, sizeof job, "%s/docs/examples/python/dense.ini", t_env("SRCDIR"));
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set sink.report_file=%s/report", job, dir), 0);
+	char *report = t_read_in(dir, "report"), *err = t_read_in(dir, "err");
+	cr_expect(report && strcmp(report, "checked 2000, wrong 0, ok 2000\n") == 0, "%s\n%s",
+		  report ? report : "(no report)", err);
+	free(report);
+	free(err);
+}
+
+Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): pass\n"
+	       "    def process(self, d):\n"
+	       "        if bytes(d) == b'1': raise KeyboardInterrupt()\n"
+	       "        return bytes(d)\n"
+	       "    def cleanup(self): raise OSError('cannot free the model')\n",
+	       4, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	EXPECT_LINE(out, 1, "KeyboardInterrupt: ");
+	EXPECT_LINE(out, 2, "\"status\": \"ok\"");
+	cr_expect(strstr(err, "python: cleanup() failed: OSError: cannot free the model (at "), "%s",
+		  err);
+	free(out);
+	free(err);
+	/* A process_batch that raises fails every task of its call, and nothing else. */
+	py_job(dir,
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): pass\n"
+	       "    def process_batch(self, items):\n"
+	       "        if any(bytes(i) == b'13' for i in items): raise ValueError('bad batch')\n"
+	       "        return [bytes(i) for i in items]\n",
+	       64, "batch_size = 4\nbatch_wait_ms = 100", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json %s/s.json", dir, dir), 1);
+	out = t_read_in(dir, "out.jsonl");
+	char *st = t_read_in(dir, "s.json");
+	cr_assert(out && st);
+	EXPECT_LINE(out, 13, "ValueError: bad batch");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 64);
+	cr_expect(strstr(st, "\"failed\": ") && atoi(strstr(st, "\"failed\": ") + 10) >= 1 &&
+		  atoi(strstr(st, "\"failed\": ") + 10) <= 4, "%s", st);
+	free(out);
+	free(st);
+}

@@ -405,8 +405,10 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
 			w->end = END_ERROR;
-			events_worker(h, GPUD_CLEANUP_FAILED, w,
-				      worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message"));
+			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
+			ui_say(h, UI_EVENT, "worker %d (GPU %d) cleanup failed: %s", w->index,
+			       w->gpu_id, wmsg);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
 				 "%g s; killed", w->index, w->gpu_id, h->cfg->cleanup_timeout);
@@ -415,6 +417,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 		} else if (s != WS_DONE && !h->killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
 				 w->gpu_id, how);
+			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
 		if (w->end == END_NONE)
