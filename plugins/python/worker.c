@@ -53,6 +53,8 @@ struct py_worker {
 	enum input_mode input;
 	size_t batch;
 	struct input_obj *spare; /* an exporter nobody holds, for the next task */
+	PyThreadState *ts;       /* between calls the GIL is let go: threads the class
+				  * started (data loaders, a model library's) run then too */
 	PyObject *release_name;  /* "release", interned */
 };
 
@@ -191,6 +193,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(err, "python: class %s has neither process() nor process_batch()",
 				 cls_name);
 	}
+	pw->ts = PyEval_SaveThread();
 	*state = pw;
 	return 0;
 }
@@ -306,6 +309,14 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
 			have_view = true;
 			p = view.buf;
 			n = view.len;
+		} else {
+			/* Not contiguous (a strided NumPy slice): bytes() lays it out. */
+			PyErr_Clear();
+			text = PyBytes_FromObject(r);
+			if (text) {
+				p = PyBytes_AS_STRING(text);
+				n = PyBytes_GET_SIZE(text);
+			}
 		}
 	} else {
 		text = PyObject_CallOneArg(pw->json_dumps, r);
@@ -420,11 +431,13 @@ out:
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n)
 {
 	struct py_worker *pw = state;
+	PyEval_RestoreThread(pw->ts);
 	if (pw->process_batch && (n > 1 || !pw->process))
 		run_batch(pw, tasks, n);
 	else
 		for (size_t i = 0; i < n; i++)
 			run_one(pw, &tasks[i]);
+	pw->ts = PyEval_SaveThread();
 	return 0;
 }
 
@@ -432,6 +445,7 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 {
 	struct py_worker *pw = state;
 	int rc = 0;
+	PyEval_RestoreThread(pw->ts);
 	PyObject *cleanup = PyObject_GetAttrString(pw->obj, "cleanup");
 	if (!cleanup) {
 		PyErr_Clear();
