@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../check.h"
+
 /* The pending exception as one line, "Type: message (traceback, innermost last:
  * file:line in function <- ...)", into buf; clears it. Returns the exception's type (a
  * new reference) for the caller to classify, or NULL. */
@@ -177,4 +179,14 @@ PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours)
 		Py_DECREF(v);
 	}
 	return kwargs;
+}
+
+int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err)
+{
+	const char *script = gpud_arg(args, "script", NULL), *module = gpud_arg(args, "module", NULL);
+	if (!script == !module)
+		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+	if (need && !gpud_arg(args, need, NULL))
+		return gpud_fail(err, "python: %s = NAME is required", need);
+	return script ? check_file_readable("python", script, err) : 0;
 }

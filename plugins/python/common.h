@@ -25,6 +25,9 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 /* The pending exception as one line, "Type: message (at file:line in function <- ...)"
  * into buf, cleared; returns its type (a new reference) or NULL. */
 PyObject *py_take_error(char *buf, size_t len);
+/* gpud check: script or module given (one), `need` (function, class; NULL: none) given,
+ * the script readable. The user's code is not imported: that would run it. */
+int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err);
 /* The section's keys but `ours` (NULL-terminated) as a dict of str, for **kwargs. */
 PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours);
 

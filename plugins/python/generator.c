@@ -107,6 +107,11 @@ out:
 	return rc;
 }
 
+GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	return py_check_source(args, "function", err);
+}
+
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct py_gen *g = state;

@@ -158,6 +158,14 @@ out:
 	return rc;
 }
 
+GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err)
+{
+	const char *res = gpud_arg(args, "result", "auto");
+	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") && strcmp(res, "json"))
+		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json", res);
+	return py_check_source(args, NULL, err);
+}
+
 GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 {
 	struct py_sink *s = state;
