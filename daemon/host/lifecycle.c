@@ -410,6 +410,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			       w->gpu_id, wmsg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
+			w->end = END_ERROR;
 			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
 				 "%g s; killed", w->index, w->gpu_id, h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
