@@ -171,6 +171,10 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
 			       message ? message : "");
 	}
+	/* A sink that does not want this kind (the null sink wants none): nothing to
+	 * build, unless ordered delivery must account for it. */
+	if (!(h->sink_mask & GPUD_EVENT_BIT(kind)) && !h->held)
+		return;
 	struct gpud_event ev = {
 		.kind = kind,
 		.task_id = t->id,
