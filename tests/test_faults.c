@@ -324,6 +324,39 @@ Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 	free(cmd);
 }
 
+/* SIGTERM (a batch system's first signal): the running tasks get drain_timeout, then
+ * are stopped, and the run still closes its sink and says what did not run. */
+Test(faults, sigterm_drain_is_bounded_by_drain_timeout, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n"
+				  "[worker]\nplugin = faulty\nhang_on = 5\nsleep_us = 50000\n"
+				  "[generator]\nplugin = range\nstop = 1000\n"
+				  "[sink]\nplugin = recorder\npath = %s/events\n",
+			   dir);
+	char *cmd;
+	cr_assert(asprintf(&cmd,
+			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' --ui plain 2>'%s/err' & gp=$!; "
+			   "w \"grep -q '^start 5 ' '%s/events'\"; s=$(date +%%s%%N); kill -TERM $gp; "
+			   "wait $gp; rc=$?; echo $(( ($(date +%%s%%N) - s) / 1000000 )) > '%s/ms'; "
+			   "exit $rc",
+			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir, dir) > 0);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "exit %d", WEXITSTATUS(st));
+	long ms = t_read_long(dir, "ms");
+	/* Generous for a loaded machine; without the bound it would wait forever. */
+	cr_expect(ms >= 900 && ms < 10000, "ended %ld ms after SIGTERM", ms);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "drain_timeout (1 s) passed: stopping the running tasks"), "%s", err);
+	free(err);
+	struct outcome o;
+	read_close(dir, &o);
+	cr_expect_eq(o.generated, o.ok + o.failed + o.timed_out + o.not_run, "stats add up");
+	cr_expect_geq(o.not_run, 1, "the hung task did not run");
+	free(o.events);
+	free(cmd);
+}
+
 /* Load balancing: a worker whose tasks are slow holds few, so the fast one runs the
  * rest instead of waiting at the end for tasks queued behind a slow one. */
 Test(faults, slow_worker_does_not_hoard_tasks, .timeout = 60)

@@ -304,7 +304,7 @@ static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
 
 static const char *const job_keys[] = {
 	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
-	"cleanup_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
+	"cleanup_timeout", "drain_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
 	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
 	"pin_memory", NULL};
 static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
@@ -382,7 +382,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		}
 		c->queue_size = (unsigned)u;
 	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0 ||
-		   strcmp(k, "setup_timeout") == 0) {
+		   strcmp(k, "setup_timeout") == 0 || strcmp(k, "drain_timeout") == 0) {
 		char *end;
 		errno = 0;
 		double d = strtod(v, &end);
@@ -394,6 +394,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			c->task_timeout = d;
 		else if (strcmp(k, "setup_timeout") == 0)
 			c->setup_timeout = d;
+		else if (strcmp(k, "drain_timeout") == 0)
+			c->drain_timeout = d;
 		else
 			c->cleanup_timeout = d;
 	} else if (strcmp(k, "base_seed") == 0) {
@@ -786,6 +788,7 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.max_worker_restarts = 3,
 		.cleanup_timeout = 30,
 		.setup_timeout = CFG_SETUP_TIMEOUT,
+		.drain_timeout = CFG_DRAIN_TIMEOUT,
 		.refresh_rate = 4,
 		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
 		.metrics_interval = 5,

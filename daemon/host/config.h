@@ -15,6 +15,7 @@
 #define CFG_MAX_QUEUE (1u << 24)
 #define CFG_MAX_BATCH 65536
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
+#define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
 
 /* retry_on bits: which failures run again (up to max_retries). */
@@ -47,6 +48,7 @@ struct cfg {
 	double task_timeout;    /* seconds; 0 = none */
 	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */
 	double setup_timeout;   /* seconds a worker's setup may take; then it is killed */
+	double drain_timeout;   /* seconds running tasks get after Ctrl-C or SIGTERM; 0 = all */
 	uint64_t base_seed;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;

@@ -346,6 +346,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 			ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
 					    "(interrupt again to stop at once)");
 			h->interrupted = true;
+			h->interrupt_ns = wait_now_ns();
 			host_abort(h, "interrupted");
 		} else if (!h->killing) {
 			lifecycle_kill_all(h);

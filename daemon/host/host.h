@@ -191,6 +191,7 @@ struct host {
 	bool gen_done;
 	bool gen_failed;  /* the generator returned -1: what it yielded still runs */
 	bool interrupted; /* SIGINT/SIGTERM: nothing new starts */
+	uint64_t interrupt_ns; /* when; the running tasks get drain_timeout from then */
 	bool killing; /* second interrupt: workers killed, nothing more runs */
 	bool stopping;    /* workers told to stop */
 	uint64_t stop_ns; /* when they were */

@@ -87,6 +87,8 @@ static void signal_workers(struct host *h, int sig)
  * worker: time stopped never counts against a task, a setup or a cleanup. */
 static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
+	if (h->interrupted)
+		h->interrupt_ns += gap; /* nor against drain_timeout */
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
 		/* The task running now, which may have begun after we last looked: its
@@ -534,6 +536,18 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	double limit_s = h->cfg->task_timeout;
 	uint64_t deadline = cleanup_deadline(h, now);
 	h->last_check_ns = now;
+	/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so
+	 * a batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
+	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {
+		uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
+		if (now - h->interrupt_ns >= drain) {
+			ui_say(h, UI_EVENT, "drain_timeout (%g s) passed: stopping the running tasks "
+			       "(they count as not run)", h->cfg->drain_timeout);
+			lifecycle_kill_all(h);
+		} else {
+			deadline = earlier(deadline, h->interrupt_ns + drain);
+		}
+	}
 	if (h->stopping)
 		return deadline;
 	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
