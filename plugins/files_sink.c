@@ -7,6 +7,7 @@
  * shows their messages).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -66,6 +67,36 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 	s->dir = dir;
 	s->suffix = suffix;
 	*state = s;
+	return 0;
+}
+
+/* Resuming: every `<id><suffix>` file in the folder is a finished task (they are renamed
+ * into place whole); temporary files a crash left behind are removed. */
+GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
+				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
+				 struct gpud_error *err)
+{
+	if (gpud_sink_open(args, state, err) < 0)
+		return -1;
+	struct files_sink *s = *state;
+	DIR *d = opendir(s->dir);
+	if (!d)
+		return gpud_fail(err, "files: cannot read folder %s: %s", s->dir, strerror(errno));
+	size_t sl = strlen(s->suffix);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *n = e->d_name;
+		if (n[0] == '.' && strstr(n, ".tmp-")) {
+			unlinkat(dirfd(d), n, 0);
+			continue;
+		}
+		char *end;
+		unsigned long long id = strtoull(n, &end, 10);
+		if (end == n || n[0] < '0' || n[0] > '9' || strlen(end) != sl || strcmp(end, s->suffix))
+			continue;
+		done(ctx, id, 0);
+	}
+	closedir(d);
 	return 0;
 }
 

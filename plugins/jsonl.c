@@ -166,14 +166,15 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 	return strcmp(path, "-") == 0 ? 0 : check_file_writable("jsonl", path, err);
 }
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+static int open_sink(const struct gpud_args *args, void **state, bool resume,
+		     struct gpud_error *err)
 {
 	const char *path = gpud_arg(args, "path", "-");
 	bool include_input, append;
 	if (parse_flag(args, "include_input", &include_input, err) < 0 ||
 	    parse_flag(args, "append", &append, err) < 0)
 		return -1;
+	append |= resume; /* a resumed run adds to what the earlier one wrote */
 	struct jsonl *j = calloc(1, sizeof *j);
 	if (!j || !(j->buf = malloc(BUF_SIZE))) {
 		free(j);
@@ -205,6 +206,62 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 	}
 	j->flushed_ns = now_ns();
 	*state = j;
+	return 0;
+}
+
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
+			       struct gpud_error *err)
+{
+	return open_sink(args, state, false, err);
+}
+
+/* Resuming: the file is kept (its torn last line cut), and every task it has a line
+ * for is reported done, with its status. Standard output cannot be read back: nothing
+ * is reported, and the tasks the journal counts are what is skipped. */
+GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
+				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
+				 struct gpud_error *err)
+{
+	if (open_sink(args, state, true, err) < 0)
+		return -1;
+	struct jsonl *j = *state;
+	if (!j->own)
+		return 0;
+	static const char lead[] = "{\"task_id\": ";
+	char buf[1 << 16];
+	size_t have = 0;
+	off_t pos = 0;
+	for (;;) {
+		ssize_t n = pread(j->fd, buf + have, sizeof buf - have, pos);
+		if (n < 0)
+			return gpud_fail(err, "jsonl: cannot read %s back: %s", j->path, strerror(errno));
+		pos += n;
+		have += (size_t)n;
+		char *line = buf, *end = buf + have, *nl;
+		while ((nl = memchr(line, '\n', (size_t)(end - line)))) {
+			if ((size_t)(nl - line) > sizeof lead && !memcmp(line, lead, sizeof lead - 1)) {
+				char *p = line + sizeof lead - 1, *q;
+				unsigned long long id = strtoull(p, &q, 10);
+				static const char st[] = ", \"status\": \"";
+				if (q > p && q + sizeof st - 1 < nl && !memcmp(q, st, sizeof st - 1)) {
+					q += sizeof st - 1;
+					int status = !strncmp(q, "ok\"", 3)	    ? 0
+						     : !strncmp(q, "timeout\"", 8) ? 2
+										   : 1;
+					done(ctx, id, status);
+				}
+			}
+			line = nl + 1;
+		}
+		/* Keep the unfinished line; a line longer than the buffer is not ours. */
+		size_t rest = (size_t)(end - line);
+		if (rest == sizeof buf)
+			rest = 0;
+		memmove(buf, line, rest);
+		have = rest;
+		if (n == 0)
+			break;
+	}
 	return 0;
 }
 

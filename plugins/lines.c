@@ -154,6 +154,29 @@ line:
 	return 1;
 }
 
+/* Resuming: the first n lines, read past with large reads (no item is made). */
+GPUD_EXPORT int gpud_generator_skip(void *state, uint64_t n, struct gpud_error *err)
+{
+	struct lines *l = state;
+	while (n) {
+		if (l->pos == l->len) {
+			int r = refill(l);
+			if (r < 0)
+				return gpud_fail(err, "lines: reading %s: %s", l->path, strerror(errno));
+			if (r == 0)
+				return 0; /* fewer lines than that: the end */
+		}
+		const char *nl = memchr(l->buf + l->pos, '\n', l->len - l->pos);
+		if (!nl) {
+			l->pos = l->len; /* a line goes on in the next read */
+			continue;
+		}
+		l->pos = (size_t)(nl - l->buf) + 1;
+		n--;
+	}
+	return 0;
+}
+
 GPUD_EXPORT int64_t gpud_generator_total(void *state)
 {
 	return ((struct lines *)state)->total;

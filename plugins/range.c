@@ -82,6 +82,19 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 	return 1;
 }
 
+/* Resuming: the first n numbers, jumped in one step. */
+GPUD_EXPORT int gpud_generator_skip(void *state, uint64_t n, struct gpud_error *err)
+{
+	struct range *r = state;
+	(void)err;
+	__int128 next = (__int128)r->next + (__int128)n * r->step;
+	if (r->step > 0 ? next >= r->stop : next <= r->stop)
+		r->next = r->stop;
+	else
+		r->next = (long)next;
+	return 0;
+}
+
 GPUD_EXPORT int64_t gpud_generator_total(void *state)
 {
 	struct range *r = state;

@@ -94,7 +94,7 @@ Test(failures, an_interrupted_run_lists_what_it_did_not_run, .timeout = 60)
 			   "w 'test -e logs/failures.jsonl'; sleep 0.5\n"
 			   "kill -TERM $p; sleep 0.3; kill -TERM $p; wait $p; echo $? >rc\n");
 	cr_assert_eq(rc, 0);
-	cr_expect_eq(t_read_long(dir, "rc"), 3);
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "interrupted with a journal: resumable");
 	char *err = t_read_in(dir, "err");
 	char *list = t_read_in(dir, "logs/failures.jsonl");
 	char *stats = t_read_in(dir, "s.json");
@@ -145,9 +145,10 @@ Test(failures, stats_json_has_the_total_exit_status_abort_reason_and_the_list, .
 	cr_assert(s);
 	char want[600];
 	snprintf(want, sizeof want,
-		 "\"total\": 50, \"exit_status\": 1, \"abort_reason\": null, "
+		 "\"total\": 50, \"resumed\": 0, \"journal\": \"%s/job.journal\", "
+		 "\"exit_status\": 1, \"abort_reason\": null, "
 		 "\"failures_file\": \"%s/logs/failures.jsonl\"}",
-		 dir);
+		 dir, dir);
 	cr_expect(strstr(s, want), "%s", s);
 	free(s);
 }

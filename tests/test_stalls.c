@@ -122,7 +122,7 @@ Test(stalls, a_blocked_generator_holds_back_nothing, .timeout = 60)
 	cr_expect_eq(t_count_lines(rec, "ok "), 4, "%s", rec);
 	cr_expect_eq(t_count_lines(rec, "timeout 2 "), 1, "%s", rec);
 	cr_expect_lt(term_ms, 5000, "SIGTERM took %ld ms to end the run", term_ms);
-	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
 	cr_expect_eq(t_count_lines(rec, "close 5 4 0 1 0 "), 1, "the sink was closed: %s", rec);
 	cr_expect(strstr(err, "aborted: interrupted"), "%s", err);
 	cr_expect(strstr(err, "generator's last call had not returned"), "%s", err);
@@ -164,7 +164,7 @@ Test(stalls, sighup_ends_the_run_like_sigterm, .timeout = 60)
 		  "kill -HUP $pid\n"
 		  "wait $pid; echo $? >rc\n");
 	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
-	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
 	cr_expect(strstr(err, "aborted: interrupted"), "%s", err);
 	const char *close = strstr(rec, "close ");
 	cr_assert(close, "the sink was closed: %s", rec);

@@ -306,7 +306,7 @@ static const char *const job_keys[] = {
 	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
 	"cleanup_timeout", "drain_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
 	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
-	"pin_memory", NULL};
+	"pin_memory", "journal", NULL};
 static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
 				      "metrics_listen", "metrics_interval", NULL};
 static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
@@ -460,6 +460,18 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		else {
 			snprintf(why, sizeof why, "expected auto, on or off");
 			bad = 1;
+		}
+	} else if (strcmp(k, "journal") == 0) {
+		free(c->journal);
+		c->journal = NULL;
+		c->journal_off = strcmp(v, "off") == 0;
+		if (!c->journal_off) {
+			if (!*v) {
+				snprintf(why, sizeof why, "expected a file name, or off");
+				bad = 1;
+			} else {
+				c->journal = resolve_from(p, c, r);
+			}
 		}
 	} else if (strcmp(k, "log_dir") == 0) {
 		free(c->log_dir);
@@ -722,6 +734,17 @@ static int validate(struct parse *p, struct cfg *c)
 	}
 	if (!c->sink.plugin)
 		c->sink.plugin = strdup("jsonl");
+	/* The journal: beside the job file by default, named after it (job.ini ->
+	 * job.journal), so a plain run can always be resumed. */
+	if (!c->journal && !c->journal_off) {
+		const char *base = strrchr(c->path, '/');
+		base = base ? base + 1 : c->path;
+		size_t bl = strlen(base);
+		if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
+			bl -= 4;
+		if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
+			c->journal = NULL;
+	}
 	if (!c->gpus_all && (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
 		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
 		     c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
@@ -864,6 +887,7 @@ void cfg_free(struct cfg *c)
 	free(c->dir);
 	free(c->gpus);
 	free(c->log_dir);
+	free(c->journal);
 	free(c->metrics_file);
 	free(c->metrics_host);
 	section_free(&c->worker);

@@ -60,6 +60,8 @@ struct cfg {
 	double batch_wait_ms;   /* how long a worker waits to fill a batch */
 	int pin_memory;         /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
 	char *log_dir; /* where the dashboard puts worker output; NULL = a default */
+	char *journal; /* the journal of finished tasks; NULL with journal_off */
+	bool journal_off;
 
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */

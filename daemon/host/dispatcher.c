@@ -247,6 +247,14 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				break;
 			}
 			uint64_t id = h->next_id++;
+			/* Finished by an earlier run: dropped before it touches a ring (the
+			 * slot just written is reserved again for the next item). */
+			if (h->resuming && journal_is_done(&h->journal, id)) {
+				events_skip(h, id);
+				if (*slice_end)
+					break;
+				continue;
+			}
 			h->stats.generated++;
 			if (item.size > c->max_task_bytes) {
 				char msg[200];
@@ -254,6 +262,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 					 "task input of %zu bytes exceeds max_task_bytes (%u)",
 					 item.size, c->max_task_bytes);
 				h->stats.failed++;
+				if (h->journal.fd >= 0)
+					journal_mark(&h->journal, id, 1);
 				failures_add(h, id, 0, NULL, false, msg, false);
 				ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,

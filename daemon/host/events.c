@@ -68,6 +68,23 @@ static struct held_outcome *hold(const struct gpud_event *ev)
 	return o;
 }
 
+/* A held slot for a task an earlier run finished: nothing to deliver, only to pass. */
+static struct held_outcome skipped;
+
+static void deliver_held(struct host *h)
+{
+	unsigned q = h->cfg->queue_size;
+	struct held_outcome *o;
+	while ((o = h->held[h->next_deliver % q])) {
+		h->held[h->next_deliver % q] = NULL;
+		if (o != &skipped) {
+			events_deliver(h, &o->ev);
+			free(o);
+		}
+		h->next_deliver++;
+	}
+}
+
 void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
 {
 	unsigned q = h->cfg->queue_size;
@@ -81,13 +98,20 @@ void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
 	}
 	events_deliver(h, ev);
 	h->next_deliver++;
-	struct held_outcome *o;
-	while ((o = h->held[h->next_deliver % q])) {
-		h->held[h->next_deliver % q] = NULL;
-		events_deliver(h, &o->ev);
-		free(o);
-		h->next_deliver++;
+	deliver_held(h);
+}
+
+void events_skip(struct host *h, uint64_t id)
+{
+	h->resumed++;
+	if (!h->held)
+		return;
+	if (id != h->next_deliver) {
+		h->held[id % h->cfg->queue_size] = &skipped;
+		return;
 	}
+	h->next_deliver++;
+	deliver_held(h);
 }
 
 void events_flush_held(struct host *h)
@@ -99,8 +123,10 @@ void events_flush_held(struct host *h)
 		struct held_outcome *o = h->held[h->next_deliver % q];
 		if (o) {
 			h->held[h->next_deliver % q] = NULL;
-			events_deliver(h, &o->ev);
-			free(o);
+			if (o != &skipped) {
+				events_deliver(h, &o->ev);
+				free(o);
+			}
 		}
 	}
 }
@@ -149,6 +175,9 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		tasks_requeue(h, &again, input, w ? w->index : -1);
 		return;
 	}
+	if (h->journal.fd >= 0)
+		journal_mark(&h->journal, t->id,
+			     kind == GPUD_TASK_OK ? 0 : kind == GPUD_TASK_TIMEOUT ? 2 : 1);
 	switch (kind) {
 	case GPUD_TASK_OK:
 		h->stats.ok++;

@@ -9,6 +9,8 @@ void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(prin
 void events_deliver(struct host *h, const struct gpud_event *ev);
 /* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
 void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
+/* Task `id` is not run: an earlier run finished it (--resume). */
+void events_skip(struct host *h, uint64_t id);
 /* End of run: delivers every held outcome in task order, past the gaps of tasks that
  * did not run. */
 void events_flush_held(struct host *h);

@@ -20,6 +20,7 @@
 #include "wait.h"
 #include "ui.h"
 #include "metrics.h"
+#include "journal.h"
 
 /* Fields the UI thread reads while the host writes them: aligned words, stored and
  * loaded whole. The UI reads them with relaxed atomic loads. */
@@ -204,6 +205,11 @@ struct host {
 	uint64_t next_deliver;      /* the task whose outcome goes next */
 	uint64_t t_start_ns;
 	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
+	struct journal journal; /* fd -1 when off */
+	bool resuming;          /* --resume with a journal: done tasks are skipped */
+	bool sink_resumed;      /* the sink was opened through gpud_sink_resume */
+	uint64_t resumed;       /* tasks skipped because an earlier run finished them */
+	bool journal_failed;    /* a write failed (said once) */
 	struct metrics_hist *metrics;   /* NULL unless metrics_file or metrics_listen */
 	struct metrics_srv *metrics_srv;
 };
@@ -212,7 +218,7 @@ struct host {
 #define HOST_INIT(c)                                                                       \
 	{                                                                                  \
 		.cfg = (c), .shm_fd = -1, .ro_fd = -1, .bell_fd = -1, .host_pipe = {-1, -1},  \
-		.total = -1, .rq_tail = NULL                                               \
+		.total = -1, .rq_tail = NULL, .journal = {.fd = -1}                        \
 	}
 
 /* The PCI bus id CUDA gave for GPU `gpu_id`, or NULL (for NVML lookups). */

@@ -536,6 +536,16 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	double limit_s = h->cfg->task_timeout;
 	uint64_t deadline = cleanup_deadline(h, now);
 	h->last_check_ns = now;
+	/* The journal catches up every JOURNAL_FLUSH_NS. */
+	if (h->journal.fd >= 0) {
+		if (now - h->journal.flushed_ns >= JOURNAL_FLUSH_NS &&
+		    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
+			h->journal_failed = true;
+			ui_say(h, UI_EVENT, "cannot write the journal %s: %s; --resume may run "
+			       "finished tasks again", h->journal.path, strerror(errno));
+		}
+		deadline = earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
+	}
 	/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so
 	 * a batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
 	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {

@@ -15,8 +15,9 @@
 
 static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
-	"                        [--stats-json PATH]\n"
+	"                        [--stats-json PATH] [--resume [--retry-failed] [--force]]\n"
 	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
 	"       gpud plugins\n"
 	"       gpud --help | --version\n";
 
@@ -28,6 +29,7 @@ static const char help[] =
 	"commands:\n"
 	"  run JOB.ini      run the job\n"
 	"  check JOB.ini    parse and validate the job, load every plugin; runs no task\n"
+	"  status JOB.ini   how far the run its journal describes got; runs nothing\n"
 	"  plugins          list the plugins found by name (GPUD_PLUGIN_PATH, then built-in)\n"
 	"\n"
 	"options:\n"
@@ -36,11 +38,16 @@ static const char help[] =
 	"                            otherwise), dashboard, plain (a progress line per\n"
 	"                            interval, failures as they happen) or off\n"
 	"  --stats-json PATH         write the final stats as JSON to PATH\n"
+	"  --resume                  finish the run the journal ([job] journal) describes:\n"
+	"                            finished tasks do not run again (none there: start)\n"
+	"  --retry-failed            --resume, and run the tasks that failed again\n"
+	"  --force                   resume a journal another job wrote\n"
 	"  --help, --version\n"
 	"\n"
 	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
 	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
-	"up, the generator or the sink failed, or interrupted).\n";
+	"up, the generator or the sink failed, or interrupted without a journal); 4\n"
+	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n";
 
 /* Parses the command line into *cmd, *job, sets and opts; returns -1 when the program
  * should exit with *rc right away (help, version, usage errors). */
@@ -75,6 +82,12 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 				opts->stats_json = v;
 		} else if (strncmp(a, "--set=", 6) == 0) {
 			sets[(*n_sets)++] = (char *)a + 6;
+		} else if (strcmp(a, "--resume") == 0) {
+			opts->resume = true;
+		} else if (strcmp(a, "--retry-failed") == 0) {
+			opts->resume = opts->retry_failed = true;
+		} else if (strcmp(a, "--force") == 0) {
+			opts->force = true;
 		} else if (strncmp(a, "--ui=", 5) == 0) {
 			ui = a + 5;
 		} else if (strncmp(a, "--stats-json=", 13) == 0) {
@@ -106,7 +119,8 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 		*rc = catalog_list();
 		return -1;
 	}
-	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0) {
+	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0 &&
+	    strcmp(*cmd, "status") != 0) {
 		fprintf(stderr, "gpud: unknown command '%s'\n%s", *cmd, usage);
 		return -1;
 	}
@@ -151,7 +165,9 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
-	rc = strcmp(cmd, "check") == 0 ? run_check(&c) : run_job(&c, &opts);
+	rc = strcmp(cmd, "check") == 0	  ? run_check(&c)
+	     : strcmp(cmd, "status") == 0 ? run_status(&c)
+					  : run_job(&c, &opts);
 	cfg_free(&c);
 out:
 	free(sets);

@@ -25,6 +25,7 @@
 #include "memory.h"
 #include "spawner.h"
 #include "paths.h"
+#include "resume.h"
 #include "stats.h"
 #include "ui.h"
 #include "wait.h"
@@ -112,6 +113,7 @@ static int prepare(struct host *h, struct cfg *c)
 static void release(struct host *h)
 {
 	metrics_stop(h, -1);
+	journal_close(&h->journal);
 	files_close_logs(h);
 	if (h->failures)
 		fclose(h->failures);
@@ -195,9 +197,20 @@ static int finish_run(struct host *h)
 	else if (h->gen_close)
 		h->gen_close(h->gen);
 
+	/* Every task generated has its outcome and the generator is done: the journal says
+	 * the run finished, so a --resume has nothing left to do. */
+	bool complete = !h->abort && h->gen_done && !h->stats.not_run;
+	resume_finish(h, complete);
 	stats_print(h, stderr);
+	if (h->resumed)
+		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
+			(unsigned long long)h->resumed);
 	failures_close(h, stderr);
-	int status = h->abort ? 3 : (h->stats.failed || h->stats.timed_out) ? 1 : 0;
+	/* Stopped by a signal with a journal: resumable, which a batch script can tell. */
+	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
+	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
+	int status = h->abort ? stopped : failed ? 1 : 0;
 	metrics_stop(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
@@ -210,7 +223,7 @@ static int finish_run(struct host *h)
 			fprintf(stderr, ", tasks from %llu on were not generated",
 				(unsigned long long)h->next_id);
 		fputc('\n', stderr);
-		return 3;
+		return status;
 	}
 	if (h->abort) {
 		if (h->sink_lost)
@@ -224,9 +237,11 @@ static int finish_run(struct host *h)
 		else if (!h->gen_done)
 			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
 				(unsigned long long)h->next_id);
-		return 3;
+		if (status == RUN_EXIT_RESUMABLE)
+			fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		return status;
 	}
-	return (h->stats.failed || h->stats.timed_out) ? 1 : 0;
+	return status;
 }
 
 typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
@@ -241,6 +256,12 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		goto out;
 	if (c->n_gpus == 0) {
 		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
+		goto out;
+	}
+	h.opts = opts;
+	int jr = resume_open(&h, opts);
+	if (jr != 0) {
+		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
 		goto out;
 	}
 
@@ -265,7 +286,10 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	h.sink_close = (int (*)(void *, const struct gpud_stats *, struct gpud_error *))loader_sym(
 		&h.sink_pl, "gpud_sink_close");
 	err.message[0] = '\0';
-	if (sink_open(&c->sink.args, &h.sink, &err) != 0) {
+	int so = resume_sink_open(&h, &c->sink.args, &err);
+	if (so == 1)
+		so = sink_open(&c->sink.args, &h.sink, &err);
+	if (so != 0) {
 		ui_clean(err.message);
 		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
 			err.message[0] ? err.message : "open failed");
@@ -277,9 +301,16 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	h.sink_open_ever = true;
 	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
 	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
+	err.message[0] = '\0';
+	if (resume_skip_prefix(&h, &err) < 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
+			c->generator.plugin, (unsigned long long)h.journal.low,
+			err.message[0] ? err.message : "gpud_generator_skip failed");
+		goto close_plugins;
+	}
 
 	h.ui_mode = opts->ui;
-	h.opts = opts;
 	h.finish = finish_run;
 	pthread_mutex_init(&h.notes.lock, NULL);
 

@@ -104,8 +104,10 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 			(unsigned long long)failed, (unsigned long long)timed_out,
 			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
 	}
-	fprintf(f, "], \"total\": %lld, \"exit_status\": %d, \"abort_reason\": ",
-		(long long)h->total, exit_status);
+	fprintf(f, "], \"total\": %lld, \"resumed\": %llu, \"journal\": ", (long long)h->total,
+		(unsigned long long)h->resumed);
+	json_string_or_null(f, h->journal.fd >= 0 ? h->journal.path : NULL);
+	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
 	json_string_or_null(f, h->abort ? h->abort_msg : NULL);
 	fprintf(f, ", \"failures_file\": ");
 	char list[4200];

@@ -161,7 +161,7 @@ static void fmt_short(char *buf, size_t len, double s)
 /* ---- figures ---- */
 
 struct figures {
-	uint64_t generated, ok, failed, timed_out, not_run, done, in_flight, retried;
+	uint64_t generated, ok, failed, timed_out, not_run, done, in_flight, retried, resumed;
 	unsigned restarts, setup_failures;
 	int64_t total;
 	double elapsed, rate_all, rate_now, eta; /* eta < 0: unknown */
@@ -181,6 +181,7 @@ static void take_figures(struct ui *u, struct figures *f)
 	f->in_flight = UI_READ(h->in_flight);
 	f->total = h->total;
 	f->done = f->ok + f->failed + f->timed_out;
+	f->resumed = UI_READ(h->resumed); /* done by earlier runs: part of the whole job */
 	f->elapsed = seconds_since(h->t_start_ns);
 	f->rate_all = f->elapsed > 0 ? (double)f->done / f->elapsed : 0;
 
@@ -199,7 +200,8 @@ static void take_figures(struct ui *u, struct figures *f)
 	f->eta = -1;
 	if (f->total >= 0) {
 		double rate = f->rate_now > 0 ? f->rate_now : f->rate_all;
-		uint64_t left = (uint64_t)f->total > f->done ? (uint64_t)f->total - f->done : 0;
+		uint64_t all = f->done + f->resumed;
+		uint64_t left = (uint64_t)f->total > all ? (uint64_t)f->total - all : 0;
 		if (rate > 0)
 			f->eta = (double)left / rate;
 		else if (!left)
@@ -327,7 +329,7 @@ static void draw_dashboard(struct ui *u, bool final)
 			bar = 50;
 		if (bar < 10)
 			bar = 10;
-		double frac = (double)f.done / (double)f.total;
+		double frac = (double)(f.done + f.resumed) / (double)f.total;
 		if (frac > 1)
 			frac = 1;
 		int full = (int)(frac * bar);
@@ -339,8 +341,10 @@ static void draw_dashboard(struct ui *u, bool final)
 		for (int i = full; i < bar; i++)
 			l_text(&l, "-");
 		l_color(&l, C_RESET);
-		l_fmt(&l, "] %llu/%lld  %.1f%%", (unsigned long long)f.done, (long long)f.total,
-		      frac * 100);
+		l_fmt(&l, "] %llu/%lld  %.1f%%", (unsigned long long)(f.done + f.resumed),
+		      (long long)f.total, frac * 100);
+		if (f.resumed)
+			l_fmt(&l, "  (%llu done before this run)", (unsigned long long)f.resumed);
 	} else {
 		l_fmt(&l, "%llu done (total unknown)", (unsigned long long)f.done);
 	}
@@ -504,11 +508,14 @@ static void plain_progress(struct ui *u, bool final)
 	char a[32], b[32];
 	take_figures(u, &f);
 	fmt_duration(a, sizeof a, f.elapsed);
+	uint64_t all = f.done + f.resumed;
 	if (f.total >= 0)
-		fprintf(stderr, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)f.done,
-			(long long)f.total, f.total ? 100.0 * (double)f.done / (double)f.total : 100.0);
+		fprintf(stderr, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)all,
+			(long long)f.total, f.total ? 100.0 * (double)all / (double)f.total : 100.0);
 	else
-		fprintf(stderr, "gpud: [%s] %llu done", a, (unsigned long long)f.done);
+		fprintf(stderr, "gpud: [%s] %llu done", a, (unsigned long long)all);
+	if (f.resumed)
+		fprintf(stderr, " (%llu before this run)", (unsigned long long)f.resumed);
 	fprintf(stderr, " ok %llu failed %llu timed out %llu | %.0f/s now, %.0f/s overall | queue %llu",
 		(unsigned long long)f.ok, (unsigned long long)f.failed,
 		(unsigned long long)f.timed_out, f.rate_now, f.rate_all,

@@ -2,8 +2,8 @@
 /*
  * gpud plugin ABI, version 1.2 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
  * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
- * gpud_generator_check, gpud_sink_check, gpud_task_reject, and worker plugins that
- * export only gpud_worker_process_batch).
+ * gpud_generator_check, gpud_sink_check, gpud_task_reject, worker plugins that export
+ * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -334,6 +334,11 @@ GPUD_EXPORT int64_t gpud_generator_total(void *state);
  *  effects: it creates, truncates and consumes nothing (it must not read a pipe or
  *  standard input). 0, or -1 with err. Absent: `check` only loads the plugin. */
 GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err);
+/** Optional (ABI 1.2). `gpud run --resume`: skips the next n items without yielding
+ *  them (a generator that can seek jumps; called once, right after open, with the
+ *  number of tasks at the start of the stream an earlier run finished). 0, or -1 with
+ *  err. Absent: gpud generates those items and drops them. */
+GPUD_EXPORT int gpud_generator_skip(void *state, uint64_t n, struct gpud_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Sink plugins                                                                         */
@@ -396,6 +401,16 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
  *  the work of producing them; a sink that does not want GPUD_TASK_START costs nothing
  *  for it. Absent: every kind is delivered. */
 GPUD_EXPORT uint32_t gpud_sink_events(void *state);
+/** Optional (ABI 1.2). `gpud run --resume` calls it instead of open: it opens the sink
+ *  to go on with an earlier run's output (keeping it, never emptying it; cutting what a
+ *  crash left half-written) and calls done(ctx, task_id, status) for every task that
+ *  output already holds (status 0 ok, 1 error, 2 timeout). Those are not run again, and
+ *  what the output holds decides, not gpud's journal: with it a sink gets every task
+ *  exactly once across crashes and resumes. Absent: the journal decides what runs again,
+ *  and a task finished just before a crash may be delivered again (at least once). */
+GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
+				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
+				 struct gpud_error *err);
 /** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
  *  and that the output could be written (its folder exists and is writable) WITHOUT
  *  creating or truncating anything. 0, or -1 with err. Absent: `check` only loads it. */

@@ -1,0 +1,470 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wait.h"
+
+#define MAGIC "GPUDJNL1"
+#define VERSION 1u
+#define HDR_SIZE 64u
+#define REC_SIZE 32u
+
+enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3 };
+
+struct jhdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t rec_size;
+	uint64_t fingerprint;
+	uint64_t created;
+	uint8_t pad[24];
+	uint64_t check;
+};
+
+struct jrec {
+	uint32_t kind;
+	uint32_t status;
+	uint64_t a, b;
+	uint64_t check;
+};
+
+_Static_assert(sizeof(struct jhdr) == HDR_SIZE, "journal header");
+_Static_assert(sizeof(struct jrec) == REC_SIZE, "journal record");
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	h ^= v + UINT64_C(0x9e3779b97f4a7c15) + (h << 6) + (h >> 2);
+	h *= UINT64_C(0xff51afd7ed558ccd);
+	return h ^ (h >> 33);
+}
+
+static uint64_t fnv(uint64_t h, const char *s)
+{
+	for (; s && *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return (h ^ 0xff) * UINT64_C(1099511628211);
+}
+
+/* A record's check word: its fields and its place in the file. */
+static uint64_t rec_check(const struct jrec *r, uint64_t index)
+{
+	uint64_t h = mix(UINT64_C(0x6a6f75726e616c31), index);
+	h = mix(h, (uint64_t)r->kind << 32 | r->status);
+	h = mix(h, r->a);
+	return mix(h, r->b);
+}
+
+static uint64_t hdr_check(const struct jhdr *h)
+{
+	uint64_t c = 0;
+	const uint8_t *p = (const uint8_t *)h;
+	for (size_t i = 0; i + 8 <= offsetof(struct jhdr, check); i += 8) {
+		uint64_t v;
+		memcpy(&v, p + i, 8);
+		c = mix(c, v);
+	}
+	return c;
+}
+
+static uint64_t section_print(uint64_t h, const struct cfg_section *s)
+{
+	h = fnv(h, s->plugin);
+	for (size_t i = 0; i < s->count; i++) {
+		struct stat st;
+		h = fnv(h, s->kv[i].key);
+		h = fnv(h, s->kv[i].value);
+		/* An input file that changed makes another job. */
+		if (s->kv[i].value[0] == '/' && stat(s->kv[i].value, &st) == 0 && S_ISREG(st.st_mode)) {
+			h = mix(h, (uint64_t)st.st_size);
+			h = mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec);
+		}
+	}
+	return h;
+}
+
+uint64_t journal_fingerprint(const struct cfg *c)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+	h = section_print(h, &c->worker);
+	h = section_print(h, &c->generator);
+	/* The sink too: resuming into another output would leave the earlier results
+	 * elsewhere (an output file is not an input: only its name counts). */
+	h = fnv(h, c->sink.plugin);
+	for (size_t i = 0; i < c->sink.count; i++) {
+		h = fnv(h, c->sink.kv[i].key);
+		h = fnv(h, c->sink.kv[i].value);
+	}
+	return mix(h, c->base_seed);
+}
+
+/* ---- the done set ---- */
+
+static int ensure_word(struct journal *j, uint64_t w)
+{
+	uint64_t idx = w - j->base_word;
+	if (idx < j->n_words)
+		return 0;
+	if (idx >= j->cap_words) {
+		size_t cap = j->cap_words ? j->cap_words : 64;
+		while (cap <= idx)
+			cap *= 2;
+		uint64_t *nw = realloc(j->words, cap * sizeof *nw);
+		if (!nw)
+			return -1;
+		j->words = nw;
+		uint8_t *nd = realloc(j->dirty, cap);
+		if (!nd)
+			return -1;
+		j->dirty = nd;
+		j->cap_words = cap;
+	}
+	memset(j->words + j->n_words, 0, (idx + 1 - j->n_words) * sizeof *j->words);
+	memset(j->dirty + j->n_words, 0, idx + 1 - j->n_words);
+	j->n_words = idx + 1;
+	return 0;
+}
+
+/* Moves `low` past every done id, and drops the whole words below it that are written. */
+static void advance(struct journal *j)
+{
+	while (j->low / 64 - j->base_word < j->n_words &&
+	       (j->words[j->low / 64 - j->base_word] >> (j->low % 64) & 1)) {
+		uint64_t idx = j->low / 64 - j->base_word;
+		if (j->low % 64 == 0 && j->words[idx] == UINT64_MAX)
+			j->low += 64;
+		else
+			j->low++;
+	}
+	size_t drop = 0;
+	while (drop < j->n_words && drop < j->low / 64 - j->base_word && !j->dirty[drop])
+		drop++;
+	if (drop) {
+		memmove(j->words, j->words + drop, (j->n_words - drop) * sizeof *j->words);
+		memmove(j->dirty, j->dirty + drop, j->n_words - drop);
+		j->n_words -= drop;
+		j->base_word += drop;
+	}
+}
+
+static void set_done(struct journal *j, uint64_t id, bool dirty)
+{
+	if (id < j->low)
+		return;
+	uint64_t w = id / 64;
+	if (ensure_word(j, w) < 0) {
+		perror("gpud: journal");
+		abort();
+	}
+	uint64_t *word = &j->words[w - j->base_word];
+	uint64_t bit = UINT64_C(1) << (id % 64);
+	if (*word & bit)
+		return;
+	*word |= bit;
+	j->done++;
+	if (dirty)
+		j->dirty[w - j->base_word] = 1;
+}
+
+static void clear_done(struct journal *j, uint64_t id)
+{
+	uint64_t w = id / 64;
+	if (id < j->low || w < j->base_word || w - j->base_word >= j->n_words)
+		return;
+	uint64_t *word = &j->words[w - j->base_word];
+	uint64_t bit = UINT64_C(1) << (id % 64);
+	if (*word & bit) {
+		*word &= ~bit;
+		j->done--;
+	}
+}
+
+/* ---- records ---- */
+
+static void put_rec(struct journal *j, uint32_t kind, uint32_t status, uint64_t a, uint64_t b)
+{
+	if (j->pending_len + REC_SIZE > j->pending_cap) {
+		size_t cap = j->pending_cap ? 2 * j->pending_cap : 64 * REC_SIZE;
+		uint8_t *p = realloc(j->pending, cap);
+		if (!p) {
+			perror("gpud: journal");
+			abort();
+		}
+		j->pending = p;
+		j->pending_cap = cap;
+	}
+	struct jrec r = {kind, status, a, b, 0};
+	r.check = rec_check(&r, j->records + j->pending_len / REC_SIZE);
+	memcpy(j->pending + j->pending_len, &r, REC_SIZE);
+	j->pending_len += REC_SIZE;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool was_failure(const struct journal *j, uint64_t id)
+{
+	return j->n_fail && bsearch(&id, j->fail_ids, j->n_fail, sizeof id, cmp_u64);
+}
+
+void journal_forget_done(struct journal *j)
+{
+	j->low = 0;
+	j->base_word = 0;
+	j->n_words = 0;
+	j->done = 0;
+	if (!j->retrying)
+		for (size_t i = 0; i < j->n_fail; i++)
+			set_done(j, j->fail_ids[i], false);
+}
+
+void journal_mark(struct journal *j, uint64_t id, int status)
+{
+	if (j->fd < 0)
+		return;
+	if (status) {
+		put_rec(j, REC_FAILED, (uint32_t)status, id, 0);
+		j->failed++;
+	} else if (j->retrying && was_failure(j, id)) {
+		put_rec(j, REC_FAILED, 0, id, 0); /* it failed before; now it is ok */
+	}
+	set_done(j, id, true);
+}
+
+int journal_flush(struct journal *j, bool sync)
+{
+	if (j->fd < 0)
+		return 0;
+	for (size_t i = 0; i < j->n_words; i++) {
+		if (j->dirty[i]) {
+			put_rec(j, REC_DONE, 0, (j->base_word + i) * 64, j->words[i]);
+			j->dirty[i] = 0;
+		}
+	}
+	int rc = 0;
+	if (j->pending_len) {
+		rc = write_all(j->fd, j->pending, j->pending_len);
+		if (rc == 0)
+			j->records += j->pending_len / REC_SIZE;
+		j->pending_len = 0;
+	}
+	advance(j);
+	if (rc == 0 && sync)
+		rc = fdatasync(j->fd);
+	j->flushed_ns = wait_now_ns();
+	return rc;
+}
+
+int journal_end(struct journal *j, uint64_t count)
+{
+	if (j->fd < 0)
+		return 0;
+	journal_flush(j, false);
+	put_rec(j, REC_END, 0, count, 0);
+	return journal_flush(j, true);
+}
+
+/* ---- files ---- */
+
+static int open_file(struct journal *j, const char *path, int flags, char *why, size_t len)
+{
+	*j = (struct journal){.fd = -1};
+	j->path = strdup(path);
+	j->fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (j->fd < 0) {
+		snprintf(why, len, "cannot open the journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	/* Never one of the descriptors workers are given (0-6). */
+	if (j->fd < 10) {
+		int hi = fcntl(j->fd, F_DUPFD_CLOEXEC, 10);
+		close(j->fd);
+		j->fd = hi;
+	}
+	return 0;
+}
+
+int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,
+		   size_t len)
+{
+	if (open_file(j, path, O_RDWR | O_CREAT | O_TRUNC, why, len) < 0)
+		return -1;
+	struct jhdr h = {.version = VERSION, .rec_size = REC_SIZE, .fingerprint = fingerprint,
+			 .created = (uint64_t)time(NULL)};
+	memcpy(h.magic, MAGIC, 8);
+	h.check = hdr_check(&h);
+	if (write_all(j->fd, (const uint8_t *)&h, sizeof h) < 0) {
+		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads the header and every record; the records past the first bad one are cut when
+ * `cut`. 0, or -1 with why. */
+static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, size_t len)
+{
+	struct jhdr h;
+	struct stat st;
+	if (fstat(j->fd, &st) < 0 || pread(j->fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+	    memcmp(h.magic, MAGIC, 8) != 0 || h.check != hdr_check(&h)) {
+		snprintf(why, len, "%s is not a gpud journal (or its header is damaged)", j->path);
+		return -1;
+	}
+	if (h.version != VERSION || h.rec_size != REC_SIZE) {
+		snprintf(why, len, "%s is a journal of format %u, this gpud reads %u", j->path,
+			 h.version, VERSION);
+		return -1;
+	}
+	*fingerprint = h.fingerprint;
+	j->fingerprint = h.fingerprint;
+	uint64_t n = ((uint64_t)st.st_size - HDR_SIZE) / REC_SIZE, good = 0;
+	struct jrec buf[1024];
+	bool bad = false;
+	while (good < n && !bad) {
+		size_t want = n - good < 1024 ? (size_t)(n - good) : 1024;
+		ssize_t got = pread(j->fd, buf, want * REC_SIZE, (off_t)(HDR_SIZE + good * REC_SIZE));
+		if (got < (ssize_t)(want * REC_SIZE)) {
+			snprintf(why, len, "cannot read the journal %s: %s", j->path,
+				 got < 0 ? strerror(errno) : "short read");
+			return -1;
+		}
+		for (size_t i = 0; i < want; i++) {
+			struct jrec *r = &buf[i];
+			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_END ||
+			    (r->kind == REC_DONE && r->a % 64)) {
+				bad = true;
+				break;
+			}
+			if (r->kind == REC_DONE) {
+				for (uint64_t m = r->b; m; m &= m - 1)
+					set_done(j, r->a + (uint64_t)__builtin_ctzll(m), false);
+			} else if (r->kind == REC_FAILED) {
+				if (j->n_fail == j->cap_fail) {
+					size_t cap = j->cap_fail ? 2 * j->cap_fail : 64;
+					uint64_t *f = realloc(j->fail_ids, cap * sizeof *f);
+					if (!f) {
+						snprintf(why, len, "out of memory");
+						return -1;
+					}
+					j->fail_ids = f;
+					j->cap_fail = cap;
+				}
+				/* status 0: a failure that later ended ok (kept, then dropped). */
+				j->fail_ids[j->n_fail++] = r->a << 1 | (r->status != 0);
+			} else {
+				j->ended = true;
+				j->end_count = r->a;
+			}
+			good++;
+		}
+	}
+	uint64_t end = HDR_SIZE + good * REC_SIZE;
+	if (end < (uint64_t)st.st_size) {
+		j->cut_bytes = (uint64_t)st.st_size - end;
+		if (cut && ftruncate(j->fd, (off_t)end) < 0) {
+			snprintf(why, len, "cannot cut the torn end of the journal %s: %s", j->path,
+				 strerror(errno));
+			return -1;
+		}
+	}
+	j->records = good;
+	/* The last word about each failed id holds: sorted by id, file order kept. */
+	size_t k = 0;
+	for (size_t i = 0; i < j->n_fail; i++) {
+		uint64_t id = j->fail_ids[i] >> 1;
+		bool failed = j->fail_ids[i] & 1;
+		size_t at = k;
+		for (size_t m = 0; m < k; m++)
+			if (j->fail_ids[m] == id) /* (quadratic, but failures are few) */
+				at = m;
+		if (at == k && failed)
+			j->fail_ids[k++] = id;
+		else if (at < k && !failed)
+			j->fail_ids[at] = j->fail_ids[--k];
+	}
+	j->n_fail = k;
+	qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
+	j->failed = j->n_fail;
+	return 0;
+}
+
+int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bool force,
+		   bool retry_failed, char *why, size_t len)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0 && errno == ENOENT)
+		return journal_create(j, path, fingerprint, why, len) < 0 ? -1 : 1;
+	if (open_file(j, path, O_RDWR, why, len) < 0)
+		return -1;
+	uint64_t fp;
+	if (load(j, &fp, true, why, len) < 0)
+		return -1;
+	if (fp != fingerprint && !force) {
+		snprintf(why, len, "the journal %s was written by another job (another worker, "
+			 "generator, their keys or input files); run without --resume to start "
+			 "over, or add --force to resume anyway", path);
+		return -1;
+	}
+	if (retry_failed) {
+		for (size_t i = 0; i < j->n_fail; i++)
+			clear_done(j, j->fail_ids[i]);
+		j->retrying = true;
+		j->ended = false;
+		j->failed = 0; /* they run again; what fails now is counted anew */
+	}
+	advance(j);
+	if (lseek(j->fd, 0, SEEK_END) < 0) {
+		snprintf(why, len, "journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int journal_read(struct journal *j, const char *path, char *why, size_t len)
+{
+	if (open_file(j, path, O_RDONLY, why, len) < 0)
+		return -1;
+	uint64_t fp;
+	if (load(j, &fp, false, why, len) < 0)
+		return -1;
+	advance(j);
+	return 0;
+}
+
+void journal_close(struct journal *j)
+{
+	if (j->fd >= 0)
+		close(j->fd);
+	free(j->path);
+	free(j->words);
+	free(j->dirty);
+	free(j->fail_ids);
+	free(j->pending);
+	*j = (struct journal){.fd = -1};
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal of finished tasks (journal.c): what `gpud run --resume` needs to finish an
+ * interrupted run without running a finished task again.
+ *
+ * File: a 64-byte header (magic, version, the job's fingerprint), then 32-byte records,
+ * each with its own check word (a torn or corrupt tail is found and cut on open):
+ *   DONE   base, mask: the tasks base..base+63 whose bits are set have a final outcome
+ *   FAILED id, status: that final outcome was an error (1) or a timeout (2)
+ *   END    count: the run finished with every one of `count` tasks done
+ * Records are cumulative (a later DONE for the same base holds at least the earlier
+ * bits), appended in batches by journal_flush (at most every JOURNAL_FLUSH_NS, and at
+ * the end with fsync).
+ *
+ * In memory: a low-water mark below which every task is done, and a bitmap window of
+ * the done ids above it (O(tasks in flight), plus the span a slow task holds open).
+ */
+#ifndef GPUD_JOURNAL_H
+#define GPUD_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+#define JOURNAL_FLUSH_NS 100000000u /* 100 ms */
+
+struct journal {
+	int fd;
+	char *path;
+	uint64_t low;     /* every id below is done */
+	uint64_t *words;  /* words[i]: ids low_word*64 + 64*i ... */
+	uint8_t *dirty;   /* per word: to be written */
+	size_t n_words, cap_words;
+	uint64_t base_word; /* the word of words[0] (low / 64, rounded down) */
+	uint64_t done;      /* ids marked done, in the journal and since */
+	uint64_t failed;    /* of those, final failures recorded */
+	uint64_t *fail_ids; /* failures loaded (sorted), for --retry-failed and status */
+	size_t n_fail, cap_fail;
+	bool retrying;      /* --retry-failed: a loaded failure that now ends ok is recorded */
+	uint8_t *pending;   /* records to write */
+	size_t pending_len, pending_cap;
+	uint64_t records;   /* records in the file: the next one's index */
+	uint64_t flushed_ns;
+	bool ended;         /* an END record was read: the run it describes finished */
+	uint64_t end_count;
+	uint64_t cut_bytes; /* a torn tail removed on open */
+	uint64_t fingerprint; /* the header's */
+};
+
+/* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
+ * base_seed, and the size and mtime of every file the worker's and the generator's keys
+ * name. */
+uint64_t journal_fingerprint(const struct cfg *c);
+
+/* Creates (or empties) the journal at `path` for a fresh run. 0, or -1 with why. */
+int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,
+		   size_t len);
+/* Opens the journal at `path` to resume: reads every record, cuts a torn or corrupt
+ * tail, checks the fingerprint (unless `force`); with `retry_failed`, the tasks whose
+ * final outcome was a failure count as not done. 1 when there is no journal there (a
+ * fresh one is created), 0 when loaded, -1 with why. */
+int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bool force,
+		   bool retry_failed, char *why, size_t len);
+/* Reads a journal without changing it (gpud status). 0, or -1 with why. */
+int journal_read(struct journal *j, const char *path, char *why, size_t len);
+
+/* Whether task `id` is done. */
+static inline bool journal_is_done(const struct journal *j, uint64_t id)
+{
+	if (id < j->low)
+		return true;
+	uint64_t w = id / 64;
+	if (w < j->base_word || w - j->base_word >= j->n_words)
+		return false;
+	return j->words[w - j->base_word] >> (id % 64) & 1;
+}
+
+/* Forgets which tasks the DONE records say are done, keeping the recorded failures
+ * (unless retrying them): for a sink whose own output tells what is done. */
+void journal_forget_done(struct journal *j);
+/* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
+void journal_mark(struct journal *j, uint64_t id, int status);
+/* Writes what was marked; with `sync`, fsyncs too. 0, or -1 (errno set). */
+int journal_flush(struct journal *j, bool sync);
+/* Records that the run finished with `count` tasks, all done; flushes and syncs. */
+int journal_end(struct journal *j, uint64_t count);
+void journal_close(struct journal *j);
+
+#endif

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* The journal in a run: opened or resumed before anything runs, the done tasks skipped
+ * (with the generator's and the sink's help where they offer it), sealed at the end;
+ * and `gpud status`. */
+#define _GNU_SOURCE
+#include "resume.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "events.h"
+#include "ui.h"
+
+int resume_open(struct host *h, const struct run_opts *o)
+{
+	const struct cfg *c = h->cfg;
+	char why[1200];
+	if (c->journal_off || !c->journal) {
+		if (o->resume) {
+			fprintf(stderr, "gpud: %s: --resume needs a journal ([job] journal is off)\n",
+				c->path);
+			return -1;
+		}
+		return 0;
+	}
+	uint64_t fp = journal_fingerprint(c);
+	if (!o->resume) {
+		if (journal_create(&h->journal, c->journal, fp, why, sizeof why) < 0) {
+			fprintf(stderr, "gpud: %s: %s (set [job] journal to a writable place, or "
+					"journal = off)\n", c->path, why);
+			return -1;
+		}
+		return 0;
+	}
+	int rc = journal_resume(&h->journal, c->journal, fp, o->force, o->retry_failed, why,
+				sizeof why);
+	if (rc < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		return -1;
+	}
+	if (rc == 1) {
+		fprintf(stderr, "gpud: no journal at %s yet: starting from the first task\n",
+			c->journal);
+		return 0;
+	}
+	if (h->journal.cut_bytes)
+		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
+				"(a crash while writing); they were removed\n",
+			c->journal, (unsigned long long)h->journal.cut_bytes);
+	if (h->journal.ended) {
+		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
+				"(%llu failed; --retry-failed runs those again)\n",
+			c->path, (unsigned long long)h->journal.end_count,
+			(unsigned long long)h->journal.failed);
+		return 1;
+	}
+	h->resuming = true;
+	return 0;
+}
+
+/* A task the sink's output already holds. */
+static void sink_holds(void *ctx, uint64_t id, int status)
+{
+	struct host *h = ctx;
+	if (status != 0 && h->opts->retry_failed)
+		return; /* it runs again */
+	journal_mark(&h->journal, id, status);
+}
+
+int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
+{
+	typedef int (*resume_fn)(const struct gpud_args *, void **,
+				 void (*)(void *, uint64_t, int), void *, struct gpud_error *);
+	resume_fn fn = h->sink_pl.info->abi_minor >= 2
+			       ? (resume_fn)loader_sym(&h->sink_pl, "gpud_sink_resume")
+			       : NULL;
+	if (!h->resuming || !fn)
+		return 1; /* the ordinary open */
+	/* Its output is what happened: what it holds is done, whatever the journal says
+	 * of successes (a crash may have lost output the journal had already counted).
+	 * Failures it does not write are the journal's word. */
+	journal_forget_done(&h->journal);
+	h->sink_resumed = true;
+	return fn(args, &h->sink, sink_holds, h, err);
+}
+
+int resume_skip_prefix(struct host *h, struct gpud_error *err)
+{
+	if (!h->resuming)
+		return 0;
+	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
+	uint64_t low = h->journal.low;
+	int (*skip)(void *, uint64_t, struct gpud_error *) =
+		h->gen_pl.info->abi_minor >= 2
+			? (int (*)(void *, uint64_t, struct gpud_error *))loader_sym(
+				  &h->gen_pl, "gpud_generator_skip")
+			: NULL;
+	if (!skip || low == 0)
+		return 0;
+	if (skip(h->gen, low, err) != 0)
+		return -1;
+	h->next_id = low;
+	h->next_deliver = low;
+	h->resumed += low;
+	return 0;
+}
+
+void resume_finish(struct host *h, bool complete)
+{
+	if (h->journal.fd < 0)
+		return;
+	int rc = complete ? journal_end(&h->journal, h->next_id) : journal_flush(&h->journal, true);
+	if (rc < 0)
+		fprintf(stderr, "gpud: cannot write the journal %s: %s; --resume may run some "
+				"finished tasks again\n", h->journal.path, strerror(errno));
+}
+
+int run_status(struct cfg *c)
+{
+	char why[1200];
+	struct journal j;
+	if (c->journal_off || !c->journal) {
+		fprintf(stderr, "gpud: %s: [job] journal is off: nothing to tell\n", c->path);
+		return 2;
+	}
+	if (journal_read(&j, c->journal, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		journal_close(&j);
+		return 2;
+	}
+	printf("%s: journal %s\n", c->path, c->journal);
+	printf("  tasks with an outcome: %llu (%llu of them failed)\n",
+	       (unsigned long long)j.done, (unsigned long long)j.failed);
+	printf("  every task before %llu has its outcome\n", (unsigned long long)j.low);
+	if (j.ended)
+		printf("  finished: all %llu tasks (a --resume runs nothing%s)\n",
+		       (unsigned long long)j.end_count,
+		       j.failed ? "; --retry-failed runs the failed ones again" : "");
+	else
+		printf("  not finished: `gpud run %s --resume` goes on from there\n", c->path);
+	if (j.cut_bytes)
+		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
+		       (unsigned long long)j.cut_bytes);
+	if (j.fingerprint != journal_fingerprint(c))
+		printf("  written by another job (its worker, generator, keys or input files "
+		       "differ): --resume refuses it without --force\n");
+	journal_close(&j);
+	return 0;
+}

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* Resume: the journal, `--resume` after kill -9 with every id exactly once in the
+ * output, torn journals, another job's journal, SIGTERM, --retry-failed, status. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+/* How many lines of the jsonl text have task id `id`, and whether each is ok with the
+ * input as result (the faulty worker echoes its input). */
+static void check_jsonl_once(const char *out, unsigned n)
+{
+	unsigned char *seen = calloc(n, 1);
+	unsigned lines = 0, bad = 0;
+	for (const char *p = out; p && *p;) {
+		unsigned long id;
+		char result[32];
+		if (sscanf(p, "{\"task_id\": %lu, \"status\": \"ok\"", &id) == 1 && id < n) {
+			const char *r = strstr(p, "\"result\": \"");
+			snprintf(result, sizeof result, "\"result\": \"%lu\"", id);
+			if (!r || strncmp(r, result, strlen(result)) != 0)
+				bad++;
+			seen[id]++;
+		} else {
+			bad++;
+		}
+		lines++;
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	unsigned missing = 0, twice = 0, first_missing = n, first_twice = n;
+	for (unsigned i = 0; i < n; i++) {
+		if (!seen[i] && missing++ == 0)
+			first_missing = i;
+		if (seen[i] > 1 && twice++ == 0)
+			first_twice = i;
+	}
+	cr_expect_eq(bad, 0, "%u lines are not an ok line with the right result", bad);
+	cr_expect_eq(missing, 0, "%u ids missing (first %u)", missing, first_missing);
+	cr_expect_eq(twice, 0, "%u ids more than once (first %u)", twice, first_twice);
+	cr_expect_eq(lines, n);
+	free(seen);
+}
+
+/* Runs the job with --resume `kills` times, each killed with SIGKILL after a random
+ * moment (its workers then leave on their own: waited for), then once more to the end.
+ * (Not `i`: WAIT_FOR's w() counts with it.) */
+static int kill_and_resume(const char *dir, int kills, const char *extra)
+{
+	char script[2048];
+	snprintf(script, sizeof script,
+		 WAIT_FOR
+		 "k=0; while [ $k -lt %d ]; do\n"
+		 "  \"$GPUD\" run job.ini --ui off --resume %s 2>>err & p=$!\n"
+		 "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) %% 6 + 2 ))\n"
+		 "  kill -9 $p; wait $p 2>/dev/null\n"
+		 "  w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
+		 "  k=$((k+1))\n"
+		 "done\n"
+		 "\"$GPUD\" run job.ini --ui off --resume %s 2>>err; echo $? > rc\n",
+		 kills, extra, extra);
+	t_sh(dir, script);
+	return (int)t_read_long(dir, "rc");
+}
+
+Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(kill_and_resume(dir, 5, ""), 0);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert(out, "%s", err);
+	check_jsonl_once(out, 20000);
+	cr_expect(strstr(err, "tasks were already done"), "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\nordered = true\n[worker]\nplugin = faulty\nsleep_us = 600\n"
+		    "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(kill_and_resume(dir, 3, ""), 0);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(out);
+	check_jsonl_once(out, 8000);
+	free(out);
+
+	dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 600\n"
+		    "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = files\ndir = res\n"
+		    "suffix = .txt\n");
+	cr_expect_eq(kill_and_resume(dir, 3, ""), 0);
+	/* Every result file once (a name is a name), whole, and no temporary file left. */
+	char *ls = NULL;
+	t_sh(dir, "ls -a res | grep -c '^[0-9]*\\.txt$' > count; ls -a res | grep -c tmp > tmps; "
+		  "for i in 0 1 4321 7999; do cat res/$i.txt; echo; done > some");
+	cr_expect_eq(t_read_long(dir, "count"), 8000);
+	cr_expect_eq(t_read_long(dir, "tmps"), 0);
+	ls = t_read_in(dir, "some");
+	cr_expect_str_eq(ls, "0\n1\n4321\n7999\n");
+	free(ls);
+}
+
+Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 1000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	struct stat st;
+	char path[600];
+	snprintf(path, sizeof path, "%s/job.journal", dir);
+	cr_assert_eq(stat(path, &st), 0, "no journal beside the job file");
+	/* A journal is small: 1000 tasks in order. */
+	cr_expect_lt(st.st_size, 64 + 32 * 40, "%ld bytes", (long)st.st_size);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "already finished: all 1000 tasks have their outcome"), "%s", err);
+	free(err);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(out, "{"), 1000, "the output was not touched");
+	free(out);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "tasks with an outcome: 1000 (0 of them failed)") &&
+		  strstr(out, "finished: all 1000 tasks"), "%s", out);
+	free(out);
+	/* journal = off: nothing to resume from. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set job.journal=off", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--resume needs a journal"), "%s", err);
+	free(err);
+}
+
+Test(resume, torn_journal_tails_at_every_byte_are_cut, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	/* The null sink cannot say what it holds: the journal alone decides. */
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 5000\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	t_sh(dir, "cp job.journal whole");
+	for (int k = 1; k < 32 + 32; k++) {
+		/* Cut inside the END record (k < 32) or inside the record before it. */
+		char cmd[300];
+		snprintf(cmd, sizeof cmd, "cp whole job.journal && n=$(stat -c %%s whole) && "
+					  "truncate -s $((n - %d)) job.journal", k);
+		cr_assert_eq(t_sh(dir, cmd), 0);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json",
+				    dir, dir), 0, "cut %d bytes", k);
+		char *err = t_read_in(dir, "err");
+		if (k % 32)
+			cr_expect(strstr(err, "bytes of a record cut short"), "cut %d: %s", k, err);
+		/* Whatever a lost record said is run again; nothing else is. */
+		char *st = t_read_in(dir, "s.json");
+		long generated = atol(strstr(st, "\"generated\": ") + 13);
+		cr_expect(generated <= 64 + 64, "cut %d bytes: %ld tasks ran again", k, generated);
+		free(st);
+		free(err);
+		/* And the journal is whole again: resuming once more runs nothing. */
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+		err = t_read_in(dir, "err");
+		cr_expect(strstr(err, "already finished"), "cut %d, second resume: %s", k, err);
+		free(err);
+	}
+	/* A record changed in the middle: cut from there on, and those tasks run again. */
+	t_sh(dir, "cp whole job.journal && printf 'X' | dd of=job.journal bs=1 seek=100 conv=notrunc "
+		  "2>/dev/null");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	char *st = t_read_in(dir, "s.json");
+	cr_expect(atol(strstr(st, "\"generated\": ") + 13) >= 4000, "%s", st);
+	free(st);
+}
+
+Test(resume, another_jobs_journal_is_refused_unless_forced, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "in.txt", "a\nb\nc\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = lines\n"
+		    "path = in.txt\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set worker.sleep_us=5", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "was written by another job") && strstr(err, "--force"), "%s", err);
+	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	free(err);
+	/* Another input file is another job too. */
+	free(t_write(dir, "in.txt", "a\nb\nc\nd\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "written by another job"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --force", dir), 0);
+}
+
+Test(resume, sigterm_exits_4_and_resume_finishes_and_retry_failed_reruns, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 2000\nfail_on = 7,9\n"
+		    "[generator]\nplugin = range\nstop = 3000\n[sink]\nplugin = files\ndir = res\n");
+	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
+		  "w '[ $(ls res 2>/dev/null | wc -l) -gt 100 ]'\n"
+		  "kill -TERM $p; wait $p; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "SIGTERM with a journal: resumable");
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--resume` finishes it"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	t_sh(dir, "ls res | wc -l > count");
+	cr_expect_eq(t_read_long(dir, "count"), 2998, "all but the two that fail");
+	/* The failures again, now that the worker would take them (another job: forced). */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --retry-failed --force "
+				 "--set worker.fail_on=1000000 --stats-json %s/s.json", dir, dir), 0);
+	t_sh(dir, "ls res | wc -l > count");
+	cr_expect_eq(t_read_long(dir, "count"), 3000);
+	char *st = t_read_in(dir, "s.json");
+	cr_expect(strstr(st, "\"generated\": 2,"), "only the two ran: %s", st);
+	cr_expect(strstr(st, "\"resumed\": 2998"), "%s", st);
+	free(st);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "(0 of them failed)"), "%s", out);
+	free(out);
+}
