@@ -145,7 +145,8 @@ Test(failures, stats_json_has_the_total_exit_status_abort_reason_and_the_list, .
 	cr_assert(s);
 	char want[600];
 	snprintf(want, sizeof want,
-		 "\"total\": 50, \"resumed\": 0, \"journal\": \"%s/job.journal\", "
+		 "\"total\": 50, \"resumed\": 0, \"first_new_task_seconds\": 0.000000, "
+		 "\"journal\": \"%s/job.journal\", "
 		 "\"exit_status\": 1, \"abort_reason\": null, "
 		 "\"failures_file\": \"%s/logs/failures.jsonl\"}",
 		 dir, dir);

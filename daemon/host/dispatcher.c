@@ -256,6 +256,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				continue;
 			}
 			h->stats.generated++;
+			if (h->resuming && !h->first_new_ns)
+				h->first_new_ns = wait_now_ns(); /* the skipping is over */
 			if (item.size > c->max_task_bytes) {
 				char msg[200];
 				snprintf(msg, sizeof msg,

@@ -210,6 +210,7 @@ struct host {
 	bool sink_resumed;      /* the sink was opened through gpud_sink_resume */
 	uint64_t resumed;       /* tasks skipped because an earlier run finished them */
 	bool journal_failed;    /* a write failed (said once) */
+	uint64_t first_new_ns;  /* resuming: when the first task not done before came */
 	struct metrics_hist *metrics;   /* NULL unless metrics_file or metrics_listen */
 	struct metrics_srv *metrics_srv;
 };

@@ -104,8 +104,9 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 			(unsigned long long)failed, (unsigned long long)timed_out,
 			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
 	}
-	fprintf(f, "], \"total\": %lld, \"resumed\": %llu, \"journal\": ", (long long)h->total,
-		(unsigned long long)h->resumed);
+	fprintf(f, "], \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
+		"\"journal\": ", (long long)h->total, (unsigned long long)h->resumed,
+		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
 	json_string_or_null(f, h->journal.fd >= 0 ? h->journal.path : NULL);
 	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
 	json_string_or_null(f, h->abort ? h->abort_msg : NULL);
