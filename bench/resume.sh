@@ -51,5 +51,5 @@ for g in range blob; do
   "$gpud" run "$tmp/job.ini" --ui off --resume --stats-json "$tmp/s.json" 2>/dev/null
   r=$(field resumed "$tmp/s.json"); f=$(field first_new_task_seconds "$tmp/s.json")
   printf 'resume %-5s  %s ids already done; first new task after %s s: %.1f M ids/s skipped\n' \
-    "$g" "$r" "$f" "$(awk -v r="$r" -v f="$f" 'BEGIN {print f > 0 ? r / f / 1e6 : 0}')"
+    "$g" "$r" "$f" "$(awk -v r="$r" -v f="$f" 'BEGIN {print (f > 0 ? r / f / 1e6 : 0)}')"
 done

@@ -176,7 +176,8 @@ static bool requeued_may_run(const struct host *h)
 #define FEED_SLICE_NS 1000000u
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
- * tasks given; *slice_end is set when the pass ran out of time. */
+ * tasks given (and those dropped as done before: progress too); *slice_end is set when
+ * the pass ran out of time. */
 static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uint64_t *clock,
 			 bool *slice_end)
 {
@@ -251,6 +252,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			 * slot just written is reserved again for the next item). */
 			if (h->resuming && journal_is_done(&h->journal, id)) {
 				events_skip(h, id);
+				n++; /* progress: the loop must not sleep between slices */
 				if (*slice_end)
 					break;
 				continue;

@@ -409,7 +409,8 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 			j->fail_ids[at] = j->fail_ids[--k];
 	}
 	j->n_fail = k;
-	qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
+	if (k)
+		qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
 	j->failed = j->n_fail;
 	return 0;
 }
