@@ -175,9 +175,12 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		tasks_requeue(h, &again, input, w ? w->index : -1);
 		return;
 	}
-	if (h->journal.fd >= 0)
-		journal_mark(&h->journal, t->id,
-			     kind == GPUD_TASK_OK ? 0 : kind == GPUD_TASK_TIMEOUT ? 2 : 1);
+	if (h->journal.fd >= 0) {
+		if (kind == GPUD_TASK_OK)
+			journal_mark_ok(&h->journal, t->id);
+		else
+			journal_mark(&h->journal, t->id, kind == GPUD_TASK_TIMEOUT ? 2 : 1);
+	}
 	switch (kind) {
 	case GPUD_TASK_OK:
 		h->stats.ok++;

@@ -82,6 +82,21 @@ static inline bool journal_is_done(const struct journal *j, uint64_t id)
 void journal_forget_done(struct journal *j);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
+
+/* journal_mark(j, id, 0), on every task's path: a bit set in the window when it holds
+ * the id, the rest out of line. */
+static inline void journal_mark_ok(struct journal *j, uint64_t id)
+{
+	uint64_t w = id / 64 - j->base_word;
+	if (id >= j->low && w < j->n_words && !j->retrying) {
+		uint64_t old = j->words[w], bit = UINT64_C(1) << (id % 64);
+		j->words[w] = old | bit;
+		j->done += !(old & bit);
+		j->dirty[w] = 1;
+		return;
+	}
+	journal_mark(j, id, 0);
+}
 /* Writes what was marked; with `sync`, fsyncs too. 0, or -1 (errno set). */
 int journal_flush(struct journal *j, bool sync);
 /* Records that the run finished with `count` tasks, all done; flushes and syncs. */
