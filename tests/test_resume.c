@@ -121,10 +121,22 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 	cr_assert_eq(stat(path, &st), 0, "no journal beside the job file");
 	/* A journal is small: 1000 tasks in order. */
 	cr_expect_lt(st.st_size, 64 + 32 * 40, "%ld bytes", (long)st.st_size);
+	/* jsonl can say what its file holds, so it is asked even after the end: all there. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
 	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: 0 tasks: ") && strstr(err, "resumed: 1000 tasks were already done"),
+		  "%s", err);
+	free(err);
+	/* A sink that cannot: the journal's end is the word. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null --force",
+			    dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --set sink.plugin=null", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null", dir), 0);
+	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "already finished: all 1000 tasks have their outcome"), "%s", err);
 	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_expect_eq(t_count_lines(out, "{"), 1000, "the output was not touched");
 	free(out);
@@ -231,4 +243,30 @@ Test(resume, sigterm_exits_4_and_resume_finishes_and_retry_failed_reruns, .timeo
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "(0 of them failed)"), "%s", out);
 	free(out);
+}
+
+Test(resume, output_cut_at_any_byte_is_completed_exactly_once, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	/* Lines in, so the lines generator's skip is used too. */
+	t_sh(dir, "seq 0 2999 > in.txt");
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = lines\n"
+		    "path = in.txt\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	t_sh(dir, "cp out.jsonl whole; stat -c %s whole > size");
+	long size = t_read_long(dir, "size");
+	/* As if the disk lost the end of the file (a power cut): at line ends, inside a
+	 * line, near the start, near the end. */
+	long cuts[] = {0, 1, 37, size / 3, size / 2 + 5, size - 200, size - 1};
+	for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
+		char cmd[200];
+		snprintf(cmd, sizeof cmd, "cp whole out.jsonl && truncate -s %ld out.jsonl", cuts[k]);
+		cr_assert_eq(t_sh(dir, cmd), 0);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0, "cut at %ld",
+			     cuts[k]);
+		char *out = t_read_in(dir, "out.jsonl");
+		cr_assert(out);
+		check_jsonl_once(out, 3000);
+		free(out);
+	}
 }

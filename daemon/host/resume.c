@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "events.h"
+#include "loader.h"
 #include "ui.h"
 
 int resume_open(struct host *h, const struct run_opts *o)
@@ -48,7 +49,10 @@ int resume_open(struct host *h, const struct run_opts *o)
 		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
 				"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
-	if (h->journal.ended) {
+	/* A sink that can tell what its output holds is asked even after the end: its
+	 * output may have lost lines since (a disk that lost its last writes). */
+	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
+	if (h->journal.ended && !sink_tells) {
 		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
 				"(%llu failed; --retry-failed runs those again)\n",
 			c->path, (unsigned long long)h->journal.end_count,
