@@ -177,6 +177,11 @@ int checks_dry(const struct host *h, const struct cfg *c, FILE *out)
 		fprintf(stderr, "gpud: %s: [job] log_dir: %s\n", c->path, why);
 		return -1;
 	}
+	if (c->journal && check_file_writable(c->journal, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: [job] journal: %s (journal = off runs without one)\n",
+			c->path, why);
+		return -1;
+	}
 	if (c->metrics_file && check_file_writable(c->metrics_file, why, sizeof why) < 0) {
 		fprintf(stderr, "gpud: %s: [ui] metrics_file: %s\n", c->path, why);
 		return -1;

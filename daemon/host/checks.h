@@ -22,7 +22,7 @@ int check_dir_usable(const char *dir, char *why, size_t len);
 int checks_keys(const struct host *h, const struct cfg *c, const char *worker_out);
 
 /* `gpud check` only: the generator's and the sink's check entry points, log_dir, the
- * metrics file. Says on `out` what could not be checked. 0, or -1 with one line on
+ * journal, the metrics file. Says on `out` what could not be checked. 0, or -1 with one line on
  * standard error. */
 int checks_dry(const struct host *h, const struct cfg *c, FILE *out);
 
