@@ -151,8 +151,9 @@ Test(gpu, cuda_example_without_a_gpu_fails_setup_clearly, .timeout = 60)
 	const char *dir = t_tmpdir();
 	char *cmd;
 	cr_assert(asprintf(&cmd, "run '%s/config/cuda-demo.ini' --set job.gpus=0,1 "
-				 "--set generator.count=100 --set sink.dir='%s/res'",
-			   t_env("SRCDIR"), dir) > 0);
+				 "--set generator.count=100 --set sink.dir='%s/res' "
+				 "--set job.journal='%s/j'",
+			   t_env("SRCDIR"), dir, dir) > 0);
 	cr_expect_eq(t_gpud(dir, "%s", cmd), 3, "no worker could be set up");
 	char *err = t_read_in(dir, "err");
 	cr_expect_eq(t_count_lines(err, "gpud: worker "), 2, "one line per worker: %s", err);
