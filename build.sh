@@ -16,7 +16,7 @@ cd "$(dirname "$0")"
 need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev)
 case "${1:-}" in
   demo|bench|install) ;;
-  test) need+=(g++ libcriterion-dev tmux python3-numpy) ;;
+  test) need+=(g++ libcriterion-dev tmux python3-numpy openmpi-bin) ;;
   *) echo "usage: $0 demo|test|bench|install [PREFIX]" >&2; exit 2 ;;
 esac
 

@@ -306,7 +306,7 @@ static const char *const job_keys[] = {
 	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
 	"cleanup_timeout", "drain_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
 	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
-	"pin_memory", "journal", NULL};
+	"pin_memory", "journal", "rank", "ranks", NULL};
 static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
 				      "metrics_listen", "metrics_interval", NULL};
 static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
@@ -461,9 +461,19 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			snprintf(why, sizeof why, "expected auto, on or off");
 			bad = 1;
 		}
+	} else if (strcmp(k, "rank") == 0 || strcmp(k, "ranks") == 0) {
+		if (parse_u64(v, strcmp(k, "ranks") == 0 ? 1 : 0, 1000000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number up to 1000000");
+			bad = 1;
+		}
+		if (strcmp(k, "rank") == 0)
+			c->job_rank = (unsigned)u;
+		else
+			c->job_ranks = (unsigned)u;
 	} else if (strcmp(k, "journal") == 0) {
 		free(c->journal);
 		c->journal = NULL;
+		c->journal_set = true;
 		c->journal_off = strcmp(v, "off") == 0;
 		if (!c->journal_off) {
 			if (!*v) {
@@ -734,6 +744,23 @@ static int validate(struct parse *p, struct cfg *c)
 	}
 	if (!c->sink.plugin)
 		c->sink.plugin = strdup("jsonl");
+	bool has_rank = false, has_ranks = false;
+	for (size_t i = 0; i < p->n_raw; i++) {
+		if (strcmp(p->raw[i].section, "job") == 0) {
+			has_rank |= strcmp(p->raw[i].key, "rank") == 0;
+			has_ranks |= strcmp(p->raw[i].key, "ranks") == 0;
+		}
+	}
+	if (has_rank != has_ranks) {
+		fail(p, "%s: [job] rank and ranks go together (this process is rank `rank` of "
+			"`ranks`)", p->path);
+		return -1;
+	}
+	if (has_ranks && c->job_rank >= c->job_ranks) {
+		fail(p, "%s: [job] rank = %u must be below ranks = %u", p->path, c->job_rank,
+		     c->job_ranks);
+		return -1;
+	}
 	/* The journal: beside the job file by default, named after it (job.ini ->
 	 * job.journal), so a plain run can always be resumed. */
 	if (!c->journal && !c->journal_off) {

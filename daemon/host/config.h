@@ -62,6 +62,13 @@ struct cfg {
 	char *log_dir; /* where the dashboard puts worker output; NULL = a default */
 	char *journal; /* the journal of finished tasks; NULL with journal_off */
 	bool journal_off;
+	bool journal_set; /* given in the job file (not the default beside it) */
+	/* Ranks (ranks.h): [job] rank/ranks as given (job_ranks 0: not given), and the
+	 * rank this process is, with where that came from. */
+	unsigned job_rank, job_ranks;
+	unsigned rank, ranks;
+	int local_rank, local_size;
+	char rank_source[48];
 
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */

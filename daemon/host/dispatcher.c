@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dispatcher.h"
+#include "ranks.h"
 #include "events.h"
 #include "failures.h"
 #include "lifecycle.h"
@@ -215,6 +216,20 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				wait_ring_fast(shm_worker_bell(w));
 				head0 = w->task_head;
 			}
+			/* Another rank's chunk ahead: a generator that can jump, jumps it. */
+			if (c->ranks > 1 && h->gen_skip &&
+			    !ranks_mine(h->next_id, c->rank, c->ranks)) {
+				uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
+				if (h->gen_skip(h->gen, to - h->next_id, &err) != 0) {
+					h->gen_done = h->gen_failed = true;
+					ui_clean(err.message);
+					host_abort(h, "the generator failed to skip to task %llu: %s",
+						   (unsigned long long)to,
+						   err.message[0] ? err.message : "gpud_generator_skip failed");
+					break;
+				}
+				h->next_id = to;
+			}
 			gate_enter(&h->gate);
 			int rc = h->gen_next(h->gen, &item, &err);
 			if (gate_leave(h, &h->gate)) {
@@ -248,6 +263,13 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				break;
 			}
 			uint64_t id = h->next_id++;
+			/* Another rank's (a generator that cannot jump): dropped likewise. */
+			if (c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks)) {
+				n++;
+				if (*slice_end)
+					break;
+				continue;
+			}
 			/* Finished by an earlier run: dropped before it touches a ring (the
 			 * slot just written is reserved again for the next item). */
 			if (h->resuming && journal_is_done(&h->journal, id)) {

@@ -162,6 +162,7 @@ struct host {
 	struct plugin gen_pl, sink_pl;
 	void *gen;
 	int (*gen_next)(void *, struct gpud_buf *, struct gpud_error *);
+	int (*gen_skip)(void *, uint64_t, struct gpud_error *); /* ABI 1.2, or NULL */
 	void (*gen_close)(void *);
 	int64_t total; /* from gpud_generator_total, -1 unknown */
 	void *sink;

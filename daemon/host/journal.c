@@ -103,6 +103,7 @@ uint64_t journal_fingerprint(const struct cfg *c)
 		h = fnv(h, c->sink.kv[i].key);
 		h = fnv(h, c->sink.kv[i].value);
 	}
+	h = mix(h, (uint64_t)c->rank << 32 | c->ranks); /* a rank's journal is its own */
 	return mix(h, c->base_seed);
 }
 
@@ -136,9 +137,15 @@ static int ensure_word(struct journal *j, uint64_t w)
 /* Moves `low` past every done id, and drops the whole words below it that are written. */
 static void advance(struct journal *j)
 {
-	while (j->low / 64 - j->base_word < j->n_words &&
-	       (j->words[j->low / 64 - j->base_word] >> (j->low % 64) & 1)) {
+	for (;;) {
+		/* Another rank's word (RANKS_CHUNK = 64): not ours to wait for. */
+		if (j->ranks > 1 && j->low % 64 == 0 && (j->low / 64) % j->ranks != j->rank) {
+			j->low += 64;
+			continue;
+		}
 		uint64_t idx = j->low / 64 - j->base_word;
+		if (idx >= j->n_words || !(j->words[idx] >> (j->low % 64) & 1))
+			break;
 		if (j->low % 64 == 0 && j->words[idx] == UINT64_MAX)
 			j->low += 64;
 		else
@@ -293,7 +300,8 @@ int journal_end(struct journal *j, uint64_t count)
 
 static int open_file(struct journal *j, const char *path, int flags, char *why, size_t len)
 {
-	*j = (struct journal){.fd = -1};
+	unsigned rank = j->rank, ranks = j->ranks; /* set by the caller before */
+	*j = (struct journal){.fd = -1, .rank = rank, .ranks = ranks};
 	j->path = strdup(path);
 	j->fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (j->fd < 0) {

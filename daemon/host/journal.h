@@ -47,12 +47,16 @@ struct journal {
 	uint64_t end_count;
 	uint64_t cut_bytes; /* a torn tail removed on open */
 	uint64_t fingerprint; /* the header's */
+	unsigned rank, ranks; /* the other ranks' chunks count as done (ranks.h) */
 };
 
 /* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
  * base_seed, and the size and mtime of every file the worker's and the generator's keys
  * name. */
 uint64_t journal_fingerprint(const struct cfg *c);
+
+/* Before journal_create, journal_resume or journal_read: j->rank and j->ranks (the
+ * other ranks' chunks count as done), the rest zero. */
 
 /* Creates (or empties) the journal at `path` for a fresh run. 0, or -1 with why. */
 int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,

@@ -8,6 +8,8 @@
 #include "config.h"
 #include "run.h"
 #include "stats.h"
+#include "ranks.h"
+#include "merge.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
@@ -16,8 +18,10 @@
 static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
 	"                        [--stats-json PATH] [--resume [--retry-failed] [--force]]\n"
+	"                        [--rank K/N]\n"
 	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
 	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud merge STATS.json...\n"
 	"       gpud plugins\n"
 	"       gpud --help | --version\n";
 
@@ -30,6 +34,7 @@ static const char help[] =
 	"  run JOB.ini      run the job\n"
 	"  check JOB.ini    parse and validate the job, load every plugin; runs no task\n"
 	"  status JOB.ini   how far the run its journal describes got; runs nothing\n"
+	"  merge FILES...   the ranks' --stats-json files as one summary (JSON)\n"
 	"  plugins          list the plugins found by name (GPUD_PLUGIN_PATH, then built-in)\n"
 	"\n"
 	"options:\n"
@@ -42,6 +47,8 @@ static const char help[] =
 	"                            finished tasks do not run again (none there: start)\n"
 	"  --retry-failed            --resume, and run the tasks that failed again\n"
 	"  --force                   resume a journal another job wrote\n"
+	"  --rank K/N                run rank K's share of N (default: from Slurm, Open MPI\n"
+	"                            or PMI, else [job] rank/ranks, else 0/1)\n"
 	"  --help, --version\n"
 	"\n"
 	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
@@ -67,7 +74,7 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 			*rc = 0;
 			return -1;
 		} else if (strcmp(a, "--set") == 0 || strcmp(a, "--ui") == 0 ||
-			   strcmp(a, "--stats-json") == 0) {
+			   strcmp(a, "--stats-json") == 0 || strcmp(a, "--rank") == 0) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "gpud: %s needs a value\n%s", a, usage);
 				*rc = 2;
@@ -78,6 +85,8 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 				sets[(*n_sets)++] = (char *)v;
 			else if (strcmp(a, "--ui") == 0)
 				ui = v;
+			else if (strcmp(a, "--rank") == 0)
+				opts->rank = v;
 			else
 				opts->stats_json = v;
 		} else if (strncmp(a, "--set=", 6) == 0) {
@@ -90,6 +99,8 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 			opts->force = true;
 		} else if (strncmp(a, "--ui=", 5) == 0) {
 			ui = a + 5;
+		} else if (strncmp(a, "--rank=", 7) == 0) {
+			opts->rank = a + 7;
 		} else if (strncmp(a, "--stats-json=", 13) == 0) {
 			opts->stats_json = a + 13;
 		} else if (a[0] == '-' && a[1] != '\0') {
@@ -145,16 +156,37 @@ int main(int argc, char **argv)
 	size_t n_sets = 0;
 	struct cfg c;
 	char err[4096];
+	char *stats_owned = NULL;
 	int rc;
 
 	if (!sets) {
 		perror("gpud");
 		return 2;
 	}
+	if (argc >= 2 && strcmp(argv[1], "merge") == 0) {
+		free(sets);
+		return merge_main(argc - 2, argv + 2);
+	}
 	if (parse_args(argc, argv, &cmd, &job, sets, &n_sets, &opts, &rc) < 0)
 		goto out;
 	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
 		fprintf(stderr, "gpud: %s\n", err);
+		rc = 2;
+		goto out;
+	}
+	/* Which rank this is (a launcher's, --rank or the job's), and its paths. */
+	if (ranks_detect(&c, opts.rank, err, sizeof err) < 0 ||
+	    ranks_apply(&c, &opts.stats_json, &stats_owned, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		cfg_free(&c);
+		rc = 2;
+		goto out;
+	}
+	if (c.ranks > 1 && c.ordered) {
+		fprintf(stderr, "gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
+				"of the ids, so no rank can deliver them in order; drop ordered, or "
+				"sort the merged output\n", c.path, c.ranks, c.rank_source);
+		cfg_free(&c);
 		rc = 2;
 		goto out;
 	}
@@ -170,6 +202,7 @@ int main(int argc, char **argv)
 					  : run_job(&c, &opts);
 	cfg_free(&c);
 out:
+	free(stats_owned);
 	free(sets);
 	return rc;
 }

@@ -11,6 +11,7 @@
 
 #include "events.h"
 #include "loader.h"
+#include "ranks.h"
 #include "ui.h"
 
 int resume_open(struct host *h, const struct run_opts *o)
@@ -26,6 +27,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 		return 0;
 	}
 	uint64_t fp = journal_fingerprint(c);
+	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (!o->resume) {
 		if (journal_create(&h->journal, c->journal, fp, why, sizeof why) < 0) {
 			fprintf(stderr, "gpud: %s: %s (set [job] journal to a writable place, or "
@@ -95,18 +97,13 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err)
 		return 0;
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
 	uint64_t low = h->journal.low;
-	int (*skip)(void *, uint64_t, struct gpud_error *) =
-		h->gen_pl.info->abi_minor >= 2
-			? (int (*)(void *, uint64_t, struct gpud_error *))loader_sym(
-				  &h->gen_pl, "gpud_generator_skip")
-			: NULL;
-	if (!skip || low == 0)
+	if (!h->gen_skip || low == 0)
 		return 0;
-	if (skip(h->gen, low, err) != 0)
+	if (h->gen_skip(h->gen, low, err) != 0)
 		return -1;
 	h->next_id = low;
 	h->next_deliver = low;
-	h->resumed += low;
+	h->resumed += ranks_share(low, h->cfg->rank, h->cfg->ranks);
 	return 0;
 }
 
@@ -123,7 +120,7 @@ void resume_finish(struct host *h, bool complete)
 int run_status(struct cfg *c)
 {
 	char why[1200];
-	struct journal j;
+	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (c->journal_off || !c->journal) {
 		fprintf(stderr, "gpud: %s: [job] journal is off: nothing to tell\n", c->path);
 		return 2;

@@ -26,6 +26,7 @@
 #include "spawner.h"
 #include "paths.h"
 #include "resume.h"
+#include "ranks.h"
 #include "stats.h"
 #include "ui.h"
 #include "wait.h"
@@ -145,6 +146,8 @@ int run_check(struct cfg *c)
 		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
 		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin, h.gen_pl.path,
 		       h.sink_pl.path);
+		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
+			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
 		fputs(notes ? notes : "", stdout);
 	}
 	free(notes);
@@ -279,6 +282,11 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	int64_t (*total)(void *) = (int64_t (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
 	if (total)
 		h.total = total(h.gen);
+	if (h.total >= 0) /* this rank's share of them */
+		h.total = (int64_t)ranks_share((uint64_t)h.total, c->rank, c->ranks);
+	if (h.gen_pl.info->abi_minor >= 2)
+		h.gen_skip = (int (*)(void *, uint64_t, struct gpud_error *))loader_sym(
+			&h.gen_pl, "gpud_generator_skip");
 
 	open_fn sink_open = (open_fn)loader_sym(&h.sink_pl, "gpud_sink_open");
 	h.sink_event = (int (*)(void *, const struct gpud_event *, struct gpud_error *))loader_sym(

@@ -12,6 +12,7 @@ struct run_opts {
 	bool resume;            /* --resume: finish the run the journal describes */
 	bool retry_failed;      /* --retry-failed: and run its failed tasks again */
 	bool force;             /* --force: resume a journal another job wrote */
+	const char *rank;       /* --rank K/N, or NULL */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "ranks.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An environment variable as a whole number: 1 with *out set, 0 when unset, -1 when set
+ * but not a number (said in why). */
+static int env_u64(const char *name, uint64_t *out, char *why, size_t len)
+{
+	const char *v = getenv(name);
+	char *end;
+	if (!v || !*v)
+		return 0;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (errno || *end || v[0] == '-') {
+		snprintf(why, len, "%s = '%s' is not a whole number", name, v);
+		return -1;
+	}
+	*out = n;
+	return 1;
+}
+
+static int set(struct cfg *c, uint64_t rank, uint64_t ranks, const char *source, char *why,
+	       size_t len)
+{
+	if (ranks < 1 || ranks > 1000000 || rank >= ranks) {
+		snprintf(why, len, "rank %llu of %llu (from %s): expected 0 <= rank < ranks <= 1000000",
+			 (unsigned long long)rank, (unsigned long long)ranks, source);
+		return -1;
+	}
+	c->rank = (unsigned)rank;
+	c->ranks = (unsigned)ranks;
+	snprintf(c->rank_source, sizeof c->rank_source, "%s", source);
+	return 0;
+}
+
+int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
+{
+	uint64_t a, b, lr = 0, ls = 1;
+	int r;
+	c->local_rank = 0;
+	c->local_size = 1;
+	if (cli) {
+		char *end;
+		errno = 0;
+		a = strtoull(cli, &end, 10);
+		if (end == cli || *end != '/' || errno) {
+			snprintf(why, len, "--rank %s: expected K/N, like 2/8 (rank 2 of 8)", cli);
+			return -1;
+		}
+		const char *n = end + 1;
+		b = strtoull(n, &end, 10);
+		if (end == n || *end || errno) {
+			snprintf(why, len, "--rank %s: expected K/N, like 2/8 (rank 2 of 8)", cli);
+			return -1;
+		}
+		return set(c, a, b, "--rank", why, len);
+	}
+	if (c->job_ranks)
+		return set(c, c->job_rank, c->job_ranks, "[job] rank and ranks", why, len);
+
+	/* Slurm: an array task, tasks of an srun step, or both (array index x step size). */
+	uint64_t procid = 0, ntasks = 1, aid, amin = 0, acount, astep = 1;
+	int in_step = env_u64("SLURM_STEP_NUM_TASKS", &ntasks, why, len);
+	if (in_step < 0 || (in_step && env_u64("SLURM_PROCID", &procid, why, len) < 0))
+		return -1;
+	if (!in_step)
+		ntasks = 1;
+	int arr = env_u64("SLURM_ARRAY_TASK_ID", &aid, why, len);
+	if (arr < 0)
+		return -1;
+	if (arr) {
+		if (env_u64("SLURM_ARRAY_TASK_MIN", &amin, why, len) < 0 ||
+		    env_u64("SLURM_ARRAY_TASK_STEP", &astep, why, len) < 0)
+			return -1;
+		if ((r = env_u64("SLURM_ARRAY_TASK_COUNT", &acount, why, len)) <= 0) {
+			if (r == 0)
+				snprintf(why, len, "SLURM_ARRAY_TASK_ID is set but not "
+						   "SLURM_ARRAY_TASK_COUNT");
+			return -1;
+		}
+		if (astep == 0)
+			astep = 1;
+		if (aid < amin || (aid - amin) % astep) {
+			snprintf(why, len, "SLURM_ARRAY_TASK_ID %llu is not in the array (min %llu, "
+				 "step %llu)", (unsigned long long)aid, (unsigned long long)amin,
+				 (unsigned long long)astep);
+			return -1;
+		}
+		if (in_step && env_u64("SLURM_LOCALID", &lr, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		return set(c, (aid - amin) / astep * ntasks + procid, acount * ntasks,
+			   in_step ? "Slurm array, srun step" : "Slurm array", why, len);
+	}
+	if (in_step) {
+		if (env_u64("SLURM_LOCALID", &lr, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		return set(c, procid, ntasks, "Slurm (srun)", why, len);
+	}
+	if ((r = env_u64("OMPI_COMM_WORLD_SIZE", &b, why, len)) != 0) {
+		if (r < 0 || env_u64("OMPI_COMM_WORLD_RANK", &a, why, len) <= 0) {
+			if (r > 0)
+				snprintf(why, len, "OMPI_COMM_WORLD_SIZE is set but not a rank");
+			return -1;
+		}
+		if (env_u64("OMPI_COMM_WORLD_LOCAL_RANK", &lr, why, len) < 0 ||
+		    env_u64("OMPI_COMM_WORLD_LOCAL_SIZE", &ls, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		c->local_size = (int)ls;
+		return set(c, a, b, "Open MPI", why, len);
+	}
+	if ((r = env_u64("PMI_SIZE", &b, why, len)) != 0) {
+		if (r < 0 || env_u64("PMI_RANK", &a, why, len) <= 0) {
+			if (r > 0)
+				snprintf(why, len, "PMI_SIZE is set but not PMI_RANK");
+			return -1;
+		}
+		if (env_u64("MPI_LOCALRANKID", &lr, why, len) < 0 ||
+		    env_u64("MPI_LOCALNRANKS", &ls, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		c->local_size = (int)ls;
+		return set(c, a, b, "PMI", why, len);
+	}
+	return set(c, 0, 1, "none (one rank)", why, len);
+}
+
+/* `v` with {rank} and {ranks} put in (malloc'd). */
+static char *subst(const char *v, unsigned rank, unsigned ranks)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	if (!f)
+		return NULL;
+	while (*v) {
+		if (!strncmp(v, "{rank}", 6)) {
+			fprintf(f, "%u", rank);
+			v += 6;
+		} else if (!strncmp(v, "{ranks}", 7)) {
+			fprintf(f, "%u", ranks);
+			v += 7;
+		} else {
+			fputc(*v++, f);
+		}
+	}
+	fclose(f);
+	return out;
+}
+
+static int subst_in(char **v, unsigned rank, unsigned ranks)
+{
+	if (!*v)
+		return 0;
+	char *n = subst(*v, rank, ranks);
+	if (!n)
+		return -1;
+	free(*v);
+	*v = n;
+	return 0;
+}
+
+/* An output path N ranks would write together. */
+static bool shared(const char *v, unsigned ranks)
+{
+	return ranks > 1 && v && strcmp(v, "-") != 0 && !strstr(v, "{rank}");
+}
+
+/* Sink keys that name what it writes. */
+static bool output_key(const char *k)
+{
+	size_t n = strlen(k);
+	return !strcmp(k, "path") || !strcmp(k, "dir") || !strcmp(k, "file") ||
+	       (n > 5 && !strcmp(k + n - 5, "_path")) || (n > 4 && !strcmp(k + n - 4, "_dir")) ||
+	       (n > 5 && !strcmp(k + n - 5, "_file"));
+}
+
+int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why, size_t len)
+{
+	unsigned k = c->rank, n = c->ranks;
+	static const char hint[] = "put {rank} in it, so each rank has its own";
+	for (size_t i = 0; i < c->sink.count; i++) {
+		if (output_key(c->sink.kv[i].key) && shared(c->sink.kv[i].value, n)) {
+			snprintf(why, len, "%s: [sink] %s = %s: %u ranks would write it together; %s",
+				 c->sink.where[i], c->sink.kv[i].key, c->sink.kv[i].value, n, hint);
+			return -1;
+		}
+	}
+	if (c->journal && c->journal_set && shared(c->journal, n)) {
+		snprintf(why, len, "%s: [job] journal = %s: %u ranks would write it together; %s",
+			 c->path, c->journal, n, hint);
+		return -1;
+	}
+	if (shared(c->log_dir, n)) {
+		snprintf(why, len, "%s: [job] log_dir = %s: %u ranks would write it together; %s",
+			 c->path, c->log_dir, n, hint);
+		return -1;
+	}
+	if (shared(c->metrics_file, n)) {
+		snprintf(why, len, "%s: [ui] metrics_file = %s: %u ranks would write it together; %s",
+			 c->path, c->metrics_file, n, hint);
+		return -1;
+	}
+	if (stats_json && *stats_json && shared(*stats_json, n)) {
+		snprintf(why, len, "--stats-json %s: %u ranks would write it together; %s",
+			 *stats_json, n, hint);
+		return -1;
+	}
+	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
+	for (size_t s = 0; s < 3; s++) {
+		for (size_t i = 0; i < secs[s]->count; i++) {
+			char *v = (char *)secs[s]->kv[i].value;
+			if (subst_in(&v, k, n) < 0)
+				goto oom;
+			secs[s]->kv[i].value = v;
+		}
+	}
+	/* The default journal, beside the job file, is ours to name per rank. */
+	if (c->journal && !c->journal_set && n > 1) {
+		char *j = NULL;
+		size_t l = strlen(c->journal);
+		if (asprintf(&j, "%.*s.rank%u.journal", (int)(l - 8), c->journal, k) < 0)
+			goto oom;
+		free(c->journal);
+		c->journal = j;
+	}
+	if (subst_in(&c->journal, k, n) < 0 || subst_in(&c->log_dir, k, n) < 0 ||
+	    subst_in(&c->metrics_file, k, n) < 0)
+		goto oom;
+	if (stats_json && *stats_json) {
+		*owned = subst(*stats_json, k, n);
+		if (!*owned)
+			goto oom;
+		*stats_json = *owned;
+	}
+	return 0;
+oom:
+	snprintf(why, len, "out of memory");
+	return -1;
+}

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/* Many ranks, one job: rank detection (--rank, [job], Slurm, Open MPI, PMI), shares
+ * that add up to every task exactly once, {rank} paths, per-rank resume, gpud merge,
+ * and a real `mpirun` (skipped with one line where Open MPI cannot start). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+/* Reads out-0.jsonl .. out-(n-1).jsonl in dir; expects every id below `total` exactly
+ * once over all of them, each ok with its input as result. */
+static void union_once(const char *dir, unsigned ranks, unsigned long total)
+{
+	unsigned char *seen = calloc(total, 1);
+	unsigned long lines = 0, bad = 0;
+	for (unsigned k = 0; k < ranks; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "out-%u.jsonl", k);
+		char *out = t_read_in(dir, name);
+		cr_assert(out, "no %s", name);
+		cr_expect(t_count_lines(out, "{") > 0, "rank %u wrote nothing", k);
+		for (const char *p = out; p && *p;) {
+			unsigned long id;
+			char want[48];
+			if (sscanf(p, "{\"task_id\": %lu, \"status\": \"ok\"", &id) == 1 && id < total) {
+				snprintf(want, sizeof want, "\"result\": \"%lu\"", id);
+				const char *e = strchr(p, '\n');
+				const char *r = strstr(p, want);
+				if (!r || (e && r > e))
+					bad++;
+				seen[id]++;
+			} else {
+				bad++;
+			}
+			lines++;
+			p = strchr(p, '\n');
+			p = p ? p + 1 : NULL;
+		}
+		free(out);
+	}
+	unsigned long missing = 0, twice = 0;
+	for (unsigned long i = 0; i < total; i++) {
+		missing += !seen[i];
+		twice += seen[i] > 1;
+	}
+	cr_expect_eq(bad, 0);
+	cr_expect_eq(missing, 0, "%lu ids missing", missing);
+	cr_expect_eq(twice, 0, "%lu ids more than once", twice);
+	cr_expect_eq(lines, total);
+	free(seen);
+}
+
+static void job(const char *dir, unsigned long n, const char *gen)
+{
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = echo\n[generator]\n%s%lu\n"
+		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n",
+	       gen, n);
+}
+
+Test(ranks, rank_by_hand_shares_add_up_and_merge_adds_up, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	job(dir, 100000, "plugin = range\nstop = ");
+	cr_assert_eq(t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run job.ini --rank $k/3 --ui off "
+			       "--stats-json s-{rank}.json 2>>err & done; wait"), 0);
+	union_once(dir, 3, 100000);
+	cr_expect_eq(t_sh(dir, "ls job.rank0.journal job.rank1.journal job.rank2.journal "
+			       ">/dev/null"), 0, "one journal per rank");
+	/* The share of each is its share of the total, and merge adds them up. */
+	char *s1 = t_read_in(dir, "s-1.json");
+	cr_expect(strstr(s1, "\"total\": 33344,") || strstr(s1, "\"total\": 33312,"), "%s", s1);
+	free(s1);
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-1.json %s/s-2.json", dir, dir, dir), 0);
+	char *m = t_read_in(dir, "out");
+	cr_expect(strstr(m, "{\"ranks\": 3, \"generated\": 100000, \"ok\": 100000, \"failed\": 0,"),
+		  "%s", m);
+	cr_expect(strstr(m, "\"total\": 100000,") && strstr(m, "\"exit_status\": 0,"), "%s", m);
+	free(m);
+	/* A generator that cannot jump (blob is not built here: lines can; use files of
+	 * numbers through lines, which jumps, and range, which does). */
+	cr_assert_eq(t_sh(dir, "seq 0 9999 > in.txt"), 0);
+	job(dir, 0, "plugin = lines\npath = in.txt\n;");
+	cr_assert_eq(t_sh(dir, "rm -f out-*.jsonl; for k in 0 1 2 3; do \"$GPUD\" run job.ini "
+			       "--rank $k/4 --ui off 2>>err & done; wait"), 0);
+	union_once(dir, 4, 10000);
+}
+
+Test(ranks, the_launchers_environment_decides_and_check_says_which, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	job(dir, 1000, "plugin = range\nstop = ");
+	struct {
+		const char *env, *want;
+	} cases[] = {
+		{"", "OK"},
+		{"OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=4", "rank 2 of 4 (from Open MPI)"},
+		{"PMI_RANK=1 PMI_SIZE=3", "rank 1 of 3 (from PMI)"},
+		{"SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1", "rank 1 of 2 (from Slurm (srun))"},
+		/* An array of 3 (ids 4, 6, 8: step 2), each a step of 2 tasks: task 8's second
+		 * is rank 2 * 2 + 1 = 5 of 6. */
+		{"SLURM_ARRAY_TASK_ID=8 SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_STEP=2 "
+		 "SLURM_ARRAY_TASK_COUNT=3 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1",
+		 "rank 5 of 6 (from Slurm array, srun step)"},
+		{"SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_MIN=0 SLURM_ARRAY_TASK_COUNT=3",
+		 "rank 1 of 3 (from Slurm array)"},
+		/* In a batch script outside srun, SLURM_PROCID/NTASKS describe the allocation:
+		 * one rank. */
+		{"SLURM_PROCID=0 SLURM_NTASKS=4", "OK"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char cmd[600];
+		snprintf(cmd, sizeof cmd, "env %s \"$GPUD\" check job.ini > out 2>&1", cases[i].env);
+		t_sh(dir, cmd);
+		char *out = t_read_in(dir, "out");
+		cr_expect(strstr(out, cases[i].want), "%s: %s", cases[i].env, out);
+		if (!*cases[i].env || strstr(cases[i].env, "NTASKS=4"))
+			cr_expect(!strstr(out, "rank "), "%s: %s", cases[i].env, out);
+		free(out);
+	}
+	/* --rank wins over the environment; [job] rank/ranks over the environment too. */
+	t_sh(dir, "env OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=4 \"$GPUD\" check job.ini "
+		  "--rank 0/2 > out 2>&1");
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "rank 0 of 2 (from --rank)"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --rank 3/3", dir), 2);
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --rank x", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--rank x: expected K/N"), "%s", err);
+	free(err);
+}
+
+Test(ranks, shared_outputs_are_refused_naming_the_key, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.ini:10: [sink] path = ") &&
+		  strstr(err, "out.jsonl: 2 ranks would write it together; put {rank} in it"), "%s",
+		  err);
+	free(err);
+	/* Standard output is each rank's own. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+				 "--stats-json %s/s.json", dir, dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--stats-json ") && strstr(err, "2 ranks would write it together"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+				 "--set job.journal=j.journal", dir), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+				 "--set job.ordered=true", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "ordered = true and 2 ranks"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=%s/o{rank}of{ranks} "
+				 "--set job.journal=%s/j{rank}.journal", dir, dir, dir), 0);
+	/* Rank 1 of 2 has no task among ids 0-9 (chunk 0 is rank 0's): an empty share ends
+	 * cleanly, its files made. */
+	cr_expect_eq(t_sh(dir, "test -e o1of2 && test -s j1.journal"), 0);
+	char *out = t_read_in(dir, "err");
+	cr_expect(strstr(out, "gpud: 0 tasks: 0 ok"), "%s", out);
+	free(out);
+}
+
+Test(ranks, one_rank_killed_and_resumed_finishes_its_share, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 500\n"
+		    "[generator]\nplugin = range\nstop = 12000\n"
+		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, WAIT_FOR
+		  "\"$GPUD\" run job.ini --rank 0/3 --ui off 2>>err & a=$!\n"
+		  "\"$GPUD\" run job.ini --rank 1/3 --ui off 2>>err & b=$!\n"
+		  "\"$GPUD\" run job.ini --rank 2/3 --ui off 2>>err & c=$!\n"
+		  "w '[ -s out-1.jsonl ]'; sleep 0.3; kill -9 $b\n"
+		  "wait $a $c\n"
+		  "\"$GPUD\" run job.ini --rank 1/3 --ui off --resume 2>>err; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 3, 12000);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "tasks were already done"), "%s", err);
+	free(err);
+}
+
+Test(ranks, mpirun_np_3_and_4_over_100000_tasks, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "command -v mpirun >/dev/null && mpirun --allow-run-as-root --oversubscribe "
+		      "-np 2 true >/dev/null 2>&1") != 0)
+		cr_skip_test("Open MPI's mpirun is not installed or cannot start here "
+			     "(Debian: openmpi-bin)");
+	job(dir, 100000, "plugin = range\nstop = ");
+	for (int np = 3; np <= 4; np++) {
+		char cmd[400];
+		snprintf(cmd, sizeof cmd, "rm -f out-*.jsonl s-*.json; mpirun --allow-run-as-root "
+					  "--oversubscribe -np %d \"$GPUD\" run job.ini --ui off "
+					  "--stats-json s-{rank}.json 2>>err; echo $? > rc", np);
+		t_sh(dir, cmd);
+		cr_expect_eq(t_read_long(dir, "rc"), 0, "mpirun -np %d", np);
+		union_once(dir, (unsigned)np, 100000);
+		t_sh(dir, "\"$GPUD\" check job.ini > /dev/null; ls s-*.json | wc -l > n");
+		cr_expect_eq(t_read_long(dir, "n"), np, "one stats file per rank");
+	}
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_count_lines(err, "gpud: "), 3 + 4, "one summary line per rank:\n%s", err);
+	free(err);
+}
