@@ -214,3 +214,43 @@ Test(ranks, mpirun_np_3_and_4_over_100000_tasks, .timeout = 180)
 	cr_expect_eq(t_count_lines(err, "gpud: "), 3 + 4, "one summary line per rank:\n%s", err);
 	free(err);
 }
+
+Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = probe\nsleep_us = 2000\n"
+		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	/* UUID-style tokens, as they are: worker i gets token i, and nothing else. */
+	t_sh(dir, "CUDA_VISIBLE_DEVICES=GPU-1a2b-aaaa,GPU-3c4d-bbbb \"$GPUD\" run job.ini --ui off "
+		  "2>err; grep -o 'gpu=[0-9]* cvd=[^ ]*' out.jsonl | sort -u > seen");
+	char *seen = t_read_in(dir, "seen");
+	cr_expect_str_eq(seen, "gpu=0 cvd=GPU-1a2b-aaaa\ngpu=1 cvd=GPU-3c4d-bbbb\n");
+	free(seen);
+	/* Two ranks on a node that both see 0,1,2,3 (mpirun, srun --gres): local rank 1
+	 * takes 2 and 3. (--rank 0/1 keeps every task here.) */
+	t_sh(dir, "CUDA_VISIBLE_DEVICES=0,1,2,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+		  "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" run job.ini --ui off --rank 0/1 2>err; "
+		  "grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	seen = t_read_in(dir, "seen");
+	cr_expect_str_eq(seen, "cvd=2\ncvd=3\n");
+	free(seen);
+	/* A task Slurm gave GPUs of its own keeps them all. */
+	t_sh(dir, "CUDA_VISIBLE_DEVICES=5,7 SLURM_GPUS_PER_TASK=2 SLURM_STEP_NUM_TASKS=2 "
+		  "SLURM_PROCID=0 SLURM_LOCALID=1 SLURM_STEP_TASKS_PER_NODE=2 \"$GPUD\" run job.ini "
+		  "--ui off --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	seen = t_read_in(dir, "seen");
+	cr_expect_str_eq(seen, "cvd=5\ncvd=7\n");
+	free(seen);
+	/* No list, or one that cannot be split without booking a GPU twice: one line. */
+	cr_expect_eq(t_sh(dir, "env -u CUDA_VISIBLE_DEVICES \"$GPUD\" run job.ini 2>err"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpus = auto: CUDA_VISIBLE_DEVICES is not set"), "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "CUDA_VISIBLE_DEVICES=0,1,2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
+			       "OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+			       "\"$GPUD\" check job.ini 2>err"), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "3 GPUs (CUDA_VISIBLE_DEVICES = 0,1,2) for 2 ranks on this node"), "%s",
+		  err);
+	free(err);
+}

@@ -261,13 +261,17 @@ static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
 		c->gpus_all = true;
 		return 0;
 	}
+	if (strcmp(v, "auto") == 0) {
+		c->gpus_auto = true;
+		return 0;
+	}
 	const char *s = v;
 	for (;;) {
 		while (isspace((unsigned char)*s))
 			s++;
 		char *end;
 		if (!isdigit((unsigned char)*s)) {
-			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
+			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
 			return -1;
 		}
 		errno = 0;
@@ -367,6 +371,7 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	if (strcmp(k, "gpus") == 0) {
 		c->n_gpus = 0;
 		c->gpus_all = false;
+		c->gpus_auto = false;
 		if (parse_gpus(c, v, why, sizeof why) < 0)
 			bad = 1;
 	} else if (strcmp(k, "workers_per_gpu") == 0) {
@@ -772,7 +777,8 @@ static int validate(struct parse *p, struct cfg *c)
 		if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
 			c->journal = NULL;
 	}
-	if (!c->gpus_all && (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
+	if (!c->gpus_all && !c->gpus_auto &&
+	    (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
 		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
 		     c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
 		return -1;
@@ -913,6 +919,9 @@ void cfg_free(struct cfg *c)
 	free(c->path);
 	free(c->dir);
 	free(c->gpus);
+	for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
+		free(c->gpu_tokens[i]);
+	free(c->gpu_tokens);
 	free(c->log_dir);
 	free(c->journal);
 	free(c->metrics_file);

@@ -43,6 +43,9 @@ struct cfg {
 	int *gpus;
 	size_t n_gpus;
 	bool gpus_all; /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
+	bool gpus_auto; /* `gpus = auto`: the launcher's CUDA_VISIBLE_DEVICES (ranks.c) */
+	char **gpu_tokens; /* with gpus_auto: slot i's CUDA_VISIBLE_DEVICES token; gpus[i] = i */
+	size_t gpu_token_from; /* ... which is token gpu_token_from + i of the launcher's list */
 	unsigned workers_per_gpu;
 	unsigned queue_size;
 	double task_timeout;    /* seconds; 0 = none */

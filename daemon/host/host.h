@@ -226,6 +226,13 @@ struct host {
 /* The PCI bus id CUDA gave for GPU `gpu_id`, or NULL (for NVML lookups). */
 static inline const char *host_bus_id(const struct host *h, int gpu_id)
 {
+	/* gpus = auto with GPU-.../MIG-... tokens: NVML looks those up itself. */
+	if (h->cfg->gpu_tokens && gpu_id >= 0 && (size_t)gpu_id < h->cfg->n_gpus &&
+	    (!strncmp(h->cfg->gpu_tokens[gpu_id], "GPU-", 4) ||
+	     !strncmp(h->cfg->gpu_tokens[gpu_id], "MIG-", 4)))
+		return h->cfg->gpu_tokens[gpu_id];
+	if (h->cfg->gpu_tokens) /* CUDA numbers the launcher's list as given */
+		gpu_id += (int)h->cfg->gpu_token_from;
 	return h->bus_ids && gpu_id >= 0 && gpu_id < CFG_MAX_GPUS && h->bus_ids[gpu_id][0]
 		       ? h->bus_ids[gpu_id]
 		       : NULL;

@@ -176,6 +176,7 @@ int main(int argc, char **argv)
 	}
 	/* Which rank this is (a launcher's, --rank or the job's), and its paths. */
 	if (ranks_detect(&c, opts.rank, err, sizeof err) < 0 ||
+	    ranks_gpus_auto(&c, err, sizeof err) < 0 ||
 	    ranks_apply(&c, &opts.stats_json, &stats_owned, err, sizeof err) < 0) {
 		fprintf(stderr, "gpud: %s\n", err);
 		cfg_free(&c);

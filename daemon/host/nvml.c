@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The few NVML entry points used, with their C types (nvml.h is not needed). */
 typedef void *nvml_device;
@@ -19,6 +20,7 @@ struct nvml {
 	int (*shutdown)(void);
 	int (*by_index)(unsigned, nvml_device *);
 	int (*by_bus)(const char *, nvml_device *);
+	int (*by_uuid)(const char *, nvml_device *);
 	int (*util)(nvml_device, struct nvml_util *);
 	int (*mem)(nvml_device, struct nvml_mem *);
 };
@@ -36,6 +38,7 @@ struct nvml *nvml_open(void)
 	n->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
 	n->by_index = (int (*)(unsigned, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
 	n->by_bus = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+	n->by_uuid = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByUUID");
 	n->util = (int (*)(nvml_device, struct nvml_util *))dlsym(lib, "nvmlDeviceGetUtilizationRates");
 	n->mem = (int (*)(nvml_device, struct nvml_mem *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
 	if (!n->shutdown || !n->by_index || !n->util || !n->mem || init() != 0)
@@ -54,7 +57,10 @@ int nvml_sample(struct nvml *n, const char *bus_id, int gpu_id, struct nvml_samp
 	struct nvml_mem m;
 	if (!n)
 		return -1;
-	if (bus_id && bus_id[0] && n->by_bus) {
+	if (bus_id && (!strncmp(bus_id, "GPU-", 4) || !strncmp(bus_id, "MIG-", 4))) {
+		if (!n->by_uuid || n->by_uuid(bus_id, &dev) != 0)
+			return -1;
+	} else if (bus_id && bus_id[0] && n->by_bus) {
 		if (n->by_bus(bus_id, &dev) != 0)
 			return -1;
 	} else if (gpu_id < 0 || n->by_index((unsigned)gpu_id, &dev) != 0) {

@@ -39,12 +39,48 @@ static int set(struct cfg *c, uint64_t rank, uint64_t ranks, const char *source,
 	return 0;
 }
 
-int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
+/* This process's place among the ranks on its node (for gpus = auto), whatever says
+ * which rank it is: Slurm's step, Open MPI's or MPICH's local rank. */
+static int local_place(struct cfg *c, char *why, size_t len)
 {
-	uint64_t a, b, lr = 0, ls = 1;
-	int r;
+	uint64_t lr = 0, ls = 1, steps;
 	c->local_rank = 0;
 	c->local_size = 1;
+	if (env_u64("SLURM_STEP_NUM_TASKS", &steps, why, len) > 0) {
+		if (env_u64("SLURM_LOCALID", &lr, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		/* Tasks on this node: "N" or "N(xM)" when every node has N (else unknown). */
+		const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+		char *end;
+		unsigned long per = tpn ? strtoul(tpn, &end, 10) : 0;
+		if (tpn && end != tpn && (*end == '\0' || (*end == '(' && !strchr(end, ','))))
+			c->local_size = (int)per;
+		else if (tpn)
+			c->local_size = -1;
+		return 0;
+	}
+	int r = env_u64("OMPI_COMM_WORLD_LOCAL_SIZE", &ls, why, len);
+	if (r == 0)
+		r = env_u64("MPI_LOCALNRANKS", &ls, why, len);
+	if (r < 0)
+		return -1;
+	if (r > 0) {
+		if (env_u64("OMPI_COMM_WORLD_LOCAL_RANK", &lr, why, len) < 0 ||
+		    env_u64("MPI_LOCALRANKID", &lr, why, len) < 0)
+			return -1;
+		c->local_rank = (int)lr;
+		c->local_size = (int)ls;
+	}
+	return 0;
+}
+
+int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
+{
+	uint64_t a, b;
+	int r;
+	if (local_place(c, why, len) < 0)
+		return -1;
 	if (cli) {
 		char *end;
 		errno = 0;
@@ -92,29 +128,17 @@ int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
 				 (unsigned long long)astep);
 			return -1;
 		}
-		if (in_step && env_u64("SLURM_LOCALID", &lr, why, len) < 0)
-			return -1;
-		c->local_rank = (int)lr;
 		return set(c, (aid - amin) / astep * ntasks + procid, acount * ntasks,
 			   in_step ? "Slurm array, srun step" : "Slurm array", why, len);
 	}
-	if (in_step) {
-		if (env_u64("SLURM_LOCALID", &lr, why, len) < 0)
-			return -1;
-		c->local_rank = (int)lr;
+	if (in_step)
 		return set(c, procid, ntasks, "Slurm (srun)", why, len);
-	}
 	if ((r = env_u64("OMPI_COMM_WORLD_SIZE", &b, why, len)) != 0) {
 		if (r < 0 || env_u64("OMPI_COMM_WORLD_RANK", &a, why, len) <= 0) {
 			if (r > 0)
 				snprintf(why, len, "OMPI_COMM_WORLD_SIZE is set but not a rank");
 			return -1;
 		}
-		if (env_u64("OMPI_COMM_WORLD_LOCAL_RANK", &lr, why, len) < 0 ||
-		    env_u64("OMPI_COMM_WORLD_LOCAL_SIZE", &ls, why, len) < 0)
-			return -1;
-		c->local_rank = (int)lr;
-		c->local_size = (int)ls;
 		return set(c, a, b, "Open MPI", why, len);
 	}
 	if ((r = env_u64("PMI_SIZE", &b, why, len)) != 0) {
@@ -123,11 +147,6 @@ int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
 				snprintf(why, len, "PMI_SIZE is set but not PMI_RANK");
 			return -1;
 		}
-		if (env_u64("MPI_LOCALRANKID", &lr, why, len) < 0 ||
-		    env_u64("MPI_LOCALNRANKS", &ls, why, len) < 0)
-			return -1;
-		c->local_rank = (int)lr;
-		c->local_size = (int)ls;
 		return set(c, a, b, "PMI", why, len);
 	}
 	return set(c, 0, 1, "none (one rank)", why, len);
@@ -245,4 +264,78 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 oom:
 	snprintf(why, len, "out of memory");
 	return -1;
+}
+
+int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
+{
+	if (!c->gpus_auto)
+		return 0;
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	if (!cvd || !*cvd) {
+		snprintf(why, len, "%s: gpus = auto: CUDA_VISIBLE_DEVICES is not set, so the launcher "
+			 "gave no GPUs to take (list them: gpus = 0,1; or gpus = all)", c->path);
+		return -1;
+	}
+	/* Its tokens, as they are: indices, GPU-... UUIDs or MIG-... ids. */
+	char *copy = strdup(cvd), *save = NULL;
+	char *tok[CFG_MAX_GPUS];
+	size_t t = 0;
+	for (char *p = strtok_r(copy, ",", &save); p && t < CFG_MAX_GPUS; p = strtok_r(NULL, ",", &save)) {
+		while (*p == ' ')
+			p++;
+		size_t l = strlen(p);
+		while (l && p[l - 1] == ' ')
+			p[--l] = '\0';
+		if (l)
+			tok[t++] = p;
+	}
+	if (!t) {
+		snprintf(why, len, "%s: gpus = auto: CUDA_VISIBLE_DEVICES = '%s' names no GPU",
+			 c->path, cvd);
+		free(copy);
+		return -1;
+	}
+	/* Ranks on one node that were all given the same list take a slice each, so no
+	 * GPU is booked twice; a task Slurm gave GPUs of its own (--gpus-per-task) keeps
+	 * them. */
+	size_t from = 0, n = t;
+	int lsz = c->local_size;
+	bool own = getenv("SLURM_GPUS_PER_TASK") != NULL;
+	if (lsz != 1 && !own) {
+		if (lsz < 0) {
+			snprintf(why, len, "%s: gpus = auto: the tasks per node differ "
+				 "(SLURM_STEP_TASKS_PER_NODE = %s), so the node's GPUs cannot be split "
+				 "among its tasks; give each task its own (--gpus-per-task) or list them",
+				 c->path, getenv("SLURM_STEP_TASKS_PER_NODE"));
+			free(copy);
+			return -1;
+		}
+		if (t % (size_t)lsz) {
+			snprintf(why, len, "%s: gpus = auto: %zu GPUs (CUDA_VISIBLE_DEVICES = %s) for "
+				 "%d ranks on this node: they cannot share them evenly without booking "
+				 "one twice", c->path, t, cvd, lsz);
+			free(copy);
+			return -1;
+		}
+		n = t / (size_t)lsz;
+		from = (size_t)c->local_rank * n;
+	}
+	c->gpu_tokens = calloc(n, sizeof *c->gpu_tokens);
+	for (size_t i = 0; c->gpu_tokens && i < n; i++) {
+		c->gpu_tokens[i] = strdup(tok[from + i]);
+		c->gpus[i] = (int)i;
+	}
+	free(copy);
+	if (!c->gpu_tokens) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	c->n_gpus = n;
+	c->gpu_token_from = from;
+	if ((size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
+		snprintf(why, len, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers",
+			 c->path, c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
+		return -1;
+	}
+	return 0;
 }

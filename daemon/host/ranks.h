@@ -25,6 +25,12 @@
  * and c->local_size. 0, or -1 with why. */
 int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len);
 
+/* gpus = auto: the GPUs the launcher gave, the tokens of CUDA_VISIBLE_DEVICES (indices,
+ * GPU-... UUIDs, MIG-... ids, never assumed to be 0..N-1), split among the ranks of
+ * this node by local rank when they all see the same list. Fills c->gpu_tokens and
+ * gpus[i] = i. 0 (nothing to do without gpus = auto), or -1 with why. */
+int ranks_gpus_auto(struct cfg *c, char *why, size_t len);
+
 /* Puts the rank in every path value ({rank}, {ranks}), and refuses, naming the key, an
  * output path that N > 1 ranks would share. `stats_json` (may be NULL) is replaced by
  * its substituted copy (malloc'd, *owned set). 0, or -1 with why. */

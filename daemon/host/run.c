@@ -40,6 +40,8 @@ static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 {
 	char err[ERRLEN];
 	int n = spawn_count_gpus(worker_exe, h->bus_ids, CFG_MAX_GPUS, err, sizeof err);
+	if (c->gpus_auto)
+		return 0; /* the launcher's tokens, taken as they are */
 	if (!c->gpus_all) {
 		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
 			if (c->gpus[i] >= n) {
@@ -148,6 +150,8 @@ int run_check(struct cfg *c)
 		       h.sink_pl.path);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
+			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i, c->gpu_tokens[i]);
 		fputs(notes ? notes : "", stdout);
 	}
 	free(notes);

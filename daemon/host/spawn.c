@@ -21,7 +21,8 @@
 extern char **environ;
 
 /* The host's environment minus the variables a worker gets its own of, plus those. */
-static char **worker_env(const struct host_worker *w, char *own[3], bool prefix)
+static char **worker_env(const struct host *h, const struct host_worker *w, char *own[3],
+			 bool prefix)
 {
 	size_t n = 0;
 	while (environ[n])
@@ -38,7 +39,9 @@ static char **worker_env(const struct host_worker *w, char *own[3], bool prefix)
 			continue;
 		env[k++] = environ[i];
 	}
-	if (asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%d", w->gpu_id) < 0 ||
+	const char *const *tokens = (const char *const *)h->cfg->gpu_tokens;
+	if ((tokens ? asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", tokens[w->gpu_id])
+		    : asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%d", w->gpu_id)) < 0 ||
 	    asprintf(&own[1], "GPUD_GPU_ID=%d", w->gpu_id) < 0 ||
 	    asprintf(&own[2], "GPUD_WORKER_ID=%d", w->index) < 0) {
 		free(env);
@@ -65,7 +68,7 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
 	char *argv[] = {h->worker_exe, "--run", idx_arg, pid_arg, NULL};
-	char **env = worker_env(w, own, h->ui_mode == UI_PLAIN);
+	char **env = worker_env(h, w, own, h->ui_mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;
 
