@@ -24,12 +24,25 @@ missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "== installing ${missing[*]}"
+# The test Slurm: without recommends (slurm-wlm would pull 43 packages).
+lean=()
+[ "${1:-}" = test ] && lean=(munge slurmctld slurmd slurm-client)
+missing_lean=()
+for p in "${lean[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing_lean+=("$p")
+done
+if ((${#missing[@]} + ${#missing_lean[@]})); then
+  echo "== installing ${missing[*]} ${missing_lean[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ((${#missing_lean[@]})); then
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${missing_lean[@]}" >/dev/null
+  fi
 fi
 
 setup() { # setup DIR [meson options...]

@@ -254,3 +254,59 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 		  err);
 	free(err);
 }
+
+/* The whole Slurm story in one test (one Slurm at a time on its fixed ports): srun with
+ * GPUs from gres, an array, and a requeue resumed. */
+Test(ranks, a_real_slurm_srun_array_and_requeue, .timeout = 300)
+{
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "sh \"$SRCDIR/tests/slurm.sh\" start \"$PWD/slurm\" > why 2>&1") != 0) {
+		char *why = t_read_in(dir, "why");
+		cr_skip_test("no one-node Slurm here: %s", why ? why : "?");
+	}
+	/* srun -n 2 with 2 GPUs from gres: both tasks see 0,1; gpus = auto splits them. */
+	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 30000\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "export SLURM_CONF=$PWD/slurm/slurm.conf; timeout 120 srun -n 2 --gres=gpu:2 "
+		  "\"$GPUD\" run job.ini --ui off 2>>err; echo $? > rc");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 2, 30000);
+	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = probe\n[generator]\nplugin = range\n"
+		    "stop = 400\n[sink]\nplugin = jsonl\npath = p-{rank}.jsonl\n");
+	t_sh(dir, "export SLURM_CONF=$PWD/slurm/slurm.conf; timeout 120 srun -n 2 --gres=gpu:2 "
+		  "\"$GPUD\" run job.ini --ui off 2>>err; "
+		  "grep -o 'cvd=[^ ]*' p-0.jsonl | sort -u > cvd0; grep -o 'cvd=[^ ]*' p-1.jsonl | sort -u > cvd1");
+	char *c0 = t_read_in(dir, "cvd0"), *c1 = t_read_in(dir, "cvd1");
+	cr_expect(c0 && c1 && !strcmp(c0, "cvd=0\n") && !strcmp(c1, "cvd=1\n"),
+		  "each task's worker must see one GPU of its own: rank 0 %s, rank 1 %s", c0, c1);
+	free(c0);
+	free(c1);
+
+	/* An array of 3: each array task a rank. */
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 30000\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "rm -f out-*.jsonl; printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off\\n' "
+		  "\"$PWD\" > array.sh; export SLURM_CONF=$PWD/slurm/slurm.conf; "
+		  "timeout 120 sbatch --wait --array=0-2 -o /dev/null array.sh >/dev/null 2>>err; "
+		  "echo $? > rc");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 3, 30000);
+
+	/* A requeued job resumes: what its first run finished does not run again. */
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+		    "[generator]\nplugin = range\nstop = 8000\n"
+		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, WAIT_FOR
+		  "rm -f out-*.jsonl; export SLURM_CONF=$PWD/slurm/slurm.conf\n"
+		  "printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off --resume 2>>rq.err\\n' "
+		  "\"$PWD\" > rq.sh\n"
+		  "j=$(sbatch --parsable --requeue -o /dev/null rq.sh)\n"
+		  "w '[ -s out-0.jsonl ]'; sleep 0.5; scontrol requeue $j\n"
+		  "k=0; while [ $k -lt 120 ] && [ -n \"$(squeue -h -j $j 2>/dev/null)\" ]; do "
+		  "sleep 0.5; k=$((k+1)); done\n");
+	union_once(dir, 1, 8000);
+	char *err = t_read_in(dir, "rq.err");
+	cr_expect(err && strstr(err, "tasks were already done"), "the requeued run: %s", err);
+	free(err);
+	t_sh(dir, "sh \"$SRCDIR/tests/slurm.sh\" stop \"$PWD/slurm\"");
+}

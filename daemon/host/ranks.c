@@ -300,7 +300,11 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 	 * them. */
 	size_t from = 0, n = t;
 	int lsz = c->local_size;
-	bool own = getenv("SLURM_GPUS_PER_TASK") != NULL;
+	/* Slurm bound GPUs to this task (--gpus-per-task: SLURMD_TRES_BIND=gpu:per_task:N),
+	 * or gave it fewer than the node's: the list is its own. */
+	const char *bind = getenv("SLURMD_TRES_BIND"), *on_node = getenv("SLURM_GPUS_ON_NODE");
+	bool own = getenv("SLURM_GPUS_PER_TASK") || (bind && strstr(bind, "gpu")) ||
+		   (on_node && strtoul(on_node, NULL, 10) > t);
 	if (lsz != 1 && !own) {
 		if (lsz < 0) {
 			snprintf(why, len, "%s: gpus = auto: the tasks per node differ "
