@@ -313,6 +313,8 @@ static void draw_dashboard(struct ui *u, bool final)
 	fmt_duration(a, sizeof a, f.elapsed);
 	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->n_workers,
 	      h->cfg->n_gpus, a);
+	if (h->cfg->ranks > 1)
+		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
 	if (f.eta >= 0 && !final) {
 		fmt_duration(b, sizeof b, f.eta);
 		l_fmt(&l, "  |  ETA %s", b);
