@@ -256,6 +256,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	       "    def process(self, data):\n"
 	       "        a = np.frombuffer(data, dtype=np.uint8)\n"
 	       "        if bytes(data) == b'77': self.keep = a\n"
+	       "        if bytes(data) == b'78': return np.arange(6, dtype=np.uint8)[::2] + 65\n"
 	       "        return str(int(a.astype(np.int64).sum()))\n",
 	       100, "max_worker_restarts = 10", "input = memoryview");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
@@ -263,7 +264,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 100, "%s", err);
 	/* Each result is the sum of the input's bytes ("12" -> 49 + 50). */
 	for (int id = 0; id < 100; id++) {
-		if (id == 77)
+		if (id == 77 || id == 78)
 			continue;
 		char digits[8], want[32];
 		int sum = 0;
@@ -274,6 +275,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 		EXPECT_LINE(out, id, want);
 	}
 	EXPECT_LINE(out, 77, "kept a view of its input past the call");
+	EXPECT_LINE(out, 78, "\"result\": \"ACE\""); /* a strided array, laid out */
 	free(out);
 	free(err);
 }

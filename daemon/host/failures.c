@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "failures.h"
+#include "textio.h"
 
 #include "files.h"
 
@@ -19,23 +20,6 @@ int failures_open(struct host *h, int fd)
 	return 0;
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped; other bytes as they are
- * (messages are cleaned of invalid UTF-8 before they get here). */
-static void put_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 void failures_add(struct host *h, uint64_t task_id, unsigned attempt,
 		  const struct host_worker *w, bool timeout, const char *message, bool retried)
 {
@@ -46,7 +30,7 @@ void failures_add(struct host *h, uint64_t task_id, unsigned attempt,
 		"\"gpu_id\": %d, \"retried\": %s, \"message\": ",
 		(unsigned long long)task_id, timeout ? "timeout" : "error", attempt,
 		w ? w->index : -1, w ? w->gpu_id : -1, retried ? "true" : "false");
-	put_string(h->failures, message ? message : "");
+	io_json_string(h->failures, message ? message : "");
 	fputs("}\n", h->failures);
 	h->failures_listed++;
 }

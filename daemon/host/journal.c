@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "textio.h"
 #include "wait.h"
 
 #define MAGIC "GPUDJNL1"
@@ -214,20 +215,6 @@ static void put_rec(struct journal *j, uint32_t kind, uint32_t status, uint64_t 
 	j->pending_len += REC_SIZE;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -275,7 +262,7 @@ int journal_flush(struct journal *j, bool sync)
 	}
 	int rc = 0;
 	if (j->pending_len) {
-		rc = write_all(j->fd, j->pending, j->pending_len);
+		rc = io_write_all(j->fd, j->pending, j->pending_len);
 		if (rc == 0)
 			j->records += j->pending_len / REC_SIZE;
 		j->pending_len = 0;
@@ -326,7 +313,7 @@ int journal_create(struct journal *j, const char *path, uint64_t fingerprint, ch
 			 .created = (uint64_t)time(NULL)};
 	memcpy(h.magic, MAGIC, 8);
 	h.check = hdr_check(&h);
-	if (write_all(j->fd, (const uint8_t *)&h, sizeof h) < 0) {
+	if (io_write_all(j->fd, (const uint8_t *)&h, sizeof h) < 0) {
 		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
 		return -1;
 	}

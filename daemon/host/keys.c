@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include "keys.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "suggest.h"
 
-int keys_declared(const char *key, const char *const *declared)
+/* Whether `key` is one of `declared` (a name ending in '*' matches by prefix). */
+static bool keys_declared(const char *key, const char *const *declared)
 {
 	for (; *declared; declared++) {
 		size_t n = strlen(*declared);

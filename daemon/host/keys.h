@@ -16,7 +16,4 @@
 int keys_check(const struct cfg_section *s, const char *section, const char *plugin,
 	       const char *const *declared, char *err, size_t errlen);
 
-/* Whether `key` is one of `declared` (a name ending in '*' matches by prefix). */
-int keys_declared(const char *key, const char *const *declared);
-
 #endif

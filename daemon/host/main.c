@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "run.h"
+#include "checks.h"
 #include "stats.h"
 #include "ranks.h"
 #include "merge.h"
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* Found out now, not after a long run. */
-	if (opts.stats_json && stats_json_check(opts.stats_json, err, sizeof err) < 0) {
+	if (opts.stats_json && check_file_writable(opts.stats_json, err, sizeof err) < 0) {
 		fprintf(stderr, "gpud: --stats-json %s: %s\n", opts.stats_json, err);
 		cfg_free(&c);
 		rc = 2;

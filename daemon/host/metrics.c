@@ -17,6 +17,7 @@
 
 #include "host.h"
 #include "nvml.h"
+#include "textio.h"
 
 const double metrics_sec_bounds[METRICS_SEC_BUCKETS] = {
 	1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
@@ -206,11 +207,6 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 	per_gpu(o, h, nvml);
 }
 
-void metrics_render(struct host *h, FILE *out, int exit_status)
-{
-	render(h, out, exit_status, h->metrics_srv ? h->metrics_srv->nvml : NULL);
-}
-
 /* The text in a malloc'd buffer. */
 static char *render_text(struct metrics_srv *m, int exit_status, size_t *len)
 {
@@ -226,20 +222,6 @@ static char *render_text(struct metrics_srv *m, int exit_status, size_t *len)
 	return text;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* The file, replaced whole: written under a hidden temporary name beside it (one the
  * textfile collector does not read), then renamed over it. */
 static void write_file(struct metrics_srv *m, int exit_status)
@@ -253,7 +235,7 @@ static void write_file(struct metrics_srv *m, int exit_status)
 	snprintf(tmp, sizeof tmp, "%.*s.%s.tmp-%ld", dl, path, slash ? slash + 1 : path,
 		 (long)getpid());
 	int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
-	int rc = fd < 0 ? -1 : write_all(fd, text, len);
+	int rc = fd < 0 ? -1 : io_write_all(fd, text, len);
 	if (fd >= 0 && close(fd) < 0)
 		rc = -1;
 	if (rc == 0 && rename(tmp, path) < 0)
@@ -311,8 +293,8 @@ static void serve(struct metrics_srv *m, int fd)
 			  "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
 			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
 			  status, len);
-	if (write_all(fd, head, (size_t)hl) == 0 && req[0] == 'G' && body)
-		write_all(fd, body, len);
+	if (io_write_all(fd, head, (size_t)hl) == 0 && req[0] == 'G' && body)
+		io_write_all(fd, body, len);
 	free(body);
 }
 

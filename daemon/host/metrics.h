@@ -39,8 +39,6 @@ int metrics_start(struct host *h);
 /* Stops the thread and the listener, and writes the file a last time, with the final
  * figures. */
 void metrics_stop(struct host *h, int exit_status);
-/* The text, as served (for tests and the final file). */
-void metrics_render(struct host *h, FILE *out, int exit_status);
 /* Whether `host:port` can be listened on (bound, then closed at once): for gpud check. */
 int metrics_can_listen(const char *host, unsigned port, char *why, size_t len);
 

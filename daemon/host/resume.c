@@ -87,7 +87,6 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	 * of successes (a crash may have lost output the journal had already counted).
 	 * Failures it does not write are the journal's word. */
 	journal_forget_done(&h->journal);
-	h->sink_resumed = true;
 	return fn(args, &h->sink, sink_holds, h, err);
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "stats.h"
-#include "checks.h"
+#include "textio.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -31,30 +31,6 @@ void stats_print(const struct host *h, FILE *f)
 	if (s->setup_failures)
 		fprintf(f, ", %u setup failures", s->setup_failures);
 	fprintf(f, " in %.3f s (%.0f tasks/s)\n", s->elapsed, rate);
-}
-
-static void json_string_or_null(FILE *f, const char *s)
-{
-	if (!s) {
-		fputs("null", f);
-		return;
-	}
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
-int stats_json_check(const char *path, char *why, size_t len)
-{
-	return check_file_writable(path, why, len);
 }
 
 int stats_write_json(const struct host *h, const char *path, int exit_status)
@@ -107,14 +83,14 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 	fprintf(f, "], \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
 		"\"journal\": ", (long long)h->total, (unsigned long long)h->resumed,
 		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
-	json_string_or_null(f, h->journal.fd >= 0 ? h->journal.path : NULL);
+	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);
 	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
-	json_string_or_null(f, h->abort ? h->abort_msg : NULL);
+	io_json_string(f, h->abort ? h->abort_msg : NULL);
 	fprintf(f, ", \"failures_file\": ");
 	char list[4200];
 	if (h->log_dir && (h->failures_listed || h->not_run_listed))
 		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
-	json_string_or_null(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list
+	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list
 										       : NULL);
 	fprintf(f, "}\n");
 	if (ferror(f)) {

@@ -26,6 +26,16 @@
 #define DASH_NOTES 6
 #define UI_WIDE 92 /* columns the full worker table needs */
 
+/* The worker table's columns: in full, and below UI_WIDE columns narrowed, without the
+ * timings, so the outcome columns always show. */
+struct columns {
+	int gpu, worker, status, task, ok, to, restarts;
+	bool timings;
+	const char *worker_name, *restarts_name;
+};
+static const struct columns wide_columns = {4, 6, 12, 10, 9, 5, 8, true, "WORKER", "RESTARTS"};
+static const struct columns narrow_columns = {3, 3, 10, 8, 8, 4, 3, false, "WKR", "RST"};
+
 struct ui {
 	struct host *h;
 	pthread_t thread;
@@ -371,15 +381,15 @@ static void draw_dashboard(struct ui *u, bool final)
 
 	/* One row per worker, as many as the terminal holds. Below UI_WIDE columns the
 	 * timings go and the rest narrows, so the outcome columns always show. */
-	bool narrow = width < UI_WIDE;
+	const struct columns *k = width < UI_WIDE ? &narrow_columns : &wide_columns;
 	new_line(&l, u, width);
 	l_color(&l, C_BOLD);
-	if (narrow)
-		l_fmt(&l, "%3s %3s  %-10s %8s %8s %6s %4s %3s", "GPU", "WKR", "STATUS", "TASK", "OK",
-		      "FAILED", "T/O", "RST");
-	else
-		l_fmt(&l, "%4s %6s  %-12s %10s %9s %9s %9s %6s %5s %8s", "GPU", "WORKER", "STATUS",
-		      "TASK", "RUNNING", "LAST", "OK", "FAILED", "T/O", "RESTARTS");
+	l_fmt(&l, "%*s %*s  %-*s %*s", k->gpu, "GPU", k->worker, k->worker_name, k->status,
+	      "STATUS", k->task, "TASK");
+	if (k->timings)
+		l_fmt(&l, " %9s %9s", "RUNNING", "LAST");
+	l_fmt(&l, " %*s %6s %*s %*s", k->ok, "OK", "FAILED", k->to, "T/O", k->restarts,
+	      k->restarts_name);
 	if (u->nvml)
 		l_fmt(&l, " %5s %15s", "UTIL", "MEMORY");
 	frame_add(&fr, &l);
@@ -397,50 +407,38 @@ static void draw_dashboard(struct ui *u, bool final)
 		const char *color;
 		const char *status = worker_status(w, &color);
 		new_line(&l, u, width);
-		l_fmt(&l, narrow ? "%3d %3d  " : "%4d %6d  ", w->gpu_id, w->index);
+		l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
 		l_color(&l, color);
-		l_fmt(&l, narrow ? "%-10.10s" : "%-12s", status);
+		l_fmt(&l, "%-*.*s", k->status, k->status, status);
 		l_color(&l, C_RESET);
 		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
-		if (narrow) {
-			if (UI_READ(w->state) == HW_READY && since)
-				l_fmt(&l, " %8llu",
-				      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
-									       memory_order_relaxed));
-			else
-				l_fmt(&l, " %8s", "-");
-			uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
-			l_fmt(&l, " %8llu", (unsigned long long)UI_READ(w->ok));
-			l_color(&l, wf ? C_RED : C_RESET);
-			l_fmt(&l, " %6llu", (unsigned long long)wf);
-			l_color(&l, wt ? C_YELLOW : C_RESET);
-			l_fmt(&l, " %4llu", (unsigned long long)wt);
-			l_color(&l, C_RESET);
-			l_fmt(&l, " %3u", UI_READ(w->restarts));
-		} else if (UI_READ(w->state) == HW_READY && since) {
-			fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
-			l_fmt(&l, " %10llu %9s",
+		bool busy = UI_READ(w->state) == HW_READY && since;
+		if (busy)
+			l_fmt(&l, " %*llu", k->task,
 			      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
-								       memory_order_relaxed),
-			      a);
-		} else {
-			l_fmt(&l, " %10s %9s", "-", "-");
-		}
-		if (!narrow) {
+								       memory_order_relaxed));
+		else
+			l_fmt(&l, " %*s", k->task, "-");
+		if (k->timings) {
 			double last = UI_READ(w->last_seconds);
+			if (busy)
+				fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
+			else
+				snprintf(a, sizeof a, "-");
 			if (last > 0)
 				fmt_short(b, sizeof b, last);
 			else
 				snprintf(b, sizeof b, "-");
-			l_fmt(&l, " %9s %9llu", b, (unsigned long long)UI_READ(w->ok));
-			uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
-			l_color(&l, wf ? C_RED : C_RESET);
-			l_fmt(&l, " %6llu", (unsigned long long)wf);
-			l_color(&l, wt ? C_YELLOW : C_RESET);
-			l_fmt(&l, " %5llu", (unsigned long long)wt);
-			l_color(&l, C_RESET);
-			l_fmt(&l, " %8u", UI_READ(w->restarts));
+			l_fmt(&l, " %9s %9s", a, b);
 		}
+		uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
+		l_fmt(&l, " %*llu", k->ok, (unsigned long long)UI_READ(w->ok));
+		l_color(&l, wf ? C_RED : C_RESET);
+		l_fmt(&l, " %6llu", (unsigned long long)wf);
+		l_color(&l, wt ? C_YELLOW : C_RESET);
+		l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
+		l_color(&l, C_RESET);
+		l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
 		struct nvml_sample ns;
 		if (u->nvml && nvml_sample(u->nvml, host_bus_id(h, w->gpu_id), w->gpu_id, &ns) == 0)
 			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);

@@ -237,6 +237,13 @@ struct gpud_task {
 	void *reserved[3]; /* zero; room for later ABI minors */
 };
 
+/* What gpud_task_fail/fatal/reject share: the message into task->error. */
+static inline void gpud_task_failv_(struct gpud_task *task, const char *fmt, va_list ap)
+{
+	if (task->error)
+		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
+}
+
 /** task->failed values set by gpud_task_fatal() and gpud_task_reject(). */
 #define GPUD_TASK_FATAL 2
 #define GPUD_TASK_REJECT 3
@@ -251,12 +258,10 @@ __attribute__((format(printf, 2, 3)))
 static inline int gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = GPUD_TASK_FATAL;
-	if (task->error) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	gpud_task_failv_(task, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -269,12 +274,10 @@ __attribute__((format(printf, 2, 3)))
 static inline int gpud_task_reject(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = GPUD_TASK_REJECT;
-	if (task->error) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	gpud_task_failv_(task, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -285,12 +288,10 @@ __attribute__((format(printf, 2, 3)))
 static inline int gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = 1;
-	if (task->error) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	gpud_task_failv_(task, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 

@@ -190,3 +190,38 @@ int py_check_source(const struct gpud_args *args, const char *need, struct gpud_
 		return gpud_fail(err, "python: %s = NAME is required", need);
 	return script ? check_file_readable("python", script, err) : 0;
 }
+
+int py_bytes_of(PyObject *o, PyObject *json_dumps, struct py_bytes *b)
+{
+	*b = (struct py_bytes){0};
+	if (PyUnicode_Check(o)) {
+		b->p = PyUnicode_AsUTF8AndSize(o, &b->n);
+	} else if (PyObject_CheckBuffer(o)) {
+		if (PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS) == 0) {
+			b->have_view = true;
+			b->p = b->view.buf;
+			b->n = b->view.len;
+		} else {
+			/* Not contiguous (a strided NumPy slice): bytes() lays it out. */
+			PyErr_Clear();
+			b->text = PyBytes_FromObject(o);
+			if (b->text) {
+				b->p = PyBytes_AS_STRING(b->text);
+				b->n = PyBytes_GET_SIZE(b->text);
+			}
+		}
+	} else {
+		b->text = PyObject_CallOneArg(json_dumps, o);
+		if (b->text)
+			b->p = PyUnicode_AsUTF8AndSize(b->text, &b->n);
+	}
+	return b->p ? 0 : -1;
+}
+
+void py_bytes_release(struct py_bytes *b)
+{
+	if (b->have_view)
+		PyBuffer_Release(&b->view);
+	Py_XDECREF(b->text);
+	*b = (struct py_bytes){0};
+}

@@ -28,6 +28,18 @@ PyObject *py_take_error(char *buf, size_t len);
 /* gpud check: script or module given (one), `need` (function, class; NULL: none) given,
  * the script readable. The user's code is not imported: that would run it. */
 int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err);
+/* The bytes of a Python object as a task input or a result: a buffer as it is (a strided
+ * one laid out by bytes()), a str as UTF-8, anything else as JSON text (json_dumps).
+ * 0 with p and n set, valid until py_bytes_release; -1 with the exception pending. */
+struct py_bytes {
+	const char *p;
+	Py_ssize_t n;
+	Py_buffer view;
+	bool have_view;
+	PyObject *text;
+};
+int py_bytes_of(PyObject *o, PyObject *json_dumps, struct py_bytes *b);
+void py_bytes_release(struct py_bytes *b);
 /* The section's keys but `ours` (NULL-terminated) as a dict of str, for **kwargs. */
 PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours);
 

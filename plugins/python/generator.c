@@ -118,11 +118,8 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 	char why[900];
 	int rc = 1;
 	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *o = PyIter_Next(g->iter), *text = NULL;
-	Py_buffer view;
-	bool have_view = false;
-	const char *p = NULL;
-	Py_ssize_t n = 0;
+	PyObject *o = PyIter_Next(g->iter);
+	struct py_bytes b = {0};
 	if (!o) {
 		if (PyErr_Occurred()) {
 			Py_XDECREF(py_take_error(why, sizeof why));
@@ -132,32 +129,17 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		}
 		goto out;
 	}
-	if (PyUnicode_Check(o)) {
-		p = PyUnicode_AsUTF8AndSize(o, &n);
-	} else if (PyObject_CheckBuffer(o)) {
-		if (PyObject_GetBuffer(o, &view, PyBUF_C_CONTIGUOUS) == 0) {
-			have_view = true;
-			p = view.buf;
-			n = view.len;
-		}
-	} else {
-		text = PyObject_CallOneArg(g->json_dumps, o);
-		if (text)
-			p = PyUnicode_AsUTF8AndSize(text, &n);
-	}
-	if (!p) {
+	if (py_bytes_of(o, g->json_dumps, &b) < 0) {
 		Py_XDECREF(py_take_error(why, sizeof why));
 		rc = gpud_fail(err, "python: %s() yielded a %s that cannot be a task (bytes, str or "
 			       "JSON-able): %s", g->name, Py_TYPE(o)->tp_name, why);
 		goto out;
 	}
-	item->size = (size_t)n;
-	if ((size_t)n <= item->capacity)
-		memcpy(item->data, p, (size_t)n); /* larger: the host reports it, we write nothing */
+	item->size = (size_t)b.n;
+	if ((size_t)b.n <= item->capacity)
+		memcpy(item->data, b.p, (size_t)b.n); /* larger: the host reports it, we write nothing */
 out:
-	if (have_view)
-		PyBuffer_Release(&view);
-	Py_XDECREF(text);
+	py_bytes_release(&b);
 	Py_XDECREF(o);
 	PyGILState_Release(gil);
 	return rc;

@@ -292,51 +292,23 @@ static void task_error(struct gpud_task *t)
 static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
 {
 	char why[900];
-	const char *p = NULL;
-	Py_ssize_t n = 0;
-	Py_buffer view;
-	bool have_view = false;
-	PyObject *text = NULL;
-
+	struct py_bytes b;
 	if (r == Py_None) {
 		t->result.size = 0;
 		return;
 	}
-	if (PyUnicode_Check(r)) {
-		p = PyUnicode_AsUTF8AndSize(r, &n);
-	} else if (PyObject_CheckBuffer(r)) {
-		if (PyObject_GetBuffer(r, &view, PyBUF_C_CONTIGUOUS) == 0) {
-			have_view = true;
-			p = view.buf;
-			n = view.len;
-		} else {
-			/* Not contiguous (a strided NumPy slice): bytes() lays it out. */
-			PyErr_Clear();
-			text = PyBytes_FromObject(r);
-			if (text) {
-				p = PyBytes_AS_STRING(text);
-				n = PyBytes_GET_SIZE(text);
-			}
-		}
-	} else {
-		text = PyObject_CallOneArg(pw->json_dumps, r);
-		if (text)
-			p = PyUnicode_AsUTF8AndSize(text, &n);
-	}
-	if (!p) {
+	if (py_bytes_of(r, pw->json_dumps, &b) < 0) {
 		Py_XDECREF(py_take_error(why, sizeof why));
 		gpud_task_fail(t, "python: process() returned a %s that cannot be a result (bytes, "
 			       "str, None or JSON-able): %s", Py_TYPE(r)->tp_name, why);
-	} else if ((size_t)n > t->result.capacity) {
-		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", n,
+	} else if ((size_t)b.n > t->result.capacity) {
+		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", b.n,
 			       t->result.capacity);
 	} else {
-		memcpy(t->result.data, p, (size_t)n);
-		t->result.size = (size_t)n;
+		memcpy(t->result.data, b.p, (size_t)b.n);
+		t->result.size = (size_t)b.n;
 	}
-	if (have_view)
-		PyBuffer_Release(&view);
-	Py_XDECREF(text);
+	py_bytes_release(&b);
 }
 
 static void run_one(struct py_worker *pw, struct gpud_task *t)
