@@ -446,3 +446,31 @@ Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout
 	free(out);
 	free(st);
 }
+
+Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	struct {
+		const char *worker, *want;
+	} cases[] = {
+		{"class = W\n", "python: give script = FILE.py or module = NAME (one of them)"},
+		{"script = w.py\n", "python: class = NAME is required"},
+		{"script = w.py\nclass = Nope\n", "w.py has no class Nope"},
+		{"script = w.py\nclass = W\ninput = xml\n", "python: input = 'xml': expected memoryview"},
+		{"script = nope.py\nclass = W\n", "python: loading "},
+		{"module = no_such_module_here\nclass = W\n",
+		 "python: importing module no_such_module_here: ModuleNotFoundError"},
+	};
+	free(t_write(dir, "w.py", "class W:\n    def process(self, d): return d\n"));
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = python\n%s"
+			    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n",
+		       cases[i].worker);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 3, "case %zu", i);
+		char *err = t_read_in(dir, "err");
+		cr_expect(strstr(err, "setup failed: ") && strstr(err, cases[i].want), "case %zu: %s", i,
+			  err);
+		free(err);
+	}
+}

@@ -270,3 +270,28 @@ Test(resume, output_cut_at_any_byte_is_completed_exactly_once, .timeout = 120)
 		free(out);
 	}
 }
+
+Test(resume, a_journal_that_cannot_be_written_stops_the_run_before_it_starts, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\njournal = no/such/folder/j.journal\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "[job] journal: no folder") && strstr(err, "journal = off"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "cannot open the journal") && strstr(err, "journal = off"), "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "test ! -e out.jsonl"), 0, "nothing ran");
+	/* Not a journal at all. */
+	t_jobf(dir, "[job]\ngpus = 0\njournal = j.journal\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n");
+	free(t_write(dir, "j.journal", "this is not a journal, and it is long enough to read\n"
+				       "................................................\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "is not a gpud journal"), "%s", err);
+	free(err);
+}
