@@ -86,15 +86,19 @@ Test(abi, shm_layout)
 	/* Not the plugin ABI, but host and worker must agree on it byte for byte. */
 	cr_expect_eq(sizeof(struct shm_rec), 64u);
 	cr_expect_eq(sizeof(struct shm_header), 192u);
-	cr_expect_eq(sizeof(struct shm_feed), 3 * 64u);
-	cr_expect_eq(sizeof(struct shm_report), 64u + 1024u);
+	cr_expect_eq(sizeof(struct shm_feed), 4 * 64u);
+	cr_expect_eq(sizeof(struct shm_report), 3 * 64u + 1024u);
 	OFF(shm_rec, check, 32);
-	OFF(shm_feed, result_tail, 8);
-	OFF(shm_feed, bell, 64);
-	OFF(shm_feed, task_base, 128);
-	OFF(shm_report, result_head, 32);
-	OFF(shm_report, state, 40);
-	OFF(shm_report, message, 64);
+	/* What is polled and what is rewritten per task are on lines of their own. */
+	OFF(shm_feed, stop, 8);
+	OFF(shm_feed, result_tail, 64);
+	OFF(shm_feed, bell, 128);
+	OFF(shm_feed, task_base, 192);
+	OFF(shm_report, run_from, 24);
+	OFF(shm_report, result_head, 64);
+	OFF(shm_report, state, 128);
+	OFF(shm_report, sleeping, 132);
+	OFF(shm_report, message, 192);
 	OFF(shm_header, host_sleeping, 128);
 }
 

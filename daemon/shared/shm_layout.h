@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC UINT64_C(0x326d687364757067) /* "gpudshm2", little-endian */
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define SHM_LINE 64u
 #define SHM_PAGE 4096u
 #define SHM_REC_HDR 64u
@@ -140,16 +140,20 @@ enum shm_worker_state {
 	WS_CLEANUP_FAILED = 6, /* message holds the reason; the worker exits */
 };
 
-/* What the host tells one worker (run memfd: read-only to the worker). */
+/* What the host tells one worker (run memfd: read-only to the worker). Fields that are
+ * written at different rates, or read by the worker at different times, sit on lines
+ * of their own: a line the worker polls should change only when it has news. */
 struct shm_feed {
-	/* line 0, host, once per burst */
+	/* line 0, host, once per burst of tasks */
 	_Atomic uint64_t task_head;
-	_Atomic uint64_t result_tail;
 	_Atomic uint32_t stop; /* 1 = finish the tasks you hold, clean up and exit */
-	uint8_t _pad0[44];
-	/* line 1: the worker sleeps on this; the host rings it */
+	uint8_t _pad0[52];
+	/* line 1, host, once per burst of results taken */
+	_Atomic uint64_t result_tail;
+	uint8_t _pad1[56];
+	/* line 2: the worker sleeps on this; the host rings it */
 	struct shm_bell bell;
-	/* line 2, written by the host before each start of a worker in this slot */
+	/* line 3, written by the host before each start of a worker in this slot */
 	uint64_t task_base; /* ring position of the first task this process is given */
 	uint64_t task_ring_off;
 	uint64_t task_ring_cap;
@@ -158,22 +162,28 @@ struct shm_feed {
 	int32_t worker_id;
 	int32_t gpu_id;
 	uint32_t incarnation; /* starts of this slot so far */
-	uint8_t _pad2[12];
+	uint8_t _pad3[12];
 };
 
 /* What one worker tells the host (out memfd, offset 0). Each line has one writer: the
- * worker. The host reads it as untrusted input. */
+ * worker. The host reads it as untrusted input. The host polls result_head and reads
+ * `sleeping` whenever it hands out tasks, so neither shares a line with what the worker
+ * writes for every task: the line would bounce between the cores at each task. */
 struct shm_report {
-	/* line 0, once per task */
+	/* line 0, once per call of the plugin */
 	_Atomic uint64_t task_tail;     /* ring position past the tasks it runs or ran */
 	_Atomic uint64_t busy_since_ns; /* CLOCK_MONOTONIC when process() began; 0 idle */
 	_Atomic uint64_t cur_task;      /* id of the (first) task it runs */
 	_Atomic uint64_t run_from;      /* ring position of the first task of the current
 					   call (a batch runs [run_from, task_tail)) */
+	uint8_t _pad0[32];
+	/* line 1, once per burst of results */
 	_Atomic uint64_t result_head;
+	uint8_t _pad1[56];
+	/* line 2, when it changes state or goes to sleep */
 	_Atomic uint32_t state;    /* enum shm_worker_state */
 	_Atomic uint32_t sleeping; /* it sleeps on shm_feed.bell */
-	uint8_t _pad0[16];
+	uint8_t _pad2[56];
 	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
 	char message[SHM_MSG_MAX];
 };
@@ -214,11 +224,14 @@ _Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, check) == 32, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, flags) == 20, "shm_rec layout");
 _Static_assert(sizeof(struct shm_bell) == SHM_LINE, "a bell is one line");
-_Static_assert(offsetof(struct shm_feed, bell) == 1 * SHM_LINE, "feed line 1");
-_Static_assert(offsetof(struct shm_feed, task_base) == 2 * SHM_LINE, "feed line 2");
-_Static_assert(sizeof(struct shm_feed) == 3 * SHM_LINE, "shm_feed size");
-_Static_assert(offsetof(struct shm_report, message) == SHM_LINE, "report message");
-_Static_assert(sizeof(struct shm_report) == SHM_LINE + SHM_MSG_MAX, "shm_report size");
+_Static_assert(offsetof(struct shm_feed, result_tail) == 1 * SHM_LINE, "feed line 1");
+_Static_assert(offsetof(struct shm_feed, bell) == 2 * SHM_LINE, "feed line 2");
+_Static_assert(offsetof(struct shm_feed, task_base) == 3 * SHM_LINE, "feed line 3");
+_Static_assert(sizeof(struct shm_feed) == 4 * SHM_LINE, "shm_feed size");
+_Static_assert(offsetof(struct shm_report, result_head) == 1 * SHM_LINE, "report line 1");
+_Static_assert(offsetof(struct shm_report, state) == 2 * SHM_LINE, "report line 2");
+_Static_assert(offsetof(struct shm_report, message) == 3 * SHM_LINE, "report message");
+_Static_assert(sizeof(struct shm_report) == 3 * SHM_LINE + SHM_MSG_MAX, "shm_report size");
 _Static_assert(sizeof(struct shm_report) <= SHM_OUT_RING_OFF, "report fits its page");
 _Static_assert(offsetof(struct shm_header, max_result_bytes) == 64, "shm_header layout");
 _Static_assert(offsetof(struct shm_header, batch_wait_ns) == 80, "shm_header layout");
