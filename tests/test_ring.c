@@ -209,8 +209,8 @@ struct shared {
 	} ch[N_CONSUMERS];
 };
 
-#define PBELL(s) ((struct wait_bell){&(s)->producer_bell.bell, &(s)->producer_sleeping})
-#define CBELL(s, k) ((struct wait_bell){&(s)->ch[k].bell.bell, &(s)->ch[k].sleeping})
+#define PBELL(s) ((struct wait_bell){.bell = &(s)->producer_bell.bell, .sleeping = &(s)->producer_sleeping})
+#define CBELL(s, k) ((struct wait_bell){.bell = &(s)->ch[k].bell.bell, .sleeping = &(s)->ch[k].sleeping})
 
 struct wait_ctx {
 	_Atomic uint64_t *word;
@@ -323,4 +323,24 @@ Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 		cr_expect_eq(atomic_load(&s->ch[k].bad), 0, "consumer %d saw corrupt records", k);
 	}
 	munmap(s, sizeof *s);
+}
+
+static bool never(void *ctx)
+{
+	(void)ctx;
+	return false;
+}
+
+/* A sleeper with a `tell` word bumps it as it goes to sleep, and only then: the spin
+ * and the yields before do not (the host's stand-in is woken by it, standin.h). */
+Test(ring, a_sleeper_tells_when_it_goes_to_sleep)
+{
+	_Atomic uint32_t bell = 0, sleeping = 0, tell = 0;
+	struct wait_bell d = {.bell = &bell, .sleeping = &sleeping, .tell = &tell};
+	uint64_t t0 = wait_now_ns();
+	cr_expect_not(wait_until(d, never, NULL, t0 + 30000u), "a 30 us deadline ends in the yields");
+	cr_expect_eq(atomic_load(&tell), 0u, "no sleep, no tell");
+	cr_expect_not(wait_until(d, never, NULL, wait_now_ns() + 100000000u));
+	cr_expect_eq(atomic_load(&tell), 1u, "one sleep, one tell");
+	cr_expect_eq(atomic_load(&sleeping), 0u, "the flag is down again");
 }

@@ -210,8 +210,13 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			struct gpud_buf item = {ring_payload(t), 0, c->max_task_bytes};
 			struct gpud_error err;
 			err.message[0] = '\0';
-			/* Slow calls: what this ring has goes to the worker before the next. */
-			if (h->gen_check_mask == 0 && w->task_head != head0) {
+			/* What this ring has goes to the worker before the next call when
+			 * calls are slow, or when the worker sleeps for want of tasks: the
+			 * call may block. (Its sleeping flag's line changes only when it
+			 * falls asleep or wakes, so looking costs nothing while it works.) */
+			if (w->task_head != head0 &&
+			    (h->gen_check_mask == 0 ||
+			     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
 				atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
 				wait_ring_fast(shm_worker_bell(w));
 				head0 = w->task_head;

@@ -222,7 +222,7 @@ int shm_create(struct host *h)
 		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
 		.out_size = h->out_size,
 	};
-	h->bell = (struct wait_bell){h->host_bell, &h->hdr->host_sleeping};
+	h->bell = (struct wait_bell){.bell = h->host_bell, .sleeping = &h->hdr->host_sleeping};
 	config_blob(h, (char *)m + config_off);
 
 	struct shm_feed *feed = (struct shm_feed *)((uint8_t *)m + feeds_off);

@@ -15,7 +15,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w);
 /* Wakes worker w: its futex lives in the run memfd, its flag in its out memfd. */
 static inline struct wait_bell shm_worker_bell(struct host_worker *w)
 {
-	return (struct wait_bell){&w->feed->bell.bell, &w->rep->sleeping};
+	return (struct wait_bell){.bell = &w->feed->bell.bell, .sleeping = &w->rep->sleeping};
 }
 
 #endif

@@ -14,9 +14,12 @@
 #include "host.h"
 #include "memory.h"
 
-/* How often the stand-in looks; a call seen running at two looks in a row is stuck,
- * so the loop is taken over 1 to 2 periods after a call blocks. */
+/* When the stand-in looks (standin.h): STANDIN_POLL_NS after a look that found the
+ * loop in a generator call (seen there again, the call is stuck and the loop is taken
+ * over), otherwise when the host's bell rings (a worker ran out of work and went to
+ * sleep, a signal came) or STANDIN_IDLE_NS have passed. */
 #define STANDIN_POLL_NS 500000u
+#define STANDIN_IDLE_NS 10000000u
 
 /* Orders the loop thread's stores before our loads, as if it had run a full fence. */
 static void heavy_barrier(const struct gate *g)
@@ -54,17 +57,34 @@ static void *standin_main(void *arg)
 {
 	struct host *h = arg;
 	struct gate *g = &h->gate;
-	uint64_t seen = UINT64_MAX;
+	uint64_t seen = UINT64_MAX; /* the call found running at the last look */
+	uint64_t seen_ns = 0;       /* when */
 	while (!atomic_load_explicit(&g->ending, memory_order_acquire)) {
-		wait_futex_wait(&g->ending, 0, STANDIN_POLL_NS);
+		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_acquire);
+		uint64_t wait_ns = STANDIN_IDLE_NS;
+		if (seen != UINT64_MAX) {
+			/* A call is being watched: look again once it has run a full period
+			 * (a bell that rings meanwhile does not shorten that). */
+			uint64_t ran = wait_now_ns() - seen_ns;
+			wait_ns = ran < STANDIN_POLL_NS ? STANDIN_POLL_NS - ran : 0;
+		}
+		if (wait_ns)
+			wait_futex_wait(h->bell.bell, bell, wait_ns);
 		if (atomic_load_explicit(&g->ending, memory_order_acquire))
 			break;
 		uint64_t calls = atomic_load_explicit(&g->calls, memory_order_relaxed);
-		if (calls != seen || !atomic_load_explicit(&g->in_call, memory_order_relaxed)) {
-			seen = calls;
+		if (!atomic_load_explicit(&g->in_call, memory_order_relaxed)) {
+			seen = UINT64_MAX;
 			continue;
 		}
-		/* The same call as last time: take over, unless it returns meanwhile. */
+		if (calls != seen) {
+			seen = calls;
+			seen_ns = wait_now_ns();
+			continue;
+		}
+		if (wait_now_ns() - seen_ns < STANDIN_POLL_NS)
+			continue; /* woken early: the full period first */
+		/* The same call as a period ago: take over, unless it returns meanwhile. */
 		atomic_store_explicit(&g->taken, 1, memory_order_relaxed);
 		heavy_barrier(g);
 		if (atomic_load_explicit(&g->in_call, memory_order_relaxed) &&
@@ -107,7 +127,7 @@ void standin_stop(struct host *h)
 	if (!h->standin_running)
 		return;
 	atomic_store_explicit(&h->gate.ending, 1, memory_order_release);
-	wait_futex_wake(&h->gate.ending);
+	wait_ring(h->bell); /* the stand-in sleeps on the host's bell */
 	pthread_join(h->standin, NULL);
 	h->standin_running = false;
 }

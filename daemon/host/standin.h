@@ -5,8 +5,10 @@
  * The host loop calls the generator itself, between draining results, because that is
  * the fast path: one thread, no hand-over per task. But a generator call can block (an
  * idle stdin pipe, an empty queue) or take seconds. The stand-in thread looks at the
- * loop about every STANDIN_POLL_NS; when the same generator call is still running, it
- * takes the loop over: it publishes the tasks already yielded, then takes in results,
+ * loop when there is a reason to: a worker ran out of tasks or result space and went to
+ * sleep (it rings the host's bell as it does), a signal came, or 10 ms passed. A look
+ * that finds the loop inside a generator call is followed by another 0.5 ms later; when
+ * the same call is still running then, the stand-in takes the loop over: it publishes the tasks already yielded, then takes in results,
  * handles signals, timeouts and worker deaths, and places tasks that run again,
  * exactly as the loop would, but calls no generator. When the call returns, the
  * loop's thread waits for the stand-in to finish its pass and takes the loop back. If

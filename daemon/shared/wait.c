@@ -85,6 +85,10 @@ bool wait_until(struct wait_bell d, wait_ready_fn ready, void *ctx, uint64_t dea
 	atomic_thread_fence(memory_order_seq_cst);
 	bool ok = ready(ctx);
 	if (!ok) {
+		if (d.tell) {
+			atomic_fetch_add_explicit(d.tell, 1, memory_order_relaxed);
+			wait_futex_wake(d.tell);
+		}
 		futex_sleep(d.bell, seen, deadline_ns);
 		ok = ready(ctx);
 	}

@@ -25,10 +25,14 @@
 
 /* A sleeper's bell (the futex word; wakers bump it) and its sleeping flag (only the
  * sleeper writes it). They may live in different memory: each where its writer may
- * write. */
+ * write. `tell`, when set, is another futex word the sleeper bumps and wakes as it goes
+ * to sleep (after the spin and the yields), for whoever wants to know that it ran out
+ * of work: a worker tells the host's bell, so the host loop's stand-in looks at once
+ * (standin.h). */
 struct wait_bell {
 	_Atomic uint32_t *bell;
 	_Atomic uint32_t *sleeping;
+	_Atomic uint32_t *tell;
 };
 
 /* Wakes the sleeper, whether or not it sleeps. Call after publishing. */

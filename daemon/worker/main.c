@@ -518,8 +518,11 @@ static int map_shm(struct worker *w, long index)
 	close(SHM_FD_BELL);
 	w->tasks = (struct ring){(uint8_t *)m + f->task_ring_off, f->task_ring_cap, 0};
 	w->results = (struct ring){results, f->result_ring_cap, SHM_SLOT_GAP};
-	w->host_bell = (struct wait_bell){bell, (_Atomic uint32_t *)&h->host_sleeping};
-	w->my_bell = (struct wait_bell){(_Atomic uint32_t *)&f->bell.bell, &w->rep->sleeping};
+	w->host_bell = (struct wait_bell){.bell = bell, .sleeping = (_Atomic uint32_t *)&h->host_sleeping};
+	/* Going to sleep, a worker rings the host's bell: if the host loop is stuck in a
+	 * generator call, its stand-in looks at once (standin.h). */
+	w->my_bell = (struct wait_bell){.bell = (_Atomic uint32_t *)&f->bell.bell,
+					.sleeping = &w->rep->sleeping, .tell = bell};
 	uint32_t res = h->max_result_bytes > SHM_MSG_MAX ? h->max_result_bytes : SHM_MSG_MAX;
 	w->result_need = ring_span(res) + SHM_SLOT_GAP;
 	w->task_tail = w->task_head = f->task_base;

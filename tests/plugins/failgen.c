@@ -2,7 +2,9 @@
 /* Test generator: yields 0, 1, ... and fails after `fail_after` items; with
  * `huge_every = N` every Nth item claims to be larger than max_task_bytes; with
  * `block_after = N` the call after N items blocks for `block_ms` (0: for ever, through
- * any signal, like a read that retries on EINTR), once. */
+ * any signal, like a read that retries on EINTR), once; with `block_every = N` the call
+ * after every N items blocks for `block_ms`. `stamp = 1`: each item is the
+ * CLOCK_MONOTONIC time it was yielded at, in nanoseconds, instead of its number. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
-	long n, fail_after, huge_every, stop, block_after, block_ms;
+	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -28,6 +30,10 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	g->stop = gpud_arg_long(args, "stop", 1000);
 	g->block_after = gpud_arg_long(args, "block_after", -1);
 	g->block_ms = gpud_arg_long(args, "block_ms", 0);
+	g->block_every = gpud_arg_long(args, "block_every", 0);
+	g->stamp = gpud_arg_long(args, "stamp", 0);
+	if (g->block_every > 0)
+		g->block_after = g->block_every;
 	*state = g;
 	return 0;
 }
@@ -36,7 +42,7 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 {
 	struct fg *g = state;
 	if (g->n == g->block_after) {
-		g->block_after = -1;
+		g->block_after = g->block_every > 0 ? g->n + g->block_every : -1;
 		if (!g->block_ms)
 			for (;;)
 				pause();
@@ -53,7 +59,14 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		g->n++;
 		return 1;
 	}
-	item->size = (size_t)snprintf(item->data, item->capacity, "%ld", g->n);
+	if (g->stamp) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		item->size = (size_t)snprintf(item->data, item->capacity, "%lld",
+					      (long long)now.tv_sec * 1000000000 + now.tv_nsec);
+	} else {
+		item->size = (size_t)snprintf(item->data, item->capacity, "%ld", g->n);
+	}
 	g->n++;
 	return 1;
 }

@@ -2,11 +2,13 @@
 /* Test worker: reports what it sees. Result:
  *   id=<task> in=<input> seed=<seed> wid=<worker_id> gpu=<gpu_id> cvd=<CUDA_VISIBLE_DEVICES>
  *   env_gpu=<GPUD_GPU_ID> env_wid=<GPUD_WORKER_ID> greeting=<[worker] greeting> pid=<pid>
- * sleep_us = N sleeps N us a task.
+ * sleep_us = N sleeps N us a task; clock = 1 appends mono=<CLOCK_MONOTONIC ns when
+ * process() was called>.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gpud/plugin.h>
@@ -16,7 +18,7 @@ GPUD_PLUGIN("worker", "probe", "1.0");
 struct probe {
 	struct gpud_worker_info info;
 	const char *greeting;
-	long sleep_us;
+	long sleep_us, clock;
 	char env[256];
 };
 
@@ -30,6 +32,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	/* Copied now: the args live as long as the worker, but be strict. */
 	p->greeting = gpud_arg(info->args, "greeting", "none");
 	p->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
+	p->clock = gpud_arg_long(info->args, "clock", 0);
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	const char *g = getenv("GPUD_GPU_ID");
 	const char *w = getenv("GPUD_WORKER_ID");
@@ -42,6 +45,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
 	struct probe *p = state;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (p->sleep_us)
 		usleep((useconds_t)p->sleep_us);
 	int n = snprintf(task->result.data, task->result.capacity,
@@ -49,6 +54,9 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 			 (unsigned long long)task->id, (int)task->input_size,
 			 (const char *)task->input, (unsigned long long)p->info.seed,
 			 p->info.worker_id, p->info.gpu_id, p->env, p->greeting, (int)getpid());
+	if (n >= 0 && p->clock && (size_t)n < task->result.capacity)
+		n += snprintf((char *)task->result.data + n, task->result.capacity - (size_t)n,
+			      " mono=%lld", (long long)now.tv_sec * 1000000000 + now.tv_nsec);
 	if (n < 0 || (size_t)n >= task->result.capacity)
 		return gpud_task_fail(task, "probe: result does not fit");
 	task->result.size = (size_t)n;
