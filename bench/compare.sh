@@ -23,9 +23,15 @@ placement() { # near, far, or ? (no probe)
   [ "$pingpong" ] || { echo "?"; return; }
   "$pingpong" | awk '{print ($1 < 250 ? "near" : "far")}'
 }
-rate() { # rate BUILD JOB COUNT
+rate() { # rate BUILD JOB COUNT; a run that did not end with every task ok stops the script
+  rm -f "$tmp/s.json"
   GPUD_PLUGIN_PATH="$1/bench" "$1/daemon/gpud" run "$2" --ui off --stats-json "$tmp/s.json" \
-    2>/dev/null
+    2>"$tmp/err" || true
+  if [ "$(field ok "$tmp/s.json" 2>/dev/null)" != "$3" ]; then
+    echo "compare.sh: $1 did not run all $3 tasks ok:" >&2
+    tail -n 3 "$tmp/err" >&2
+    exit 1
+  fi
   awk -v n="$3" -v e="$(field elapsed "$tmp/s.json")" 'BEGIN {printf "%.0f\n", n / e}'
 }
 cases=("noop 2000000 0" "1MiB 10000 1M")
