@@ -17,9 +17,9 @@
 #define N 3000
 #define EVERY 100
 
-/* Parses dir/out.jsonl: every id 0..n-1 exactly once; innocent ids ok with "r<id>";
- * returns how many poison tasks failed. */
-static unsigned check_output(const char *dir, unsigned n, unsigned every)
+/* Parses dir/out.jsonl: every id 0..n-1 exactly once; innocent ids ok with "r<id>"
+ * (with an empty result when `empty`); returns how many poison tasks failed. */
+static unsigned check_output_of(const char *dir, unsigned n, unsigned every, bool empty)
 {
 	char *text = t_read_in(dir, "out.jsonl");
 	cr_assert(text, "no output:\n%s", t_read_in(dir, "err"));
@@ -35,7 +35,10 @@ static unsigned check_output(const char *dir, unsigned n, unsigned every)
 		bool poison = id % every == every - 1;
 		if (!poison) {
 			char want[64];
-			snprintf(want, sizeof want, "\"result\": \"r%lu\"}", id);
+			if (empty)
+				snprintf(want, sizeof want, "\"result\": \"\"}");
+			else
+				snprintf(want, sizeof want, "\"result\": \"r%lu\"}", id);
 			cr_assert_str_eq(status, "ok", "innocent task %lu: %s", id, l);
 			cr_assert(strstr(l, want), "innocent task %lu has a wrong result: %s", id, l);
 		} else if (strcmp(status, "ok") != 0) {
@@ -49,18 +52,28 @@ static unsigned check_output(const char *dir, unsigned n, unsigned every)
 	return poison_failed;
 }
 
-static int run_hostile(const char *dir, const char *mode, unsigned n)
+static unsigned check_output(const char *dir, unsigned n, unsigned every)
+{
+	return check_output_of(dir, n, every, false);
+}
+
+static int run_hostile_with(const char *dir, const char *mode, unsigned n, const char *more)
 {
 	char *job = t_jobf(dir,
 			   "[job]\ngpus = 0,1\nworkers_per_gpu = 2\nqueue_size = 64\n"
 			   "max_worker_restarts = 1000\nmax_result_bytes = 4K\n"
-			   "[worker]\nplugin = hostile\nmode = %s\nevery = %d\n"
+			   "[worker]\nplugin = hostile\nmode = %s\nevery = %d\n%s"
 			   "[generator]\nplugin = range\nstop = %u\n"
 			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
-			   mode, EVERY, n, dir);
+			   mode, EVERY, more, n, dir);
 	int rc = t_gpud(dir, "run '%s' --ui plain", job);
 	free(job);
 	return rc;
+}
+
+static int run_hostile(const char *dir, const char *mode, unsigned n)
+{
+	return run_hostile_with(dir, mode, n, "");
 }
 
 /* Every poison task fails with `message` in its outcome; everything else is checked by
@@ -84,6 +97,17 @@ Test(isolation, overflow_past_the_result_buffer, .timeout = 120)
 Test(isolation, underflow_before_the_result_buffer, .timeout = 120)
 {
 	expect_poison_failed("underflow", "wrote before the start of its result buffer");
+}
+
+/* Empty results have no gap after them (shm_layout.h): a write before the buffer
+ * reaches the headers of the empty results before it, never a payload. Whatever the
+ * write reached, the innocent tasks end ok, each once. */
+Test(isolation, underflow_over_empty_results, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	int rc = run_hostile_with(dir, "underflow", N, "empty = 1\nbytes = 1024\n");
+	cr_expect(rc == 0 || rc == 1, "the host survives (exit %d)\n%s", rc, t_read_in(dir, "err"));
+	check_output_of(dir, N, EVERY, true);
 }
 
 /* The task ring is read-only in workers: the write faults and blames the task. */

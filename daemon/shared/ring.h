@@ -19,7 +19,7 @@
 struct ring {
 	uint8_t *base;
 	uint64_t cap; /* a power of two, >= 2 lines */
-	uint64_t gap; /* result rings: bytes after every OK/FAIL record (SHM_SLOT_GAP) */
+	uint64_t gap; /* result rings: bytes after every OK/FAIL record with a payload */
 };
 
 /* Bytes a record with `size` payload bytes takes. */
@@ -28,10 +28,11 @@ static inline uint64_t ring_span(uint64_t size)
 	return SHM_REC_HDR + ((size + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
 }
 
-/* Bytes a record of `kind` takes in ring `r`: results are followed by their slot gap. */
+/* Bytes a record of `kind` takes in ring `r`: a result with a payload is followed by
+ * its slot gap (shm_layout.h: SHM_SLOT_GAP; an empty one has nothing to protect). */
 static inline uint64_t ring_rec_span(const struct ring *r, uint32_t kind, uint64_t size)
 {
-	return ring_span(size) + ((kind == REC_OK || kind == REC_FAIL) ? r->gap : 0);
+	return ring_span(size) + ((size && (kind == REC_OK || kind == REC_FAIL)) ? r->gap : 0);
 }
 
 static inline struct shm_rec *ring_at(const struct ring *r, uint64_t pos)

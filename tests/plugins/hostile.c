@@ -9,7 +9,8 @@
  *   scribble   overwrites every writable shared mapping of the process, then returns ok
  *   fork       starts a child (in a session of its own) that holds standard output and
  *              error open for 30 s; its pid is appended to `pidfile`
- * `setuid = 1` drops to uid/gid 65534 in setup (when root).
+ * `setuid = 1` drops to uid/gid 65534 in setup (when root). `empty = 1`: innocent tasks
+ * return an empty result instead.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -24,7 +25,7 @@ GPUD_PLUGIN("worker", "hostile", "1.0");
 struct st {
 	char pidfile[512];
 	char mode[16];
-	long every, bytes;
+	long every, bytes, empty;
 };
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
@@ -36,6 +37,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	snprintf(s->mode, sizeof s->mode, "%s", gpud_arg(info->args, "mode", "none"));
 	snprintf(s->pidfile, sizeof s->pidfile, "%s", gpud_arg(info->args, "pidfile", "/dev/null"));
 	s->every = atol(gpud_arg(info->args, "every", "100"));
+	s->empty = atol(gpud_arg(info->args, "empty", "0"));
 	s->bytes = atol(gpud_arg(info->args, "bytes", strcmp(s->mode, "overflow") ? "256" : "200"));
 	if (atoi(gpud_arg(info->args, "setuid", "0")) && getuid() == 0 &&
 	    (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
@@ -85,6 +87,8 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 			_exit(0);
 		}
 	}
+	if (s->empty)
+		return 0;
 	if (task->input_size + 1 > task->result.capacity)
 		return gpud_fail(task->error, "result too small");
 	char *r = task->result.data;
