@@ -19,7 +19,7 @@
 struct ring {
 	uint8_t *base;
 	uint64_t cap; /* a power of two, >= 2 lines */
-	uint64_t gap; /* result rings: bytes after every OK/FAIL record with a payload */
+	uint64_t gap; /* result rings: SHM_SLOT_GAP; task rings: 0 */
 };
 
 /* Bytes a record with `size` payload bytes takes. */
@@ -28,11 +28,14 @@ static inline uint64_t ring_span(uint64_t size)
 	return SHM_REC_HDR + ((size + SHM_LINE - 1) & ~(uint64_t)(SHM_LINE - 1));
 }
 
-/* Bytes a record of `kind` takes in ring `r`: a result with a payload is followed by
- * its slot gap (shm_layout.h: SHM_SLOT_GAP; an empty one has nothing to protect). */
+/* Bytes a record of `kind` takes in ring `r`: in a result ring (r->gap != 0), a result
+ * with a payload is followed by its slot gap, an empty one by one unused line
+ * (shm_layout.h: SHM_SLOT_GAP, SHM_EMPTY_GAP). */
 static inline uint64_t ring_rec_span(const struct ring *r, uint32_t kind, uint64_t size)
 {
-	return ring_span(size) + ((size && (kind == REC_OK || kind == REC_FAIL)) ? r->gap : 0);
+	if (!r->gap || (kind != REC_OK && kind != REC_FAIL))
+		return ring_span(size);
+	return ring_span(size) + (size ? r->gap : SHM_EMPTY_GAP);
 }
 
 static inline struct shm_rec *ring_at(const struct ring *r, uint64_t pos)

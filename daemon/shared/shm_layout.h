@@ -217,13 +217,17 @@ struct shm_header {
  * past either end of its buffer is caught (worker.c). A result with a payload is
  * followed by SHM_SLOT_GAP unused bytes, so a write before the next slot's buffer of up
  * to that much (plus that slot's header) cannot reach the payload before it is caught.
- * An empty result has no gap: what lies before the next buffer is then at most headers,
- * whose check words show any change (the host runs the worker's unconsumed tasks
- * again). Results of no-op tasks then take one line each, as tasks do: with the gap
- * after every result the no-op rate was 5% lower, and 12-20% lower when the VM's vCPUs
- * sit far apart (docs/benchmarks.md). */
-#define SHM_CANARY UINT64_C(0xc0ffee5ca1ab1e5d)
+ * An empty result needs no such gap: what lies before the next buffer is then at most
+ * headers, whose check words show any change (the host runs the worker's unconsumed
+ * tasks again). It is followed by one unused line (SHM_EMPTY_GAP) instead, for the
+ * canary: a no-op result then takes two lines, and in a stream of them, with a
+ * capacity that is a multiple of 128 bytes (the default 1 MiB, any power of two from 128
+ * up), every canary line falls on one of those unused lines, never on a header the host
+ * reads, so arming it does not pull a line out of the host's cache. Measured side by side (docs/benchmarks.md): the
+ * 256-byte gap after every result cost 5% of the no-op rate; with no gap at all after
+ * empty results the canaries fell on headers and far placement lost 20%. */#define SHM_CANARY UINT64_C(0xc0ffee5ca1ab1e5d)
 #define SHM_SLOT_GAP 256u
+#define SHM_EMPTY_GAP SHM_LINE
 
 _Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
 _Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");

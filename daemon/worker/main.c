@@ -296,7 +296,7 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 	if (breach != BREACH_NONE) {
 		/* Caught here, before the host could take anything the write reached: a
 		 * payload is followed by SHM_SLOT_GAP unused bytes, so a write of up to that
-		 * much reached no payload, at most headers of empty results, whose check
+		 * much reached no payload; at most headers of empty results, whose check
 		 * words the host verifies. */
 		kind = REC_FAIL;
 		flags = REC_FLAG_BOUNDS;
