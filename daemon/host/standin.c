@@ -59,8 +59,12 @@ static void *standin_main(void *arg)
 	struct gate *g = &h->gate;
 	uint64_t seen = UINT64_MAX; /* the call found running at the last look */
 	uint64_t seen_ns = 0;       /* when */
-	while (!atomic_load_explicit(&g->ending, memory_order_acquire)) {
-		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_acquire);
+	for (;;) {
+		/* The bell before `ending`: standin_stop() sets `ending` before it rings,
+		 * so either we see `ending` or the wait below sees the bell move. */
+		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_seq_cst);
+		if (atomic_load_explicit(&g->ending, memory_order_seq_cst))
+			break;
 		uint64_t wait_ns = STANDIN_IDLE_NS;
 		if (seen != UINT64_MAX) {
 			/* A call is being watched: look again once it has run a full period
@@ -126,7 +130,7 @@ void standin_stop(struct host *h)
 {
 	if (!h->standin_running)
 		return;
-	atomic_store_explicit(&h->gate.ending, 1, memory_order_release);
+	atomic_store_explicit(&h->gate.ending, 1, memory_order_seq_cst);
 	wait_ring(h->bell); /* the stand-in sleeps on the host's bell */
 	pthread_join(h->standin, NULL);
 	h->standin_running = false;
