@@ -221,3 +221,77 @@ Test(stalls, tasks_yielded_before_a_blocking_call_reach_idle_workers_at_once, .t
 	free(out);
 	free(job);
 }
+
+/* Checks that `out` (jsonl) holds exactly tasks 0..n-1, each once, each ok, each with
+ * its own input as its result (the worker echoes it; failgen's item i is "i" and, with
+ * `pad`, i % pad copies of 'x' after it), byte for byte. Returns the wrong ones. */
+static unsigned echo_mismatches(char *out, unsigned n, unsigned pad)
+{
+	unsigned char *seen = calloc(n, 1);
+	unsigned bad = 0, lines = 0;
+	char want[64 + 256];
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+		unsigned long id;
+		const char *res = strstr(l, "\"result\": \"");
+		if (sscanf(l, "{\"task_id\": %lu,", &id) != 1 || id >= n || seen[id]++ ||
+		    !strstr(l, "\"status\": \"ok\"") || !res) {
+			cr_log_error("wrong line: %s", l);
+			bad++;
+			continue;
+		}
+		int len = snprintf(want, sizeof want, "%lu", id);
+		for (unsigned k = 0; pad && k < id % pad; k++)
+			want[len++] = 'x';
+		want[len++] = '"';
+		want[len] = '\0';
+		if (strncmp(res + 11, want, (size_t)len) != 0) {
+			cr_log_error("task %lu got another result: %s", id, l);
+			bad++;
+		}
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (!seen[i])
+			bad++;
+	free(seen);
+	return bad + (lines != n);
+}
+
+/* Retries beside a slow generator: every generator call takes 1-5 ms, so the loop's
+ * stand-in takes the loop over during most of them, and places the tasks to run again
+ * (odd inputs fail their first attempt) while the loop's thread is writing the next
+ * item into a ring. Each result must be its own task's, byte for byte, in every run:
+ * a retried task placed in the slot the stuck call fills came back `ok` with another
+ * task's input. */
+Test(stalls, retries_beside_a_slow_generator_return_their_own_results, .timeout = 240)
+{
+	static const struct {
+		unsigned gpus, workers_per_gpu, block_ms, sleep_us, pad;
+	} runs[] = {
+		{2, 1, 5, 3000, 0}, {2, 1, 2, 1000, 0},	 {2, 2, 1, 500, 37},
+		{3, 1, 3, 2000, 200}, {2, 1, 5, 100, 0}, {1, 2, 2, 3000, 11},
+	};
+	for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+		const char *dir = t_tmpdir();
+		unsigned n = 150;
+		char gpus[16];
+		snprintf(gpus, sizeof gpus, "%s", runs[r].gpus == 1 ? "0" : runs[r].gpus == 2 ? "0,1" : "0,1,2");
+		char *job = t_jobf(dir, "[job]\ngpus = %s\nworkers_per_gpu = %u\nmax_retries = 1\n"
+					"journal = off\n"
+					"[worker]\nplugin = faulty\nsleep_us = %u\nfail_every = 2\n"
+					"first_attempt_only = 1\n"
+					"[generator]\nplugin = failgen\nstop = %u\nblock_every = 1\n"
+					"block_ms = %u\npad = %u\n"
+					"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+				   gpus, runs[r].workers_per_gpu, runs[r].sleep_us, n, runs[r].block_ms,
+				   runs[r].pad, dir);
+		int rc = t_gpud(dir, "run '%s' --ui plain", job);
+		char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+		cr_assert(out, "run %zu: no output: %s", r, err);
+		cr_expect_eq(rc, 0, "run %zu: %s", r, err);
+		cr_expect_eq(echo_mismatches(out, n, runs[r].pad), 0u, "run %zu: wrong results", r);
+		cr_expect_null(strstr(err, "corrupted"), "run %zu: %s", r, err);
+		free(out);
+		free(err);
+		free(job);
+	}
+}

@@ -186,8 +186,6 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
-	h->filling = w; /* the ring a stuck generator call writes into (standin.c) */
-
 	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
 		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
 		if (!rq && (h->gen_done || h->abort || !gen_ok))
@@ -235,6 +233,10 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				}
 				h->next_id = to;
 			}
+			/* The ring this call writes into, for the stand-in to leave alone.
+			 * Only this thread writes it, and only here: the stand-in feeds
+			 * other rings meanwhile and must not move it. */
+			h->gate.filling = w;
 			gate_enter(&h->gate);
 			int rc = h->gen_next(h->gen, &item, &err);
 			if (gate_leave(h, &h->gate)) {
@@ -334,7 +336,7 @@ static unsigned feed(struct host *h, bool gen_ok)
 	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
 		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
 		/* The stand-in leaves alone the ring the stuck call writes into. */
-		if (w->state == HW_READY && (gen_ok || w != h->filling))
+		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
 			n += feed_one(h, w, gen_ok, &clock, &slice_end);
 	}
 	h->rr++;

@@ -183,7 +183,6 @@ struct host {
 	pthread_t standin;
 	bool standin_running;
 	bool gen_stuck;          /* the run ended while a generator call had not returned */
-	struct host_worker *filling; /* the worker whose ring the generator fills */
 	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
 	const struct run_opts *opts;
 	struct ui *ui;

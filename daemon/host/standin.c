@@ -32,7 +32,7 @@ static void heavy_barrier(const struct gate *g)
  * the worker gets them now. */
 static void publish_filled(struct host *h)
 {
-	struct host_worker *w = h->filling;
+	struct host_worker *w = h->gate.filling;
 	if (w && w->rep && atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head) {
 		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
 		wait_ring(shm_worker_bell(w));

@@ -27,12 +27,19 @@
 #include <stdint.h>
 
 struct host;
+struct host_worker;
 
-/* The generator call gate. The loop's thread writes `in_call` and `calls`; the
- * stand-in writes `taken`. */
+/* The generator call gate. The loop's thread writes `in_call`, `calls` and `filling`;
+ * the stand-in writes `taken`. */
 struct gate {
 	_Alignas(64) _Atomic uint32_t in_call; /* inside a generator call */
 	_Atomic uint64_t calls;                /* calls finished */
+	/* The worker whose task ring the current (or last) call writes into: set by the
+	 * loop's thread before each call, read by the stand-in only while the loop is
+	 * taken. The slot the call fills is reserved in the loop's thread alone (its
+	 * task_head has not moved yet), so anything else written into that ring meanwhile
+	 * would land in the same slot. */
+	struct host_worker *filling;
 	bool fence;                            /* no membarrier: fence on every call */
 	_Alignas(64) _Atomic uint32_t taken;   /* the stand-in runs the loop */
 	_Atomic uint32_t ending;               /* the loop is done: the stand-in leaves */

@@ -4,7 +4,8 @@
  * `block_after = N` the call after N items blocks for `block_ms` (0: for ever, through
  * any signal, like a read that retries on EINTR), once; with `block_every = N` the call
  * after every N items blocks for `block_ms`. `stamp = 1`: each item is the
- * CLOCK_MONOTONIC time it was yielded at, in nanoseconds, instead of its number. */
+ * CLOCK_MONOTONIC time it was yielded at, in nanoseconds, instead of its number.
+ * `pad = P`: item i is its number followed by i % P copies of 'x' (inputs of many sizes). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
-	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp;
+	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp, pad;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -32,6 +33,11 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	g->block_ms = gpud_arg_long(args, "block_ms", 0);
 	g->block_every = gpud_arg_long(args, "block_every", 0);
 	g->stamp = gpud_arg_long(args, "stamp", 0);
+	g->pad = gpud_arg_long(args, "pad", 0);
+	if (g->pad < 0 || g->pad > 1000) {
+		free(g);
+		return gpud_fail(err, "failgen: pad must be 0 to 1000");
+	}
 	if (g->block_every > 0)
 		g->block_after = g->block_every;
 	*state = g;
@@ -66,6 +72,8 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 					      (long long)now.tv_sec * 1000000000 + now.tv_nsec);
 	} else {
 		item->size = (size_t)snprintf(item->data, item->capacity, "%ld", g->n);
+		for (long k = 0; g->pad && k < g->n % g->pad && item->size < item->capacity; k++)
+			((char *)item->data)[item->size++] = 'x';
 	}
 	g->n++;
 	return 1;
