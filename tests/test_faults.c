@@ -357,6 +357,39 @@ Test(faults, sigterm_drain_is_bounded_by_drain_timeout, .timeout = 60)
 	free(cmd);
 }
 
+/* A drain waits, it does not spin: SIGTERM with two tasks that run 3 s more (drain_timeout
+ * 10 s), and the host's CPU time for the whole run stays far below the drain's length.
+ * (The loop took a signal seen long ago for news, so it never slept until the end: 3 s
+ * of CPU for a 3 s drain.) */
+Test(faults, a_drain_waits_without_spinning, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 10\n"
+			 "[worker]\nplugin = faulty\nsleep_us = 3000000\n"
+			 "[generator]\nplugin = range\nstop = 100\n"
+			 "[sink]\nplugin = recorder\npath = events\n"));
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain --stats-json s.json 2>err & pid=$!\n"
+		  "w '[ \"$(grep -c \"^start \" events 2>/dev/null)\" = 2 ]'\n"
+		  "kill -TERM $pid\n"
+		  "wait $pid; echo $? >rc\n");
+	char *err = t_read_in(dir, "err"), *stats = t_read_in(dir, "s.json");
+	cr_assert_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	const char *cpu = stats ? strstr(stats, "\"host_cpu_seconds\": ") : NULL;
+	const char *elapsed = stats ? strstr(stats, "\"elapsed\": ") : NULL;
+	cr_assert(cpu && elapsed, "%s", stats ? stats : err);
+	double cpu_s = strtod(cpu + 20, NULL), elapsed_s = strtod(elapsed + 11, NULL);
+	cr_log_info("host CPU %.3f s in a run of %.3f s", cpu_s, elapsed_s);
+	cr_expect_geq(elapsed_s, 2.5, "the drain waited for the running tasks");
+	/* Start-up (plugins, sanitizers) is well under this; a spin is the drain's length. */
+	cr_expect_lt(cpu_s, 1.0, "the host used %.2f s of CPU in a %.2f s run, mostly a drain",
+		     cpu_s, elapsed_s);
+	char *ev = t_read_in(dir, "events");
+	cr_expect_eq(t_count_lines(ev, "ok "), 2, "the two running tasks finished: %s", ev);
+	free(ev);
+	free(err);
+	free(stats);
+}
+
 /* Load balancing: a worker whose tasks are slow holds few, so the fast one runs the
  * rest instead of waiting at the end for tasks queued behind a slow one. */
 Test(faults, slow_worker_does_not_hoard_tasks, .timeout = 60)

@@ -347,7 +347,9 @@ static unsigned feed(struct host *h, bool gen_ok)
 static bool host_ready(void *ctx)
 {
 	struct host *h = ctx;
-	if (host_sigchld || host_interrupts || host_sigtstp || host_sigcont)
+	/* host_interrupts counts: only one not yet seen is news (once it was nonzero the
+	 * loop spun through the whole drain). */
+	if (host_sigchld || host_interrupts != h->interrupts_seen || host_sigtstp || host_sigcont)
 		return true;
 	/* Standing in: the stuck generator call has returned. */
 	if (atomic_load_explicit(&h->gate.taken, memory_order_relaxed) &&
