@@ -5,7 +5,8 @@
 # before: a slow generator (every call blocking 1-5 ms, so the loop's stand-in takes the
 # loop over) or a fast one, tasks that fail or crash their worker on the first attempt
 # and run again, exit() and abort() in the plugin, workers killed with kill -9 from
-# outside, inputs of many sizes, 1-3 GPUs with 1-2 workers each. Every task's outcome is
+# outside, inputs of many sizes, 1-3 GPUs with 1-2 workers each, queues of 8 to 1,024 tasks, ordered
+# output or not. Every task's outcome is
 # checked: each id exactly once, every `ok` result byte for byte its own task's (the
 # worker echoes its input), every task ok (each fault strikes a first attempt only, and
 # retries are allowed), the stats equal to the sink's lines, exit status 0.
@@ -51,6 +52,8 @@ block_ms = $(pick 1 2 3 5)"
 crash_every = $(pick 0 11 29 97)
 exit_every = $(pick 0 13 101)
 abort_every = $(pick 0 17 103)"
+  ordered=$(pick false false true)
+  queue=$(pick 1024 1024 64 8)
   kills=$(pick 0 0 1 3) # kill -9 of a random worker from outside, this many times
   cat >"$d/job.ini" <<JOB
 [job]
@@ -59,6 +62,8 @@ workers_per_gpu = $wpg
 max_retries = $retries
 max_worker_restarts = 100000
 journal = off
+ordered = $ordered
+queue_size = $queue
 [worker]
 plugin = faulty
 first_attempt_only = 1
@@ -129,8 +134,8 @@ PY
     flag="  <-- BAD ($d kept)"
     trap - EXIT
   fi
-  printf 'run %3d: gpus=%-5s x%d n=%-5d retries=%d pad=%-3d sleep_us=%-4d %s kills=%d | exit %d, wrong ok %d, missing %d, dup %d, not ok %d %s%s\n' \
-    "$runs" "$gpus" "$wpg" "$n" "$retries" "$pad" "$sleep_us" \
+  printf 'run %3d: gpus=%-5s x%d n=%-5d q=%-4d ordered=%-5s retries=%d pad=%-3d sleep_us=%-4d %s kills=%d | exit %d, wrong ok %d, missing %d, dup %d, not ok %d %s%s\n' \
+    "$runs" "$gpus" "$wpg" "$n" "$queue" "$ordered" "$retries" "$pad" "$sleep_us" \
     "$([ -n "$gen" ] && echo slow-gen || echo fast-gen)" "$kills" "$rc" "$w" "$m" "$du" "$no" "$note" "$flag"
 done
 echo "fault soak: $runs runs, $tasks tasks: wrong ok results $wrong_ok, missing $missing, duplicated $dup, not ok $not_ok; runs with a problem $bad_runs"
