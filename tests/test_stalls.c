@@ -295,3 +295,86 @@ Test(stalls, retries_beside_a_slow_generator_return_their_own_results, .timeout 
 		free(job);
 	}
 }
+
+/* SIGCONT beside SIGINT/SIGTERM, in every order (Slurm sends SIGCONT with SIGTERM at a
+ * time limit and on scancel): the running tasks (2 s each) finish ok inside a 20 s
+ * drain_timeout. The job-control credit once moved the drain's start past now, so the
+ * drain "passed" at once and the running tasks were killed. */
+Test(stalls, sigcont_beside_an_interrupt_keeps_the_drain, .timeout = 120)
+{
+	static const char *const orders[] = {
+		"kill -INT $pid; kill -CONT $pid",
+		"kill -TERM $pid; kill -CONT $pid",
+		"kill -CONT $pid; kill -TERM $pid",
+		"kill -TERM $pid; sleep 0.3; kill -CONT $pid; sleep 0.3; kill -CONT $pid",
+		"kill -CONT $pid; kill -INT $pid; kill -CONT $pid",
+	};
+	for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+		const char *dir = t_tmpdir();
+		free(t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 20\n"
+				 "[worker]\nplugin = faulty\nsleep_us = 2000000\n"
+				 "[generator]\nplugin = range\nstop = 100\n"
+				 "[sink]\nplugin = recorder\npath = rec\n"));
+		char script[600];
+		snprintf(script, sizeof script,
+			 "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+			 "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+			 "%s\n"
+			 "wait $pid; echo $? >rc\n", orders[i]);
+		t_sh(dir, script);
+		char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+		cr_expect_eq(t_read_long(dir, "rc"), 4, "%s: %s", orders[i], err);
+		cr_expect_null(strstr(err, "drain_timeout"), "%s: %s", orders[i], err);
+		cr_expect_eq(t_count_lines(rec, "ok "), 2, "%s: the running tasks finished: %s",
+			     orders[i], rec);
+		free(rec);
+		free(err);
+	}
+}
+
+/* ...and no more than drain_timeout either: a task that never ends is stopped 1 s
+ * after SIGTERM, whatever SIGCONTs come with it. */
+Test(stalls, sigcont_does_not_lengthen_the_drain, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n"
+			 "[worker]\nplugin = faulty\nhang_on = 0,1\n"
+			 "[generator]\nplugin = range\nstop = 100\n"
+			 "[sink]\nplugin = recorder\npath = rec\n"));
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+		  "s=$(date +%s%N); kill -TERM $pid\n"
+		  "for i in 1 2 3; do sleep 0.3; kill -CONT $pid; done\n"
+		  "wait $pid; echo $? >rc\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n");
+	long ms = t_read_long(dir, "ms");
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	cr_expect(strstr(err, "drain_timeout (1 s) passed"), "%s", err);
+	/* 1 s, plus the end of the run; crediting each SIGCONT the time since the loop
+	 * last looked made it 1.9 s. */
+	cr_expect(ms >= 950 && ms < 1600, "ended %ld ms after SIGTERM", ms);
+	free(err);
+}
+
+/* Ctrl-Z during a drain (SIGTSTP, 1.5 s stopped, SIGCONT): the stop does not count
+ * against drain_timeout (1.5 s), so the running tasks (1 s, 0.3 s of it before the
+ * interrupt) still finish ok. */
+Test(stalls, a_stop_during_a_drain_does_not_count_against_it, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1.5\n"
+			 "[worker]\nplugin = faulty\nsleep_us = 1000000\n"
+			 "[generator]\nplugin = range\nstop = 100\n"
+			 "[sink]\nplugin = recorder\npath = rec\n"));
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+		  "sleep 0.3; kill -TERM $pid; sleep 0.2; kill -TSTP $pid; sleep 1.5; kill -CONT $pid\n"
+		  "wait $pid; echo $? >rc\n");
+	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	cr_expect_null(strstr(err, "drain_timeout"), "%s", err);
+	cr_expect_eq(t_count_lines(rec, "ok "), 2, "the running tasks finished: %s", rec);
+	free(rec);
+	free(err);
+}

@@ -33,6 +33,11 @@
 /* A worker that holds tasks, runs none and waits for no batch this long is stuck
  * (stopped, or wedged outside any task): its tasks go to another worker. */
 #define STILL_NS 3000000000u
+/* The loop looks at its clocks at least this often, even with nothing to time, so that
+ * after a SIGCONT the time since it last looked tells whether the job was stopped: a
+ * gap of LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_job_control). */
+#define LIFECYCLE_LOOK_NS 50000000u
+#define LIFECYCLE_STOP_MIN_NS 200000000u
 
 volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
 static _Atomic uint32_t *sig_bell;
@@ -83,12 +88,23 @@ static void signal_workers(struct host *h, int sig)
 			kill(-h->w[i].pid, sig);
 }
 
-/* Credits `gap` ns during which the job was stopped to every clock that bounds a
- * worker: time stopped never counts against a task, a setup or a cleanup. */
+/* Moves a clock that was running when the job stopped (`from`) on by the `gap` it was
+ * stopped: it then still lies at or before now, so no elapsed time computed from it can
+ * wrap. A clock started after the stop began (an interrupt handled on continuing) had
+ * nothing to lose and is left alone. */
+static void shift(uint64_t *clock, uint64_t from, uint64_t gap)
+{
+	if (*clock && *clock <= from)
+		*clock += gap;
+}
+
+/* Credits `gap` ns, up to `now`, during which the job was stopped to every clock that
+ * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
 static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
+	uint64_t from = now - gap;
 	if (h->interrupted)
-		h->interrupt_ns += gap; /* nor against drain_timeout */
+		shift(&h->interrupt_ns, from, gap); /* nor against drain_timeout */
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
 		/* The task running now, which may have begun after we last looked: its
@@ -100,12 +116,11 @@ static void credit(struct host *h, uint64_t gap, uint64_t now)
 		}
 		if (since && since < now)
 			w->grace_ns += gap < now - since ? gap : now - since;
-		w->spawned_ns += gap;
-		if (w->still_ns)
-			w->still_ns += gap;
+		shift(&w->spawned_ns, from, gap);
+		shift(&w->still_ns, from, gap);
 	}
 	if (h->stopping)
-		h->stop_ns += gap;
+		shift(&h->stop_ns, from, gap);
 }
 
 void lifecycle_job_control(struct host *h)
@@ -123,11 +138,20 @@ void lifecycle_job_control(struct host *h)
 	if (host_sigcont) {
 		host_sigcont = 0;
 		uint64_t now = wait_now_ns();
-		/* Stopped by us (Ctrl-Z) or from outside: either way, the host could not
-		 * time anything while stopped, so that time does not count. */
-		uint64_t since = h->stopped_ns ? h->stopped_ns : h->last_check_ns;
-		if (since && now > since)
-			credit(h, now - since, now);
+		/* Stopped by us (Ctrl-Z): for exactly as long as we know. Stopped from
+		 * outside (SIGSTOP to the job, a batch system's suspend): the host could not
+		 * time anything meanwhile, and the loop looks at its clocks at least every
+		 * LOOK_NS, so a gap well past that is the stop. A SIGCONT that stopped
+		 * nothing (Slurm sends one with SIGTERM) finds a short gap: no credit, and
+		 * the drain keeps its drain_timeout, no more and no less. */
+		uint64_t gap = 0;
+		if (h->stopped_ns)
+			gap = now > h->stopped_ns ? now - h->stopped_ns : 0;
+		else if (h->last_check_ns && now > h->last_check_ns &&
+			 now - h->last_check_ns >= LIFECYCLE_STOP_MIN_NS)
+			gap = now - h->last_check_ns;
+		if (gap)
+			credit(h, gap, now);
 		h->stopped_ns = 0;
 		signal_workers(h, SIGCONT);
 	}
@@ -559,7 +583,7 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		}
 	}
 	if (h->stopping)
-		return deadline;
+		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
 	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
 	 * stretch of them began, which may be up to a tick before the task now running
 	 * (worker/main.c, TINY_NS). */
@@ -567,6 +591,8 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
 	if (limit_s > 0)
 		deadline = earlier(deadline, now + TIMEOUT_POLL_NS);
+	else
+		deadline = earlier(deadline, now + LIFECYCLE_LOOK_NS);
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
 		if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
