@@ -2,12 +2,16 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -151,6 +155,46 @@ size_t t_count_lines(const char *text, const char *prefix)
 			p++;
 	}
 	return n;
+}
+
+/* A free loopback port (bound, then let go). */
+unsigned t_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* GET `path` from 127.0.0.1:port; the whole answer (malloc'd), or NULL when nothing
+ * listens. */
+char *t_http_get(unsigned port, const char *path)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+	cr_assert_eq(write(fd, req, (size_t)n), n);
+	size_t cap = 1 << 16, used = 0;
+	char *buf = malloc(cap);
+	ssize_t r;
+	while ((r = read(fd, buf + used, cap - used - 1)) > 0) {
+		used += (size_t)r;
+		if (used + 1 == cap)
+			buf = realloc(buf, cap *= 2);
+	}
+	buf[used] = '\0';
+	close(fd);
+	return buf;
 }
 
 /* Under AddressSanitizer: the test programs' own small allocations (paths, files read)

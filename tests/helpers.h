@@ -34,5 +34,10 @@ long t_read_long(const char *dir, const char *name);
 size_t t_count_lines(const char *text, const char *prefix);
 /* The value of an environment variable the test runner sets; fails the test if unset. */
 const char *t_env(const char *name);
+/* A free loopback port (bound, then let go). */
+unsigned t_free_port(void);
+/* GET `path` from 127.0.0.1:port; the whole answer (malloc'd), or NULL when nothing
+ * listens. */
+char *t_http_get(unsigned port, const char *path);
 
 #endif

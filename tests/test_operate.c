@@ -284,46 +284,6 @@ Test(operate, a_plugin_exit_70_is_an_exit, .timeout = 60)
 	free(err);
 }
 
-/* A free loopback port (bound, then let go). */
-static unsigned free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof a;
-	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-		  getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-/* GET `path` from 127.0.0.1:port; the whole answer (malloc'd), or NULL when nothing
- * listens. */
-static char *http_get(unsigned port, const char *path)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	char req[256];
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
-	cr_assert_eq(write(fd, req, (size_t)n), n);
-	size_t cap = 1 << 16, used = 0;
-	char *buf = malloc(cap);
-	ssize_t r;
-	while ((r = read(fd, buf + used, cap - used - 1)) > 0) {
-		used += (size_t)r;
-		if (used + 1 == cap)
-			buf = realloc(buf, cap *= 2);
-	}
-	buf[used] = '\0';
-	close(fd);
-	return buf;
-}
-
 /* The value of the sample `name` (with its labels) in Prometheus text. */
 static long long sample(const char *text, const char *name)
 {
@@ -347,7 +307,7 @@ static long long field(const char *json, const char *name)
 Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 {
 	const char *dir = t_tmpdir();
-	unsigned port = free_port();
+	unsigned port = t_free_port();
 	/* 1200 tasks in calls of up to 4 that take 8 ms, on 2 GPUs: long enough to scrape
 	 * while it runs. Task 49 fails twice. */
 	t_jobf(dir, "[job]\ngpus = 0,1\nbatch_size = 4\nmax_retries = 1\n"
@@ -362,12 +322,12 @@ Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 		_exit(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json %s/s.json", dir, dir));
 	char *live = NULL;
 	for (int i = 0; i < 400 && !live; i++) {
-		live = http_get(port, "/metrics");
+		live = t_http_get(port, "/metrics");
 		if (!live)
 			usleep(25000);
 	}
 	cr_assert(live, "nothing listened on port %u", port);
-	char *missing = http_get(port, "/nothing");
+	char *missing = t_http_get(port, "/nothing");
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);

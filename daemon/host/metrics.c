@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "httpd.h"
 #include "nvml.h"
 #include "textio.h"
 
@@ -30,6 +31,7 @@ struct metrics_srv {
 	bool running;
 	struct nvml *nvml;
 	bool file_failed; /* said once */
+	struct httpd *httpd; /* metrics_listen's clients */
 };
 
 static int listen_on(const char *host, unsigned port, char *why, size_t len)
@@ -46,7 +48,7 @@ static int listen_on(const char *host, unsigned port, char *why, size_t len)
 	}
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 16) < 0) {
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0) {
 		snprintf(why, len, "cannot listen on %s:%u: %s", host, port, strerror(errno));
 		close(fd);
 		return -1;
@@ -251,51 +253,9 @@ static void write_file(struct metrics_srv *m, int exit_status)
 	free(text);
 }
 
-/* One connection: a GET of /metrics gets the text; anything else a short error. */
-static void serve(struct metrics_srv *m, int fd)
+static char *render_live(void *ctx, size_t *len)
 {
-	struct timeval tv = {2, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	char req[4096];
-	size_t used = 0;
-	while (used < sizeof req - 1) {
-		ssize_t n = read(fd, req + used, sizeof req - 1 - used);
-		if (n <= 0)
-			break;
-		used += (size_t)n;
-		req[used] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
-	}
-	req[used] = '\0';
-	const char *status = "200 OK";
-	char *body = NULL;
-	size_t len = 0;
-	if (strncmp(req, "GET ", 4) != 0 && strncmp(req, "HEAD ", 5) != 0) {
-		status = "405 Method Not Allowed";
-	} else {
-		const char *path = req + (req[0] == 'G' ? 4 : 5);
-		size_t pl = strcspn(path, " ?\r\n");
-		if (!(pl == 8 && strncmp(path, "/metrics", 8) == 0) && !(pl == 1 && path[0] == '/'))
-			status = "404 Not Found";
-		else
-			body = render_text(m, -1, &len);
-	}
-	if (!body) {
-		if (strcmp(status, "200 OK") == 0)
-			status = "500 Internal Server Error";
-		body = strdup("see /metrics\n");
-		len = body ? strlen(body) : 0;
-	}
-	char head[256];
-	int hl = snprintf(head, sizeof head,
-			  "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-			  status, len);
-	if (io_write_all(fd, head, (size_t)hl) == 0 && req[0] == 'G' && body)
-		io_write_all(fd, body, len);
-	free(body);
+	return render_text(ctx, -1, len);
 }
 
 static void *metrics_main(void *arg)
@@ -304,6 +264,7 @@ static void *metrics_main(void *arg)
 	const struct cfg *c = m->h->cfg;
 	uint64_t period = (uint64_t)(c->metrics_interval * 1e9);
 	uint64_t next = wait_now_ns() + period;
+	struct pollfd pf[2 + HTTPD_MAX_CONN];
 	for (;;) {
 		uint64_t now = wait_now_ns();
 		if (c->metrics_file && now >= next) {
@@ -311,19 +272,21 @@ static void *metrics_main(void *arg)
 			next = now + period;
 		}
 		int timeout = c->metrics_file ? (int)((next - now) / 1000000u) + 1 : -1;
-		struct pollfd pf[2] = {{m->wake[0], POLLIN, 0}, {m->listen_fd, POLLIN, 0}};
-		int n = poll(pf, m->listen_fd >= 0 ? 2 : 1, timeout);
-		if (n < 0 && errno != EINTR)
-			break;
-		if (n > 0 && pf[0].revents)
-			break;
-		if (n > 0 && m->listen_fd >= 0 && (pf[1].revents & POLLIN)) {
-			int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0) {
-				serve(m, fd);
-				close(fd);
-			}
+		unsigned n = 1;
+		pf[0] = (struct pollfd){m->wake[0], POLLIN, 0};
+		if (m->httpd) {
+			n += httpd_pollfds(m->httpd, pf + 1);
+			int t = httpd_timeout_ms(m->httpd, now);
+			if (t >= 0 && (timeout < 0 || t < timeout))
+				timeout = t;
 		}
+		int got = poll(pf, n, timeout);
+		if (got < 0 && errno != EINTR)
+			break;
+		if (got > 0 && pf[0].revents)
+			break;
+		if (m->httpd)
+			httpd_handle(m->httpd, pf + 1, got > 0 ? n - 1 : 0, wait_now_ns());
 	}
 	return NULL;
 }
@@ -349,6 +312,11 @@ int metrics_start(struct host *h)
 		m->listen_fd = listen_on(c->metrics_host, c->metrics_port, why, sizeof why);
 		if (m->listen_fd < 0) {
 			fprintf(stderr, "gpud: %s: [ui] metrics_listen: %s\n", c->path, why);
+			return -1;
+		}
+		m->httpd = httpd_new(m->listen_fd, render_live, m);
+		if (!m->httpd) {
+			fprintf(stderr, "gpud: out of memory for the metrics endpoint\n");
 			return -1;
 		}
 	}
@@ -384,6 +352,7 @@ void metrics_stop(struct host *h, int exit_status)
 		if (h->cfg->metrics_file && exit_status >= 0)
 			write_file(m, exit_status);
 	}
+	httpd_free(m->httpd);
 	if (m->listen_fd >= 0)
 		close(m->listen_fd);
 	for (int i = 0; i < 2; i++)
