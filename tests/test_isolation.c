@@ -206,8 +206,8 @@ Test(isolation, default_log_folder_is_private, .timeout = 60)
 	free(modes);
 }
 
-/* A worker that leaves the process group it was started in (for its parent's, or a
- * session of its own) and then hangs is still stopped at task_timeout: every hanging
+/* A worker that leaves the process group it was started in (for its parent's, a
+ * session of its own or a child's group) and then hangs is still stopped at task_timeout: every hanging
  * task times out, every other one is ok, and the run ends with status 1. */
 static void expect_hang_times_out(const char *leave)
 {
@@ -243,6 +243,11 @@ Test(isolation, a_worker_in_a_session_of_its_own_still_times_out, .timeout = 60)
 	expect_hang_times_out("session");
 }
 
+Test(isolation, a_worker_in_its_childs_group_still_times_out, .timeout = 60)
+{
+	expect_hang_times_out("child");
+}
+
 /* The host killed outright while its worker, moved into the host's process group and
  * rid of its parent-death signal, hangs in a task: the worker's watcher ends the
  * worker, and the shell that started gpud (in that group too) lives on. */
@@ -272,7 +277,8 @@ Test(isolation, a_killed_host_takes_a_worker_in_its_group_and_nothing_else, .tim
 	cr_expect_eq(t_read_long(dir, "rc"), 0,
 		     "2: the worker never started, 3: it did not join the host's group");
 	char *left = t_read_in(dir, "left");
-	cr_expect_str_eq(left ? left : "", "wrapper\n", "the wrapper alone survives");
+	cr_expect_str_eq(left ? left : "", "wrapper\n", "the wrapper alone survives; alive: %s",
+			 left ? left : "");
 	free(left);
 }
 

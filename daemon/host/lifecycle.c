@@ -80,7 +80,7 @@ static void signal_workers(struct host *h, int sig)
 {
 	for (unsigned i = 0; i < h->n_workers; i++)
 		if (h->w[i].pid > 0)
-			kill(-h->w[i].pid, sig);
+			spawn_kill(h->w[i].pid, sig);
 }
 
 /* Credits `gap` ns during which the job was stopped to every clock that bounds a
@@ -188,7 +188,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 static void kill_worker(struct host_worker *w)
 {
 	if (w->pid > 0)
-		kill(-w->pid, SIGKILL);
+		spawn_kill(w->pid, SIGKILL);
 }
 
 void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)

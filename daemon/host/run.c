@@ -179,7 +179,7 @@ static int finish_run(struct host *h)
 	for (unsigned k = 0; k < h->n_workers; k++) {
 		if (h->w[k].pid > 0) {
 			int st;
-			kill(-h->w[k].pid, SIGKILL);
+			spawn_kill(h->w[k].pid, SIGKILL);
 			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
 				;
 		}

@@ -534,7 +534,10 @@ static int map_shm(struct worker *w, long index)
 
 /* The host holds the write end of the pipe on fd 6 and never writes: end of file means
  * it is gone. Unlike PR_SET_PDEATHSIG this survives a plugin changing its credentials,
- * and it takes the whole process group (anything the plugin started) along. */
+ * and it takes the process group the host made for us (anything the plugin started)
+ * along. That group, never "our group now" (kill(0)): the plugin may have moved us into
+ * another one, the host's own among them. Its id is our pid, which no other process
+ * can take while we live, so it is never anyone else's. */
 static void *watch_host(void *arg)
 {
 	(void)arg;
@@ -547,7 +550,7 @@ static void *watch_host(void *arg)
 		if (n < 0 || read(SHM_FD_HOST, &c, 1) <= 0)
 			break;
 	}
-	kill(0, SIGKILL);
+	kill(-getpid(), SIGKILL);
 	_exit(1);
 }
 

@@ -15,8 +15,9 @@
  *              2 s) for the child to end before returning, `first = parent` makes the
  *              child wait 2 ms; otherwise both return at once
  * `leave = group` moves the worker into its parent's process group in setup,
- * `leave = session` into a session of its own; either way its pid is appended to
- * `pidfile`. `pdeathsig = 0` clears the parent-death signal in setup, as a change of
+ * `leave = session` into a session of its own (through its parent's group: a group
+ * leader cannot start a session), `leave = child` into the group of a child it starts
+ * (which pauses until killed); its pid is appended to `pidfile`. `pdeathsig = 0` clears the parent-death signal in setup, as a change of
  * credentials would.
  * `setuid = 1` drops to uid/gid 65534 in setup (when root). `empty = 1`: innocent tasks
  * return an empty result instead.
@@ -84,9 +85,20 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	    (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
 		return gpud_fail(err, "setresuid failed");
 	const char *leave = gpud_arg(info->args, "leave", "");
-	if ((!strcmp(leave, "group") && setpgid(0, getpgid(getppid())) < 0) ||
-	    (!strcmp(leave, "session") && setsid() < 0))
-		return gpud_fail(err, "cannot leave the process group");
+	if (!strcmp(leave, "group") || !strcmp(leave, "session")) {
+		if (setpgid(0, getpgid(getppid())) < 0 || (leave[0] == 's' && setsid() < 0))
+			return gpud_fail(err, "cannot leave the process group");
+	} else if (!strcmp(leave, "child")) {
+		pid_t child = fork();
+		if (child == 0) {
+			setpgid(0, 0);
+			for (;;)
+				pause();
+		}
+		if (child < 0 || (setpgid(child, child) < 0 && getpgid(child) != child) ||
+		    setpgid(0, child) < 0)
+			return gpud_fail(err, "cannot join a child's process group");
+	}
 	if (*leave)
 		append_pid(s->pidfile, getpid());
 	if (!strcmp(gpud_arg(info->args, "pdeathsig", "keep"), "0"))
