@@ -207,8 +207,9 @@ Test(isolation, default_log_folder_is_private, .timeout = 60)
 }
 
 /* A worker that leaves the process group it was started in (for its parent's, a
- * session of its own or a child's group) and then hangs is still stopped at task_timeout: every hanging
- * task times out, every other one is ok, and the run ends with status 1. */
+ * session of its own or a child's group) and then hangs is still stopped at
+ * task_timeout: every hanging task times out, every other one is ok, and the run ends
+ * with status 1. */
 static void expect_hang_times_out(const char *leave)
 {
 	const char *dir = t_tmpdir();
@@ -248,6 +249,34 @@ Test(isolation, a_worker_in_its_childs_group_still_times_out, .timeout = 60)
 	expect_hang_times_out("child");
 }
 
+/* SIGTERM while such a worker hangs: drain_timeout passes, the worker is stopped, and
+ * the run ends as interrupted (exit 4). */
+Test(isolation, drain_timeout_stops_a_worker_in_its_parents_group, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\ndrain_timeout = 1\n"
+			 "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
+			 "pidfile = %s/pids\n"
+			 "[generator]\nplugin = range\nstop = 10\n"
+			 "[sink]\nplugin = null\n", dir));
+	/* gpud leads a session of its own, so the group the worker joins is only theirs;
+	 * a run that does not end in 10 s is killed. */
+	t_sh(dir, WAIT_FOR
+		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
+		  "setsid \"$GPUD\" run job.ini --ui plain 2>err & gp=$!\n"
+		  "w '[ -s pids ]'; sleep 0.3; s=$(date +%s%N); kill -TERM $gp\n"
+		  "i=0; while alive $gp && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+		  "kill -9 -$gp 2>/dev/null; wait $gp; echo $? >rc\n");
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "exit 4 (interrupted)\n%s", err);
+	long ms = t_read_long(dir, "ms");
+	cr_expect(ms >= 900 && ms < 10000, "ended %ld ms after SIGTERM", ms);
+	cr_expect(strstr(err, "drain_timeout (1 s) passed"), "%s", err);
+	free(err);
+}
+
 /* The host killed outright while its worker, moved into the host's process group and
  * rid of its parent-death signal, hangs in a task: the worker's watcher ends the
  * worker, and the shell that started gpud (in that group too) lives on. */
@@ -261,8 +290,8 @@ Test(isolation, a_killed_host_takes_a_worker_in_its_group_and_nothing_else, .tim
 			 "[sink]\nplugin = null\n", dir));
 	/* Alive means any state but Z (dead, waiting for its new parent). */
 	t_sh(dir, WAIT_FOR
-		  "alive() { s=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
-		  "[ -n \"$s\" ] && [ \"$s\" != Z ]; }\n"
+		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
 		  "setsid sh -c 'echo $$ >wrapper; \"$GPUD\" run job.ini --ui plain 2>err & "
 		  "echo $! >host; wait; sleep 20' &\n"
 		  "w '[ -s pids ] && [ -s host ]' || { echo 2 >rc; exit; }\n"
@@ -272,7 +301,7 @@ Test(isolation, a_killed_host_takes_a_worker_in_its_group_and_nothing_else, .tim
 		  "kill -9 $(cat host); sleep 0.5\n"
 		  "alive $worker && echo worker >left\n"
 		  "alive $wrapper && echo wrapper >>left\n"
-		  "kill -9 $worker 2>/dev/null; kill -9 -- -$wrapper 2>/dev/null\n"
+		  "kill -9 $worker 2>/dev/null; kill -9 -$wrapper 2>/dev/null\n"
 		  "echo 0 >rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0,
 		     "2: the worker never started, 3: it did not join the host's group");

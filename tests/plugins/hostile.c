@@ -17,8 +17,8 @@
  * `leave = group` moves the worker into its parent's process group in setup,
  * `leave = session` into a session of its own (through its parent's group: a group
  * leader cannot start a session), `leave = child` into the group of a child it starts
- * (which pauses until killed); its pid is appended to `pidfile`. `pdeathsig = 0` clears the parent-death signal in setup, as a change of
- * credentials would.
+ * (which pauses until killed); its pid is appended to `pidfile`. `pdeathsig = 0`
+ * clears the parent-death signal in setup, as a change of credentials would.
  * `setuid = 1` drops to uid/gid 65534 in setup (when root). `empty = 1`: innocent tasks
  * return an empty result instead.
  */
