@@ -76,10 +76,12 @@ void host_install_signals(struct host *h)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* A worker reaped already (exited) is never signalled: its pid may name another
+ * process by now. */
 static void signal_workers(struct host *h, int sig)
 {
 	for (unsigned i = 0; i < h->n_workers; i++)
-		if (h->w[i].pid > 0)
+		if (h->w[i].pid > 0 && !h->w[i].exited)
 			spawn_kill(h->w[i].pid, sig);
 }
 
@@ -187,7 +189,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 
 static void kill_worker(struct host_worker *w)
 {
-	if (w->pid > 0)
+	if (w->pid > 0 && !w->exited)
 		spawn_kill(w->pid, SIGKILL);
 }
 
