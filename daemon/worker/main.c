@@ -93,11 +93,11 @@ struct worker {
 	bool tainted; /* the plugin wrote before a result buffer: replace this process */
 };
 
-/* Set in every child the plugin forks (pthread_atfork). Such a child shares nothing
- * with the host: every shared mapping is MADV_DONTFORK, so it has no rings, no report
- * block and no bells at all. A child that returns into our code (a failed exec)
- * leaves quietly here instead of faulting on the first ring it reaches. A plain load
- * after each call into the plugin: no syscall on the way of a task. */
+/* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
+ * run's shared memory: every shared mapping is MADV_DONTFORK, so it has no rings, no
+ * report block and no bells, however it was made. One that returns into our code (a
+ * failed exec) leaves quietly here instead of faulting on the first ring it reaches.
+ * A plain load after each call into the plugin: no syscall on the way of a task. */
 static bool forked_child;
 
 static void on_fork_child(void)
@@ -533,7 +533,8 @@ static int map_shm(struct worker *w, long index)
 				       PROT_READ | PROT_WRITE);
 	_Atomic uint32_t *bell = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
 				      SHM_FD_BELL, 0);
-	if (!w->rep || !results || bell == MAP_FAILED || madvise(bell, SHM_PAGE, MADV_DONTFORK) < 0)
+	if (!w->rep || !results || bell == MAP_FAILED ||
+	    madvise(bell, SHM_PAGE, MADV_DONTFORK) < 0)
 		return -1;
 	close(SHM_FD_RUN);
 	close(SHM_FD_OUT);
