@@ -205,3 +205,129 @@ Test(isolation, default_log_folder_is_private, .timeout = 60)
 	cr_expect_str_eq(modes, "700\n700\n600\n");
 	free(modes);
 }
+
+/* A worker that leaves the process group it was started in (for its parent's, a
+ * session of its own or a child's group) and then hangs is still stopped at
+ * task_timeout: every hanging task times out, every other one is ok, and the run ends
+ * with status 1. */
+static void expect_hang_times_out(const char *leave)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\ntask_timeout = 1\nmax_worker_restarts = 10\n"
+			 "[worker]\nplugin = hostile\nmode = hang\nevery = 10\nleave = %s\n"
+			 "pidfile = %s/pids\n"
+			 "[generator]\nplugin = range\nstop = 30\n"
+			 "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", leave, dir, dir));
+	/* Bounded: a worker that cannot be killed would hold the run forever. timeout
+	 * runs gpud in a process group of its own, which the worker joins. */
+	t_sh(dir, "timeout -k 2 40 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 1, "exit 1: the hanging tasks timed out\n%s", err);
+	char *pids = t_read_in(dir, "pids");
+	cr_expect(pids && t_count_lines(pids, "") >= 3, "the worker left its group: %s", pids);
+	free(pids);
+	cr_expect_eq(check_output(dir, 30, 10), 3, "the three hanging tasks failed");
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": 9, \"status\": \"timeout\""), 1, "%s", out);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": 29, \"status\": \"timeout\""), 1, "%s", out);
+	free(out);
+	free(err);
+}
+
+Test(isolation, a_worker_in_its_parents_group_still_times_out, .timeout = 60)
+{
+	expect_hang_times_out("group");
+}
+
+Test(isolation, a_worker_in_a_session_of_its_own_still_times_out, .timeout = 60)
+{
+	expect_hang_times_out("session");
+}
+
+Test(isolation, a_worker_in_its_childs_group_still_times_out, .timeout = 60)
+{
+	expect_hang_times_out("child");
+}
+
+/* SIGTERM while such a worker hangs: drain_timeout passes, the worker is stopped, and
+ * the run ends as interrupted (exit 4). */
+Test(isolation, drain_timeout_stops_a_worker_in_its_parents_group, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\ndrain_timeout = 1\n"
+			 "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
+			 "pidfile = %s/pids\n"
+			 "[generator]\nplugin = range\nstop = 10\n"
+			 "[sink]\nplugin = null\n", dir));
+	/* gpud leads a session of its own, so the group the worker joins is only theirs;
+	 * a run that does not end in 10 s is killed. */
+	t_sh(dir, WAIT_FOR
+		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
+		  "setsid \"$GPUD\" run job.ini --ui plain 2>err & gp=$!\n"
+		  "w '[ -s pids ]'; sleep 0.3; s=$(date +%s%N); kill -TERM $gp\n"
+		  "i=0; while alive $gp && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+		  "kill -9 -$gp 2>/dev/null; wait $gp; echo $? >rc\n");
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "exit 4 (interrupted)\n%s", err);
+	long ms = t_read_long(dir, "ms");
+	cr_expect(ms >= 900 && ms < 10000, "ended %ld ms after SIGTERM", ms);
+	cr_expect(strstr(err, "drain_timeout (1 s) passed"), "%s", err);
+	free(err);
+}
+
+/* The host killed outright while its worker, moved into the host's process group and
+ * rid of its parent-death signal, hangs in a task: the worker's watcher ends the
+ * worker, and the shell that started gpud (in that group too) lives on. */
+Test(isolation, a_killed_host_takes_a_worker_in_its_group_and_nothing_else, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\n"
+			 "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
+			 "pdeathsig = 0\npidfile = %s/pids\n"
+			 "[generator]\nplugin = range\nstop = 10\n"
+			 "[sink]\nplugin = null\n", dir));
+	/* Alive means any state but Z (dead, waiting for its new parent). */
+	t_sh(dir, WAIT_FOR
+		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
+		  "setsid sh -c 'echo $$ >wrapper; \"$GPUD\" run job.ini --ui plain 2>err & "
+		  "echo $! >host; wait; sleep 20' &\n"
+		  "w '[ -s pids ] && [ -s host ]' || { echo 2 >rc; exit; }\n"
+		  "sleep 0.5\n"
+		  "worker=$(cat pids); wrapper=$(cat wrapper)\n"
+		  "[ \"$(awk '{print $5}' /proc/$worker/stat)\" = $wrapper ] || { echo 3 >rc; exit; }\n"
+		  "kill -9 $(cat host); sleep 0.5\n"
+		  "alive $worker && echo worker >left\n"
+		  "alive $wrapper && echo wrapper >>left\n"
+		  "kill -9 $worker 2>/dev/null; kill -9 -$wrapper 2>/dev/null\n"
+		  "echo 0 >rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 0,
+		     "2: the worker never started, 3: it did not join the host's group");
+	char *left = t_read_in(dir, "left");
+	cr_expect_str_eq(left ? left : "", "wrapper\n", "the wrapper alone survives; alive: %s",
+			 left ? left : "");
+	free(left);
+}
+
+/* A plugin that forks in process() and lets both processes return (a failed exec):
+ * the child never reaches the rings nor reports anything, the run never hangs, and
+ * every result is the task's own, byte for byte. Thirty small runs, in three orders. */
+Test(isolation, a_forked_child_returning_into_the_worker_is_harmless, .timeout = 240)
+{
+	static const char *const firsts[] = {"both", "child", "parent"};
+	for (int run = 0; run < 30; run++) {
+		const char *dir = t_tmpdir();
+		free(t_jobf(dir, "[job]\ngpus = 0,1\nqueue_size = 16\n"
+				 "[worker]\nplugin = hostile\nmode = forkret\nevery = %d\nfirst = %s\n"
+				 "[generator]\nplugin = range\nstop = 200\n"
+				 "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			    run % 2 ? 7 : 25, firsts[run % 3], dir));
+		t_sh(dir, "timeout -k 2 20 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
+		cr_assert_eq(t_read_long(dir, "rc"), 0, "run %d (first = %s): exit 0\n%s", run,
+			     firsts[run % 3], t_read_in(dir, "err"));
+		/* Every task checked as an innocent one: ok with "r<id>". */
+		check_output(dir, 200, 1000);
+	}
+}

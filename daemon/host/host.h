@@ -55,7 +55,7 @@ struct host_worker {
 	uint64_t tt_head, tt_tail, tt_started; /* tt_started: next to report as started */
 	uint32_t window;      /* most tasks it may hold: covers ~WINDOW_NS of its work */
 	double task_seconds;  /* moving average of its process() time */
-	pid_t pid;            /* also its process group */
+	pid_t pid;            /* also its process group's id (spawn_kill: it may leave) */
 	int index, gpu_id;
 	enum hw_state state;
 	bool timed_out; /* the host killed it for running past task_timeout, or its cleanup

@@ -81,11 +81,13 @@ void host_install_signals(struct host *h)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* A worker reaped already (exited) is never signalled: its pid may name another
+ * process by now. */
 static void signal_workers(struct host *h, int sig)
 {
 	for (unsigned i = 0; i < h->n_workers; i++)
-		if (h->w[i].pid > 0)
-			kill(-h->w[i].pid, sig);
+		if (h->w[i].pid > 0 && !h->w[i].exited)
+			spawn_kill(h->w[i].pid, sig);
 }
 
 /* Moves a clock that was running when the job stopped (`from`) on by the `gap` it was
@@ -211,8 +213,8 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 
 static void kill_worker(struct host_worker *w)
 {
-	if (w->pid > 0)
-		kill(-w->pid, SIGKILL);
+	if (w->pid > 0 && !w->exited)
+		spawn_kill(w->pid, SIGKILL);
 }
 
 void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)

@@ -177,9 +177,10 @@ static int finish_run(struct host *h)
 	/* Every child is waited for, and whatever the workers left behind is killed:
 	 * nothing outlives the run or holds its output open. */
 	for (unsigned k = 0; k < h->n_workers; k++) {
-		if (h->w[k].pid > 0) {
+		/* One reaped already (exited) is not: its pid may be another's by now. */
+		if (h->w[k].pid > 0 && !h->w[k].exited) {
 			int st;
-			kill(-h->w[k].pid, SIGKILL);
+			spawn_kill(h->w[k].pid, SIGKILL);
 			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
 				;
 		}

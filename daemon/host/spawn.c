@@ -56,6 +56,12 @@ static char **worker_env(const struct host *h, const struct host_worker *w, char
 	return env;
 }
 
+void spawn_kill(pid_t pid, int sig)
+{
+	kill(-pid, sig);
+	kill(pid, sig);
+}
+
 int spawn_worker(struct host *h, struct host_worker *w)
 {
 	char idx_arg[16], pid_arg[24];
@@ -207,7 +213,7 @@ static int spawn_helper(const char *worker_exe, char *const args[], char *out, s
 		bufs[k][used[k]] = '\0';
 	}
 	if (timed_out)
-		kill(-pid, SIGKILL);
+		spawn_kill(pid, SIGKILL);
 	int status;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;

@@ -8,6 +8,11 @@
 #include "host.h"
 
 int spawn_worker(struct host *h, struct host_worker *w);
+/* Sends sig to a child we started in a process group of its own (a worker, a helper):
+ * to that group, and to the child itself, which may have left the group (for ours, a
+ * session of its own, anyone's). pid must not have been reaped yet: until then it
+ * cannot name another process. */
+void spawn_kill(pid_t pid, int sig);
 /* Loads the worker plugin in a helper process, as a worker would. On success `out`
  * holds "name version", then, when the plugin declares its keys, a line "keys" and
  * one key a line. */

@@ -93,6 +93,24 @@ struct worker {
 	bool tainted; /* the plugin wrote before a result buffer: replace this process */
 };
 
+/* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
+ * run's shared memory: every shared mapping is MADV_DONTFORK, so it has no rings, no
+ * report block and no bells, however it was made. One that returns into our code (a
+ * failed exec) leaves quietly here instead of faulting on the first ring it reaches.
+ * A plain load after each call into the plugin: no syscall on the way of a task. */
+static bool forked_child;
+
+static void on_fork_child(void)
+{
+	forked_child = true;
+}
+
+static inline void leave_if_forked(void)
+{
+	if (__builtin_expect(forked_child, 0))
+		_exit(0);
+}
+
 static uint64_t coarse_ns(void)
 {
 	struct timespec ts;
@@ -397,6 +415,7 @@ static void run_tasks(struct worker *w)
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
 		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
+		leave_if_forked();
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
 
@@ -476,7 +495,7 @@ static void *map_guarded(int fd, uint64_t off, uint64_t len, int prot)
 	if (area == MAP_FAILED)
 		return NULL;
 	void *m = mmap(area + SHM_PAGE, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
-	if (m == MAP_FAILED) {
+	if (m == MAP_FAILED || madvise(m, len, MADV_DONTFORK) < 0) {
 		munmap(area, len + 2 * SHM_PAGE);
 		return NULL;
 	}
@@ -491,8 +510,10 @@ static int map_shm(struct worker *w, long index)
 	if (fstat(SHM_FD_RUN, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_header) ||
 	    fstat(SHM_FD_OUT, &out) < 0)
 		return -1;
+	/* Every shared mapping is MADV_DONTFORK: a child the plugin forks has none of
+	 * them, so it can neither read tasks nor write results (forked_child). */
 	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, SHM_FD_RUN, 0);
-	if (m == MAP_FAILED)
+	if (m == MAP_FAILED || madvise(m, (size_t)st.st_size, MADV_DONTFORK) < 0)
 		return -1;
 	const struct shm_header *h = w->hdr = m;
 	if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
@@ -512,7 +533,8 @@ static int map_shm(struct worker *w, long index)
 				       PROT_READ | PROT_WRITE);
 	_Atomic uint32_t *bell = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
 				      SHM_FD_BELL, 0);
-	if (!w->rep || !results || bell == MAP_FAILED)
+	if (!w->rep || !results || bell == MAP_FAILED ||
+	    madvise(bell, SHM_PAGE, MADV_DONTFORK) < 0)
 		return -1;
 	close(SHM_FD_RUN);
 	close(SHM_FD_OUT);
@@ -534,7 +556,10 @@ static int map_shm(struct worker *w, long index)
 
 /* The host holds the write end of the pipe on fd 6 and never writes: end of file means
  * it is gone. Unlike PR_SET_PDEATHSIG this survives a plugin changing its credentials,
- * and it takes the whole process group (anything the plugin started) along. */
+ * and it takes the process group the host made for us (anything the plugin started)
+ * along. That group, never "our group now" (kill(0)): the plugin may have moved us into
+ * another one, the host's own among them. Its id is our pid, which no other process
+ * can take while we live, so it is never anyone else's. */
 static void *watch_host(void *arg)
 {
 	(void)arg;
@@ -547,7 +572,7 @@ static void *watch_host(void *arg)
 		if (n < 0 || read(SHM_FD_HOST, &c, 1) <= 0)
 			break;
 	}
-	kill(0, SIGKILL);
+	kill(-getpid(), SIGKILL);
 	_exit(1);
 }
 
@@ -581,6 +606,8 @@ static int run(long index, long host_pid)
 	if (watching != 0)
 		return 1;
 
+	if (pthread_atfork(NULL, NULL, on_fork_child) != 0)
+		return 1;
 	output_prefix_start((int)index);
 	if (map_shm(&w, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
@@ -630,7 +657,9 @@ static int run(long index, long host_pid)
 		.flags = pinned ? GPUD_WORKER_PINNED : 0,
 		.batch_size = w.batch,
 	};
-	if (setup(&info, &w.state, &err) != 0) {
+	int set_up = setup(&info, &w.state, &err);
+	leave_if_forked();
+	if (set_up != 0) {
 		if (!err.message[0])
 			snprintf(err.message, sizeof err.message, "setup() failed without a message");
 		set_state(&w, WS_SETUP_FAILED, err.message);
@@ -642,7 +671,9 @@ static int run(long index, long host_pid)
 
 	set_state(&w, WS_CLEANUP, NULL);
 	err.message[0] = '\0';
-	if (w.cleanup && w.cleanup(w.state, &err) != 0) {
+	int cleaned = w.cleanup ? w.cleanup(w.state, &err) : 0;
+	leave_if_forked();
+	if (cleaned != 0) {
 		if (!err.message[0])
 			snprintf(err.message, sizeof err.message, "cleanup() failed without a message");
 		set_state(&w, WS_CLEANUP_FAILED, err.message);

@@ -9,6 +9,16 @@
  *   scribble   overwrites every writable shared mapping of the process, then returns ok
  *   fork       starts a child (in a session of its own) that holds standard output and
  *              error open for 30 s; its pid is appended to `pidfile`
+ *   hang       never returns
+ *   forkret    forks, and both processes return from process() with the right result:
+ *              the classic failed exec. `first = child` makes the parent wait (up to
+ *              2 s) for the child to end before returning, `first = parent` makes the
+ *              child wait 2 ms; otherwise both return at once
+ * `leave = group` moves the worker into its parent's process group in setup,
+ * `leave = session` into a session of its own (through its parent's group: a group
+ * leader cannot start a session), `leave = child` into the group of a child it starts
+ * (which pauses until killed); its pid is appended to `pidfile`. `pdeathsig = 0`
+ * clears the parent-death signal in setup, as a change of credentials would.
  * `setuid = 1` drops to uid/gid 65534 in setup (when root). `empty = 1`: innocent tasks
  * return an empty result instead.
  */
@@ -16,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gpud/plugin.h>
@@ -24,9 +36,38 @@ GPUD_PLUGIN("worker", "hostile", "1.0");
 
 struct st {
 	char pidfile[512];
-	char mode[16];
+	char mode[16], first[16];
 	long every, bytes, empty;
 };
+
+static void append_pid(const char *path, pid_t pid)
+{
+	FILE *f = fopen(path, "a");
+	if (f) {
+		fprintf(f, "%d\n", (int)pid);
+		fclose(f);
+	}
+}
+
+/* Both processes of a fork() go on, in the order `first` asks for. */
+static void fork_and_return(const char *first)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return;
+	if (pid == 0) {
+		if (!strcmp(first, "parent"))
+			usleep(2000);
+		return;
+	}
+	if (strcmp(first, "child"))
+		return;
+	for (int i = 0; i < 2000; i++) {
+		if (waitpid(pid, NULL, WNOHANG) != 0)
+			return;
+		usleep(1000);
+	}
+}
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err)
@@ -36,12 +77,32 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(err, "out of memory");
 	snprintf(s->mode, sizeof s->mode, "%s", gpud_arg(info->args, "mode", "none"));
 	snprintf(s->pidfile, sizeof s->pidfile, "%s", gpud_arg(info->args, "pidfile", "/dev/null"));
+	snprintf(s->first, sizeof s->first, "%s", gpud_arg(info->args, "first", "both"));
 	s->every = atol(gpud_arg(info->args, "every", "100"));
 	s->empty = atol(gpud_arg(info->args, "empty", "0"));
 	s->bytes = atol(gpud_arg(info->args, "bytes", strcmp(s->mode, "overflow") ? "256" : "200"));
 	if (atoi(gpud_arg(info->args, "setuid", "0")) && getuid() == 0 &&
 	    (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
 		return gpud_fail(err, "setresuid failed");
+	const char *leave = gpud_arg(info->args, "leave", "");
+	if (!strcmp(leave, "group") || !strcmp(leave, "session")) {
+		if (setpgid(0, getpgid(getppid())) < 0 || (leave[0] == 's' && setsid() < 0))
+			return gpud_fail(err, "cannot leave the process group");
+	} else if (!strcmp(leave, "child")) {
+		pid_t child = fork();
+		if (child == 0) {
+			setpgid(0, 0);
+			for (;;)
+				pause();
+		}
+		if (child < 0 || (setpgid(child, child) < 0 && getpgid(child) != child) ||
+		    setpgid(0, child) < 0)
+			return gpud_fail(err, "cannot join a child's process group");
+	}
+	if (*leave)
+		append_pid(s->pidfile, getpid());
+	if (!strcmp(gpud_arg(info->args, "pdeathsig", "keep"), "0"))
+		prctl(PR_SET_PDEATHSIG, 0);
 	*state = s;
 	return 0;
 }
@@ -76,12 +137,13 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 			memset((uint8_t *)(uintptr_t)task->input - 32, 0x5a, 4);
 		else if (!strcmp(s->mode, "scribble"))
 			scribble();
+		else if (!strcmp(s->mode, "hang"))
+			for (;;)
+				pause();
+		else if (!strcmp(s->mode, "forkret"))
+			fork_and_return(s->first);
 		else if (!strcmp(s->mode, "fork") && fork() == 0) {
-			FILE *f = fopen(s->pidfile, "a");
-			if (f) {
-				fprintf(f, "%d\n", (int)getpid());
-				fclose(f);
-			}
+			append_pid(s->pidfile, getpid());
 			setsid(); /* out of the worker's process group, too */
 			sleep(30);
 			_exit(0);
