@@ -434,3 +434,22 @@ Test(operate, metrics_listen_on_a_taken_port_stops_the_run_before_it_starts, .ti
 	t_jobf(dir, "[job]\ngpus = 0\n[ui]\nmetrics_listen = 10.0.0:80\n");
 	refused(dir, "job.ini:4: [ui] metrics_listen = '10.0.0:80': expected PORT or ADDRESS:PORT");
 }
+
+Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	/* /dev/zero was read without bound; a job file larger than the cap is refused
+	 * without being read. */
+	cr_expect_eq(t_gpud(dir, "run /dev/zero"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/dev/zero: not a regular file") && t_count_lines(err, "gpud:") == 1,
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "check /dev/zero"), 2);
+	cr_assert_eq(t_sh(dir, "truncate -s 100M big.ini"), 0);
+	cr_expect_eq(t_gpud(dir, "check %s/big.ini", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "big.ini: 104857600 bytes, larger than the 8 MiB"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run %s/big.ini", dir), 2);
+}

@@ -33,6 +33,7 @@ struct parse {
 	char *linebuf;
 	size_t linecap;
 	int lineno;
+	size_t bytes; /* read so far */
 	struct raw *raw;
 	size_t n_raw, cap_raw;
 	size_t *slots; /* hash of (section, key) -> index in raw + 1; 0 = empty */
@@ -83,6 +84,13 @@ static char *reader(char *str, int num, void *stream)
 	if (n < 0)
 		return NULL;
 	p->lineno++;
+	/* A file that grew after it was measured. */
+	p->bytes += (size_t)n;
+	if (p->bytes > CFG_MAX_FILE) {
+		fail(p, "%s:%d: the job file grew past %u MiB while read", p->path, p->lineno,
+		     CFG_MAX_FILE >> 20);
+		return NULL;
+	}
 	if (memchr(p->linebuf, '\0', (size_t)n)) {
 		fail(p, "%s:%d: binary data (a NUL byte) in the job file", p->path, p->lineno);
 		n = 0;
@@ -863,6 +871,17 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 	p.f = fopen(path, "r");
 	if (!p.f) {
 		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+		goto out;
+	}
+	/* Checked on the open file, not the name: it is what will be read. */
+	if (fstat(fileno(p.f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
+			 "whole", path);
+		goto out;
+	}
+	if (st.st_size > (off_t)CFG_MAX_FILE) {
+		snprintf(err, errlen, "%s: %lld bytes, larger than the %u MiB a job file may have",
+			 path, (long long)st.st_size, CFG_MAX_FILE >> 20);
 		goto out;
 	}
 	c->dir = dir_of(path);

@@ -17,6 +17,9 @@
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 #define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
+/* Largest job file: it is read whole, and /dev/zero or a huge file must not take the
+ * memory with it. Thousands of keys take well under a megabyte. */
+#define CFG_MAX_FILE (8u << 20)
 
 /* retry_on bits: which failures run again (up to max_retries). */
 enum { CFG_RETRY_ERROR = 1, CFG_RETRY_TIMEOUT = 2, CFG_RETRY_CRASH = 4 };
