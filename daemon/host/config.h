@@ -75,6 +75,9 @@ struct cfg {
 	unsigned rank, ranks;
 	int local_rank, local_size;
 	char rank_source[48];
+	/* What every rank of one job shares, for `gpud merge` (ranks_apply): the worker's and
+	 * the generator's plugins and keys as written ({rank} not put in), base_seed. */
+	uint64_t job_id;
 
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */

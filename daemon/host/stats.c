@@ -92,7 +92,10 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
 	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list
 										       : NULL);
-	fprintf(f, "}\n");
+	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
+	 * names the ranks it was not given. */
+	fprintf(f, ", \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"}\n", h->cfg->rank,
+		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
 	if (ferror(f)) {
 		int e = errno;
 		fclose(f);
