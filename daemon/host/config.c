@@ -488,6 +488,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->journal = NULL;
 		c->journal_set = true;
 		c->journal_off = strcmp(v, "off") == 0;
+		free(c->journal_at);
+		c->journal_at = strdup(where(p, r, loc, sizeof loc));
 		if (!c->journal_off) {
 			if (!*v) {
 				snprintf(why, sizeof why, "expected a file name, or off");
@@ -499,6 +501,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	} else if (strcmp(k, "log_dir") == 0) {
 		free(c->log_dir);
 		c->log_dir = resolve_from(p, c, r);
+		free(c->log_dir_at);
+		c->log_dir_at = strdup(where(p, r, loc, sizeof loc));
 	} else if (strcmp(k, "max_worker_restarts") == 0) {
 		if (parse_u64(v, 0, 100000, &u) < 0) {
 			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
@@ -551,6 +555,8 @@ static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
 	if (strcmp(r->key, "metrics_file") == 0) {
 		free(c->metrics_file);
 		c->metrics_file = resolve_from(p, c, r);
+		free(c->metrics_file_at);
+		c->metrics_file_at = strdup(where(p, r, loc, sizeof loc));
 		return 0;
 	}
 	if (strcmp(r->key, "metrics_listen") == 0) {
@@ -944,6 +950,9 @@ void cfg_free(struct cfg *c)
 	free(c->log_dir);
 	free(c->journal);
 	free(c->metrics_file);
+	free(c->journal_at);
+	free(c->log_dir_at);
+	free(c->metrics_file_at);
 	free(c->metrics_host);
 	section_free(&c->worker);
 	section_free(&c->generator);

@@ -69,6 +69,9 @@ struct cfg {
 	char *journal; /* the journal of finished tasks; NULL with journal_off */
 	bool journal_off;
 	bool journal_set; /* given in the job file (not the default beside it) */
+	/* Where journal, log_dir and metrics_file were set: "file:line" or "--set ...";
+	 * NULL when not set (owned). */
+	char *journal_at, *log_dir_at, *metrics_file_at;
 	/* Ranks (ranks.h): [job] rank/ranks as given (job_ranks 0: not given), and the
 	 * rank this process is, with where that came from. */
 	unsigned job_rank, job_ranks;

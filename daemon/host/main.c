@@ -11,6 +11,7 @@
 #include "stats.h"
 #include "ranks.h"
 #include "merge.h"
+#include "outputs.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
@@ -188,6 +189,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
 				"of the ids, so no rank can deliver them in order; drop ordered, or "
 				"sort the merged output\n", c.path, c.ranks, c.rank_source);
+		cfg_free(&c);
+		rc = 2;
+		goto out;
+	}
+	/* Two keys naming one file would have the run destroy one output (or an input)
+	 * with another: refused before anything is touched. */
+	if (strcmp(cmd, "status") != 0 &&
+	    outputs_distinct(&c, opts.stats_json, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
 		cfg_free(&c);
 		rc = 2;
 		goto out;

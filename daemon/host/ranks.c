@@ -241,17 +241,17 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 	}
 	if (c->journal && c->journal_set && shared(c->journal, n)) {
 		snprintf(why, len, "%s: [job] journal = %s: %u ranks would write it together; %s",
-			 c->path, c->journal, n, hint);
+			 c->journal_at ? c->journal_at : c->path, c->journal, n, hint);
 		return -1;
 	}
 	if (shared(c->log_dir, n)) {
 		snprintf(why, len, "%s: [job] log_dir = %s: %u ranks would write it together; %s",
-			 c->path, c->log_dir, n, hint);
+			 c->log_dir_at ? c->log_dir_at : c->path, c->log_dir, n, hint);
 		return -1;
 	}
 	if (shared(c->metrics_file, n)) {
 		snprintf(why, len, "%s: [ui] metrics_file = %s: %u ranks would write it together; %s",
-			 c->path, c->metrics_file, n, hint);
+			 c->metrics_file_at ? c->metrics_file_at : c->path, c->metrics_file, n, hint);
 		return -1;
 	}
 	if (stats_json && *stats_json && shared(*stats_json, n)) {
