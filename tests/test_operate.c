@@ -435,25 +435,6 @@ Test(operate, metrics_listen_on_a_taken_port_stops_the_run_before_it_starts, .ti
 	refused(dir, "job.ini:4: [ui] metrics_listen = '10.0.0:80': expected PORT or ADDRESS:PORT");
 }
 
-Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
-{
-	const char *dir = t_tmpdir();
-	/* /dev/zero was read without bound; a job file larger than the cap is refused
-	 * without being read. */
-	cr_expect_eq(t_gpud(dir, "run /dev/zero"), 2);
-	char *err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "/dev/zero: not a regular file") && t_count_lines(err, "gpud:") == 1,
-		  "%s", err);
-	free(err);
-	cr_expect_eq(t_gpud(dir, "check /dev/zero"), 2);
-	cr_assert_eq(t_sh(dir, "truncate -s 100M big.ini"), 0);
-	cr_expect_eq(t_gpud(dir, "check %s/big.ini", dir), 2);
-	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "big.ini: 104857600 bytes, larger than the 8 MiB"), "%s", err);
-	free(err);
-	cr_expect_eq(t_gpud(dir, "run %s/big.ini", dir), 2);
-}
-
 /* `check` and `run` both refuse with exit 2 and `needle` in the one line said; nothing
  * ran (no summary line). */
 static void both_refuse(const char *dir, const char *extra, const char *needle, const char *also)
@@ -521,4 +502,58 @@ Test(operate, one_file_named_by_two_keys_is_refused_before_anything_is_touched, 
 	cr_expect(stat(path, &st) < 0, "the sink's output was written");
 	free(text);
 	free(res);
+}
+
+Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	/* /dev/zero was read without bound; a job file larger than the cap is refused
+	 * without being read. */
+	cr_expect_eq(t_gpud(dir, "run /dev/zero"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/dev/zero: not a regular file") && t_count_lines(err, "gpud:") == 1,
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "check /dev/zero"), 2);
+	cr_assert_eq(t_sh(dir, "truncate -s 100M big.ini"), 0);
+	cr_expect_eq(t_gpud(dir, "check %s/big.ini", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "big.ini: 104857600 bytes, larger than the 8 MiB"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run %s/big.ini", dir), 2);
+}
+
+Test(operate, what_the_machine_cannot_give_is_refused_up_front, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	static const char text[] = "[job]\ngpus = 0\nworkers_per_gpu = %u\n%s[worker]\nplugin = echo\n"
+				   "[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = null\n";
+	/* 256 workers and 256 open files: not enough, and the hard limit says so. */
+	t_jobf(dir, text, 256, "");
+	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" check job.ini >out 2>err"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "need about 576 open files") && strstr(err, "workers_per_gpu"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" run job.ini --ui off >out 2>err"), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "workers_per_gpu") && !strstr(err, "tasks:"), "%s", err);
+	free(err);
+	/* A soft limit below what is needed, under a hard one that suffices: raised. */
+	t_jobf(dir, text, 40, "");
+	cr_expect_eq(t_sh(dir, "ulimit -S -n 100; ulimit -H -n 1024; \"$GPUD\" run job.ini --ui off "
+			       ">out 2>err"), 0);
+	/* Shared memory no machine has: refused, naming the key, before a worker starts. */
+	t_jobf(dir, text, 4, "max_task_bytes = 1G\nbatch_size = 65536\n");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "shared memory") && strstr(err, "max_task_bytes (1.0 GiB)") &&
+			  strstr(err, "batch_size (65536)"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	t_jobf(dir, text, 4, "max_result_bytes = 1G\nbatch_size = 65536\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "max_result_bytes (1.0 GiB)") && !strstr(err, "tasks:"), "%s", err);
+	free(err);
 }
