@@ -56,7 +56,9 @@ static const char help[] =
 	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
 	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
 	"up, the generator or the sink failed, or interrupted without a journal); 4\n"
-	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n";
+	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n"
+	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
+	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
 
 /* Parses the command line into *cmd, *job, sets and opts; returns -1 when the program
  * should exit with *rc right away (help, version, usage errors). */
