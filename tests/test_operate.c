@@ -515,6 +515,11 @@ Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
 		  "%s", err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "check /dev/zero"), 2);
+	/* A FIFO: refused without waiting for a writer. */
+	cr_expect_eq(t_sh(dir, "mkfifo job.fifo && timeout 10 \"$GPUD\" check job.fifo 2>err"), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.fifo: not a regular file"), "%s", err);
+	free(err);
 	cr_assert_eq(t_sh(dir, "truncate -s 100M big.ini"), 0);
 	cr_expect_eq(t_gpud(dir, "check %s/big.ini", dir), 2);
 	err = t_read_in(dir, "err");

@@ -874,6 +874,12 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 			 path);
 		goto out;
 	}
+	/* Before opening: opening a FIFO waits for a writer. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
+			 "whole", path);
+		goto out;
+	}
 	p.f = fopen(path, "r");
 	if (!p.f) {
 		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
