@@ -394,3 +394,131 @@ Test(operate, metrics_listen_on_a_taken_port_stops_the_run_before_it_starts, .ti
 	t_jobf(dir, "[job]\ngpus = 0\n[ui]\nmetrics_listen = 10.0.0:80\n");
 	refused(dir, "job.ini:4: [ui] metrics_listen = '10.0.0:80': expected PORT or ADDRESS:PORT");
 }
+
+/* `check` and `run` both refuse with exit 2 and `needle` in the one line said; nothing
+ * ran (no summary line). */
+static void both_refuse(const char *dir, const char *extra, const char *needle, const char *also)
+{
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' %s", dir, extra), 2, "check passed: %s", needle);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off %s", dir, extra), 2, "run: %s", needle);
+	char *err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, needle) && (!also || strstr(err, also)) &&
+			  !strstr(err, "tasks:") && t_count_lines(err, "gpud:") == 1,
+		  "wanted one line with '%s' and '%s':\n%s", needle, also ? also : "", err);
+	free(err);
+}
+
+Test(operate, one_file_named_by_two_keys_is_refused_before_anything_is_touched, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *res = t_write(dir, "results.jsonl", "earlier results\n");
+	static const char head[] = "[job]\ngpus = 0\n%s[worker]\nplugin = echo\n[generator]\n"
+				   "plugin = range\nstop = 5\n[sink]\nplugin = jsonl\npath = %s\n%s";
+	/* The journal and the sink, spelled differently: ./x and x. */
+	t_jobf(dir, head, "journal = ./results.jsonl\n", "results.jsonl", "");
+	both_refuse(dir, "", "job.ini:3: [job] journal", "job.ini:11: [sink] path");
+	/* The default journal beside the job file, written as the sink's path. */
+	t_jobf(dir, head, "", "job.journal", "");
+	both_refuse(dir, "", "[job] journal (the default", "job.ini:10: [sink] path");
+	/* --stats-json through a hard link, an absolute path and a symlink. */
+	t_jobf(dir, head, "", "results.jsonl", "");
+	cr_assert_eq(t_sh(dir, "ln results.jsonl hard.json && ln -s results.jsonl sym.json"), 0);
+	char arg[600];
+	snprintf(arg, sizeof arg, "--stats-json %s/hard.json", dir);
+	both_refuse(dir, arg, arg, "job.ini:10: [sink] path");
+	snprintf(arg, sizeof arg, "--stats-json %s/sym.json", dir);
+	both_refuse(dir, arg, "--stats-json", "job.ini:10: [sink] path");
+	snprintf(arg, sizeof arg, "--stats-json %s/./results.jsonl", dir);
+	both_refuse(dir, arg, "--stats-json", "job.ini:10: [sink] path");
+	/* The metrics file, by --set, against the journal; a symlink to a file not made yet. */
+	cr_assert_eq(t_sh(dir, "ln -s new.prom link.journal"), 0);
+	t_jobf(dir, head, "journal = link.journal\n", "out.jsonl", "[ui]\nmetrics_file = new.prom\n");
+	both_refuse(dir, "", "job.ini:3: [job] journal", "job.ini:13: [ui] metrics_file");
+	/* log_dir's files, and a sink writing over the job file or the generator's input. */
+	t_jobf(dir, head, "log_dir = logs\n", "logs/failures.jsonl", "");
+	both_refuse(dir, "", "log_dir's failures.jsonl", "[sink] path");
+	t_jobf(dir, head, "log_dir = logs\n", "logs/worker-0.log", "");
+	both_refuse(dir, "", "worker log", "job.ini:3: [job] log_dir");
+	t_jobf(dir, head, "", "job.ini", "");
+	both_refuse(dir, "", "the job file", "[sink] path");
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
+		    "path = results.jsonl\n[sink]\nplugin = jsonl\npath = results.jsonl\n");
+	both_refuse(dir, "", "job.ini:7: [generator] path", "job.ini:10: [sink] path");
+	/* {rank} paths: the same once the rank is put in. */
+	t_jobf(dir, head, "journal = out{rank}.txt\n", "./out{rank}.txt", "");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --rank 1/2", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "[job] journal") && strstr(err, "out1.txt"), "%s", err);
+	free(err);
+
+	/* Nothing was touched: no journal, no output, the results as they were. */
+	char *text = t_read(res);
+	cr_expect_str_eq(text, "earlier results\n");
+	struct stat st;
+	char path[600];
+	snprintf(path, sizeof path, "%s/new.prom", dir);
+	cr_expect(stat(path, &st) < 0, "the metrics file was written");
+	snprintf(path, sizeof path, "%s/out.jsonl", dir);
+	cr_expect(stat(path, &st) < 0, "the sink's output was written");
+	free(text);
+	free(res);
+}
+
+Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	/* /dev/zero was read without bound; a job file larger than the cap is refused
+	 * without being read. */
+	cr_expect_eq(t_gpud(dir, "run /dev/zero"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/dev/zero: not a regular file") && t_count_lines(err, "gpud:") == 1,
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "check /dev/zero"), 2);
+	/* A FIFO: refused without waiting for a writer. */
+	cr_expect_eq(t_sh(dir, "mkfifo job.fifo && timeout 10 \"$GPUD\" check job.fifo 2>err"), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.fifo: not a regular file"), "%s", err);
+	free(err);
+	cr_assert_eq(t_sh(dir, "truncate -s 100M big.ini"), 0);
+	cr_expect_eq(t_gpud(dir, "check %s/big.ini", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "big.ini: 104857600 bytes, larger than the 8 MiB"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run %s/big.ini", dir), 2);
+}
+
+Test(operate, what_the_machine_cannot_give_is_refused_up_front, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	static const char text[] = "[job]\ngpus = 0\nworkers_per_gpu = %u\n%s[worker]\nplugin = echo\n"
+				   "[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = null\n";
+	/* 256 workers and 256 open files: not enough, and the hard limit says so. */
+	t_jobf(dir, text, 256, "");
+	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" check job.ini >out 2>err"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "need about 576 open files") && strstr(err, "workers_per_gpu"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" run job.ini --ui off >out 2>err"), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "workers_per_gpu") && !strstr(err, "tasks:"), "%s", err);
+	free(err);
+	/* A soft limit below what is needed, under a hard one that suffices: raised. */
+	t_jobf(dir, text, 40, "");
+	cr_expect_eq(t_sh(dir, "ulimit -S -n 100; ulimit -H -n 1024; \"$GPUD\" run job.ini --ui off "
+			       ">out 2>err"), 0);
+	/* Shared memory no machine has: refused, naming the key, before a worker starts. */
+	t_jobf(dir, text, 4, "max_task_bytes = 1G\nbatch_size = 65536\n");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "shared memory") && strstr(err, "max_task_bytes (1.0 GiB)") &&
+			  strstr(err, "batch_size (65536)"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	t_jobf(dir, text, 4, "max_result_bytes = 1G\nbatch_size = 65536\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "max_result_bytes (1.0 GiB)") && !strstr(err, "tasks:"), "%s", err);
+	free(err);
+}

@@ -327,3 +327,129 @@ Test(ranks, merge_refuses_what_is_not_a_stats_file, .timeout = 30)
 	cr_expect_eq(t_gpud(dir, "merge %s/missing.json", dir), 2);
 	cr_expect_eq(t_gpud(dir, "merge"), 2);
 }
+
+/* Standard output of the last command is one JSON document, with no NaN or Infinity. */
+static void valid_json(const char *dir)
+{
+	cr_expect_eq(t_sh(dir, "python3 -c 'import json, sys\n"
+			       "def bad(c): sys.exit(\"not JSON: \" + c)\n"
+			       "json.load(sys.stdin, parse_constant=bad)' <out"), 0,
+		     "not JSON: %s", t_read_in(dir, "out"));
+}
+
+Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	job(dir, 1000, "plugin = range\nstop = ");
+	cr_assert_eq(t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run job.ini --rank $k/3 --ui off "
+			       "--stats-json s-{rank}.json 2>>err || exit 1; done"), 0);
+	/* Each file records its share of which job. */
+	char *s1 = t_read_in(dir, "s-1.json");
+	cr_expect(strstr(s1, "\"rank\": 1, \"ranks\": 3, \"job_id\": \""), "%s", s1);
+	free(s1);
+	/* One file twice, or a copy of one: refused, naming both. */
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-0.json", dir, dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "s-0.json and ") && strstr(err, "are the same file"), "%s", err);
+	free(err);
+	char *out = t_read_in(dir, "out");
+	cr_expect_str_empty(out, "a summary of a duplicate: %s", out);
+	free(out);
+	cr_assert_eq(t_sh(dir, "cp s-0.json copy.json"), 0);
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-1.json %s/copy.json", dir, dir, dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "s-0.json and ") && strstr(err, "copy.json are both rank 0 of 3"),
+		  "%s", err);
+	free(err);
+	/* A missing rank is named, and the summary says it is partial. */
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-2.json", dir, dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "1 of the job's 3 ranks have no file: 1;"), "%s", err);
+	free(err);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "\"job_ranks\": 3, \"missing_ranks\": [1]"), "%s", out);
+	free(out);
+	valid_json(dir);
+	/* Another number of ranks, another job (base_seed): refused. */
+	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --rank 1/4 --ui off --stats-json four-{rank}.json "
+			       "2>>err && \"$GPUD\" run job.ini --rank 1/3 --set job.base_seed=7 "
+			       "--ui off --stats-json seed-{rank}.json 2>>err"), 0);
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/four-1.json", dir, dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "over 3 ranks") && strstr(err, "four-1.json of one over 4"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/seed-1.json", dir, dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "seed-1.json are of different jobs"), "%s", err);
+	free(err);
+	/* All three: one summary, exit 0. */
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-1.json %s/s-2.json", dir, dir, dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "\"generated\": 1000,") && strstr(out, "\"missing_ranks\": []"),
+		  "%s", out);
+	free(out);
+	/* A file from before ranks were recorded: merged, with the check said undone. */
+	free(t_write(dir, "old.json", "{\"generated\": 5, \"ok\": 5, \"failed\": 0, \"timed_out\": 0, "
+				      "\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
+				      "\"worker_restarts\": 0, \"host_cpu_seconds\": 0.1, \"total\": 5, "
+				      "\"exit_status\": 0}\n"));
+	cr_expect_eq(t_gpud(dir, "merge %s/old.json %s/s-1.json", dir, dir), 0);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "old.json says no rank") && strstr(err, "cannot be told"), "%s", err);
+	free(err);
+	valid_json(dir);
+}
+
+Test(ranks, merge_prints_valid_json_whatever_the_files_hold, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	static const char counts[] = "{\"generated\": 2, \"ok\": 2, \"failed\": 0, \"timed_out\": 0, "
+				     "\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
+				     "\"worker_restarts\": 0, \"host_cpu_seconds\": 0.5, \"total\": 2, "
+				     "\"exit_status\": 0";
+	char text[1024];
+	/* Elapsed 0, and no times at all: no division by zero, no invented times. */
+	snprintf(text, sizeof text, "%s, \"start_time\": 100.0, \"end_time\": 100.0, "
+				    "\"elapsed\": 0}\n", counts);
+	free(t_write(dir, "zero.json", text));
+	snprintf(text, sizeof text, "%s}\n", counts);
+	free(t_write(dir, "untimed.json", text));
+	cr_expect_eq(t_gpud(dir, "merge %s/untimed.json", dir), 0);
+	valid_json(dir);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "\"start_time\": null, \"end_time\": null, \"elapsed\": null"), "%s",
+		  out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "merge %s/untimed.json %s/zero.json", dir, dir), 0);
+	valid_json(dir);
+	/* Numbers JSON allows but a double does not hold (1e999): null, or refused when the
+	 * figure is a count. */
+	snprintf(text, sizeof text, "%s, \"start_time\": 1e999, \"end_time\": -1e999}\n", counts);
+	free(t_write(dir, "huge.json", text));
+	cr_expect_eq(t_gpud(dir, "merge %s/huge.json", dir), 0);
+	valid_json(dir);
+	cr_expect_eq(t_gpud(dir, "merge %s/huge.json %s/zero.json", dir, dir), 0);
+	valid_json(dir);
+	free(t_write(dir, "count.json", "{\"generated\": 1e999, \"ok\": 2, \"failed\": 0, "
+					"\"timed_out\": 0, \"not_run\": 0, \"retried\": 0, "
+					"\"setup_failures\": 0, \"worker_restarts\": 0, "
+					"\"host_cpu_seconds\": 1e999, \"exit_status\": 0}\n"));
+	cr_expect_eq(t_gpud(dir, "merge %s/count.json", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "count.json: no \"generated\" that is a count"), "%s", err);
+	free(err);
+}
+
+Test(ranks, merge_refuses_devices_and_huge_files, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	cr_expect_eq(t_gpud(dir, "merge /dev/zero"), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/dev/zero: not a regular file"), "%s", err);
+	free(err);
+	cr_assert_eq(t_sh(dir, "truncate -s 100M big.json"), 0);
+	cr_expect_eq(t_gpud(dir, "merge %s/big.json", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "big.json: 104857600 bytes, more than the 8 MiB"), "%s", err);
+	free(err);
+}

@@ -33,6 +33,7 @@ struct parse {
 	char *linebuf;
 	size_t linecap;
 	int lineno;
+	size_t bytes; /* read so far */
 	struct raw *raw;
 	size_t n_raw, cap_raw;
 	size_t *slots; /* hash of (section, key) -> index in raw + 1; 0 = empty */
@@ -83,6 +84,13 @@ static char *reader(char *str, int num, void *stream)
 	if (n < 0)
 		return NULL;
 	p->lineno++;
+	/* A file that grew after it was measured. */
+	p->bytes += (size_t)n;
+	if (p->bytes > CFG_MAX_FILE) {
+		fail(p, "%s:%d: the job file grew past %u MiB while read", p->path, p->lineno,
+		     CFG_MAX_FILE >> 20);
+		return NULL;
+	}
 	if (memchr(p->linebuf, '\0', (size_t)n)) {
 		fail(p, "%s:%d: binary data (a NUL byte) in the job file", p->path, p->lineno);
 		n = 0;
@@ -480,6 +488,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->journal = NULL;
 		c->journal_set = true;
 		c->journal_off = strcmp(v, "off") == 0;
+		free(c->journal_at);
+		c->journal_at = strdup(where(p, r, loc, sizeof loc));
 		if (!c->journal_off) {
 			if (!*v) {
 				snprintf(why, sizeof why, "expected a file name, or off");
@@ -491,6 +501,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 	} else if (strcmp(k, "log_dir") == 0) {
 		free(c->log_dir);
 		c->log_dir = resolve_from(p, c, r);
+		free(c->log_dir_at);
+		c->log_dir_at = strdup(where(p, r, loc, sizeof loc));
 	} else if (strcmp(k, "max_worker_restarts") == 0) {
 		if (parse_u64(v, 0, 100000, &u) < 0) {
 			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
@@ -543,6 +555,8 @@ static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
 	if (strcmp(r->key, "metrics_file") == 0) {
 		free(c->metrics_file);
 		c->metrics_file = resolve_from(p, c, r);
+		free(c->metrics_file_at);
+		c->metrics_file_at = strdup(where(p, r, loc, sizeof loc));
 		return 0;
 	}
 	if (strcmp(r->key, "metrics_listen") == 0) {
@@ -860,9 +874,26 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 			 path);
 		goto out;
 	}
+	/* Before opening: opening a FIFO waits for a writer. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
+			 "whole", path);
+		goto out;
+	}
 	p.f = fopen(path, "r");
 	if (!p.f) {
 		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+		goto out;
+	}
+	/* Checked on the open file, not the name: it is what will be read. */
+	if (fstat(fileno(p.f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
+			 "whole", path);
+		goto out;
+	}
+	if (st.st_size > (off_t)CFG_MAX_FILE) {
+		snprintf(err, errlen, "%s: %lld bytes, larger than the %u MiB a job file may have",
+			 path, (long long)st.st_size, CFG_MAX_FILE >> 20);
 		goto out;
 	}
 	c->dir = dir_of(path);
@@ -925,6 +956,9 @@ void cfg_free(struct cfg *c)
 	free(c->log_dir);
 	free(c->journal);
 	free(c->metrics_file);
+	free(c->journal_at);
+	free(c->log_dir_at);
+	free(c->metrics_file_at);
 	free(c->metrics_host);
 	section_free(&c->worker);
 	section_free(&c->generator);

@@ -17,6 +17,9 @@
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 #define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
+/* Largest job file: it is read whole, and /dev/zero or a huge file must not take the
+ * memory with it. Thousands of keys take well under a megabyte. */
+#define CFG_MAX_FILE (8u << 20)
 
 /* retry_on bits: which failures run again (up to max_retries). */
 enum { CFG_RETRY_ERROR = 1, CFG_RETRY_TIMEOUT = 2, CFG_RETRY_CRASH = 4 };
@@ -66,12 +69,18 @@ struct cfg {
 	char *journal; /* the journal of finished tasks; NULL with journal_off */
 	bool journal_off;
 	bool journal_set; /* given in the job file (not the default beside it) */
+	/* Where journal, log_dir and metrics_file were set: "file:line" or "--set ...";
+	 * NULL when not set (owned). */
+	char *journal_at, *log_dir_at, *metrics_file_at;
 	/* Ranks (ranks.h): [job] rank/ranks as given (job_ranks 0: not given), and the
 	 * rank this process is, with where that came from. */
 	unsigned job_rank, job_ranks;
 	unsigned rank, ranks;
 	int local_rank, local_size;
 	char rank_source[48];
+	/* What every rank of one job shares, for `gpud merge` (ranks_apply): the worker's and
+	 * the generator's plugins and keys as written ({rank} not put in), base_seed. */
+	uint64_t job_id;
 
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */

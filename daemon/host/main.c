@@ -11,6 +11,7 @@
 #include "stats.h"
 #include "ranks.h"
 #include "merge.h"
+#include "outputs.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
@@ -55,7 +56,9 @@ static const char help[] =
 	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
 	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
 	"up, the generator or the sink failed, or interrupted without a journal); 4\n"
-	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n";
+	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n"
+	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
+	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
 
 /* Parses the command line into *cmd, *job, sets and opts; returns -1 when the program
  * should exit with *rc right away (help, version, usage errors). */
@@ -188,6 +191,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
 				"of the ids, so no rank can deliver them in order; drop ordered, or "
 				"sort the merged output\n", c.path, c.ranks, c.rank_source);
+		cfg_free(&c);
+		rc = 2;
+		goto out;
+	}
+	/* Two keys naming one file would have the run destroy one output (or an input)
+	 * with another: refused before anything is touched. */
+	if (strcmp(cmd, "status") != 0 &&
+	    outputs_distinct(&c, opts.stats_json, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
 		cfg_free(&c);
 		rc = 2;
 		goto out;

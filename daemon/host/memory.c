@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "memory.h"
 
 _Static_assert(CFG_MAX_KEYS == SHM_MAX_ARGS, "a worker takes every key the job file may give");
 
@@ -132,30 +134,53 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	return 0;
 }
 
-int shm_create(struct host *h)
+int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 {
 	const struct cfg *c = h->cfg;
-	unsigned n = h->n_workers;
 	uint64_t res_payload = c->max_result_bytes > SHM_MSG_MAX ? c->max_result_bytes : SHM_MSG_MAX;
 	uint64_t per_worker_queue = (c->queue_size + n - 1) / n;
 	uint64_t small_tasks = 2 * SHM_REC_HDR * per_worker_queue;
 	uint64_t small_results = (2 * SHM_REC_HDR + SHM_SLOT_GAP) * per_worker_queue;
 
-	h->task_need = ring_span(c->max_task_bytes);
+	*p = (struct shm_plan){.task_need = ring_span(c->max_task_bytes)};
 	/* A batching worker holds a whole batch of tasks, and reserves a full result slot
-	 * (with its gap) for each before the call. */
+	 * (with its gap) for each before the call. The limits of the keys keep these far
+	 * from overflowing, and the sums below are checked all the same. */
 	uint64_t batch = c->batch_size;
-	uint64_t task_cap = ring_capacity_for(h->task_need * batch,
-					      small_tasks > MIN_RING ? small_tasks : MIN_RING);
-	uint64_t result_cap = ring_capacity_for((ring_span(res_payload) + SHM_SLOT_GAP) * batch,
-						small_results > MIN_RING ? small_results : MIN_RING);
-	size_t blob = config_blob(h, NULL);
+	p->task_cap = ring_capacity_for(p->task_need * batch,
+					small_tasks > MIN_RING ? small_tasks : MIN_RING);
+	p->result_cap = ring_capacity_for((ring_span(res_payload) + SHM_SLOT_GAP) * batch,
+					  small_results > MIN_RING ? small_results : MIN_RING);
+	p->blob = config_blob(h, NULL);
+	p->feeds_off = sizeof(struct shm_header);
+	p->config_off = p->feeds_off + (uint64_t)n * sizeof(struct shm_feed);
+	p->rings_off = align_up(p->config_off + p->blob, SHM_PAGE);
+	p->out_size = SHM_OUT_RING_OFF + p->result_cap;
+	uint64_t rings, outs;
+	if (__builtin_mul_overflow((uint64_t)n, p->task_cap, &rings) ||
+	    __builtin_add_overflow(p->rings_off, rings, &p->run_size) ||
+	    __builtin_mul_overflow((uint64_t)n, p->out_size, &outs) ||
+	    __builtin_add_overflow(p->run_size, outs, &p->all) ||
+	    __builtin_add_overflow(p->all, (uint64_t)SHM_PAGE, &p->all) || p->all > INT64_MAX)
+		return -1;
+	return 0;
+}
 
-	uint64_t feeds_off = sizeof(struct shm_header);
-	uint64_t config_off = feeds_off + (uint64_t)n * sizeof(struct shm_feed);
-	uint64_t rings_off = align_up(config_off + blob, SHM_PAGE);
-	uint64_t total = rings_off + (uint64_t)n * task_cap;
-	h->out_size = SHM_OUT_RING_OFF + result_cap;
+int shm_create(struct host *h)
+{
+	const struct cfg *c = h->cfg;
+	unsigned n = h->n_workers;
+	struct shm_plan plan;
+	if (shm_plan(h, n, &plan) < 0) {
+		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n", n);
+		return -1;
+	}
+	h->task_need = plan.task_need;
+	uint64_t task_cap = plan.task_cap, result_cap = plan.result_cap;
+	size_t blob = plan.blob;
+	uint64_t feeds_off = plan.feeds_off, config_off = plan.config_off;
+	uint64_t rings_off = plan.rings_off, total = plan.run_size;
+	h->out_size = plan.out_size;
 
 	int fd = sealed_memfd("gpud-run", total);
 	if (fd < 0) {

@@ -5,6 +5,17 @@
 
 #include "host.h"
 
+/* The sizes of a run's shared memory for n workers (shm_layout.h). */
+struct shm_plan {
+	uint64_t task_need, task_cap, result_cap, out_size;
+	size_t blob;
+	uint64_t feeds_off, config_off, rings_off;
+	uint64_t run_size; /* the run memfd */
+	uint64_t all;      /* everything: the run memfd, n out memfds, the bell page */
+};
+/* Needs h->cfg and h->worker_plugin. 0, or -1 when the sizes overflow. */
+int shm_plan(const struct host *h, unsigned n, struct shm_plan *p);
+
 /* The run memfd, its read-only twin for workers, the bell page, the host pipe, and
  * each worker's first out memfd. 0, or -1 with a message on standard error. */
 int shm_create(struct host *h);

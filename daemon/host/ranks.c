@@ -202,9 +202,35 @@ static bool output_key(const char *k)
 	       (n > 5 && !strcmp(k + n - 5, "_file"));
 }
 
+static uint64_t fnv(uint64_t h, const char *s)
+{
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return (h ^ 0xff) * UINT64_C(1099511628211); /* ends each string: "ab","c" != "a","bc" */
+}
+
+/* The job's identity over its ranks: taken before {rank} is put in, and without the
+ * sink, whose outputs differ by rank. */
+static uint64_t job_id(const struct cfg *c)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+	const struct cfg_section *secs[] = {&c->worker, &c->generator};
+	for (size_t s = 0; s < 2; s++) {
+		h = fnv(h, secs[s]->plugin ? secs[s]->plugin : "");
+		for (size_t i = 0; i < secs[s]->count; i++) {
+			h = fnv(h, secs[s]->kv[i].key);
+			h = fnv(h, secs[s]->kv[i].value);
+		}
+	}
+	char seed[32];
+	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->base_seed);
+	return fnv(h, seed);
+}
+
 int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why, size_t len)
 {
 	unsigned k = c->rank, n = c->ranks;
+	c->job_id = job_id(c);
 	static const char hint[] = "put {rank} in it, so each rank has its own";
 	for (size_t i = 0; i < c->sink.count; i++) {
 		if (output_key(c->sink.kv[i].key) && shared(c->sink.kv[i].value, n)) {
@@ -215,17 +241,17 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 	}
 	if (c->journal && c->journal_set && shared(c->journal, n)) {
 		snprintf(why, len, "%s: [job] journal = %s: %u ranks would write it together; %s",
-			 c->path, c->journal, n, hint);
+			 c->journal_at ? c->journal_at : c->path, c->journal, n, hint);
 		return -1;
 	}
 	if (shared(c->log_dir, n)) {
 		snprintf(why, len, "%s: [job] log_dir = %s: %u ranks would write it together; %s",
-			 c->path, c->log_dir, n, hint);
+			 c->log_dir_at ? c->log_dir_at : c->path, c->log_dir, n, hint);
 		return -1;
 	}
 	if (shared(c->metrics_file, n)) {
 		snprintf(why, len, "%s: [ui] metrics_file = %s: %u ranks would write it together; %s",
-			 c->path, c->metrics_file, n, hint);
+			 c->metrics_file_at ? c->metrics_file_at : c->path, c->metrics_file, n, hint);
 		return -1;
 	}
 	if (stats_json && *stats_json && shared(*stats_json, n)) {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "capacity.h"
 #include "checks.h"
 #include "dispatcher.h"
 #include "events.h"
@@ -140,7 +141,10 @@ int run_check(struct cfg *c)
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
-	int rc = !nf || prepare(&h, c) < 0 || checks_dry(&h, c, nf) < 0 ? 2 : 0;
+	int rc = !nf || prepare(&h, c) < 0 || capacity_check(&h, c, false, nf) < 0 ||
+			 checks_dry(&h, c, nf) < 0
+		 ? 2
+		 : 0;
 	if (nf)
 		fclose(nf);
 	if (rc == 0) {
@@ -266,6 +270,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
 		goto out;
 	}
+	if (capacity_check(&h, c, true, stderr) < 0)
+		goto out; /* before the journal, the sink or any worker */
 	h.opts = opts;
 	int jr = resume_open(&h, opts);
 	if (jr != 0) {

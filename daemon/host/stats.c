@@ -80,7 +80,11 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 			(unsigned long long)failed, (unsigned long long)timed_out,
 			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
 	}
-	fprintf(f, "], \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
+	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
+	 * names the ranks it was not given. */
+	fprintf(f, "], \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
+		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
+	fprintf(f, ", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
 		"\"journal\": ", (long long)h->total, (unsigned long long)h->resumed,
 		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
 	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);

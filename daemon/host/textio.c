@@ -2,6 +2,11 @@
 #include "textio.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int io_write_all(int fd, const void *p, size_t n)
@@ -36,4 +41,58 @@ void io_json_string(FILE *f, const char *s)
 			fputc(c, f);
 	}
 	fputc('"', f);
+}
+
+char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(why, len, "%s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, len, "not a regular file");
+		close(fd);
+		return NULL;
+	}
+	if ((uint64_t)st.st_size > cap) {
+		snprintf(why, len, "%lld bytes, more than the %zu MiB such a file may have",
+			 (long long)st.st_size, cap >> 20);
+		close(fd);
+		return NULL;
+	}
+	/* One byte more than its size: a file that grew since fstat is seen, not cut. */
+	size_t want = (size_t)st.st_size;
+	char *buf = malloc(want + 2);
+	size_t n = 0;
+	while (buf && n <= want) {
+		ssize_t r = read(fd, buf + n, want + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(why, len, "%s", strerror(errno));
+			free(buf);
+			close(fd);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (!buf) {
+		snprintf(why, len, "out of memory");
+		return NULL;
+	}
+	if (n > want) {
+		snprintf(why, len, "it grew while read");
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	*size = n;
+	return buf;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Writing the host's files (textio.c): whole writes, JSON strings. */
+/* The host's files (textio.c): whole writes, JSON strings, small files read whole. */
 #ifndef GPUD_TEXTIO_H
 #define GPUD_TEXTIO_H
 
@@ -12,5 +12,11 @@ int io_write_all(int fd, const void *p, size_t n);
 /* `s` as a JSON string (quotes, backslashes and control bytes escaped, other bytes as
  * they are), or null when s is NULL. */
 void io_json_string(FILE *f, const char *s);
+
+/* The regular file at `path`, read whole and NUL-terminated (malloc'd), *size its
+ * length; NULL with why when it cannot be opened, is not a regular file (a device, a
+ * pipe) or holds more than `cap` bytes: such a file is refused, never read without
+ * bound. */
+char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_t len);
 
 #endif

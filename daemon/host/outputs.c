@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "outputs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "files.h"
+
+/* One file the run writes or reads, and what named it. */
+struct named {
+	const char *what;  /* "[job] journal" */
+	const char *at;    /* "job.ini:4", "--set ...", or NULL */
+	const char *path;  /* as resolved by cfg_load / ranks_apply */
+	bool writes;
+	/* Its identity: dev/ino when it exists, the canonical name always (NULL: skip,
+	 * not a regular file, like /dev/null or a folder). */
+	bool exists;
+	dev_t dev;
+	ino_t ino;
+	char *canon;
+};
+
+/* The real path of `path`'s folder, then its name: what the file will be once made. */
+static char *canon_new(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	/* A folder not made yet either: its own folder's real path, and so on up. */
+	char *real = dir ? realpath(dir, NULL) : NULL, *out = NULL;
+	if (!real && dir && strchr(dir, '/') && strcmp(dir, "/"))
+		real = canon_new(dir);
+	if (!real || asprintf(&out, "%s/%s", strcmp(real, "/") ? real : "", slash ? slash + 1 : path) < 0)
+		out = strdup(path);
+	free(dir);
+	free(real);
+	return out;
+}
+
+static void identify(struct named *n)
+{
+	struct stat st;
+	n->canon = NULL;
+	if (stat(n->path, &st) == 0) {
+		if (!S_ISREG(st.st_mode))
+			return; /* /dev/null, a folder: not a file one output destroys */
+		n->exists = true;
+		n->dev = st.st_dev;
+		n->ino = st.st_ino;
+		n->canon = realpath(n->path, NULL);
+		if (!n->canon)
+			n->canon = strdup(n->path);
+		return;
+	}
+	/* A symlink to a file not made yet names its target. */
+	char target[PATH_MAX];
+	ssize_t l = errno == ENOENT ? readlink(n->path, target, sizeof target - 1) : -1;
+	if (l > 0) {
+		target[l] = '\0';
+		const char *slash = strrchr(n->path, '/');
+		char *full = NULL;
+		if (target[0] == '/' || !slash)
+			full = strdup(target);
+		else if (asprintf(&full, "%.*s/%s", (int)(slash - n->path), n->path, target) < 0)
+			full = NULL;
+		n->canon = full ? canon_new(full) : NULL;
+		free(full);
+		if (n->canon)
+			return;
+	}
+	n->canon = canon_new(n->path);
+}
+
+static bool same(const struct named *a, const struct named *b)
+{
+	if (!a->canon || !b->canon)
+		return false;
+	if (a->exists && b->exists)
+		return a->dev == b->dev && a->ino == b->ino;
+	return strcmp(a->canon, b->canon) == 0;
+}
+
+/* "job.ini:4: [job] journal", or the key alone when it was not written anywhere. */
+static void name_of(const struct named *n, char *buf, size_t len)
+{
+	if (n->at)
+		snprintf(buf, len, "%s: %s", n->at, n->what);
+	else
+		snprintf(buf, len, "%s", n->what);
+}
+
+/* Keys that name one file (not a folder, not a list). */
+static bool file_key(const char *k, const char *v)
+{
+	size_t n = strlen(k);
+	if (!strcmp(v, "-") || !*v)
+		return false;
+	if (n > 5 && !strcmp(k + n - 5, "_path") && strchr(v, ':'))
+		return false; /* python_path = ./a:./b: folders */
+	return !strcmp(k, "path") || !strcmp(k, "file") || (n > 5 && !strcmp(k + n - 5, "_path")) ||
+	       (n > 5 && !strcmp(k + n - 5, "_file"));
+}
+
+/* A dashboard log of log_dir: worker-<n>.log there. */
+static bool worker_log(const char *canon, const char *dir)
+{
+	size_t dl = strlen(dir);
+	unsigned k;
+	int end = -1;
+	if (!dir[0] || strncmp(canon, dir, dl) != 0 || canon[dl] != '/')
+		return false;
+	sscanf(canon + dl + 1, "worker-%u.log%n", &k, &end);
+	return end > 0 && canon[dl + 1 + (size_t)end] == '\0';
+}
+
+static void add(struct named *f, size_t *n, const char *what, const char *at, const char *path,
+		bool writes)
+{
+	f[*n] = (struct named){.what = what, .at = at, .path = path, .writes = writes};
+	(*n)++;
+}
+
+int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, size_t len)
+{
+	size_t cap = 8 + c->sink.count + c->generator.count + c->worker.count, n = 0;
+	struct named *f = calloc(cap, sizeof *f);
+	char *failures = NULL, *log_dir = NULL, stats_label[300];
+	snprintf(stats_label, sizeof stats_label, "--stats-json %s", stats_json ? stats_json : "");
+	int rc = 0;
+	if (!f) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	add(f, &n, "the job file", NULL, c->path, false);
+	if (c->journal)
+		add(f, &n, c->journal_at ? "[job] journal"
+					  : "[job] journal (the default, beside the job file)",
+		    c->journal_at, c->journal, true);
+	if (c->metrics_file)
+		add(f, &n, "[ui] metrics_file", c->metrics_file_at, c->metrics_file, true);
+	if (stats_json && strcmp(stats_json, "-"))
+		add(f, &n, stats_label, NULL, stats_json, true);
+	if (c->log_dir && asprintf(&failures, "%s/%s", c->log_dir, FILES_FAILURES) >= 0)
+		add(f, &n, "[job] log_dir's " FILES_FAILURES, c->log_dir_at, failures, true);
+	const struct cfg_section *secs[] = {&c->sink, &c->generator, &c->worker};
+	static const char *const names[] = {"[sink] ", "[generator] ", "[worker] "};
+	char (*what)[80] = calloc(cap, sizeof *what);
+	for (size_t s = 0; what && s < 3; s++) {
+		for (size_t i = 0; i < secs[s]->count; i++) {
+			if (!file_key(secs[s]->kv[i].key, secs[s]->kv[i].value))
+				continue;
+			snprintf(what[n], sizeof what[n], "%s%s", names[s], secs[s]->kv[i].key);
+			add(f, &n, what[n], secs[s]->where[i], secs[s]->kv[i].value, s == 0);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		identify(&f[i]);
+	if (c->log_dir) {
+		struct stat st;
+		log_dir = stat(c->log_dir, &st) == 0 ? realpath(c->log_dir, NULL) : canon_new(c->log_dir);
+	}
+	char a[700], b[700];
+	for (size_t i = 0; i < n && !rc; i++) {
+		for (size_t j = 0; j < i && !rc; j++) {
+			if (!(f[i].writes || f[j].writes) || !same(&f[i], &f[j]))
+				continue;
+			name_of(&f[j], a, sizeof a);
+			name_of(&f[i], b, sizeof b);
+			snprintf(why, len, "%s and %s are the same file (%s): the run would %s; give "
+					   "each its own", a, b, f[i].canon,
+				 f[i].writes && f[j].writes ? "write one over the other"
+							    : "write over what it reads");
+			rc = -1;
+		}
+		if (!rc && f[i].writes && log_dir && f[i].canon && worker_log(f[i].canon, log_dir)) {
+			name_of(&f[i], a, sizeof a);
+			snprintf(why, len, "%s = %s is a worker log of %s%s[job] log_dir (the dashboard "
+					   "writes worker-<n>.log there); give it another name", a,
+				 f[i].path, c->log_dir_at ? c->log_dir_at : "", c->log_dir_at ? ": " : "");
+			rc = -1;
+		}
+	}
+	if (!what) {
+		snprintf(why, len, "out of memory");
+		rc = -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(f[i].canon);
+	free(f);
+	free(what);
+	free(failures);
+	free(log_dir);
+	return rc;
+}
