@@ -295,3 +295,69 @@ Test(resume, a_journal_that_cannot_be_written_stops_the_run_before_it_starts, .t
 	cr_expect(strstr(err, "is not a gpud journal"), "%s", err);
 	free(err);
 }
+
+/* The task ids of the jsonl text: how many lines, how many ids twice, how many of
+ * 0..n-1 missing. */
+static void count_ids(const char *out, unsigned n, unsigned *lines, unsigned *twice,
+		      unsigned *missing)
+{
+	unsigned char *seen = calloc(n, 1);
+	*lines = *twice = *missing = 0;
+	for (const char *p = out; p && *p;) {
+		unsigned long id;
+		if (sscanf(p, "{\"task_id\": %lu,", &id) == 1 && id < n && seen[id]++)
+			(*twice)++;
+		(*lines)++;
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	for (unsigned i = 0; i < n; i++)
+		*missing += !seen[i];
+	free(seen);
+}
+
+/* Lines far longer than the 64 KiB jsonl reads its file back with: 50 of 100 KB and 3
+ * of 1 MB, each starting with its number. */
+#define LONG_LINES "for i in $(seq 0 49); do printf %d $i; head -c 100000 /dev/zero | tr '\\0' x; " \
+		   "echo; done > in.txt; for i in 50 51 52; do printf %d $i; " \
+		   "head -c 1000000 /dev/zero | tr '\\0' y; echo; done >> in.txt"
+
+Test(resume, jsonl_lines_of_any_length_are_recognised_on_resume, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, LONG_LINES), 0);
+	t_jobf(dir, "[job]\ngpus = 0\nmax_task_bytes = 2M\nmax_result_bytes = 2M\n"
+		    "[worker]\nplugin = faulty\n[generator]\nplugin = lines\npath = in.txt\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	/* The finished run resumed: every line is recognised, nothing runs again. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
+	free(st);
+	free(err);
+	char *out = t_read_in(dir, "out.jsonl");
+	unsigned lines, twice, missing;
+	count_ids(out, 53, &lines, &twice, &missing);
+	cr_expect(lines == 53 && twice == 0 && missing == 0, "%u lines, %u twice, %u missing",
+		  lines, twice, missing);
+	free(out);
+
+	/* Stopped in the middle with SIGTERM, then resumed: each line once. */
+	dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, LONG_LINES), 0);
+	t_jobf(dir, "[job]\ngpus = 0\nmax_task_bytes = 2M\nmax_result_bytes = 2M\n"
+		    "[worker]\nplugin = faulty\nsleep_us = 30000\n[generator]\nplugin = lines\n"
+		    "path = in.txt\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_sh(dir, "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
+		  "w '[ $(cat out.jsonl 2>/dev/null | wc -l) -gt 5 ]'\n"
+		  "kill -TERM $p; wait $p; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 4);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	count_ids(out, 53, &lines, &twice, &missing);
+	cr_expect(lines == 53 && twice == 0 && missing == 0, "%u lines, %u twice, %u missing",
+		  lines, twice, missing);
+	free(out);
+}
