@@ -361,3 +361,54 @@ Test(resume, jsonl_lines_of_any_length_are_recognised_on_resume, .timeout = 120)
 		  lines, twice, missing);
 	free(out);
 }
+
+static long file_size(const char *dir, const char *name)
+{
+	char path[600];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	cr_assert_eq(stat(path, &st), 0, "no %s", path);
+	return (long)st.st_size;
+}
+
+/* --retry-failed with the fault gone, then plain --resume runs: the fixed tasks stay
+ * fixed, and a resume with nothing to do leaves the journal as it was. The fault is a
+ * key, so the runs after the first are another job to the journal: --force. */
+static void retry_fixes_last(const char *sink)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_on = 7,9,11\n"
+		    "[generator]\nplugin = range\nstop = 500\n[sink]\n%s\n", sink);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1, "%s", sink);
+	const char *fixed = "--force --set worker.fail_on=1000000";
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
+		     0, "%s", sink);
+	long size = file_size(dir, "job.journal");
+	for (int k = 0; k < 2; k++) {
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume %s --stats-json %s/s.json",
+				    dir, fixed, dir), 0, "%s, resume %d", sink, k);
+		/* Nothing ran: a sink that cannot tell what it holds stops at the journal's
+		 * end (no stats written). */
+		char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+		cr_expect((st && strstr(st, "\"generated\": 0,")) || strstr(err, "already finished"),
+			  "%s: %s\n%s", sink, st, err);
+		free(st);
+		free(err);
+		char path[600];
+		snprintf(path, sizeof path, "%s/s.json", dir);
+		remove(path);
+		cr_expect_eq(file_size(dir, "job.journal"), size, "%s, resume %d: the journal grew",
+			     sink, k);
+	}
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "tasks with an outcome: 500 (0 of them failed)"), "%s: %s", sink, out);
+	free(out);
+}
+
+Test(resume, retry_failed_fixes_last_and_a_finished_resume_appends_nothing, .timeout = 120)
+{
+	retry_fixes_last("plugin = jsonl\npath = out.jsonl");
+	retry_fixes_last("plugin = files\ndir = res");
+	retry_fixes_last("plugin = null");
+}

@@ -48,6 +48,13 @@ struct journal {
 	uint64_t cut_bytes; /* a torn tail removed on open */
 	uint64_t fingerprint; /* the header's */
 	unsigned rank, ranks; /* the other ranks' chunks count as done (ranks.h) */
+	uint64_t records_loaded; /* records read on open: a run that adds none leaves it so */
+	/* While a sink tells what its output holds (journal_sink_*): the done set as
+	 * loaded, and the failures the output holds (id << 2 | status). */
+	uint64_t *was_words, was_low, was_base;
+	size_t was_n;
+	uint64_t *sink_fail;
+	size_t n_sink_fail, cap_sink_fail;
 };
 
 /* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
@@ -81,9 +88,15 @@ static inline bool journal_is_done(const struct journal *j, uint64_t id)
 	return j->words[w - j->base_word] >> (id % 64) & 1;
 }
 
-/* Forgets which tasks the DONE records say are done, keeping the recorded failures
- * (unless retrying them): for a sink whose own output tells what is done. */
-void journal_forget_done(struct journal *j);
+/* A sink whose own output tells what is done: journal_sink_begin sets the loaded done
+ * set aside, journal_sink_holds takes the output's word for each task it holds, and
+ * journal_sink_end settles the two: what the output holds is done (an ok line for a
+ * task wins over a failure line for it: a retry that succeeded); the recorded failures
+ * it does not mention stand (unless retrying them). Only what the journal did not know
+ * yet is written, so resuming a finished run appends nothing. */
+void journal_sink_begin(struct journal *j);
+void journal_sink_holds(struct journal *j, uint64_t id, int status);
+void journal_sink_end(struct journal *j);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
 

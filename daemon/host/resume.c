@@ -69,9 +69,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 static void sink_holds(void *ctx, uint64_t id, int status)
 {
 	struct host *h = ctx;
-	if (status != 0 && h->opts->retry_failed)
-		return; /* it runs again */
-	journal_mark(&h->journal, id, status);
+	journal_sink_holds(&h->journal, id, status);
 }
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
@@ -86,8 +84,10 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	/* Its output is what happened: what it holds is done, whatever the journal says
 	 * of successes (a crash may have lost output the journal had already counted).
 	 * Failures it does not write are the journal's word. */
-	journal_forget_done(&h->journal);
-	return fn(args, &h->sink, sink_holds, h, err);
+	journal_sink_begin(&h->journal);
+	int rc = fn(args, &h->sink, sink_holds, h, err);
+	journal_sink_end(&h->journal);
+	return rc;
 }
 
 int resume_skip_prefix(struct host *h, struct gpud_error *err)
