@@ -412,3 +412,62 @@ Test(resume, retry_failed_fixes_last_and_a_finished_resume_appends_nothing, .tim
 	retry_fixes_last("plugin = files\ndir = res");
 	retry_fixes_last("plugin = null");
 }
+
+Test(resume, resume_without_a_journal_keeps_what_the_output_holds, .timeout = 120)
+{
+	/* The journal lost (deleted, or kept elsewhere): the jsonl and files sinks say what
+	 * their output holds, and nothing is run again or thrown away. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
+	cr_expect(strstr(err, "no journal at") && strstr(err, "already holds are kept"), "%s", err);
+	free(st);
+	free(err);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(out);
+	check_jsonl_once(out, 2000);
+	free(out);
+
+	dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = files\ndir = res\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	st = t_read_in(dir, "s.json");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s", st);
+	free(st);
+	t_sh(dir, "ls res | wc -l > count");
+	cr_expect_eq(t_read_long(dir, "count"), 2000);
+}
+
+Test(resume, resume_with_no_journal_and_no_output_is_a_fresh_run, .timeout = 60)
+{
+	/* The requeue-safe batch script passes --resume on its first run too. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(out);
+	check_jsonl_once(out, 2000);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "finished: all 2000 tasks"), "%s", out);
+	free(out);
+	/* A sink that cannot tell what it holds: a fresh run, and said so. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null "
+				 "--set job.journal=%s/other.journal", dir, dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "no journal at") && strstr(err, "cannot tell what an earlier run's "
+							     "output holds"), "%s", err);
+	free(err);
+}

@@ -42,18 +42,31 @@ int resume_open(struct host *h, const struct run_opts *o)
 		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
 		return -1;
 	}
+	/* A sink that can tell what its output holds is asked even after the end: its
+	 * output may have lost lines since (a disk that lost its last writes). */
+	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
 	if (rc == 1) {
-		fprintf(stderr, "gpud: no journal at %s yet: starting from the first task\n",
-			c->journal);
+		/* No journal, but maybe an earlier run's output (a journal deleted or kept
+		 * elsewhere): a sink that can tell what it holds keeps it, and those tasks
+		 * are not run again; one that cannot is opened as for a fresh run, and we
+		 * say so rather than let it empty its output unremarked. */
+		if (sink_tells) {
+			fprintf(stderr, "gpud: no journal at %s: the tasks the output of sink %s "
+					"already holds are kept and not run again\n",
+				c->journal, c->sink.plugin);
+			h->resuming = true;
+		} else {
+			fprintf(stderr, "gpud: no journal at %s: starting from the first task (sink "
+					"%s cannot tell what an earlier run's output holds: it is "
+					"opened as for a fresh run)\n",
+				c->journal, c->sink.plugin);
+		}
 		return 0;
 	}
 	if (h->journal.cut_bytes)
 		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
 				"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
-	/* A sink that can tell what its output holds is asked even after the end: its
-	 * output may have lost lines since (a disk that lost its last writes). */
-	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
 	if (h->journal.ended && !sink_tells) {
 		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
 				"(%llu failed; --retry-failed runs those again)\n",
