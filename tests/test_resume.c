@@ -471,3 +471,64 @@ Test(resume, resume_with_no_journal_and_no_output_is_a_fresh_run, .timeout = 60)
 							     "output holds"), "%s", err);
 	free(err);
 }
+
+Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, "mkdir in && for f in b c d e; do echo $f > in/$f.txt; done"), 0);
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = files\n"
+		    "dir = in\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	/* Unchanged: resumes (to nothing). */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "already finished"), "%s", err);
+	free(err);
+	/* A file that sorts first would shift every task id. */
+	free(t_write(dir, "in/a.txt", "a\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/in named by generator.dir changed since the journaled run: 4 files "
+			      "then, 5 now") && strstr(err, "--force"), "%s", err);
+	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	free(err);
+	/* The same number of files, one renamed. */
+	cr_assert_eq(t_sh(dir, "rm in/a.txt && mv in/e.txt in/0.txt"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds 4 files as it did, but their names, sizes or times differ"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "but their names, sizes or times differ: --resume refuses it "
+			      "without --force"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --force", dir), 0);
+	/* A file named by a key: named too. */
+	free(t_write(dir, "list.txt", "1\n2\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
+		    "path = list.txt\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	free(t_write(dir, "list.txt", "0\n1\n2\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "list.txt named by generator.path changed since the journaled run "
+			      "(4 bytes then, 6 now)"), "%s", err);
+	free(err);
+}
+
+Test(resume, standard_input_cannot_be_compared_and_resume_says_so, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
+		    "path = -\n[sink]\nplugin = null\n");
+	cr_assert_eq(t_sh(dir, "seq 1 50 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc; "
+			       "seq 1 50 | \"$GPUD\" run job.ini --ui off --resume 2>err; echo $? >> rc"),
+		     0);
+	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err");
+	cr_expect_str_eq(rc, "0\n0\n");
+	cr_expect(strstr(err, "generator.path is standard input or a pipe: gpud cannot check"), "%s", err);
+	free(rc);
+	free(err);
+}

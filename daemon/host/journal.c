@@ -15,11 +15,11 @@
 #include "wait.h"
 
 #define MAGIC "GPUDJNL1"
-#define VERSION 1u
+#define VERSION 2u /* 2: INPUT records; a journal of format 1 (none) is read too */
 #define HDR_SIZE 64u
 #define REC_SIZE 32u
 
-enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3 };
+enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3, REC_INPUT = 4 };
 
 struct jhdr {
 	char magic[8];
@@ -402,8 +402,8 @@ static int open_file(struct journal *j, const char *path, int flags, char *why, 
 	return 0;
 }
 
-int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,
-		   size_t len)
+int journal_create(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, char *why, size_t len)
 {
 	if (open_file(j, path, O_RDWR | O_CREAT | O_TRUNC, why, len) < 0)
 		return -1;
@@ -412,6 +412,12 @@ int journal_create(struct journal *j, const char *path, uint64_t fingerprint, ch
 	memcpy(h.magic, MAGIC, 8);
 	h.check = hdr_check(&h);
 	if (io_write_all(j->fd, (const uint8_t *)&h, sizeof h) < 0) {
+		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		put_rec(j, REC_INPUT, in[i].tag, in[i].a, in[i].b);
+	if (journal_flush(j, false) < 0) {
 		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
 		return -1;
 	}
@@ -429,7 +435,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		snprintf(why, len, "%s is not a gpud journal (or its header is damaged)", j->path);
 		return -1;
 	}
-	if (h.version != VERSION || h.rec_size != REC_SIZE) {
+	if (h.version < 1 || h.version > VERSION || h.rec_size != REC_SIZE) {
 		snprintf(why, len, "%s is a journal of format %u, this gpud reads %u", j->path,
 			 h.version, VERSION);
 		return -1;
@@ -449,7 +455,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		}
 		for (size_t i = 0; i < want; i++) {
 			struct jrec *r = &buf[i];
-			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_END ||
+			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_INPUT ||
 			    (r->kind == REC_DONE && r->a % 64)) {
 				bad = true;
 				break;
@@ -470,6 +476,14 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 				}
 				/* status 0: a failure that later ended ok (kept, then dropped). */
 				j->fail_ids[j->n_fail++] = r->a << 1 | (r->status != 0);
+			} else if (r->kind == REC_INPUT) {
+				struct journal_input *in = realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
+				if (!in) {
+					snprintf(why, len, "out of memory");
+					return -1;
+				}
+				j->inputs = in;
+				in[j->n_inputs++] = (struct journal_input){.tag = r->status, .a = r->a, .b = r->b};
 			} else {
 				j->ended = true;
 				j->end_count = r->a;
@@ -509,17 +523,25 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	return 0;
 }
 
-int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bool force,
-		   bool retry_failed, char *why, size_t len)
+int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, bool force, bool retry_failed,
+		   char *why, size_t len)
 {
 	struct stat st;
 	if (lstat(path, &st) < 0 && errno == ENOENT)
-		return journal_create(j, path, fingerprint, why, len) < 0 ? -1 : 1;
+		return journal_create(j, path, fingerprint, in, n, why, len) < 0 ? -1 : 1;
 	if (open_file(j, path, O_RDWR, why, len) < 0)
 		return -1;
 	uint64_t fp;
 	if (load(j, &fp, true, why, len) < 0)
 		return -1;
+	char changed[900];
+	if (!force && inputs_compare(j->inputs, j->n_inputs, in, n, changed, sizeof changed)) {
+		snprintf(why, len, "%s, so the task ids of the journal %s no longer name the same "
+			 "tasks; run without --resume to start over, or add --force to resume "
+			 "anyway", changed, path);
+		return -1;
+	}
 	if (fp != fingerprint && !force) {
 		snprintf(why, len, "the journal %s was written by another job (another worker, "
 			 "generator, their keys or input files); run without --resume to start "
@@ -561,6 +583,7 @@ void journal_close(struct journal *j)
 	free(j->dirty);
 	free(j->fail_ids);
 	free(j->pending);
+	free(j->inputs);
 	free(j->was_words);
 	free(j->sink_fail);
 	*j = (struct journal){.fd = -1};

@@ -27,17 +27,26 @@ int resume_open(struct host *h, const struct run_opts *o)
 		return 0;
 	}
 	uint64_t fp = journal_fingerprint(c);
+	struct journal_input *in;
+	size_t n_in;
 	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		return -1;
+	}
 	if (!o->resume) {
-		if (journal_create(&h->journal, c->journal, fp, why, sizeof why) < 0) {
+		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
+		inputs_free(in, n_in);
+		if (rc < 0) {
 			fprintf(stderr, "gpud: %s: %s (set [job] journal to a writable place, or "
 					"journal = off)\n", c->path, why);
 			return -1;
 		}
 		return 0;
 	}
-	int rc = journal_resume(&h->journal, c->journal, fp, o->force, o->retry_failed, why,
-				sizeof why);
+	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force,
+				o->retry_failed, why, sizeof why);
+	inputs_free(in, n_in);
 	if (rc < 0) {
 		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
 		return -1;
@@ -67,6 +76,11 @@ int resume_open(struct host *h, const struct run_opts *o)
 		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
 				"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
+	const char *stdin_key = inputs_stdin_key(c);
+	if (stdin_key)
+		fprintf(stderr, "gpud: note: generator.%s is standard input or a pipe: gpud "
+				"cannot check that it is the input of the journaled run; the tasks "
+				"are known by their place in it\n", stdin_key);
 	if (h->journal.ended && !sink_tells) {
 		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
 				"(%llu failed; --retry-failed runs those again)\n",
@@ -155,6 +169,14 @@ int run_status(struct cfg *c)
 	if (j.cut_bytes)
 		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
 		       (unsigned long long)j.cut_bytes);
+	struct journal_input *in;
+	size_t n_in;
+	char changed[900];
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
+		if (inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed))
+			printf("  %s: --resume refuses it without --force\n", changed);
+		inputs_free(in, n_in);
+	}
 	if (j.fingerprint != journal_fingerprint(c))
 		printf("  written by another job (its worker, generator, keys or input files "
 		       "differ): --resume refuses it without --force\n");
