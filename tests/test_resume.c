@@ -400,6 +400,11 @@ static void retry_fixes_last(const char *sink)
 		cr_expect_eq(file_size(dir, "job.journal"), size, "%s, resume %d: the journal grew",
 			     sink, k);
 	}
+	/* Nothing failed any more: --retry-failed has nothing to do either. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
+		     0, "%s", sink);
+	cr_expect_eq(file_size(dir, "job.journal"), size, "%s, --retry-failed: the journal grew",
+		     sink);
 	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "tasks with an outcome: 500 (0 of them failed)"), "%s: %s", sink, out);

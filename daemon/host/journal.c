@@ -552,7 +552,10 @@ int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
 		for (size_t i = 0; i < j->n_fail; i++)
 			clear_done(j, j->fail_ids[i]);
 		j->retrying = true;
-		j->ended = false;
+		/* With failures to run again the run is not finished; with none it is, and
+		 * stays as the journal says. */
+		if (j->n_fail)
+			j->ended = false;
 		j->failed = 0; /* they run again; what fails now is counted anew */
 	}
 	advance(j);
