@@ -219,20 +219,28 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
  * come first, well within them. */
 #define HEAD_SIZE 96
 
-/* A line's first bytes (NUL-terminated): when it is one of ours, its task is done. */
-static void line_head(const char *head, void (*done)(void *ctx, uint64_t task_id, int status),
-		      void *ctx)
+/* Whether s[0..n) starts with the string `lit`. */
+static bool starts(const char *s, size_t n, const char *lit)
+{
+	size_t l = strlen(lit);
+	return n >= l && memcmp(s, lit, l) == 0;
+}
+
+/* A line's first n bytes: when it is one of ours, its task is done. */
+static void line_head(const char *s, size_t n,
+		      void (*done)(void *ctx, uint64_t task_id, int status), void *ctx)
 {
 	static const char lead[] = "{\"task_id\": ", st[] = ", \"status\": \"";
-	if (strncmp(head, lead, sizeof lead - 1) != 0)
+	if (!starts(s, n, lead))
 		return;
-	const char *p = head + sizeof lead - 1;
-	char *q;
-	unsigned long long id = strtoull(p, &q, 10);
-	if (q == p || *p < '0' || *p > '9' || strncmp(q, st, sizeof st - 1) != 0)
+	size_t i = sizeof lead - 1, digits = 0;
+	uint64_t id = 0;
+	for (; i < n && s[i] >= '0' && s[i] <= '9' && digits < 20; i++, digits++)
+		id = id * 10 + (uint64_t)(s[i] - '0');
+	if (!digits || !starts(s + i, n - i, st))
 		return;
-	q += sizeof st - 1;
-	int status = !strncmp(q, "ok\"", 3) ? 0 : !strncmp(q, "timeout\"", 8) ? 2 : 1;
+	i += sizeof st - 1;
+	int status = starts(s + i, n - i, "ok\"") ? 0 : starts(s + i, n - i, "timeout\"") ? 2 : 1;
 	done(ctx, id, status);
 }
 
@@ -251,7 +259,7 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 	/* Lines are streamed: only the first bytes of each are kept (where its id and
 	 * status are), so a line of any length is recognised. The last line is whole:
 	 * open_sink cut a torn one. */
-	char buf[1 << 16], head[HEAD_SIZE + 1];
+	char buf[1 << 16], head[HEAD_SIZE];
 	size_t head_len = 0;
 	off_t pos = 0;
 	for (;;) {
@@ -267,13 +275,17 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 		while (p < end) {
 			const char *nl = memchr(p, '\n', (size_t)(end - p));
 			size_t seg = (size_t)((nl ? nl : end) - p);
+			if (nl && head_len == 0) { /* the whole line is here: read in place */
+				line_head(p, seg, done, ctx);
+				p = nl + 1;
+				continue;
+			}
 			size_t take = seg < HEAD_SIZE - head_len ? seg : HEAD_SIZE - head_len;
 			memcpy(head + head_len, p, take);
 			head_len += take;
 			if (!nl)
 				break;
-			head[head_len] = '\0';
-			line_head(head, done, ctx);
+			line_head(head, head_len, done, ctx);
 			head_len = 0;
 			p = nl + 1;
 		}
