@@ -60,12 +60,13 @@ int resume_open(struct host *h, const struct run_opts *o)
 		 * are not run again; one that cannot is opened as for a fresh run, and we
 		 * say so rather than let it empty its output unremarked. */
 		if (sink_tells) {
-			fprintf(stderr, "gpud: no journal at %s: the tasks the output of sink %s "
-					"already holds are kept and not run again\n",
+			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task; "
+					"what the output of sink %s already holds, if anything, is "
+					"kept and not run again\n",
 				c->journal, c->sink.plugin);
 			h->resuming = true;
 		} else {
-			fprintf(stderr, "gpud: no journal at %s: starting from the first task (sink "
+			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task (sink "
 					"%s cannot tell what an earlier run's output holds: it is "
 					"opened as for a fresh run)\n",
 				c->journal, c->sink.plugin);
