@@ -215,6 +215,35 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 	return open_sink(args, state, false, err);
 }
 
+/* The first bytes of a line kept to read its id and status back: the id and status
+ * come first, well within them. */
+#define HEAD_SIZE 96
+
+/* Whether s[0..n) starts with the string `lit`. */
+static bool starts(const char *s, size_t n, const char *lit)
+{
+	size_t l = strlen(lit);
+	return n >= l && memcmp(s, lit, l) == 0;
+}
+
+/* A line's first n bytes: when it is one of ours, its task is done. */
+static void line_head(const char *s, size_t n,
+		      void (*done)(void *ctx, uint64_t task_id, int status), void *ctx)
+{
+	static const char lead[] = "{\"task_id\": ", st[] = ", \"status\": \"";
+	if (!starts(s, n, lead))
+		return;
+	size_t i = sizeof lead - 1, digits = 0;
+	uint64_t id = 0;
+	for (; i < n && s[i] >= '0' && s[i] <= '9' && digits < 20; i++, digits++)
+		id = id * 10 + (uint64_t)(s[i] - '0');
+	if (!digits || !starts(s + i, n - i, st))
+		return;
+	i += sizeof st - 1;
+	int status = starts(s + i, n - i, "ok\"") ? 0 : starts(s + i, n - i, "timeout\"") ? 2 : 1;
+	done(ctx, id, status);
+}
+
 /* Resuming: the file is kept (its torn last line cut), and every task it has a line
  * for is reported done, with its status. Standard output cannot be read back: nothing
  * is reported, and the tasks the journal counts are what is skipped. */
@@ -227,40 +256,39 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 	struct jsonl *j = *state;
 	if (!j->own)
 		return 0;
-	static const char lead[] = "{\"task_id\": ";
-	char buf[1 << 16];
-	size_t have = 0;
+	/* Lines are streamed: only the first bytes of each are kept (where its id and
+	 * status are), so a line of any length is recognised. The last line is whole:
+	 * open_sink cut a torn one. */
+	char buf[1 << 16], head[HEAD_SIZE];
+	size_t head_len = 0;
 	off_t pos = 0;
 	for (;;) {
-		ssize_t n = pread(j->fd, buf + have, sizeof buf - have, pos);
+		ssize_t n = pread(j->fd, buf, sizeof buf, pos);
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n < 0)
 			return gpud_fail(err, "jsonl: cannot read %s back: %s", j->path, strerror(errno));
-		pos += n;
-		have += (size_t)n;
-		char *line = buf, *end = buf + have, *nl;
-		while ((nl = memchr(line, '\n', (size_t)(end - line)))) {
-			if ((size_t)(nl - line) > sizeof lead && !memcmp(line, lead, sizeof lead - 1)) {
-				char *p = line + sizeof lead - 1, *q;
-				unsigned long long id = strtoull(p, &q, 10);
-				static const char st[] = ", \"status\": \"";
-				if (q > p && q + sizeof st - 1 < nl && !memcmp(q, st, sizeof st - 1)) {
-					q += sizeof st - 1;
-					int status = !strncmp(q, "ok\"", 3)	    ? 0
-						     : !strncmp(q, "timeout\"", 8) ? 2
-										   : 1;
-					done(ctx, id, status);
-				}
-			}
-			line = nl + 1;
-		}
-		/* Keep the unfinished line; a line longer than the buffer is not ours. */
-		size_t rest = (size_t)(end - line);
-		if (rest == sizeof buf)
-			rest = 0;
-		memmove(buf, line, rest);
-		have = rest;
 		if (n == 0)
 			break;
+		pos += n;
+		const char *p = buf, *end = buf + n;
+		while (p < end) {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+			size_t seg = (size_t)((nl ? nl : end) - p);
+			if (nl && head_len == 0) { /* the whole line is here: read in place */
+				line_head(p, seg, done, ctx);
+				p = nl + 1;
+				continue;
+			}
+			size_t take = seg < HEAD_SIZE - head_len ? seg : HEAD_SIZE - head_len;
+			memcpy(head + head_len, p, take);
+			head_len += take;
+			if (!nl)
+				break;
+			line_head(head, head_len, done, ctx);
+			head_len = 0;
+			p = nl + 1;
+		}
 	}
 	return 0;
 }

@@ -295,3 +295,246 @@ Test(resume, a_journal_that_cannot_be_written_stops_the_run_before_it_starts, .t
 	cr_expect(strstr(err, "is not a gpud journal"), "%s", err);
 	free(err);
 }
+
+/* The task ids of the jsonl text: how many lines, how many ids twice, how many of
+ * 0..n-1 missing. */
+static void count_ids(const char *out, unsigned n, unsigned *lines, unsigned *twice,
+		      unsigned *missing)
+{
+	unsigned char *seen = calloc(n, 1);
+	*lines = *twice = *missing = 0;
+	for (const char *p = out; p && *p;) {
+		unsigned long id;
+		if (sscanf(p, "{\"task_id\": %lu,", &id) == 1 && id < n && seen[id]++)
+			(*twice)++;
+		(*lines)++;
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	for (unsigned i = 0; i < n; i++)
+		*missing += !seen[i];
+	free(seen);
+}
+
+/* Lines far longer than the 64 KiB jsonl reads its file back with: 50 of 100 KB and 3
+ * of 1 MB, each starting with its number. */
+#define LONG_LINES "for i in $(seq 0 49); do printf %d $i; head -c 100000 /dev/zero | tr '\\0' x; " \
+		   "echo; done > in.txt; for i in 50 51 52; do printf %d $i; " \
+		   "head -c 1000000 /dev/zero | tr '\\0' y; echo; done >> in.txt"
+
+Test(resume, jsonl_lines_of_any_length_are_recognised_on_resume, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, LONG_LINES), 0);
+	t_jobf(dir, "[job]\ngpus = 0\nmax_task_bytes = 2M\nmax_result_bytes = 2M\n"
+		    "[worker]\nplugin = faulty\n[generator]\nplugin = lines\npath = in.txt\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	/* The finished run resumed: every line is recognised, nothing runs again. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
+	free(st);
+	free(err);
+	char *out = t_read_in(dir, "out.jsonl");
+	unsigned lines, twice, missing;
+	count_ids(out, 53, &lines, &twice, &missing);
+	cr_expect(lines == 53 && twice == 0 && missing == 0, "%u lines, %u twice, %u missing",
+		  lines, twice, missing);
+	free(out);
+
+	/* Stopped in the middle with SIGTERM, then resumed: each line once. */
+	dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, LONG_LINES), 0);
+	t_jobf(dir, "[job]\ngpus = 0\nmax_task_bytes = 2M\nmax_result_bytes = 2M\n"
+		    "[worker]\nplugin = faulty\nsleep_us = 30000\n[generator]\nplugin = lines\n"
+		    "path = in.txt\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_sh(dir, "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
+		  "w '[ $(cat out.jsonl 2>/dev/null | wc -l) -gt 5 ]'\n"
+		  "kill -TERM $p; wait $p; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 4);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	out = t_read_in(dir, "out.jsonl");
+	count_ids(out, 53, &lines, &twice, &missing);
+	cr_expect(lines == 53 && twice == 0 && missing == 0, "%u lines, %u twice, %u missing",
+		  lines, twice, missing);
+	free(out);
+}
+
+static long file_size(const char *dir, const char *name)
+{
+	char path[600];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	cr_assert_eq(stat(path, &st), 0, "no %s", path);
+	return (long)st.st_size;
+}
+
+/* --retry-failed with the fault gone, then plain --resume runs: the fixed tasks stay
+ * fixed, and a resume with nothing to do leaves the journal as it was. The fault is a
+ * key, so the runs after the first are another job to the journal: --force. */
+static void retry_fixes_last(const char *sink)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_on = 7,9,11\n"
+		    "[generator]\nplugin = range\nstop = 500\n[sink]\n%s\n", sink);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1, "%s", sink);
+	const char *fixed = "--force --set worker.fail_on=1000000";
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
+		     0, "%s", sink);
+	long size = file_size(dir, "job.journal");
+	for (int k = 0; k < 2; k++) {
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume %s --stats-json %s/s.json",
+				    dir, fixed, dir), 0, "%s, resume %d", sink, k);
+		/* Nothing ran: a sink that cannot tell what it holds stops at the journal's
+		 * end (no stats written). */
+		char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+		cr_expect((st && strstr(st, "\"generated\": 0,")) || strstr(err, "already finished"),
+			  "%s: %s\n%s", sink, st, err);
+		free(st);
+		free(err);
+		char path[600];
+		snprintf(path, sizeof path, "%s/s.json", dir);
+		remove(path);
+		cr_expect_eq(file_size(dir, "job.journal"), size, "%s, resume %d: the journal grew",
+			     sink, k);
+	}
+	/* Nothing failed any more: --retry-failed has nothing to do either. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
+		     0, "%s", sink);
+	cr_expect_eq(file_size(dir, "job.journal"), size, "%s, --retry-failed: the journal grew",
+		     sink);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "tasks with an outcome: 500 (0 of them failed)"), "%s: %s", sink, out);
+	free(out);
+}
+
+Test(resume, retry_failed_fixes_last_and_a_finished_resume_appends_nothing, .timeout = 120)
+{
+	retry_fixes_last("plugin = jsonl\npath = out.jsonl");
+	retry_fixes_last("plugin = files\ndir = res");
+	retry_fixes_last("plugin = null");
+}
+
+Test(resume, resume_without_a_journal_keeps_what_the_output_holds, .timeout = 120)
+{
+	/* The journal lost (deleted, or kept elsewhere): the jsonl and files sinks say what
+	 * their output holds, and nothing is run again or thrown away. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
+	cr_expect(strstr(err, "no journal at") && strstr(err, "already holds, if anything, is kept"),
+		  "%s", err);
+	free(st);
+	free(err);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(out);
+	check_jsonl_once(out, 2000);
+	free(out);
+
+	dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = files\ndir = res\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
+			    dir), 0);
+	st = t_read_in(dir, "s.json");
+	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s", st);
+	free(st);
+	t_sh(dir, "ls res | wc -l > count");
+	cr_expect_eq(t_read_long(dir, "count"), 2000);
+}
+
+Test(resume, resume_with_no_journal_and_no_output_is_a_fresh_run, .timeout = 60)
+{
+	/* The requeue-safe batch script passes --resume on its first run too. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 2000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_assert(out);
+	check_jsonl_once(out, 2000);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "finished: all 2000 tasks"), "%s", out);
+	free(out);
+	/* A sink that cannot tell what it holds: a fresh run, and said so. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null "
+				 "--set job.journal=%s/other.journal", dir, dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "no journal at") && strstr(err, "cannot tell what an earlier run's "
+							     "output holds"), "%s", err);
+	free(err);
+}
+
+Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, "mkdir in && for f in b c d e; do echo $f > in/$f.txt; done"), 0);
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = files\n"
+		    "dir = in\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	/* Unchanged: resumes (to nothing). */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "already finished"), "%s", err);
+	free(err);
+	/* A file that sorts first would shift every task id. */
+	free(t_write(dir, "in/a.txt", "a\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/in named by generator.dir changed since the journaled run: 4 files "
+			      "then, 5 now") && strstr(err, "--force"), "%s", err);
+	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	free(err);
+	/* The same number of files, one renamed. */
+	cr_assert_eq(t_sh(dir, "rm in/a.txt && mv in/e.txt in/0.txt"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds 4 files as it did, but their names, sizes or times differ"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "but their names, sizes or times differ: --resume refuses it "
+			      "without --force"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --force", dir), 0);
+	/* A file named by a key: named too. */
+	free(t_write(dir, "list.txt", "1\n2\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
+		    "path = list.txt\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	free(t_write(dir, "list.txt", "0\n1\n2\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "list.txt named by generator.path changed since the journaled run "
+			      "(4 bytes then, 6 now)"), "%s", err);
+	free(err);
+}
+
+Test(resume, standard_input_cannot_be_compared_and_resume_says_so, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
+		    "path = -\n[sink]\nplugin = null\n");
+	cr_assert_eq(t_sh(dir, "seq 1 50 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc; "
+			       "seq 1 50 | \"$GPUD\" run job.ini --ui off --resume 2>err; echo $? >> rc"),
+		     0);
+	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err");
+	cr_expect_str_eq(rc, "0\n0\n");
+	cr_expect(strstr(err, "generator.path is standard input or a pipe: gpud cannot check"), "%s", err);
+	free(rc);
+	free(err);
+}

@@ -15,11 +15,11 @@
 #include "wait.h"
 
 #define MAGIC "GPUDJNL1"
-#define VERSION 1u
+#define VERSION 2u /* 2: INPUT records; a journal of format 1 (none) is read too */
 #define HDR_SIZE 64u
 #define REC_SIZE 32u
 
-enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3 };
+enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3, REC_INPUT = 4 };
 
 struct jhdr {
 	char magic[8];
@@ -226,15 +226,109 @@ static bool was_failure(const struct journal *j, uint64_t id)
 	return j->n_fail && bsearch(&id, j->fail_ids, j->n_fail, sizeof id, cmp_u64);
 }
 
-void journal_forget_done(struct journal *j)
+/* Whether `id` was done in the journal as loaded (journal_sink_begin). */
+static bool was_done(const struct journal *j, uint64_t id)
 {
+	uint64_t w = id / 64;
+	if (id < j->was_low)
+		return true;
+	if (w < j->was_base || w - j->was_base >= j->was_n)
+		return false;
+	return j->was_words[w - j->was_base] >> (id % 64) & 1;
+}
+
+void journal_sink_begin(struct journal *j)
+{
+	free(j->dirty); /* nothing is marked yet: the loaded words are all written */
+	j->was_words = j->words;
+	j->was_n = j->n_words;
+	j->was_low = j->low;
+	j->was_base = j->base_word;
+	j->words = NULL;
+	j->dirty = NULL;
+	j->n_words = j->cap_words = 0;
 	j->low = 0;
 	j->base_word = 0;
-	j->n_words = 0;
 	j->done = 0;
+}
+
+void journal_sink_holds(struct journal *j, uint64_t id, int status)
+{
+	if (status == 0) {
+		/* Written again only when the journal did not have it (a record lost in a
+		 * crash, or a journal made anew). */
+		set_done(j, id, !was_done(j, id));
+		return;
+	}
+	if (j->n_sink_fail == j->cap_sink_fail) {
+		size_t cap = j->cap_sink_fail ? 2 * j->cap_sink_fail : 64;
+		uint64_t *f = realloc(j->sink_fail, cap * sizeof *f);
+		if (!f) {
+			perror("gpud: journal");
+			abort();
+		}
+		j->sink_fail = f;
+		j->cap_sink_fail = cap;
+	}
+	j->sink_fail[j->n_sink_fail++] = id << 2 | (uint64_t)(status & 3);
+}
+
+static void add_failure(struct journal *j, uint64_t id)
+{
+	if (j->n_fail == j->cap_fail) {
+		size_t cap = j->cap_fail ? 2 * j->cap_fail : 64;
+		uint64_t *f = realloc(j->fail_ids, cap * sizeof *f);
+		if (!f) {
+			perror("gpud: journal");
+			abort();
+		}
+		j->fail_ids = f;
+		j->cap_fail = cap;
+	}
+	j->fail_ids[j->n_fail++] = id;
+}
+
+void journal_sink_end(struct journal *j)
+{
+	/* The recorded failures: one the output now holds an ok line for was fixed by a
+	 * retry (said once, so the next resume loads it as ok); the others stand, done,
+	 * unless they are being retried. Only ok lines are in the done set yet. */
+	size_t k = 0;
+	for (size_t i = 0; i < j->n_fail; i++) {
+		uint64_t id = j->fail_ids[i];
+		if (journal_is_done(j, id)) {
+			put_rec(j, REC_FAILED, 0, id, 0);
+			if (!j->retrying)
+				j->failed--;
+			continue;
+		}
+		j->fail_ids[k++] = id;
+	}
+	size_t loaded = k;
+	j->n_fail = k;
 	if (!j->retrying)
-		for (size_t i = 0; i < j->n_fail; i++)
-			set_done(j, j->fail_ids[i], false);
+		for (size_t i = 0; i < loaded; i++)
+			set_done(j, j->fail_ids[i], !was_done(j, j->fail_ids[i]));
+	/* The failures the output holds: an ok line for the same task wins; a retried
+	 * one runs again; one the journal did not record is recorded. */
+	for (size_t i = 0; i < j->n_sink_fail; i++) {
+		uint64_t id = j->sink_fail[i] >> 2;
+		int status = (int)(j->sink_fail[i] & 3);
+		if (j->retrying || journal_is_done(j, id))
+			continue;
+		/* (A recorded failure is done by now: this one is new to the journal.) */
+		set_done(j, id, !was_done(j, id));
+		put_rec(j, REC_FAILED, (uint32_t)status, id, 0);
+		add_failure(j, id);
+		j->failed++;
+	}
+	if (j->n_fail)
+		qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
+	free(j->was_words);
+	free(j->sink_fail);
+	j->was_words = j->sink_fail = NULL;
+	j->was_n = j->n_sink_fail = j->cap_sink_fail = 0;
+	j->was_low = j->was_base = 0;
 }
 
 void journal_mark(struct journal *j, uint64_t id, int status)
@@ -279,6 +373,10 @@ int journal_end(struct journal *j, uint64_t count)
 	if (j->fd < 0)
 		return 0;
 	journal_flush(j, false);
+	/* A resume that found everything done and ran nothing: the journal already ends
+	 * so, and stays as it was. */
+	if (j->ended && j->end_count == count && j->records == j->records_loaded)
+		return 0;
 	put_rec(j, REC_END, 0, count, 0);
 	return journal_flush(j, true);
 }
@@ -304,8 +402,8 @@ static int open_file(struct journal *j, const char *path, int flags, char *why, 
 	return 0;
 }
 
-int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,
-		   size_t len)
+int journal_create(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, char *why, size_t len)
 {
 	if (open_file(j, path, O_RDWR | O_CREAT | O_TRUNC, why, len) < 0)
 		return -1;
@@ -314,6 +412,12 @@ int journal_create(struct journal *j, const char *path, uint64_t fingerprint, ch
 	memcpy(h.magic, MAGIC, 8);
 	h.check = hdr_check(&h);
 	if (io_write_all(j->fd, (const uint8_t *)&h, sizeof h) < 0) {
+		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		put_rec(j, REC_INPUT, in[i].tag, in[i].a, in[i].b);
+	if (journal_flush(j, false) < 0) {
 		snprintf(why, len, "cannot write the journal %s: %s", path, strerror(errno));
 		return -1;
 	}
@@ -331,7 +435,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		snprintf(why, len, "%s is not a gpud journal (or its header is damaged)", j->path);
 		return -1;
 	}
-	if (h.version != VERSION || h.rec_size != REC_SIZE) {
+	if (h.version < 1 || h.version > VERSION || h.rec_size != REC_SIZE) {
 		snprintf(why, len, "%s is a journal of format %u, this gpud reads %u", j->path,
 			 h.version, VERSION);
 		return -1;
@@ -351,7 +455,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		}
 		for (size_t i = 0; i < want; i++) {
 			struct jrec *r = &buf[i];
-			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_END ||
+			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_INPUT ||
 			    (r->kind == REC_DONE && r->a % 64)) {
 				bad = true;
 				break;
@@ -372,6 +476,14 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 				}
 				/* status 0: a failure that later ended ok (kept, then dropped). */
 				j->fail_ids[j->n_fail++] = r->a << 1 | (r->status != 0);
+			} else if (r->kind == REC_INPUT) {
+				struct journal_input *in = realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
+				if (!in) {
+					snprintf(why, len, "out of memory");
+					return -1;
+				}
+				j->inputs = in;
+				in[j->n_inputs++] = (struct journal_input){.tag = r->status, .a = r->a, .b = r->b};
 			} else {
 				j->ended = true;
 				j->end_count = r->a;
@@ -389,6 +501,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		}
 	}
 	j->records = good;
+	j->records_loaded = good;
 	/* The last word about each failed id holds: sorted by id, file order kept. */
 	size_t k = 0;
 	for (size_t i = 0; i < j->n_fail; i++) {
@@ -410,17 +523,25 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	return 0;
 }
 
-int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bool force,
-		   bool retry_failed, char *why, size_t len)
+int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, bool force, bool retry_failed,
+		   char *why, size_t len)
 {
 	struct stat st;
 	if (lstat(path, &st) < 0 && errno == ENOENT)
-		return journal_create(j, path, fingerprint, why, len) < 0 ? -1 : 1;
+		return journal_create(j, path, fingerprint, in, n, why, len) < 0 ? -1 : 1;
 	if (open_file(j, path, O_RDWR, why, len) < 0)
 		return -1;
 	uint64_t fp;
 	if (load(j, &fp, true, why, len) < 0)
 		return -1;
+	char changed[900];
+	if (!force && inputs_compare(j->inputs, j->n_inputs, in, n, changed, sizeof changed)) {
+		snprintf(why, len, "%s, so the task ids of the journal %s no longer name the same "
+			 "tasks; run without --resume to start over, or add --force to resume "
+			 "anyway", changed, path);
+		return -1;
+	}
 	if (fp != fingerprint && !force) {
 		snprintf(why, len, "the journal %s was written by another job (another worker, "
 			 "generator, their keys or input files); run without --resume to start "
@@ -431,7 +552,10 @@ int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bo
 		for (size_t i = 0; i < j->n_fail; i++)
 			clear_done(j, j->fail_ids[i]);
 		j->retrying = true;
-		j->ended = false;
+		/* With failures to run again the run is not finished; with none it is, and
+		 * stays as the journal says. */
+		if (j->n_fail)
+			j->ended = false;
 		j->failed = 0; /* they run again; what fails now is counted anew */
 	}
 	advance(j);
@@ -462,5 +586,8 @@ void journal_close(struct journal *j)
 	free(j->dirty);
 	free(j->fail_ids);
 	free(j->pending);
+	free(j->inputs);
+	free(j->was_words);
+	free(j->sink_fail);
 	*j = (struct journal){.fd = -1};
 }

@@ -8,6 +8,8 @@
  *   DONE   base, mask: the tasks base..base+63 whose bits are set have a final outcome
  *   FAILED id, status: that final outcome was an error (1) or a timeout (2)
  *   END    count: the run finished with every one of `count` tasks done
+ *   INPUT  tag, a, b: what an input the job names was when the journal was made
+ *          (inputs.h); written first, compared on --resume (format 2 on)
  * Records are cumulative (a later DONE for the same base holds at least the earlier
  * bits), appended in batches by journal_flush (at most every JOURNAL_FLUSH_NS, and at
  * the end with fsync).
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "inputs.h"
 
 #define JOURNAL_FLUSH_NS 100000000u /* 100 ms */
 
@@ -48,6 +51,15 @@ struct journal {
 	uint64_t cut_bytes; /* a torn tail removed on open */
 	uint64_t fingerprint; /* the header's */
 	unsigned rank, ranks; /* the other ranks' chunks count as done (ranks.h) */
+	uint64_t records_loaded; /* records read on open: a run that adds none leaves it so */
+	struct journal_input *inputs; /* the INPUT records read */
+	size_t n_inputs;
+	/* While a sink tells what its output holds (journal_sink_*): the done set as
+	 * loaded, and the failures the output holds (id << 2 | status). */
+	uint64_t *was_words, was_low, was_base;
+	size_t was_n;
+	uint64_t *sink_fail;
+	size_t n_sink_fail, cap_sink_fail;
 };
 
 /* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
@@ -58,15 +70,18 @@ uint64_t journal_fingerprint(const struct cfg *c);
 /* Before journal_create, journal_resume or journal_read: j->rank and j->ranks (the
  * other ranks' chunks count as done), the rest zero. */
 
-/* Creates (or empties) the journal at `path` for a fresh run. 0, or -1 with why. */
-int journal_create(struct journal *j, const char *path, uint64_t fingerprint, char *why,
-		   size_t len);
+/* Creates (or empties) the journal at `path` for a fresh run, with an INPUT record for
+ * each of `in` (n of them). 0, or -1 with why. */
+int journal_create(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, char *why, size_t len);
 /* Opens the journal at `path` to resume: reads every record, cuts a torn or corrupt
- * tail, checks the fingerprint (unless `force`); with `retry_failed`, the tasks whose
- * final outcome was a failure count as not done. 1 when there is no journal there (a
- * fresh one is created), 0 when loaded, -1 with why. */
-int journal_resume(struct journal *j, const char *path, uint64_t fingerprint, bool force,
-		   bool retry_failed, char *why, size_t len);
+ * tail, checks the fingerprint and that the inputs `in` are as the journal recorded
+ * them (unless `force`); with `retry_failed`, the tasks whose final outcome was a
+ * failure count as not done. 1 when there is no journal there (a fresh one is
+ * created), 0 when loaded, -1 with why. */
+int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
+		   const struct journal_input *in, size_t n, bool force, bool retry_failed,
+		   char *why, size_t len);
 /* Reads a journal without changing it (gpud status). 0, or -1 with why. */
 int journal_read(struct journal *j, const char *path, char *why, size_t len);
 
@@ -81,9 +96,15 @@ static inline bool journal_is_done(const struct journal *j, uint64_t id)
 	return j->words[w - j->base_word] >> (id % 64) & 1;
 }
 
-/* Forgets which tasks the DONE records say are done, keeping the recorded failures
- * (unless retrying them): for a sink whose own output tells what is done. */
-void journal_forget_done(struct journal *j);
+/* A sink whose own output tells what is done: journal_sink_begin sets the loaded done
+ * set aside, journal_sink_holds takes the output's word for each task it holds, and
+ * journal_sink_end settles the two: what the output holds is done (an ok line for a
+ * task wins over a failure line for it: a retry that succeeded); the recorded failures
+ * it does not mention stand (unless retrying them). Only what the journal did not know
+ * yet is written, so resuming a finished run appends nothing. */
+void journal_sink_begin(struct journal *j);
+void journal_sink_holds(struct journal *j, uint64_t id, int status);
+void journal_sink_end(struct journal *j);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
 

@@ -27,33 +27,61 @@ int resume_open(struct host *h, const struct run_opts *o)
 		return 0;
 	}
 	uint64_t fp = journal_fingerprint(c);
+	struct journal_input *in;
+	size_t n_in;
 	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		return -1;
+	}
 	if (!o->resume) {
-		if (journal_create(&h->journal, c->journal, fp, why, sizeof why) < 0) {
+		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
+		inputs_free(in, n_in);
+		if (rc < 0) {
 			fprintf(stderr, "gpud: %s: %s (set [job] journal to a writable place, or "
 					"journal = off)\n", c->path, why);
 			return -1;
 		}
 		return 0;
 	}
-	int rc = journal_resume(&h->journal, c->journal, fp, o->force, o->retry_failed, why,
-				sizeof why);
+	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force,
+				o->retry_failed, why, sizeof why);
+	inputs_free(in, n_in);
 	if (rc < 0) {
 		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
 		return -1;
 	}
+	/* A sink that can tell what its output holds is asked even after the end: its
+	 * output may have lost lines since (a disk that lost its last writes). */
+	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
 	if (rc == 1) {
-		fprintf(stderr, "gpud: no journal at %s yet: starting from the first task\n",
-			c->journal);
+		/* No journal, but maybe an earlier run's output (a journal deleted or kept
+		 * elsewhere): a sink that can tell what it holds keeps it, and those tasks
+		 * are not run again; one that cannot is opened as for a fresh run, and we
+		 * say so rather than let it empty its output unremarked. */
+		if (sink_tells) {
+			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task; "
+					"what the output of sink %s already holds, if anything, is "
+					"kept and not run again\n",
+				c->journal, c->sink.plugin);
+			h->resuming = true;
+		} else {
+			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task (sink "
+					"%s cannot tell what an earlier run's output holds: it is "
+					"opened as for a fresh run)\n",
+				c->journal, c->sink.plugin);
+		}
 		return 0;
 	}
 	if (h->journal.cut_bytes)
 		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
 				"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
-	/* A sink that can tell what its output holds is asked even after the end: its
-	 * output may have lost lines since (a disk that lost its last writes). */
-	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
+	const char *stdin_key = inputs_stdin_key(c);
+	if (stdin_key)
+		fprintf(stderr, "gpud: note: generator.%s is standard input or a pipe: gpud "
+				"cannot check that it is the input of the journaled run; the tasks "
+				"are known by their place in it\n", stdin_key);
 	if (h->journal.ended && !sink_tells) {
 		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
 				"(%llu failed; --retry-failed runs those again)\n",
@@ -69,9 +97,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 static void sink_holds(void *ctx, uint64_t id, int status)
 {
 	struct host *h = ctx;
-	if (status != 0 && h->opts->retry_failed)
-		return; /* it runs again */
-	journal_mark(&h->journal, id, status);
+	journal_sink_holds(&h->journal, id, status);
 }
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
@@ -86,8 +112,10 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	/* Its output is what happened: what it holds is done, whatever the journal says
 	 * of successes (a crash may have lost output the journal had already counted).
 	 * Failures it does not write are the journal's word. */
-	journal_forget_done(&h->journal);
-	return fn(args, &h->sink, sink_holds, h, err);
+	journal_sink_begin(&h->journal);
+	int rc = fn(args, &h->sink, sink_holds, h, err);
+	journal_sink_end(&h->journal);
+	return rc;
 }
 
 int resume_skip_prefix(struct host *h, struct gpud_error *err)
@@ -142,6 +170,14 @@ int run_status(struct cfg *c)
 	if (j.cut_bytes)
 		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
 		       (unsigned long long)j.cut_bytes);
+	struct journal_input *in;
+	size_t n_in;
+	char changed[900];
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
+		if (inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed))
+			printf("  %s: --resume refuses it without --force\n", changed);
+		inputs_free(in, n_in);
+	}
 	if (j.fingerprint != journal_fingerprint(c))
 		printf("  written by another job (its worker, generator, keys or input files "
 		       "differ): --resume refuses it without --force\n");

@@ -407,8 +407,11 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state);
  *  crash left half-written) and calls done(ctx, task_id, status) for every task that
  *  output already holds (status 0 ok, 1 error, 2 timeout). Those are not run again, and
  *  what the output holds decides, not gpud's journal: with it a sink gets every task
- *  exactly once across crashes and resumes. Absent: the journal decides what runs again,
- *  and a task finished just before a crash may be delivered again (at least once). */
+ *  exactly once across crashes and resumes. Called on every --resume, also when the
+ *  journal is missing. A task may be reported more than once (an error, then ok after
+ *  --retry-failed): any ok report makes it ok. Absent: the journal decides what runs
+ *  again, and a task finished just before a crash may be delivered again (at least
+ *  once). */
 GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 				 struct gpud_error *err);
