@@ -524,17 +524,46 @@ Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
 	free(err);
 }
 
-Test(resume, standard_input_cannot_be_compared_and_resume_says_so, .timeout = 60)
+/* Standard input cannot be compared ahead of the run, but the sampled tasks' inputs are
+ * compared as it is read again: a stream that starts elsewhere (one line put in front)
+ * is refused naming the task, before anything new runs and with the output untouched;
+ * the same stream finishes the run, every id once with its own input. */
+Test(resume, a_changed_stream_is_refused_and_the_same_one_resumes, .timeout = 90)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = lines\n"
-		    "path = -\n[sink]\nplugin = null\n");
-	cr_assert_eq(t_sh(dir, "seq 1 50 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc; "
-			       "seq 1 50 | \"$GPUD\" run job.ini --ui off --resume 2>err; echo $? >> rc"),
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+		    "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_assert_eq(t_sh(dir, "seq 0 299 | \"$GPUD\" run job.ini --ui off 2>err1 & pid=$!\n"
+			       "w '[ -f out.jsonl ] && [ \"$(wc -l < out.jsonl)\" -ge 20 ]'\n"
+			       "kill -TERM $pid; wait $pid; echo $? > rc\n"
+			       "wc -l < out.jsonl > lines1\n"
+			       "(echo 1000; seq 0 299) | \"$GPUD\" run job.ini --ui off --resume 2>err2\n"
+			       "echo $? >> rc; wc -l < out.jsonl > lines2\n"
+			       "seq 0 299 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"),
 		     0);
-	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err");
-	cr_expect_str_eq(rc, "0\n0\n");
-	cr_expect(strstr(err, "generator.path is standard input or a pipe: gpud cannot check"), "%s", err);
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	cr_expect_str_eq(rc, "4\n2\n0\n", "%s\n%s", err2, err3);
+	cr_expect(strstr(err2, "generator.path is standard input or a pipe"), "%s", err2);
+	cr_expect(strstr(err2, "task 0 came with other bytes"), "%s", err2);
+	cr_expect_eq(t_read_long(dir, "lines1"), t_read_long(dir, "lines2"), "the refused run "
+		     "changed the output");
+	char *out = t_read_in(dir, "out.jsonl");
+	unsigned char seen[300] = {0};
+	size_t lines = 0;
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+		unsigned id;
+		char want[64];
+		cr_assert_eq(sscanf(l, "{\"task_id\": %u,", &id), 1, "%s", l);
+		cr_assert_lt(id, 300u, "%s", l);
+		seen[id]++;
+		snprintf(want, sizeof want, "\"result\": \"%u\"}", id);
+		cr_expect(strstr(l, want), "task %u: %s", id, l);
+	}
+	cr_expect_eq(lines, 300u, "%s", err3);
+	for (unsigned i = 0; i < 300; i++)
+		cr_expect_eq(seen[i], 1, "task %u %d times", i, seen[i]);
+	free(out);
 	free(rc);
-	free(err);
+	free(err2);
+	free(err3);
 }

@@ -277,6 +277,21 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 					break;
 				continue;
 			}
+			/* A sampled task's input, recorded, or compared with what the
+			 * journaled run read when resuming. */
+			if (h->journal.fd >= 0 && __builtin_expect(journal_sampled(id), 0) &&
+			    journal_sample(&h->journal, id, item.data,
+					   item.size < c->max_task_bytes ? item.size
+									 : c->max_task_bytes) < 0) {
+				h->gen_done = true;
+				h->input_changed = true;
+				host_abort(h, "the generator's input is not what the journaled run "
+					   "read: task %llu came with other bytes (the input changed, "
+					   "or it starts elsewhere); run without --resume to start "
+					   "over, or add --force to resume anyway",
+					   (unsigned long long)id);
+				break;
+			}
 			/* Finished by an earlier run: dropped before it touches a ring (the
 			 * slot just written is reserved again for the next item). */
 			if (h->resuming && journal_is_done(&h->journal, id)) {

@@ -207,6 +207,7 @@ struct host {
 	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
 	struct journal journal; /* fd -1 when off */
 	bool resuming;          /* --resume with a journal: done tasks are skipped */
+	bool input_changed;     /* a sampled input differs from the journaled run's */
 	uint64_t resumed;       /* tasks skipped because an earlier run finished them */
 	bool journal_failed;    /* a write failed (said once) */
 	uint64_t first_new_ns;  /* resuming: when the first task not done before came */

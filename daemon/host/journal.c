@@ -19,7 +19,7 @@
 #define HDR_SIZE 64u
 #define REC_SIZE 32u
 
-enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3, REC_INPUT = 4 };
+enum { REC_DONE = 1, REC_FAILED = 2, REC_END = 3, REC_INPUT = 4, REC_SAMPLE = 5 };
 
 struct jhdr {
 	char magic[8];
@@ -219,6 +219,60 @@ static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
+}
+
+/* By id, then by place in the file. */
+static int cmp_sample(const void *a, const void *b)
+{
+	const struct journal_sample *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* A 64-bit hash of an input: 8 bytes a step. */
+static uint64_t input_hash(const void *data, size_t size)
+{
+	const uint8_t *p = data;
+	uint64_t h = mix(UINT64_C(0x73616d706c653031), size);
+	size_t i = 0;
+	for (; i + 8 <= size; i += 8) {
+		uint64_t v;
+		memcpy(&v, p + i, 8);
+		h = mix(h, v);
+	}
+	uint64_t tail = 0;
+	memcpy(&tail, p + i, size - i);
+	return mix(h, tail);
+}
+
+static const struct journal_sample *find_sample(const struct journal *j, uint64_t id)
+{
+	size_t lo = 0, hi = j->n_samples;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (j->samples[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < j->n_samples && j->samples[lo].id == id ? &j->samples[lo] : NULL;
+}
+
+int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size)
+{
+	uint64_t h = input_hash(data, size);
+	const struct journal_sample *was = find_sample(j, id);
+	if (was && j->compare_samples)
+		return was->hash == h ? 0 : -1;
+	if (!was || was->hash != h)
+		put_rec(j, REC_SAMPLE, 0, id, h);
+	return 0;
+}
+
+bool journal_samples_below(const struct journal *j, uint64_t id)
+{
+	return j->compare_samples && j->n_samples && j->samples[0].id < id;
 }
 
 static bool was_failure(const struct journal *j, uint64_t id)
@@ -455,7 +509,7 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		}
 		for (size_t i = 0; i < want; i++) {
 			struct jrec *r = &buf[i];
-			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_INPUT ||
+			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_SAMPLE ||
 			    (r->kind == REC_DONE && r->a % 64)) {
 				bad = true;
 				break;
@@ -476,6 +530,18 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 				}
 				/* status 0: a failure that later ended ok (kept, then dropped). */
 				j->fail_ids[j->n_fail++] = r->a << 1 | (r->status != 0);
+			} else if (r->kind == REC_SAMPLE) {
+				if (j->n_samples == j->cap_samples) {
+					size_t cap = j->cap_samples ? 2 * j->cap_samples : 64;
+					struct journal_sample *sm = realloc(j->samples, cap * sizeof *sm);
+					if (!sm) {
+						snprintf(why, len, "out of memory");
+						return -1;
+					}
+					j->samples = sm;
+					j->cap_samples = cap;
+				}
+				j->samples[j->n_samples++] = (struct journal_sample){r->a, r->b, good};
 			} else if (r->kind == REC_INPUT) {
 				struct journal_input *in = realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
 				if (!in) {
@@ -520,6 +586,17 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	if (k)
 		qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
 	j->failed = j->n_fail;
+	/* Samples by id; of two for one id (a run resumed with --force), the later. */
+	if (j->n_samples) {
+		qsort(j->samples, j->n_samples, sizeof *j->samples, cmp_sample);
+		k = 0;
+		for (size_t i = 0; i < j->n_samples; i++) {
+			if (k && j->samples[k - 1].id == j->samples[i].id)
+				k--;
+			j->samples[k++] = j->samples[i];
+		}
+		j->n_samples = k;
+	}
 	return 0;
 }
 
@@ -548,6 +625,7 @@ int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
 			 "over, or add --force to resume anyway", path);
 		return -1;
 	}
+	j->compare_samples = !force;
 	if (retry_failed) {
 		for (size_t i = 0; i < j->n_fail; i++)
 			clear_done(j, j->fail_ids[i]);
@@ -589,5 +667,6 @@ void journal_close(struct journal *j)
 	free(j->inputs);
 	free(j->was_words);
 	free(j->sink_fail);
+	free(j->samples);
 	*j = (struct journal){.fd = -1};
 }

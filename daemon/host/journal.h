@@ -10,6 +10,10 @@
  *   END    count: the run finished with every one of `count` tasks done
  *   INPUT  tag, a, b: what an input the job names was when the journal was made
  *          (inputs.h); written first, compared on --resume (format 2 on)
+ *   SAMPLE id, hash: the hash of task id's input as the generator yielded it, for the
+ *          ids journal_sampled() picks; compared when a resumed run's generator yields
+ *          that id again, so a stream (standard input, a pipe, a generator reading what
+ *          no key names) that changed is noticed too (format 2 on)
  * Records are cumulative (a later DONE for the same base holds at least the earlier
  * bits), appended in batches by journal_flush (at most every JOURNAL_FLUSH_NS, and at
  * the end with fsync).
@@ -60,7 +64,34 @@ struct journal {
 	size_t was_n;
 	uint64_t *sink_fail;
 	size_t n_sink_fail, cap_sink_fail;
+	/* SAMPLE records read, sorted by id (the last one for an id holds), compared
+	 * unless resumed with --force */
+	struct journal_sample *samples;
+	size_t n_samples, cap_samples;
+	bool compare_samples;
 };
+
+struct journal_sample {
+	uint64_t id, hash, seq; /* seq: its place in the file */
+};
+
+/* The tasks whose inputs the journal keeps a hash of: the first 64 (a stream that
+ * starts elsewhere shifts them all) and one in JOURNAL_SAMPLE_EVERY after. One compare
+ * per task on the host's path, one hash per 4,096 tasks. */
+#define JOURNAL_SAMPLE_FIRST 64u
+#define JOURNAL_SAMPLE_EVERY 4096u
+static inline bool journal_sampled(uint64_t id)
+{
+	return id < JOURNAL_SAMPLE_FIRST || (id & (JOURNAL_SAMPLE_EVERY - 1)) == 0;
+}
+
+/* Task `id` (journal_sampled) was yielded with `data`: compared with what the journal
+ * recorded for it when resuming, else recorded. 0, or -1 when it differs (the input is
+ * not what the journaled run read). */
+int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size);
+/* Whether the journal holds a sample below `id` to compare (the done prefix is then
+ * read through, not jumped, when the input is a stream). */
+bool journal_samples_below(const struct journal *j, uint64_t id);
 
 /* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
  * base_seed, and the size and mtime of every file the worker's and the generator's keys

@@ -79,9 +79,10 @@ int resume_open(struct host *h, const struct run_opts *o)
 			c->journal, (unsigned long long)h->journal.cut_bytes);
 	const char *stdin_key = inputs_stdin_key(c);
 	if (stdin_key)
-		fprintf(stderr, "gpud: note: generator.%s is standard input or a pipe: gpud "
-				"cannot check that it is the input of the journaled run; the tasks "
-				"are known by their place in it\n", stdin_key);
+		fprintf(stderr, "gpud: note: generator.%s is standard input or a pipe: it "
+				"cannot be compared ahead of the run; sampled tasks' inputs are "
+				"compared as it is read again, and the rest is known by its place "
+				"in it\n", stdin_key);
 	if (h->journal.ended && !sink_tells) {
 		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
 				"(%llu failed; --retry-failed runs those again)\n",
@@ -125,6 +126,11 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err)
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
 	uint64_t low = h->journal.low;
 	if (!h->gen_skip || low == 0)
+		return 0;
+	/* A stream cannot be compared ahead of the run: its done prefix is read through
+	 * (the generator would read it to skip it anyway), so the sampled inputs in it are
+	 * compared before anything new runs. */
+	if (inputs_stdin_key(h->cfg) && journal_samples_below(&h->journal, low))
 		return 0;
 	if (h->gen_skip(h->gen, low, err) != 0)
 		return -1;

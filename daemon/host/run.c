@@ -222,6 +222,9 @@ static int finish_run(struct host *h)
 	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
 	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
 	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
+	/* An input found changed before anything new ran: refused, as a changed file is. */
+	if (h->input_changed && !h->stats.generated)
+		stopped = 2;
 	int status = h->abort ? stopped : failed ? 1 : 0;
 	metrics_stop(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
