@@ -75,11 +75,11 @@ struct journal_sample {
 	uint64_t id, hash, seq; /* seq: its place in the file */
 };
 
-/* The tasks whose inputs the journal keeps a hash of: the first 64 (a stream that
+/* The tasks whose inputs the journal keeps a hash of: the first 16 (a stream that
  * starts elsewhere shifts them all) and one in JOURNAL_SAMPLE_EVERY after. One compare
- * per task on the host's path, one hash per 4,096 tasks. */
-#define JOURNAL_SAMPLE_FIRST 64u
-#define JOURNAL_SAMPLE_EVERY 4096u
+ * per task on the host's path, one hash and 32 bytes of journal per 1,024 tasks. */
+#define JOURNAL_SAMPLE_FIRST 16u
+#define JOURNAL_SAMPLE_EVERY 1024u
 static inline bool journal_sampled(uint64_t id)
 {
 	return id < JOURNAL_SAMPLE_FIRST || (id & (JOURNAL_SAMPLE_EVERY - 1)) == 0;
