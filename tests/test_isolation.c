@@ -242,3 +242,23 @@ Test(isolation, workers_cannot_reach_into_the_host, .timeout = 60)
 	free(out);
 	free(err);
 }
+
+/* A generator that calls exit(0) inside gpud (a C plugin, or ctypes) would have ended the
+ * run with status 0 after a few tasks, as if all had gone well: it is an abort (3), said
+ * in one line, with what the sink had written kept. */
+Test(isolation, a_host_plugin_calling_exit_is_an_abort, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+				"[generator]\nplugin = failgen\nstop = 100\nexit_after = 20\n"
+				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 3, "%s", t_read_in(dir, "err"));
+	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
+	cr_expect(strstr(err, "gpud: aborted: a plugin called exit(0) inside the gpud process"),
+		  "%s", err);
+	/* Outcomes written before the exit are kept, whole lines only. */
+	cr_expect(out && (!*out || out[strlen(out) - 1] == '\n'), "%s", out ? out : "(none)");
+	free(err);
+	free(out);
+	free(job);
+}
