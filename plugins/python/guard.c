@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 static const char guard_source[] =
-	"# Built-in modules only, already loaded: the guards add nothing to start-up that\n"
-	"# matters. signal.py (enum...) and warnings are imported when something is refused.\n"
+	"# Built-in modules only (no file to find and read): start-up stays as it was.\n"
+	"# signal.py (which pulls in enum) and warnings are imported when something is refused.\n"
 	"import _signal, faulthandler, os, posix, sys\n"
 	"import gpud\n"
 	"\n"
