@@ -331,3 +331,60 @@ Test(isolation, a_forked_child_returning_into_the_worker_is_harmless, .timeout =
 		check_output(dir, 200, 1000);
 	}
 }
+
+/* The host is not dumpable: a worker of the same user can neither write its memory
+ * through /proc/<host>/mem, nor open its descriptors through /proc/<host>/fd, nor
+ * ptrace it. The worker itself (exec'd) is dumpable again. Run as an ordinary user:
+ * root (CAP_SYS_PTRACE) reaches every process whatever its flag, so as root gpud runs
+ * as nobody here. */
+Test(isolation, workers_cannot_reach_into_the_host, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	if (geteuid() == 0 && t_sh(dir, "command -v setpriv >/dev/null") != 0)
+		cr_skip_test("running as root, and no setpriv to run gpud as an ordinary user");
+	free(t_jobf(dir, "[job]\ngpus = 0\njournal = off\n"
+			 "[worker]\nplugin = hostile\nmode = reach\nevery = 1\n"
+			 "[generator]\nplugin = range\nstop = 2\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	t_sh(dir, "as=\n"
+		  "if [ \"$(id -u)\" = 0 ]; then\n"
+		  "  chmod 0777 .; as='setpriv --reuid=65534 --regid=65534 --clear-groups --'\n"
+		  "fi\n"
+		  "$as \"$GPUD\" run job.ini --ui plain 2>err & echo $! >pid\n"
+		  "wait $!; echo $? >rc\n");
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert_eq(t_read_long(dir, "rc"), 0, "%s", err);
+	cr_assert(out, "%s", err);
+	char host[32];
+	snprintf(host, sizeof host, "host=%ld ", t_read_long(dir, "pid"));
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 2, "%s", out);
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+		cr_expect(strstr(l, host), "the worker found the host (%s): %s", host, l);
+		cr_expect(strstr(l, " mem=denied("), "opened the host's memory for writing: %s", l);
+		cr_expect(strstr(l, " fd=denied("), "opened the host's descriptors: %s", l);
+		cr_expect(strstr(l, " ptrace=denied("), "ptrace-attached to the host: %s", l);
+		cr_expect(strstr(l, " self_dumpable=1"), "an exec'd worker is dumpable: %s", l);
+	}
+	free(out);
+	free(err);
+}
+
+/* A generator that calls exit(0) inside gpud (a C plugin, or ctypes) would have ended the
+ * run with status 0 after a few tasks, as if all had gone well: it is an abort (3), said
+ * in one line, with what the sink had written kept. */
+Test(isolation, a_host_plugin_calling_exit_is_an_abort, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+				"[generator]\nplugin = failgen\nstop = 100\nexit_after = 20\n"
+				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 3, "%s", t_read_in(dir, "err"));
+	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
+	cr_expect(strstr(err, "gpud: aborted: a plugin called exit(0) inside the gpud process"),
+		  "%s", err);
+	/* Outcomes written before the exit are kept, whole lines only. */
+	cr_expect(out && (!*out || out[strlen(out) - 1] == '\n'), "%s", out ? out : "(none)");
+	free(err);
+	free(out);
+	free(job);
+}

@@ -474,3 +474,134 @@ Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 		free(err);
 	}
 }
+
+/* Python in the host cannot take gpud's signals: a generator's signal.signal(SIGTERM,
+ * ...) is refused with a warning (as are SIGINT, SIGHUP and the others gpud handles),
+ * so SIGTERM still stops the run in order: the running tasks finish and the run exits
+ * 4 with its journal. Before, Python's handler replaced gpud's: the SIGTERM was
+ * swallowed and only SIGKILL ended the run (137). */
+Test(python, a_generator_cannot_take_gpuds_signals, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "gen.py",
+		     "import signal, time\n"
+		     "def items(**kw):\n"
+		     "    signal.signal(signal.SIGTERM, lambda *a: print('HANDLER' + 'RAN'))\n"
+		     "    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+		     "    signal.signal(signal.SIGHUP, old)\n"
+		     "    signal.siginterrupt(signal.SIGTERM, False)\n"
+		     "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})\n"
+		     "    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # not gpud's: allowed\n"
+		     "    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN\n"
+		     "    for i in range(1000):\n"
+		     "        if i == 3: open('ready', 'w').close()\n"
+		     "        time.sleep(0.02)\n"
+		     "        yield str(i)\n"));
+	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			 "[generator]\nplugin = python\nscript = gen.py\nfunction = items\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui plain >stdout 2>err & pid=$!\n"
+		  "w '[ -e ready ]' && kill -TERM $pid\n"
+		  /* Not stopped within 5 s: the signal was lost. */
+		  "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
+		  "kill -KILL $pid 2>/dev/null\n"
+		  "wait $pid; echo $? >rc\n");
+	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "SIGTERM stops the run with its journal:\n%s", err);
+	cr_expect(strstr(err, "`gpud run job.ini --resume` finishes it") ||
+		  strstr(err, "--resume` finishes it"), "%s", err);
+	cr_expect(strstr(err, "signal.signal(SIGTERM, ...) ignored"), "the refusal is told:\n%s", err);
+	cr_expect(strstr(err, "signal.siginterrupt(SIGTERM, ...) ignored"), "%s", err);
+	cr_expect(strstr(err, "signal.pthread_sigmask(SIG_BLOCK, SIGTERM) ignored"), "%s", err);
+	/* Told once: putting back what it had is no news. */
+	const char *sighup = strstr(err, "signal.signal(SIGHUP, ...) ignored");
+	cr_expect(sighup && !strstr(sighup + 1, "signal.signal(SIGHUP"), "%s", err);
+	cr_expect(strstr(err, "gen.py:3: RuntimeWarning: gpud: signal.signal(SIGTERM"),
+		  "the warning names the plugin's line:\n%s", err);
+	char *stdout_text = t_read_in(dir, "stdout");
+	cr_expect(stdout_text && !strstr(stdout_text, "HANDLERRAN") && !strstr(err, "HANDLERRAN"),
+		  "the generator's handler never ran");
+	free(stdout_text);
+	cr_expect(out && t_count_lines(out, "{\"task_id\": ") >= 3, "%s", out ? out : "(no output)");
+	free(err);
+	free(out);
+}
+
+/* os._exit() and os.abort() in the host's Python (generator, callbacks) would end the
+ * whole run at once, with exit status 0 after os._exit(0): refused with gpud.ExitRefused,
+ * which fails the generator or the sink (exit 3) with a line naming the call. sys.exit()
+ * raises SystemExit: a failure too. A process the plugin forks exits as asked. */
+Test(python, exits_in_the_host_are_refused_and_reported, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "gen.py",
+		     "import os, sys\n"
+		     "pid = os.fork()\n"
+		     "if pid == 0:\n"
+		     "    try:\n"
+		     "        os._exit(7)\n"
+		     "    finally:\n"
+		     "        os.kill(os.getpid(), 9)\n"
+		     "CHILD = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+		     "def exits(how, **kw):\n"
+		     "    yield 'child exited %d' % CHILD\n"
+		     "    if how == 'exit0': os._exit(0)\n"
+		     "    if how == 'abort': os.abort()\n"
+		     "    if how == 'sys': sys.exit(0)\n"
+		     "    if how == 'libc': __import__('ctypes').CDLL(None).exit(0)\n"
+		     "    if how == 'swallow':\n"
+		     "        try: os._exit(0)\n"
+		     "        except Exception: pass  # not an Exception: it goes through\n"
+		     "    yield 'after'\n"));
+	struct {
+		const char *how, *want;
+	} gens[] = {
+		{"exit0", "the generator failed after 1 tasks: python: exits() raised ExitRefused: "
+			  "os._exit(0) refused in the gpud host"},
+		{"abort", "the generator failed after 1 tasks: python: exits() raised ExitRefused: "
+			  "os.abort() refused in the gpud host"},
+		{"swallow", "python: exits() raised ExitRefused: os._exit(0) refused"},
+		{"sys", "the generator failed after 1 tasks: python: exits() raised SystemExit: 0"},
+		/* Past the Python guards: the C library's exit(), seen by the host. */
+		{"libc", "gpud: aborted: a plugin called exit(0) inside the gpud process"},
+	};
+	for (size_t i = 0; i < sizeof gens / sizeof *gens; i++) {
+		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+			    "[generator]\nplugin = python\nscript = gen.py\nfunction = exits\nhow = %s\n"
+			    "[sink]\nplugin = jsonl\npath = out.jsonl\n", gens[i].how);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3, "%s: %s", gens[i].how,
+			     t_read_in(dir, "err"));
+		char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
+		cr_expect(strstr(err, gens[i].want), "%s: want %s in\n%s", gens[i].how, gens[i].want,
+			  err);
+		/* (exit() ends the run before the sink writes anything.) */
+		if (strcmp(gens[i].how, "libc") != 0)
+			cr_expect(out && strstr(out, "\"result\": \"child exited 7\""),
+				  "a forked child's os._exit(7) is its own: %s",
+				  out ? out : "(no output)");
+		free(err);
+		free(out);
+	}
+	/* The same from a callbacks class, and from the module's own functions. */
+	free(t_write(dir, "cb.py",
+		     "import os\n"
+		     "class Callbacks:\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        if task_id == 2: os._exit(0)\n"
+		     "def on_success(task_id, result, worker_id):\n"
+		     "    if task_id == 2: os._exit(0)\n"));
+	const char *classes[] = {"class = Callbacks\n", ""};
+	for (size_t i = 0; i < 2; i++) {
+		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+			    "[generator]\nplugin = range\nstop = 10\n"
+			    "[sink]\nplugin = python\nscript = cb.py\n%s", classes[i]);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3, "%s",
+			     t_read_in(dir, "err"));
+		char *err = t_read_in(dir, "err");
+		cr_expect(strstr(err, "the sink failed: python: on_success raised ExitRefused: "
+				      "os._exit(0) refused in the gpud host"), "%s", err);
+		free(err);
+	}
+}

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* gpud's command line. */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "catalog.h"
 #include "config.h"
@@ -163,6 +166,17 @@ int main(int argc, char **argv)
 	char *stats_owned = NULL;
 	int rc;
 
+	/* Workers run the user's code as the same user. Were the host dumpable, any of
+	 * them could open /proc/<host>/mem for writing, take the host's descriptors
+	 * through /proc/<host>/fd, or ptrace it: the host's state would be theirs to
+	 * rewrite. Not dumpable (as OpenSSH's monitor), it is reachable only with
+	 * CAP_SYS_PTRACE. Workers are exec'd, which makes them dumpable again: this
+	 * protects the host, not the workers from each other. First thing, before any
+	 * plugin is loaded. The cost: no core dumps of the host and no `gdb -p` on it
+	 * without the capability (docs/reliability.md). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		fprintf(stderr, "gpud: warning: cannot make the host undumpable (%s): its workers "
+				"can reach into it through /proc and ptrace\n", strerror(errno));
 	if (!sets) {
 		perror("gpud");
 		return 2;

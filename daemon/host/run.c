@@ -261,6 +261,38 @@ static int finish_run(struct host *h)
 
 typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
 
+/* Set while the generator's and the sink's code may run in this process (the run's host,
+ * alive in run_job's frame meanwhile). gpud itself never calls exit() then (it returns
+ * from main; the stand-in uses _exit), so an exit() seen now is a plugin's: a C
+ * generator or sink, or code they loaded (ctypes). It would end the run with the
+ * plugin's status, 0 included, as if the run had succeeded. */
+static struct host *volatile plugins_running;
+
+static void exit_during_run(int status, void *arg)
+{
+	struct host *h = plugins_running;
+	(void)arg;
+	if (!h)
+		return;
+	plugins_running = NULL;
+	fflush(NULL); /* what a sink wrote through stdio so far, as a normal exit would */
+	fprintf(stderr, "gpud: aborted: a plugin called exit(%d) inside the gpud process (the "
+			"generator, the sink or code they loaded): the run ended at once, its "
+			"running tasks without an outcome and the sink not closed\n", status);
+	if (h->journal.fd >= 0)
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+	_exit(3);
+}
+
+/* Arms (h) or disarms (NULL) exit_during_run. */
+static void watch_plugin_exits(struct host *h)
+{
+	static bool registered;
+	if (h && !registered)
+		registered = on_exit(exit_during_run, NULL) == 0;
+	plugins_running = h;
+}
+
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
@@ -287,6 +319,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	h.gen_next = (int (*)(void *, struct gpud_buf *, struct gpud_error *))loader_sym(
 		&h.gen_pl, "gpud_generator_next");
 	h.gen_close = (void (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_close");
+	watch_plugin_exits(&h);
 	if (gen_open(&c->generator.args, &h.gen, &err) != 0) {
 		ui_clean(err.message);
 		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
@@ -396,5 +429,6 @@ close_plugins: /* nothing ran */
 		h.gen_close(h.gen);
 out:
 	release(&h);
+	watch_plugin_exits(NULL);
 	return rc;
 }

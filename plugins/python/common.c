@@ -64,7 +64,7 @@ static void libpython_global(void)
 		dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
 }
 
-int py_start(PyObject *(*module_init)(void), bool release_gil, struct gpud_error *err)
+int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err)
 {
 	if (Py_IsInitialized())
 		return 0; /* the generator's and the sink's plugins share one interpreter */
@@ -81,10 +81,15 @@ int py_start(PyObject *(*module_init)(void), bool release_gil, struct gpud_error
 	if (PyStatus_Exception(st))
 		return gpud_fail(err, "python: cannot start the interpreter: %s",
 				 st.err_msg ? st.err_msg : "?");
-	/* In the host, calls come from more than one thread (the loop's stand-in): each
-	 * takes the GIL for itself (PyGILState_Ensure), so the starter lets go of it. */
-	if (release_gil)
+	if (host) {
+		/* gpud's signals and the process's exit stay gpud's (guard.c). */
+		int guarded = py_guard_host(err);
+		/* Calls come from more than one thread (the loop's stand-in): each takes
+		 * the GIL for itself (PyGILState_Ensure), so the starter lets go of it. */
 		PyEval_SaveThread();
+		if (guarded < 0)
+			return -1;
+	}
 	return 0;
 }
 

@@ -13,9 +13,14 @@
 /* Starts the interpreter once per process: libpython's symbols made global (so
  * extension modules like NumPy's load), no signal handlers of Python's (gpud's stay in
  * charge), unbuffered print(). `module_init` adds an importable `gpud` module (NULL:
- * none). `release_gil`: let go of the GIL after starting (host plugins, called from
- * more than one thread, take it per call). 0, or -1 with err. */
-int py_start(PyObject *(*module_init)(void), bool release_gil, struct gpud_error *err);
+ * none). `host`: the gpud host process (generator, sink): gpud's signals and the
+ * process's exit are guarded (py_guard_host), and the GIL is let go of after starting
+ * (called from more than one thread, host plugins take it per call). 0, or -1 with err. */
+int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err);
+/* In the host, with the GIL held, once: signal.signal() and the other Python calls that
+ * would take gpud's signals leave them alone (with a RuntimeWarning); os._exit() and
+ * os.abort() raise gpud.ExitRefused (guard.c). Needs the `gpud` module. 0, or -1 with err. */
+int py_guard_host(struct gpud_error *err);
 /* Prepends each folder of a colon-separated list to sys.path, in order. */
 int py_prepend_path(const char *list, struct gpud_error *err);
 /* The user's module: `script` loaded from its file as module `name` (its folder first

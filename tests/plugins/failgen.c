@@ -5,7 +5,9 @@
  * any signal, like a read that retries on EINTR), once; with `block_every = N` the call
  * after every N items blocks for `block_ms`. `stamp = 1`: each item is the
  * CLOCK_MONOTONIC time it was yielded at, in nanoseconds, instead of its number.
- * `pad = P`: item i is its number followed by i % P copies of 'x' (inputs of many sizes). */
+ * `pad = P`: item i is its number followed by i % P copies of 'x' (inputs of many sizes).
+ * `exit_after = N`: the call after N items calls exit(`exit_status`) (default 0), as a
+ * plugin that thinks it owns the process would. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@ GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
 	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp, pad;
+	long exit_after, exit_status;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -38,6 +41,8 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		free(g);
 		return gpud_fail(err, "failgen: pad must be 0 to 1000");
 	}
+	g->exit_after = gpud_arg_long(args, "exit_after", -1);
+	g->exit_status = gpud_arg_long(args, "exit_status", 0);
 	if (g->block_every > 0)
 		g->block_after = g->block_every;
 	*state = g;
@@ -56,6 +61,8 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;
 	}
+	if (g->n == g->exit_after)
+		exit((int)g->exit_status);
 	if (g->fail_after >= 0 && g->n >= g->fail_after)
 		return gpud_fail(err, "failgen: the input went away after %ld items", g->n);
 	if (g->n >= g->stop)

@@ -14,6 +14,9 @@
  *              the classic failed exec. `first = child` makes the parent wait (up to
  *              2 s) for the child to end before returning, `first = parent` makes the
  *              child wait 2 ms; otherwise both return at once
+ *   reach      tries to reach into the gpud host (a same-user process): open its
+ *              /proc/<pid>/mem for writing, open its descriptors through /proc/<pid>/fd,
+ *              ptrace-attach to it; returns what it got as the result (see reach())
  * `leave = group` moves the worker into its parent's process group in setup,
  * `leave = session` into a session of its own (through its parent's group: a group
  * leader cannot start a session), `leave = child` into the group of a child it starts
@@ -23,10 +26,13 @@
  * return an empty result instead.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +129,102 @@ static void scribble(void)
 	fclose(f);
 }
 
+/* The gpud host: the nearest ancestor named "gpud" (a process between it and us, should
+ * there be one, is skipped), else our parent. /proc/<pid>/stat stays readable even for
+ * a process that is not dumpable. */
+static pid_t find_host(void)
+{
+	pid_t p = getppid();
+	for (int depth = 0; p > 1 && depth < 8; depth++) {
+		char path[64], buf[512];
+		snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			break;
+		size_t n = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+		int ppid;
+		if (!open || !close)
+			break;
+		if (close - open - 1 == 4 && strncmp(open + 1, "gpud", 4) == 0)
+			return p;
+		if (sscanf(close + 1, " %*c %d", &ppid) != 1)
+			break;
+		p = ppid;
+	}
+	return getppid();
+}
+
+/* "ok" or "denied(<errno name>)". */
+static const char *verdict(int e)
+{
+	static char buf[8][48];
+	static unsigned next;
+	char *b = buf[next++ % 8];
+	if (e == 0)
+		return "ok";
+	snprintf(b, sizeof buf[0], "denied(%s)", strerrorname_np(e) ? strerrorname_np(e) : "?");
+	return b;
+}
+
+/* What this worker can do to the host, as "host=PID mem=... fd=... ptrace=...
+ * self_dumpable=D": mem, opening /proc/PID/mem read-write; fd, opening the host's
+ * descriptors 0..63 through /proc/PID/fd ("ok(K)" when K of them opened, else the first
+ * refusal); ptrace, PTRACE_SEIZE from a child (which stops nothing, and the child's exit
+ * detaches it). self_dumpable: our own flag, which exec gives back to workers. */
+static void reach(struct gpud_task *task)
+{
+	pid_t host = find_host();
+	char path[64];
+	int mem_err = 0, fd_err = ENOENT, opened = 0, pt_err = EIO;
+
+	snprintf(path, sizeof path, "/proc/%d/mem", (int)host);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		mem_err = errno;
+	else
+		close(fd);
+	for (int n = 0; n < 64; n++) {
+		snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)host, n);
+		/* Non-blocking: a pipe with no writer left would block a plain open. */
+		fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (fd >= 0) {
+			opened++;
+			close(fd);
+		} else if (errno != ENOENT && errno != ENXIO && fd_err == ENOENT) {
+			fd_err = errno; /* ENXIO: a socket, which cannot be opened this way */
+		}
+	}
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) == 0) {
+		pid_t kid = fork();
+		if (kid == 0) {
+			int e = ptrace(PTRACE_SEIZE, host, 0, 0) == 0 ? 0 : errno;
+			if (write(pipefd[1], &e, sizeof e) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		close(pipefd[1]);
+		if (kid > 0 && read(pipefd[0], &pt_err, sizeof pt_err) != sizeof pt_err)
+			pt_err = EIO;
+		close(pipefd[0]);
+		if (kid > 0)
+			waitpid(kid, NULL, 0);
+	}
+	char fds[64];
+	if (opened)
+		snprintf(fds, sizeof fds, "ok(%d)", opened);
+	else
+		snprintf(fds, sizeof fds, "%s", verdict(fd_err));
+	int n = snprintf(task->result.data, task->result.capacity,
+			 "host=%d mem=%s fd=%s ptrace=%s self_dumpable=%d", (int)host,
+			 verdict(mem_err), fds, verdict(pt_err), prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
+	task->result.size = n < 0 ? 0 : (size_t)n < task->result.capacity ? (size_t)n
+									 : task->result.capacity;
+}
+
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
 	struct st *s = state;
@@ -142,6 +244,10 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 				pause();
 		else if (!strcmp(s->mode, "forkret"))
 			fork_and_return(s->first);
+		else if (!strcmp(s->mode, "reach")) {
+			reach(task);
+			return 0;
+		}
 		else if (!strcmp(s->mode, "fork") && fork() == 0) {
 			append_pid(s->pidfile, getpid());
 			setsid(); /* out of the worker's process group, too */
