@@ -145,3 +145,63 @@ Test(control, idle_slow_and_garbage_clients_do_not_hold_the_metrics_endpoint, .t
 		close(idle[i]);
 	close(slow);
 }
+
+/* One run of a job at a time: while a run is alive, a second run, a --resume and a check
+ * of the same job are refused (exit 2, naming the other run's pid), and status says it
+ * runs; once it is killed with kill -9 its lock is gone and --resume finishes the job,
+ * every id once. With journal = off the sink's output is locked the same way. */
+Test(control, a_second_run_of_a_job_is_refused_while_the_first_runs, .timeout = 90)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+		    "[generator]\nplugin = range\nstop = 300\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	free(t_write(dir, "off.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+				     "sleep_us = 20000\n[generator]\nplugin = range\nstop = 300\n"
+				     "[sink]\nplugin = jsonl\npath = off.jsonl\n"));
+	t_sh(dir, "\"$GPUD\" run job.ini --ui off 2>err1 & pid=$!\n"
+		  "\"$GPUD\" run off.ini --ui off 2>erroff1 & pidoff=$!\n"
+		  "w '[ -s out.jsonl ] && [ -s off.jsonl ]'\n"
+		  "echo $pid >pid; echo $pidoff >pidoff\n"
+		  "\"$GPUD\" run job.ini --ui off 2>err2; echo $? >rc\n"
+		  "\"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >>rc\n"
+		  "\"$GPUD\" check job.ini 2>err4; echo $? >>rc\n"
+		  "\"$GPUD\" status job.ini >status 2>err5; echo $? >>rc\n"
+		  "\"$GPUD\" run off.ini --ui off 2>erroff2; echo $? >>rc\n"
+		  "kill -9 $pid; wait $pid\n"
+		  "\"$GPUD\" run job.ini --ui off --resume 2>err6; echo $? >>rc\n"
+		  "wait $pidoff; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc");
+	cr_expect_str_eq(rc, "2\n2\n2\n0\n2\n0\n0\n", "second run, resume, check, status, "
+			 "journal = off, resume after kill -9, the first journal = off run");
+	char want[64];
+	snprintf(want, sizeof want, "another run of this job is running (pid %ld ", t_read_long(dir, "pid"));
+	static const char *const refused[] = {"err2", "err3", "err4", "err5"};
+	for (size_t i = 0; i < 4; i++) {
+		char *e = t_read_in(dir, refused[i]);
+		cr_expect(e && strstr(e, want), "%s: %s", refused[i], e);
+		free(e);
+	}
+	char *off = t_read_in(dir, "erroff2");
+	snprintf(want, sizeof want, "(pid %ld ", t_read_long(dir, "pidoff"));
+	cr_expect(strstr(off, want) && strstr(off, "off.jsonl"), "%s", off);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\""), 300, "every task once after the resume");
+	free(out);
+	free(off);
+	free(rc);
+}
+
+/* Ranks lock their own journal and outputs: two ranks of one job run side by side. */
+Test(control, ranks_of_one_job_do_not_block_one_another, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\njournal = rank{rank}.journal\n[worker]\nplugin = faulty\n"
+		    "sleep_us = 5000\n[generator]\nplugin = range\nstop = 200\n"
+		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "\"$GPUD\" run job.ini --rank 0/2 --ui off 2>err0 & a=$!\n"
+		  "\"$GPUD\" run job.ini --rank 1/2 --ui off 2>err1 & b=$!\n"
+		  "wait $a; echo $? >rc; wait $b; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc");
+	cr_expect_str_eq(rc, "0\n0\n", "%s", t_read_in(dir, "err1"));
+	free(rc);
+}

@@ -15,6 +15,7 @@
 #include "ranks.h"
 #include "merge.h"
 #include "outputs.h"
+#include "runlock.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
@@ -225,9 +226,24 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
+	/* One run of a job at a time: a second one, or a --resume racing the first, is
+	 * refused; check says so too, status says it runs (runlock.h). */
+	struct runlock lock = {.n = 0};
+	bool probe = strcmp(cmd, "run") != 0;
+	if (probe ? runlock_probe(&c, err, sizeof err) < 0 : runlock_take(&lock, &c, err, sizeof err) < 0) {
+		if (strcmp(cmd, "status") == 0) {
+			fprintf(stderr, "gpud: note: %s\n", err);
+		} else {
+			fprintf(stderr, "gpud: %s: %s\n", c.path, err);
+			cfg_free(&c);
+			rc = 2;
+			goto out;
+		}
+	}
 	rc = strcmp(cmd, "check") == 0	  ? run_check(&c)
 	     : strcmp(cmd, "status") == 0 ? run_status(&c)
 					  : run_job(&c, &opts);
+	runlock_release(&lock);
 	cfg_free(&c);
 out:
 	free(stats_owned);

@@ -95,8 +95,7 @@ static void name_of(const struct named *n, char *buf, size_t len)
 		snprintf(buf, len, "%s", n->what);
 }
 
-/* Keys that name one file (not a folder, not a list). */
-static bool file_key(const char *k, const char *v)
+bool outputs_file_key(const char *k, const char *v)
 {
 	size_t n = strlen(k);
 	if (!strcmp(v, "-") || !*v)
@@ -153,7 +152,7 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 	char (*what)[80] = calloc(cap, sizeof *what);
 	for (size_t s = 0; what && s < 3; s++) {
 		for (size_t i = 0; i < secs[s]->count; i++) {
-			if (!file_key(secs[s]->kv[i].key, secs[s]->kv[i].value))
+			if (!outputs_file_key(secs[s]->kv[i].key, secs[s]->kv[i].value))
 				continue;
 			snprintf(what[n], sizeof what[n], "%s%s", names[s], secs[s]->kv[i].key);
 			add(f, &n, what[n], secs[s]->where[i], secs[s]->kv[i].value, s == 0);

@@ -5,6 +5,7 @@
 #ifndef GPUD_OUTPUTS_H
 #define GPUD_OUTPUTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -15,5 +16,8 @@
  * Touches nothing. 0, or -1 with one line in why naming both keys and where each was
  * set. */
 int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, size_t len);
+/* Whether key `k` = `v` names one file (path, file, *_path, *_file; not `-`, not a
+ * list of folders). */
+bool outputs_file_key(const char *k, const char *v);
 
 #endif
