@@ -205,3 +205,87 @@ Test(control, ranks_of_one_job_do_not_block_one_another, .timeout = 60)
 	cr_expect_str_eq(rc, "0\n0\n", "%s", t_read_in(dir, "err1"));
 	free(rc);
 }
+
+/* jsonl into a FIFO whose reader stops reading (it holds the FIFO open): the sink's
+ * write blocks for good. SIGTERM still ends the run after drain_timeout (2 s) with the
+ * summary, exit 4, and says the sink was not closed; the outcome in the stuck call counts
+ * as not run. (Before, SIGTERM and a second SIGINT did nothing.) */
+Test(control, sigterm_ends_a_run_whose_sink_blocks_on_a_fifo, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+		    "[generator]\nplugin = range\nstop = 100000\n[sink]\nplugin = jsonl\npath = fifo\n");
+	t_sh(dir, "mkfifo fifo\n"
+		  "(exec 3<fifo; head -c 20000 <&3 >got; sleep 30) & reader=$!\n"
+		  "\"$GPUD\" run job.ini --ui plain --stats-json s.json 2>err & pid=$!\n"
+		  "w '[ -s got ] && [ $(wc -c <got) -ge 20000 ]'; sleep 0.5\n"
+		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+		  "kill $reader\n");
+	char *err = t_read_in(dir, "err"), *stats = t_read_in(dir, "s.json");
+	long ms = t_read_long(dir, "ms");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	cr_expect(ms >= 1800 && ms < 6000, "ended %ld ms after SIGTERM (drain_timeout 2 s)", ms);
+	cr_expect(strstr(err, "the sink's last call had not returned when the run ended"), "%s", err);
+	cr_expect(strstr(err, "aborted: interrupted; 1 results could not be written"), "%s", err);
+	cr_expect(strstr(err, "`gpud run job.ini --resume` finishes it"), "%s", err);
+	cr_expect(stats && strstr(stats, "\"exit_status\": 4"), "%s", stats ? stats : "(none)");
+	free(err);
+	free(stats);
+}
+
+/* A Python callback that blocks (task 40's on_success sleeps while the file `block`
+ * exists): SIGTERM ends the run after drain_timeout, exit 4; the journal records only
+ * the outcomes the callbacks took, so --resume (the block gone) delivers every other
+ * one exactly once: each id is in the log once. With sink_timeout the run ends by
+ * itself the same way. */
+Test(control, a_blocked_python_callback_loses_nothing_and_resumes_exactly_once, .timeout = 90)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python plugins were not built (Debian: libpython3.11-dev)");
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "cb.py",
+		     "import os, time\n"
+		     "class Log:\n"
+		     "    def __init__(self, log, **kw): self.f = open(log, 'a')\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        while task_id == 40 and os.path.exists('block'): time.sleep(0.05)\n"
+		     "        self.f.write('%d %s\\n' % (task_id, result)); self.f.flush()\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n[worker]\nplugin = faulty\n"
+		    "sleep_us = 2000\n[generator]\nplugin = range\nstop = 400\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = log\n");
+	t_sh(dir, "touch block\n"
+		  "\"$GPUD\" run job.ini --ui plain 2>err1 & pid=$!\n"
+		  "w '[ -s log ] && [ $(wc -l <log) -ge 40 ]'; sleep 0.3\n"
+		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+		  "\"$GPUD\" run job.ini --ui plain --resume --set job.sink_timeout=1 2>err2; echo $? >>rc\n"
+		  "rm block\n"
+		  "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"), *err2 = t_read_in(dir, "err2");
+	char *err3 = t_read_in(dir, "err3"), *log = t_read_in(dir, "log");
+	long ms = t_read_long(dir, "ms");
+	cr_expect_str_eq(rc, "4\n4\n0\n", "%s\n---\n%s\n---\n%s", err1, err2, err3);
+	cr_expect(ms >= 800 && ms < 5000, "ended %ld ms after SIGTERM (drain_timeout 1 s)", ms);
+	cr_expect(strstr(err2, "the sink's call has not returned in 1 s (sink_timeout)"), "%s", err2);
+	unsigned char seen[400] = {0};
+	size_t lines = 0;
+	for (char *l = strtok(log, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+		unsigned id;
+		char res[32];
+		cr_assert_eq(sscanf(l, "%u %31s", &id, res), 2, "%s", l);
+		cr_assert_lt(id, 400u, "%s", l);
+		char want[32];
+		snprintf(want, sizeof want, "%u", id);
+		cr_expect_str_eq(res, want, "task %u's result", id);
+		seen[id]++;
+	}
+	for (unsigned i = 0; i < 400; i++)
+		cr_expect_eq(seen[i], 1, "task %u in the log %d times", i, seen[i]);
+	cr_expect_eq(lines, 400u);
+	free(rc);
+	free(err1);
+	free(err2);
+	free(err3);
+	free(log);
+}

@@ -378,3 +378,33 @@ Test(stalls, a_stop_during_a_drain_does_not_count_against_it, .timeout = 60)
 	free(rec);
 	free(err);
 }
+
+/* A stop during a drain with tasks longer than the drain, by Ctrl-Z and from outside
+ * (SIGSTOP to the host): the drain ends drain_timeout plus the stop after SIGTERM, not
+ * when the job is continued (the loop looked at its clocks before the SIGCONT handler,
+ * on another thread, had said the job was continued). */
+Test(stalls, a_drain_ends_on_time_after_a_stop, .timeout = 90)
+{
+	static const char *const stops[] = {"kill -TSTP $pid", "kill -STOP $pid"};
+	for (size_t i = 0; i < 2; i++) {
+		const char *dir = t_tmpdir();
+		free(t_jobf(dir, "[job]\ngpus = 0,1\njournal = off\ndrain_timeout = 1.5\n"
+				 "[worker]\nplugin = faulty\nsleep_us = 6000000\n"
+				 "[generator]\nplugin = range\nstop = 10\n"
+				 "[sink]\nplugin = recorder\npath = rec\n"));
+		char script[700];
+		snprintf(script, sizeof script,
+			 "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+			 "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+			 "s=$(date +%%s%%N); kill -TERM $pid; sleep 0.3; %s; sleep 1.5; kill -CONT $pid\n"
+			 "wait $pid; echo $? >rc\n"
+			 "echo $(( ($(date +%%s%%N) - s) / 1000000 )) >ms\n", stops[i]);
+		t_sh(dir, script);
+		long ms = t_read_long(dir, "ms");
+		char *err = t_read_in(dir, "err");
+		cr_expect_eq(t_read_long(dir, "rc"), 3, "%s: %s", stops[i], err);
+		/* 1.5 s of drain and 1.5 s stopped; the end at SIGCONT was 1.8 s. */
+		cr_expect(ms >= 2800 && ms < 4500, "%s: ended %ld ms after SIGTERM", stops[i], ms);
+		free(err);
+	}
+}

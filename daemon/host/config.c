@@ -316,7 +316,7 @@ static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
 
 static const char *const job_keys[] = {
 	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
-	"cleanup_timeout", "drain_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
+	"cleanup_timeout", "drain_timeout", "sink_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
 	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
 	"pin_memory", "journal", "rank", "ranks", NULL};
 static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
@@ -395,7 +395,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		}
 		c->queue_size = (unsigned)u;
 	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0 ||
-		   strcmp(k, "setup_timeout") == 0 || strcmp(k, "drain_timeout") == 0) {
+		   strcmp(k, "setup_timeout") == 0 || strcmp(k, "drain_timeout") == 0 ||
+		   strcmp(k, "sink_timeout") == 0) {
 		char *end;
 		errno = 0;
 		double d = strtod(v, &end);
@@ -409,6 +410,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 			c->setup_timeout = d;
 		else if (strcmp(k, "drain_timeout") == 0)
 			c->drain_timeout = d;
+		else if (strcmp(k, "sink_timeout") == 0)
+			c->sink_timeout = d;
 		else
 			c->cleanup_timeout = d;
 	} else if (strcmp(k, "base_seed") == 0) {

@@ -55,6 +55,7 @@ struct cfg {
 	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */
 	double setup_timeout;   /* seconds a worker's setup may take; then it is killed */
 	double drain_timeout;   /* seconds running tasks get after Ctrl-C or SIGTERM; 0 = all */
+	double sink_timeout;    /* a sink call stuck this long ends the run as SIGTERM; 0 = never */
 	uint64_t base_seed;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;

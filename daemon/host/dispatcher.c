@@ -310,8 +310,6 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 					 "task input of %zu bytes exceeds max_task_bytes (%u)",
 					 item.size, c->max_task_bytes);
 				h->stats.failed++;
-				if (h->journal.fd >= 0)
-					journal_mark(&h->journal, id, 1);
 				failures_add(h, id, 0, NULL, false, msg, false);
 				ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
 				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
@@ -393,13 +391,8 @@ static bool host_ready(void *ctx)
  * it is busy. */
 #define BUSY_CHECK_NS 2000000u
 
-/* One pass of the loop (and its wait, when it found nothing to do); true when the run
- * is over. gen_ok = false: the stand-in runs it, and the generator is not called. */
-bool dispatch_pass(struct host *h, bool gen_ok)
+void dispatch_signals(struct host *h)
 {
-	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
-	unsigned progress = 0;
-
 	if (host_interrupts != h->interrupts_seen) {
 		h->interrupts_seen = host_interrupts;
 		if (h->interrupts_seen == 1) {
@@ -414,6 +407,16 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	}
 	if (host_sigtstp || host_sigcont)
 		lifecycle_job_control(h);
+}
+
+/* One pass of the loop (and its wait, when it found nothing to do); true when the run
+ * is over. gen_ok = false: the stand-in runs it, and the generator is not called. */
+bool dispatch_pass(struct host *h, bool gen_ok)
+{
+	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
+	unsigned progress = 0;
+
+	dispatch_signals(h);
 	if (host_sigchld)
 		lifecycle_reap(h);
 	for (unsigned i = 0; i < h->n_workers; i++) {
@@ -453,7 +456,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		return true;
 	}
 	uint64_t now = wait_now_ns();
-	if (progress && now - h->last_check_ns < BUSY_CHECK_NS)
+	if (progress && wait_since(now, h->last_check_ns) < BUSY_CHECK_NS)
 		return false;
 	uint64_t deadline = lifecycle_timeouts(h, now);
 	if (!progress)

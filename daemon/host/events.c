@@ -21,26 +21,68 @@ void host_abort(struct host *h, const char *fmt, ...)
 	h->abort = 3;
 }
 
+static bool is_outcome(enum gpud_event_kind kind)
+{
+	return kind == GPUD_TASK_OK || kind == GPUD_TASK_ERROR || kind == GPUD_TASK_TIMEOUT;
+}
+
+/* The outcome of `ev` reached its end (the sink took it, or does not want its kind):
+ * the journal records it now, and only now, so that a run that ends before the sink
+ * took an outcome (a sink that failed, or whose call never returned) runs that task
+ * again on --resume. */
+static void taken(struct host *h, const struct gpud_event *ev)
+{
+	if (h->journal.fd < 0)
+		return;
+	if (ev->kind == GPUD_TASK_OK)
+		journal_mark_ok(&h->journal, ev->task_id);
+	else
+		journal_mark(&h->journal, ev->task_id, ev->kind == GPUD_TASK_TIMEOUT ? 2 : 1);
+}
+
+/* A sink call, watched by the loop's stand-in when made from the loop's thread: one that
+ * does not return leaves the run in control (standin.h). While the stand-in runs the
+ * loop (a generator call is stuck), it calls the sink itself, unwatched. */
+static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct gate *g = &h->gate;
+	if (atomic_load_explicit(&g->taken, memory_order_relaxed))
+		return h->sink_event(h->sink, ev, err);
+	g->sink_kind = ev->kind;
+	g->sink_task = ev->task_id;
+	g->sink_attempt = ev->attempt;
+	atomic_store_explicit(&g->sink, 1, memory_order_relaxed);
+	gate_enter(g);
+	int rc = h->sink_event(h->sink, ev, err);
+	gate_leave(h, g);
+	atomic_store_explicit(&g->sink, 0, memory_order_relaxed);
+	return rc;
+}
+
 void events_deliver(struct host *h, const struct gpud_event *ev)
 {
-	if (!(h->sink_mask & GPUD_EVENT_BIT(ev->kind)))
+	bool outcome = is_outcome(ev->kind);
+	if (!(h->sink_mask & GPUD_EVENT_BIT(ev->kind))) {
+		if (outcome)
+			taken(h, ev);
 		return;
+	}
 	if (!h->sink_open) {
 		/* The sink failed earlier: this outcome cannot be written. */
-		if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR ||
-		    ev->kind == GPUD_TASK_TIMEOUT)
+		if (outcome)
 			h->sink_lost++;
 		return;
 	}
 	struct gpud_error err;
 	err.message[0] = '\0';
-	if (h->sink_event(h->sink, ev, &err) != 0) {
+	if (sink_call(h, ev, &err) != 0) {
 		h->sink_open = false;
-		if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR ||
-		    ev->kind == GPUD_TASK_TIMEOUT)
+		if (outcome)
 			h->sink_lost++;
 		host_abort(h, "the sink failed: %s",
 			   err.message[0] ? err.message : "gpud_sink_event returned an error");
+	} else if (outcome) {
+		taken(h, ev);
 	}
 }
 
@@ -175,12 +217,6 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		tasks_requeue(h, &again, input, w ? w->index : -1);
 		return;
 	}
-	if (h->journal.fd >= 0) {
-		if (kind == GPUD_TASK_OK)
-			journal_mark_ok(&h->journal, t->id);
-		else
-			journal_mark(&h->journal, t->id, kind == GPUD_TASK_TIMEOUT ? 2 : 1);
-	}
 	switch (kind) {
 	case GPUD_TASK_OK:
 		h->stats.ok++;
@@ -204,9 +240,11 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 			       message ? message : "");
 	}
 	/* A sink that does not want this kind (the null sink wants none): nothing to
-	 * build, unless ordered delivery must account for it. */
-	if (!(h->sink_mask & GPUD_EVENT_BIT(kind)) && !h->held)
+	 * build, unless ordered delivery must account for it; the journal has it now. */
+	if (!(h->sink_mask & GPUD_EVENT_BIT(kind)) && !h->held) {
+		taken(h, &(struct gpud_event){.kind = kind, .task_id = t->id});
 		return;
+	}
 	struct gpud_event ev = {
 		.kind = kind,
 		.task_id = t->id,
@@ -221,4 +259,54 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		.seconds = seconds,
 	};
 	events_deliver_outcome(h, &ev);
+}
+
+/* An outcome the sink never took: it is not counted, so the task counts as not run (and
+ * runs again on --resume: the journal has no record of it). */
+static void uncount(struct host *h, int kind)
+{
+	uint64_t *n = kind == GPUD_TASK_OK ? &h->stats.ok
+		      : kind == GPUD_TASK_TIMEOUT ? &h->stats.timed_out
+						  : &h->stats.failed;
+	if (*n)
+		(*n)--;
+	h->sink_lost++;
+}
+
+/* Whether a worker still holds this run of the task (failures_not_run_held lists it). */
+static bool held_by_a_worker(const struct host *h, uint64_t id, int attempt)
+{
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *w = &h->w[i];
+		for (uint64_t k = w->tt_tail; w->tt && k != w->tt_head; k++)
+			if (w->tt[k & w->tt_mask].id == id && (int)w->tt[k & w->tt_mask].attempt == attempt)
+				return true;
+	}
+	return false;
+}
+
+void events_undelivered(struct host *h)
+{
+	const struct gate *g = &h->gate;
+	if (is_outcome(g->sink_kind)) {
+		uncount(h, g->sink_kind);
+		if (!held_by_a_worker(h, g->sink_task, g->sink_attempt))
+			failures_not_run(h, g->sink_task, (unsigned)g->sink_attempt);
+	}
+	if (!h->held)
+		return;
+	unsigned q = h->cfg->queue_size;
+	for (uint64_t id = h->next_deliver; id < h->next_id; id++) {
+		struct held_outcome *o = h->held[id % q];
+		if (!o || o == &skipped)
+			continue;
+		h->held[id % q] = NULL;
+		if (is_outcome(o->ev.kind) && h->sink_mask & GPUD_EVENT_BIT(o->ev.kind)) {
+			uncount(h, o->ev.kind);
+			failures_not_run(h, o->ev.task_id, (unsigned)o->ev.attempt);
+		} else {
+			taken(h, &o->ev); /* nothing the sink wants: done */
+		}
+		free(o);
+	}
 }

@@ -32,4 +32,9 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		    const void *input, enum cause cause, const void *result,
 		    size_t result_size, const char *message, double seconds);
 
+/* The run ends while a sink call has not returned: the outcome in that call and those
+ * held for ordered delivery were never taken. Each counts as not run (the stats, the
+ * failures list, sink_lost) and has no journal record, so --resume runs it again. */
+void events_undelivered(struct host *h);
+
 #endif

@@ -175,7 +175,6 @@ struct host {
 	struct gpud_stats stats;
 	uint64_t next_id;
 	uint64_t in_flight; /* tasks in worker rings */
-	uint64_t stopped_ns; /* when a SIGTSTP stopped the job, or 0 */
 	uint64_t last_check_ns; /* when the timeouts were last looked at */
 	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
@@ -183,6 +182,8 @@ struct host {
 	pthread_t standin;
 	bool standin_running;
 	bool gen_stuck;          /* the run ended while a generator call had not returned */
+	bool sink_stuck;         /* ... while a sink call had not returned */
+	_Atomic uint64_t sink_stuck_ns; /* since when a sink call is stuck (standin.c), or 0 */
 	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
 	const struct run_opts *opts;
 	struct ui *ui;

@@ -34,8 +34,8 @@
  * (stopped, or wedged outside any task): its tasks go to another worker. */
 #define STILL_NS 3000000000u
 /* The loop looks at its clocks at least this often, even with nothing to time, so that
- * after a SIGCONT the time since it last looked tells whether the job was stopped: a
- * gap of LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_job_control). */
+ * the time since it last looked tells whether the job was stopped: a gap of
+ * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
 #define LIFECYCLE_LOOK_NS 50000000u
 #define LIFECYCLE_STOP_MIN_NS 200000000u
 
@@ -130,31 +130,27 @@ void lifecycle_job_control(struct host *h)
 	if (host_sigtstp) {
 		/* Ctrl-Z: the workers (in their own groups) stop with us. */
 		host_sigtstp = 0;
-		h->stopped_ns = wait_now_ns();
+		uint64_t stopped = wait_now_ns();
 		signal_workers(h, SIGSTOP);
 		ui_suspend(h, true);
 		kill(getpid(), SIGSTOP);
-		/* Continued: SIGCONT is pending or handled. */
+		/* We were stopped until now (SIGSTOP to ourselves takes effect before kill()
+		 * returns): credited at once, for exactly as long as it lasted, and not when
+		 * the SIGCONT handler, which may run on another thread a moment later, has
+		 * said so; the clocks are not looked at before. */
+		uint64_t now = wait_now_ns();
+		credit(h, now - stopped, now);
+		h->last_check_ns = now;
 		ui_suspend(h, false);
+		signal_workers(h, SIGCONT);
 	}
 	if (host_sigcont) {
+		/* Continued after a stop from outside (SIGSTOP to the job, a batch system's
+		 * suspend): the workers may have been stopped by us. The time it lasted is
+		 * credited by lifecycle_timeouts, which notices the gap itself, whichever
+		 * thread this handler ran on and when. A SIGCONT that stopped nothing
+		 * (Slurm sends one with SIGTERM) changes no clock. */
 		host_sigcont = 0;
-		uint64_t now = wait_now_ns();
-		/* Stopped by us (Ctrl-Z): for exactly as long as we know. Stopped from
-		 * outside (SIGSTOP to the job, a batch system's suspend): the host could not
-		 * time anything meanwhile, and the loop looks at its clocks at least every
-		 * LOOK_NS, so a gap well past that is the stop. A SIGCONT that stopped
-		 * nothing (Slurm sends one with SIGTERM) finds a short gap: no credit, and
-		 * the drain keeps its drain_timeout, no more and no less. */
-		uint64_t gap = 0;
-		if (h->stopped_ns)
-			gap = now > h->stopped_ns ? now - h->stopped_ns : 0;
-		else if (h->last_check_ns && now > h->last_check_ns &&
-			 now - h->last_check_ns >= LIFECYCLE_STOP_MIN_NS)
-			gap = now - h->last_check_ns;
-		if (gap)
-			credit(h, gap, now);
-		h->stopped_ns = 0;
 		signal_workers(h, SIGCONT);
 	}
 }
@@ -533,10 +529,10 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 	uint64_t limit = STILL_NS + h->hdr->batch_wait_ns;
 	if (!w->still_ns) {
 		w->still_ns = now;
-	} else if (now - w->still_ns >= limit) {
+	} else if (wait_since(now, w->still_ns) >= limit) {
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) held %u tasks for %.1f s without starting "
 		       "one; giving them to another worker", w->index, w->gpu_id, tasks_held(w),
-		       (double)(now - w->still_ns) * 1e-9);
+		       (double)wait_since(now, w->still_ns) * 1e-9);
 		w->held_still = true;
 		kill_worker(w);
 		return 0;
@@ -560,11 +556,17 @@ static uint64_t coarse_tick_ns(void)
 uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 {
 	double limit_s = h->cfg->task_timeout;
-	uint64_t deadline = cleanup_deadline(h, now);
+	/* The loop looks at least every LIFECYCLE_LOOK_NS: a longer gap since it last did
+	 * is time the host could not run (the job was stopped, from outside or by Ctrl-Z),
+	 * which counts against no task, setup, cleanup or drain. */
+	uint64_t gap = wait_since(now, h->last_check_ns);
+	if (h->last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS)
+		credit(h, gap, now);
 	h->last_check_ns = now;
+	uint64_t deadline = cleanup_deadline(h, now);
 	/* The journal catches up every JOURNAL_FLUSH_NS. */
 	if (h->journal.fd >= 0) {
-		if (now - h->journal.flushed_ns >= JOURNAL_FLUSH_NS &&
+		if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
 		    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
 			h->journal_failed = true;
 			ui_say(h, UI_EVENT, "cannot write the journal %s: %s; --resume may run "
@@ -576,7 +578,7 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	 * a batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
 	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {
 		uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
-		if (now - h->interrupt_ns >= drain) {
+		if (wait_since(now, h->interrupt_ns) >= drain) {
 			ui_say(h, UI_EVENT, "drain_timeout (%g s) passed: stopping the running tasks "
 			       "(they count as not run)", h->cfg->drain_timeout);
 			lifecycle_kill_all(h);
@@ -600,7 +602,7 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
 			continue;
 		if (w->state == HW_STARTING && setup_limit) {
-			if (now - w->spawned_ns >= setup_limit) {
+			if (wait_since(now, w->spawned_ns) >= setup_limit) {
 				w->setup_timed_out = true;
 				kill_worker(w);
 			} else {

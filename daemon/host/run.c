@@ -190,7 +190,10 @@ static int finish_run(struct host *h)
 		}
 	}
 	lifecycle_sweep();
-	events_flush_held(h);
+	if (h->sink_stuck)
+		events_undelivered(h);
+	else
+		events_flush_held(h);
 	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
 	ui_stop(h->ui);
 	/* Whatever was generated and has no outcome did not run. */
@@ -200,7 +203,10 @@ static int finish_run(struct host *h)
 		h->stats.not_run += h->stats.generated - done;
 
 	struct gpud_error err = {{0}};
-	if (h->sink_close && h->sink_close(h->sink, &h->stats, &err) != 0)
+	if (h->sink_stuck)
+		fprintf(stderr, "gpud: the sink's last call had not returned when the run ended; "
+				"it was not closed\n");
+	else if (h->sink_close && h->sink_close(h->sink, &h->stats, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");
 	if (h->gen_stuck)

@@ -40,6 +40,12 @@ struct gate {
 	 * task_head has not moved yet), so anything else written into that ring meanwhile
 	 * would land in the same slot. */
 	struct host_worker *filling;
+	/* The call is the sink's (not the generator's), and the event it was given: set
+	 * by the loop's thread before each sink call it makes. */
+	_Atomic uint32_t sink;
+	int sink_kind;
+	uint64_t sink_task;
+	int sink_attempt;
 	bool fence;                            /* no membarrier: fence on every call */
 	_Alignas(64) _Atomic uint32_t taken;   /* the stand-in runs the loop */
 	_Atomic uint32_t ending;               /* the loop is done: the stand-in leaves */

@@ -205,7 +205,9 @@ static void take_figures(struct ui *u, struct figures *f)
 	while (j > oldest && f->elapsed - u->t_samples[(j - 1) % SAMPLES] <= RECENT_S)
 		j--;
 	double dt = f->elapsed - u->t_samples[j % SAMPLES];
-	f->rate_now = dt > 0 ? (double)(f->done - u->done_samples[j % SAMPLES]) / dt : f->rate_all;
+	/* (done can go down by one at the very end: an outcome the sink never took.) */
+	uint64_t was = u->done_samples[j % SAMPLES];
+	f->rate_now = dt > 0 ? (double)(f->done > was ? f->done - was : 0) / dt : f->rate_all;
 
 	f->eta = -1;
 	if (f->total >= 0) {

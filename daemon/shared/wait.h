@@ -58,6 +58,12 @@ bool wait_until(struct wait_bell d, wait_ready_fn ready, void *ctx, uint64_t dea
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t wait_now_ns(void);
+/* The time from `then` to `now`, 0 when `then` is later (a clock read before another
+ * thread set `then`): no elapsed time can wrap around. */
+static inline uint64_t wait_since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
 
 /* Raw futex wake of every waiter on `word`. Async-signal-safe. */
 void wait_futex_wake(_Atomic uint32_t *word);
