@@ -39,6 +39,10 @@
  * sees results of long tasks at once and short ones in cheap bursts. */
 #define PUBLISH_BURST 32
 #define PUBLISH_NS 100000u
+/* A call that runs longer than this has the results before it published by the
+ * watcher thread (watch_host): finished results never wait behind a long or hung call,
+ * where a kill would have them run again and a drain count them as not run. */
+#define HELD_NS 20000000u
 
 /* Reading the clock costs about as much as gpud's own work for a no-op task (~20 ns,
  * more in a VM), so tiny tasks are timed in stretches. After a call that took under
@@ -64,6 +68,10 @@ struct worker {
 	uint64_t result_tail; /* cached from ctl->result_tail */
 	uint64_t result_need; /* bytes reserved for one result slot, gap included */
 	unsigned pending;     /* results written, not yet published */
+	/* result_head as of the last call's end, for the watcher to publish while a call
+	 * runs long (its own line: the watcher reads it every HELD_NS) */
+	_Alignas(64) _Atomic uint64_t committed;
+	_Alignas(64) char committed_end;
 	bool waited;          /* the clock read last is stale: we waited since */
 	uint64_t published_ns;
 
@@ -426,6 +434,7 @@ static void run_tasks(struct worker *w)
 		/* `head` is where the last slot was reserved (past any pad the reservation
 		 * wrote): in slot mode already past that slot, otherwise past it after this. */
 		w->result_head = slots ? head : head + used;
+		atomic_store_explicit(&w->committed, w->result_head, memory_order_release);
 		w->task_tail = end_pos;
 		now = end;
 		w->pending += n;
@@ -560,12 +569,39 @@ static int map_shm(struct worker *w, long index)
  * along. That group, never "our group now" (kill(0)): the plugin may have moved us into
  * another one, the host's own among them. Its id is our pid, which no other process
  * can take while we live, so it is never anyone else's. */
+static struct worker *watched; /* set once the shared memory is mapped */
+
+/* While a call runs longer than HELD_NS, the results finished before it are published
+ * from here (the loop publishes in bursts, and only between calls). The loop's own
+ * publishing only moves the head on, and this only from the value it last saw to the
+ * loop's committed one, so the head never goes back. */
+static void publish_held(struct worker *w)
+{
+	uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+	uint64_t now = wait_now_ns();
+	if (!since || now < since || now - since < HELD_NS)
+		return;
+	uint64_t cur = atomic_load_explicit(&w->rep->result_head, memory_order_relaxed);
+	uint64_t head = atomic_load_explicit(&w->committed, memory_order_acquire);
+	if (head == cur || head - cur > (UINT64_C(1) << 62))
+		return; /* nothing held, or the loop has published past it */
+	if (atomic_compare_exchange_strong_explicit(&w->rep->result_head, &cur, head,
+						    memory_order_release, memory_order_relaxed))
+		wait_ring_fast(w->host_bell);
+}
+
 static void *watch_host(void *arg)
 {
 	(void)arg;
 	struct pollfd p = {SHM_FD_HOST, POLLIN, 0};
 	for (;;) {
-		int n = poll(&p, 1, -1);
+		int n = poll(&p, 1, HELD_NS / 1000000u);
+		if (n == 0) {
+			struct worker *w = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
+			if (w)
+				publish_held(w);
+			continue;
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		char c;
@@ -667,6 +703,7 @@ static int run(long index, long host_pid)
 	}
 	set_state(&w, WS_READY, NULL);
 
+	__atomic_store_n(&watched, &w, __ATOMIC_RELEASE);
 	run_tasks(&w);
 
 	set_state(&w, WS_CLEANUP, NULL);
