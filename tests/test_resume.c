@@ -567,3 +567,45 @@ Test(resume, a_changed_stream_is_refused_and_the_same_one_resumes, .timeout = 90
 	free(err2);
 	free(err3);
 }
+
+/* Failures are outcomes too: with every other task failing, kill -9 at random moments
+ * and resume, again and again, then once more with the output cut short: every id is in
+ * jsonl exactly once, ok or error as its input makes it. (The journal recorded failures
+ * that the sink's buffer had not yet written; a resume took the journal's word for them
+ * and they were never written.) */
+Test(resume, failures_lost_with_the_output_are_run_again, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_every = 2\nsleep_us = 2000\n"
+		    "[generator]\nplugin = range\nstop = 1500\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(kill_and_resume(dir, 4, ""), 1);
+	/* The finished output cut in the middle, as a lost disk write would: resumed. */
+	t_sh(dir, "head -c 30000 out.jsonl > cut && mv cut out.jsonl\n"
+		  "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert(out, "%s", err);
+	unsigned char seen[1500] = {0};
+	unsigned wrong = 0;
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+		unsigned id;
+		if (sscanf(l, "{\"task_id\": %u,", &id) != 1 || id >= 1500) {
+			wrong++;
+			continue;
+		}
+		seen[id]++;
+		bool odd = id % 2 == 1;
+		if (odd ? !strstr(l, "\"status\": \"error\"") : !strstr(l, "\"status\": \"ok\""))
+			wrong++;
+	}
+	unsigned missing = 0, twice = 0;
+	for (unsigned i = 0; i < 1500; i++) {
+		missing += !seen[i];
+		twice += seen[i] > 1;
+	}
+	cr_expect_eq(missing, 0, "%u tasks missing", missing);
+	cr_expect_eq(twice, 0, "%u tasks twice", twice);
+	cr_expect_eq(wrong, 0, "%u lines wrong", wrong);
+	free(out);
+	free(err);
+}

@@ -353,11 +353,29 @@ static void add_failure(struct journal *j, uint64_t id)
 	j->fail_ids[j->n_fail++] = id;
 }
 
-void journal_sink_end(struct journal *j)
+/* Whether the output holds a failure line for `id` (sink_fail, sorted). */
+static int cmp_sink_fail(const void *a, const void *b)
 {
+	uint64_t x = *(const uint64_t *)a >> 2, y = *(const uint64_t *)b >> 2;
+	return (x > y) - (x < y);
+}
+
+static bool output_failed(const struct journal *j, uint64_t id)
+{
+	uint64_t key = id << 2;
+	return j->n_sink_fail &&
+	       bsearch(&key, j->sink_fail, j->n_sink_fail, sizeof key, cmp_sink_fail) != NULL;
+}
+
+void journal_sink_end(struct journal *j, bool writes_failures)
+{
+	if (j->n_sink_fail)
+		qsort(j->sink_fail, j->n_sink_fail, sizeof *j->sink_fail, cmp_sink_fail);
 	/* The recorded failures: one the output now holds an ok line for was fixed by a
-	 * retry (said once, so the next resume loads it as ok); the others stand, done,
-	 * unless they are being retried. Only ok lines are in the done set yet. */
+	 * retry (said once, so the next resume loads it as ok); one a sink that writes
+	 * failures does not hold was lost with its output and runs again; the others
+	 * stand, done, unless they are being retried. Only ok lines are in the done set
+	 * yet. */
 	size_t k = 0;
 	for (size_t i = 0; i < j->n_fail; i++) {
 		uint64_t id = j->fail_ids[i];
@@ -366,6 +384,11 @@ void journal_sink_end(struct journal *j)
 			if (!j->retrying)
 				j->failed--;
 			continue;
+		}
+		if (writes_failures && !output_failed(j, id)) {
+			if (!j->retrying)
+				j->failed--;
+			continue; /* its FAILED record is superseded when it ends again */
 		}
 		j->fail_ids[k++] = id;
 	}

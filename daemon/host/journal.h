@@ -130,12 +130,15 @@ static inline bool journal_is_done(const struct journal *j, uint64_t id)
 /* A sink whose own output tells what is done: journal_sink_begin sets the loaded done
  * set aside, journal_sink_holds takes the output's word for each task it holds, and
  * journal_sink_end settles the two: what the output holds is done (an ok line for a
- * task wins over a failure line for it: a retry that succeeded); the recorded failures
- * it does not mention stand (unless retrying them). Only what the journal did not know
- * yet is written, so resuming a finished run appends nothing. */
+ * task wins over a failure line for it: a retry that succeeded). The recorded failures
+ * it does not mention: with `writes_failures` (the sink takes error and timeout events,
+ * so its output would hold them) they were lost with the output (a crash before its
+ * buffer reached the file, an output cut short) and run again; otherwise they stand
+ * (unless retrying them). Only what the journal did not know yet is written, so
+ * resuming a finished run appends nothing. */
 void journal_sink_begin(struct journal *j);
 void journal_sink_holds(struct journal *j, uint64_t id, int status);
-void journal_sink_end(struct journal *j);
+void journal_sink_end(struct journal *j, bool writes_failures);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
 

@@ -112,10 +112,15 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 		return 1; /* the ordinary open */
 	/* Its output is what happened: what it holds is done, whatever the journal says
 	 * of successes (a crash may have lost output the journal had already counted).
-	 * Failures it does not write are the journal's word. */
+	 * Failures it does not write (it takes no such events) are the journal's word. */
 	journal_sink_begin(&h->journal);
 	int rc = fn(args, &h->sink, sink_holds, h, err);
-	journal_sink_end(&h->journal);
+	/* A sink that takes failures writes them: a recorded one its output does not
+	 * hold was lost with the output (its buffer, a crash) and runs again. */
+	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");
+	uint32_t mask = rc == 0 && events ? events(h->sink) : GPUD_EVENTS_ALL;
+	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
 	return rc;
 }
 
