@@ -609,3 +609,38 @@ Test(resume, failures_lost_with_the_output_are_run_again, .timeout = 180)
 	free(out);
 	free(err);
 }
+
+/* Streams checked on every rank, and a stream shorter than what the journaled run read:
+ * rank 1 of 2 (whose sampled tasks are its own: every 1,024th global id is rank 0's
+ * with 2 ranks) refuses a stream with a line put in front; a stream that ends before a
+ * task the journaled run read is refused too, naming both counts. */
+Test(resume, changed_streams_are_refused_on_every_rank_and_when_shorter, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+		    "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "seq 0 5999 > in.txt; (echo EXTRA; seq 0 5999) > in2.txt\n"
+		  "\"$GPUD\" run job.ini --ui off --rank 1/2 < in.txt 2>err1 & pid=$!\n"
+		  "w '[ -f out-1.jsonl ] && [ $(wc -l < out-1.jsonl) -ge 1200 ]'\n"
+		  "kill -9 $pid; wait $pid\n"
+		  "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in2.txt 2>err2; echo $? > rc\n"
+		  "head -n 1000 in.txt | \"$GPUD\" run job.ini --ui off --resume --rank 1/2 2>err3\n"
+		  "echo $? >> rc\n"
+		  "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in.txt 2>err4; echo $? >> rc\n");
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	char *err4 = t_read_in(dir, "err4");
+	cr_expect_str_eq(rc, "2\n2\n0\n", "%s\n---\n%s\n---\n%s", err2, err3, err4);
+	cr_expect(strstr(err2, "came with other bytes"), "%s", err2);
+	cr_expect(strstr(err3, "it ended after 1000 tasks, and that run read task "), "%s", err3);
+	char *out = t_read_in(dir, "out-1.jsonl");
+	/* Rank 1's share of 6000: chunks 1, 3, 5, ... of 64 ids. */
+	size_t want = 0;
+	for (unsigned id = 0; id < 6000; id++)
+		want += (id / 64) % 2 == 1;
+	cr_expect_eq(t_count_lines(out, "{\"task_id\""), want, "rank 1's share, each once");
+	free(out);
+	free(rc);
+	free(err2);
+	free(err3);
+	free(err4);
+}

@@ -256,6 +256,17 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			}
 			if (rc == 0) {
 				h->gen_done = true;
+				/* It ends before a task the journaled run read: not its input. */
+				uint64_t seen = h->resuming ? journal_sample_from(&h->journal, h->next_id)
+							    : UINT64_MAX;
+				if (seen != UINT64_MAX) {
+					h->input_changed = true;
+					host_abort(h, "the generator's input is not what the journaled "
+						   "run read: it ended after %llu tasks, and that run read "
+						   "task %llu; run without --resume to start over, or add "
+						   "--force to resume anyway",
+						   (unsigned long long)h->next_id, (unsigned long long)seen);
+				}
 				break;
 			}
 			if (rc < 0) {
@@ -279,7 +290,9 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			}
 			/* A sampled task's input, recorded, or compared with what the
 			 * journaled run read when resuming. */
-			if (h->journal.fd >= 0 && __builtin_expect(journal_sampled(id), 0) &&
+			if (h->journal.fd >= 0 &&
+			    __builtin_expect(journal_sampled(c->ranks > 1 ? ranks_nth(id, c->ranks)
+									 : id), 0) &&
 			    journal_sample(&h->journal, id, item.data,
 					   item.size < c->max_task_bytes ? item.size
 									 : c->max_task_bytes) < 0) {

@@ -281,6 +281,21 @@ int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size
 	return 0;
 }
 
+uint64_t journal_sample_from(const struct journal *j, uint64_t id)
+{
+	if (!j->compare_samples)
+		return UINT64_MAX;
+	size_t lo = 0, hi = j->n_samples;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (j->samples[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < j->n_samples ? j->samples[lo].id : UINT64_MAX;
+}
+
 bool journal_samples_below(const struct journal *j, uint64_t id)
 {
 	return j->compare_samples && j->n_samples && j->samples[0].id < id;

@@ -75,14 +75,17 @@ struct journal_sample {
 	uint64_t id, hash, seq; /* seq: its place in the file */
 };
 
-/* The tasks whose inputs the journal keeps a hash of: the first 16 (a stream that
- * starts elsewhere shifts them all) and one in JOURNAL_SAMPLE_EVERY after. One compare
- * per task on the host's path, one hash and 32 bytes of journal per 1,024 tasks. */
+/* The tasks whose inputs the journal keeps a hash of: of a rank's own tasks (`nth`:
+ * how many of its tasks come before this one; every task, with one rank), the first 16
+ * (a stream that starts elsewhere shifts them all) and one in JOURNAL_SAMPLE_EVERY
+ * after. Counted per rank, as each rank has its journal: every 1,024th global id would
+ * fall in rank 0's chunks alone with 2, 4, 8 or 16 ranks. One compare per task on the
+ * host's path, one hash and 32 bytes of journal per 1,024 tasks. */
 #define JOURNAL_SAMPLE_FIRST 16u
 #define JOURNAL_SAMPLE_EVERY 1024u
-static inline bool journal_sampled(uint64_t id)
+static inline bool journal_sampled(uint64_t nth)
 {
-	return id < JOURNAL_SAMPLE_FIRST || (id & (JOURNAL_SAMPLE_EVERY - 1)) == 0;
+	return nth < JOURNAL_SAMPLE_FIRST || (nth & (JOURNAL_SAMPLE_EVERY - 1)) == 0;
 }
 
 /* Task `id` (journal_sampled) was yielded with `data`: compared with what the journal
@@ -92,6 +95,9 @@ int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size
 /* Whether the journal holds a sample below `id` to compare (the done prefix is then
  * read through, not jumped, when the input is a stream). */
 bool journal_samples_below(const struct journal *j, uint64_t id);
+/* The first sampled task at or after `id` the journaled run saw, or UINT64_MAX: a
+ * generator that ends before it yields less than that run read (a shorter input). */
+uint64_t journal_sample_from(const struct journal *j, uint64_t id);
 
 /* The job's fingerprint: the worker's, the generator's and the sink's plugins and keys,
  * base_seed, and the size and mtime of every file the worker's and the generator's keys
