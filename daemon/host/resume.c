@@ -149,7 +149,11 @@ void resume_finish(struct host *h, bool complete)
 {
 	if (h->journal.fd < 0)
 		return;
-	int rc = complete ? journal_end(&h->journal, h->next_id) : journal_flush(&h->journal, true);
+	/* The job's count: a rank jumps to its next chunk before the call that finds the
+	 * end, so next_id may lie past the generator's total. */
+	uint64_t count = h->total >= 0 && h->next_id > (uint64_t)h->total ? (uint64_t)h->total
+									    : h->next_id;
+	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
 		fprintf(stderr, "gpud: cannot write the journal %s: %s; --resume may run some "
 				"finished tasks again\n", h->journal.path, strerror(errno));
