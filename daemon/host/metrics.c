@@ -174,6 +174,10 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 	      (double)UI_READ(h->in_flight));
 	gauge(o, "gpud_elapsed_seconds", "Seconds since the run started.",
 	      (double)(wait_now_ns() - h->t_start_ns) * 1e-9);
+	uint64_t stuck = atomic_load_explicit(&h->sink_stuck_ns, memory_order_relaxed);
+	gauge(o, "gpud_sink_stuck_seconds",
+	      "Seconds the sink's current call has not returned for, once watched (0: none).",
+	      stuck ? (double)wait_since(wait_now_ns(), stuck) * 1e-9 : 0);
 	gauge(o, "gpud_run_finished", "1 once the run has ended.", exit_status >= 0);
 	if (exit_status >= 0)
 		gauge(o, "gpud_exit_status", "The run's exit status (0 all ok, 1 some failed, "
