@@ -289,3 +289,42 @@ Test(control, a_blocked_python_callback_loses_nothing_and_resumes_exactly_once, 
 	free(err3);
 	free(log);
 }
+
+/* A sink call that blocks for 4 s and then returns: the run goes on as if nothing had
+ * happened: no worker is killed or restarted (they finish what they hold meanwhile and
+ * wait for the host); every outcome is delivered
+ * once; the dashboard's notes say the call was stuck and when it returned. */
+Test(control, a_sink_call_that_returns_late_costs_nothing_else, .timeout = 90)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python plugins were not built (Debian: libpython3.11-dev)");
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "cb.py",
+		     "import time\n"
+		     "class Log:\n"
+		     "    def __init__(self, log, **kw): self.f = open(log, 'a'); self.slept = False\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        if task_id == 40 and not self.slept: self.slept = True; time.sleep(4)\n"
+		     "        self.f.write('%d %s\\n' % (task_id, result)); self.f.flush()\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 200\n"
+		    "[generator]\nplugin = range\nstop = 5000\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = %s/log\n", dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0, "%s", t_read_in(dir, "err"));
+	char *err = t_read_in(dir, "err"), *log = t_read_in(dir, "log");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(err, "the sink's call for task 40 (ok) has not returned for 1 s"), "%s", err);
+	cr_expect(strstr(err, "the sink's call returned after 4."), "%s", err);
+	cr_expect_null(strstr(err, "without starting one"), "%s", err);
+	cr_expect_null(strstr(err, "restart"), "%s", err);
+	cr_expect_eq(t_count_lines(log, ""), 5000);
+	static unsigned char seen[5000];
+	for (char *l = strtok(log, "\n"); l; l = strtok(NULL, "\n")) {
+		unsigned id;
+		if (sscanf(l, "%u", &id) == 1 && id < 5000)
+			seen[id]++;
+	}
+	for (unsigned i = 0; i < 5000; i++)
+		cr_expect_eq(seen[i], 1, "task %u %d times", i, seen[i]);
+	free(err);
+	free(log);
+}

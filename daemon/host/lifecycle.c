@@ -518,6 +518,13 @@ static uint64_t earlier(uint64_t a, uint64_t b)
  * fill a batch, is stopped or wedged: its tasks go elsewhere. */
 static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 {
+	/* While a sink call is stuck, nothing is taken from the workers or given to them:
+	 * one that holds tasks it has not started waits for the host (backpressure, as
+	 * with result rings sized otherwise or batches), it is not wedged. */
+	if (atomic_load_explicit(&h->sink_stuck_ns, memory_order_relaxed)) {
+		w->still_ns = 0;
+		return 0;
+	}
 	uint64_t tail = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
 	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
 	/* Unstarted: it has not reported reaching the end of what we published. */
