@@ -644,3 +644,75 @@ Test(resume, changed_streams_are_refused_on_every_rank_and_when_shorter, .timeou
 	free(err3);
 	free(err4);
 }
+
+Test(resume, ids_the_output_names_past_the_job_are_ignored_and_said, .timeout = 120)
+{
+	/* A file or a line that names no task of the job (a stray in the results folder,
+	 * an id far past the job) is neither a crash nor a task counted done. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = files\ndir = res\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "touch res/1732467000123456789 res/20261124"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: 2 entries of the output of sink files name no task of this "
+			      "job (e.g. task ") && strstr(err, "its tasks are 0 to 9): ignored"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "tasks with an outcome: 10 (0 of them failed)"), "%s", out);
+	free(out);
+	/* Without a journal too. */
+	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "2 entries of the output of sink files name no task"), "%s", err);
+	free(err);
+
+	/* A jsonl line, with and without a journal. */
+	dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_assert_eq(t_sh(dir, "echo '{\"task_id\": 999999999999999, \"status\": \"ok\", "
+			       "\"result\": \"x\"}' >> out.jsonl"), 0);
+	for (int k = 0; k < 2; k++) {
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+		err = t_read_in(dir, "err");
+		cr_expect(strstr(err, "1 entry of the output of sink jsonl names no task of this "
+				      "job (e.g. task 999999999999999; its tasks are 0 to 9): "
+				      "ignored"), "%s", err);
+		cr_expect(strstr(err, "resumed: 10 tasks were already done"), "%s", err);
+		free(err);
+		t_sh(dir, "rm job.journal");
+	}
+
+	/* A generator that cannot count its tasks (a pipe): the journal's END bounds them,
+	 * and without one an id far past anything is still no crash. */
+	dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = lines\n"
+		    "path = -\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_assert_eq(t_sh(dir, "seq 0 9 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc\n"
+			       "echo '{\"task_id\": 20261124, \"status\": \"ok\", \"result\": \"x\"}' "
+			       ">> out.jsonl\n"
+			       "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? >> rc\n"
+			       "echo '{\"task_id\": 1732467000123456789, \"status\": \"error\"}' "
+			       ">> out.jsonl\nrm job.journal\n"
+			       "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"
+			       "\"$GPUD\" status job.ini > status\n"),
+		     0);
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	cr_expect_str_eq(rc, "0\n0\n0\n", "%s\n%s", err2, err3);
+	cr_expect(strstr(err2, "1 entry of the output of sink jsonl names no task of this job "
+			       "(e.g. task 20261124; the journal ended with 10 tasks): ignored"),
+		  "%s", err2);
+	cr_expect(strstr(err3, "1 entry of the output of sink jsonl names no task of this job "
+			       "(e.g. task 1732467000123456789; generator lines does not count"),
+		  "%s", err3);
+	free(rc);
+	free(err2);
+	free(err3);
+}
+

@@ -210,6 +210,9 @@ struct host {
 	bool resuming;          /* --resume with a journal: done tasks are skipped */
 	bool input_changed;     /* a sampled input differs from the journaled run's */
 	uint64_t resumed;       /* tasks skipped because an earlier run finished them */
+	/* Entries of the sink's output that name no task of this job, and tasks it holds
+	 * that the journal had no memory for (resume.c); the first of each, to name it */
+	uint64_t sink_strays, sink_stray_eg, sink_unheld, sink_unheld_eg;
 	bool journal_failed;    /* a write failed (said once) */
 	uint64_t first_new_ns;  /* resuming: when the first task not done before came */
 	struct metrics_hist *metrics;   /* NULL unless metrics_file or metrics_listen */

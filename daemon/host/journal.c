@@ -110,11 +110,16 @@ uint64_t journal_fingerprint(const struct cfg *c)
 
 /* ---- the done set ---- */
 
+/* The window grows to word `w`. 0, or -1 when it cannot (out of memory, or a window no
+ * allocation could hold: an id far past the rest, which a caller may have been handed
+ * by a file or an output, is no reason to abort). */
 static int ensure_word(struct journal *j, uint64_t w)
 {
 	uint64_t idx = w - j->base_word;
 	if (idx < j->n_words)
 		return 0;
+	if (idx >= SIZE_MAX / 2 / sizeof *j->words)
+		return -1;
 	if (idx >= j->cap_words) {
 		size_t cap = j->cap_words ? j->cap_words : 64;
 		while (cap <= idx)
@@ -163,23 +168,23 @@ static void advance(struct journal *j)
 	}
 }
 
-static void set_done(struct journal *j, uint64_t id, bool dirty)
+/* 0, or -1 when the window cannot hold `id` (nothing changed). */
+static int set_done(struct journal *j, uint64_t id, bool dirty)
 {
 	if (id < j->low)
-		return;
+		return 0;
 	uint64_t w = id / 64;
-	if (ensure_word(j, w) < 0) {
-		perror("gpud: journal");
-		abort();
-	}
+	if (ensure_word(j, w) < 0)
+		return -1;
 	uint64_t *word = &j->words[w - j->base_word];
 	uint64_t bit = UINT64_C(1) << (id % 64);
 	if (*word & bit)
-		return;
+		return 0;
 	*word |= bit;
 	j->done++;
 	if (dirty)
 		j->dirty[w - j->base_word] = 1;
+	return 0;
 }
 
 static void clear_done(struct journal *j, uint64_t id)
@@ -332,13 +337,12 @@ void journal_sink_begin(struct journal *j)
 	j->done = 0;
 }
 
-void journal_sink_holds(struct journal *j, uint64_t id, int status)
+int journal_sink_holds(struct journal *j, uint64_t id, int status)
 {
 	if (status == 0) {
 		/* Written again only when the journal did not have it (a record lost in a
 		 * crash, or a journal made anew). */
-		set_done(j, id, !was_done(j, id));
-		return;
+		return set_done(j, id, !was_done(j, id));
 	}
 	if (j->n_sink_fail == j->cap_sink_fail) {
 		size_t cap = j->cap_sink_fail ? 2 * j->cap_sink_fail : 64;
@@ -351,6 +355,7 @@ void journal_sink_holds(struct journal *j, uint64_t id, int status)
 		j->cap_sink_fail = cap;
 	}
 	j->sink_fail[j->n_sink_fail++] = id << 2 | (uint64_t)(status & 3);
+	return 0;
 }
 
 static void add_failure(struct journal *j, uint64_t id)
@@ -444,7 +449,13 @@ void journal_mark(struct journal *j, uint64_t id, int status)
 	} else if (j->retrying && was_failure(j, id)) {
 		put_rec(j, REC_FAILED, 0, id, 0); /* it failed before; now it is ok */
 	}
-	set_done(j, id, true);
+	if (set_done(j, id, true) < 0 && !j->mark_failed) {
+		/* The run goes on; only a --resume is the worse for it. */
+		j->mark_failed = true;
+		fprintf(stderr, "gpud: the journal %s: out of memory to record task %llu done "
+				"(and maybe others): a --resume runs them again\n", j->path,
+			(unsigned long long)id);
+	}
 }
 
 int journal_flush(struct journal *j, bool sync)
@@ -564,8 +575,14 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 				break;
 			}
 			if (r->kind == REC_DONE) {
-				for (uint64_t m = r->b; m; m &= m - 1)
-					set_done(j, r->a + (uint64_t)__builtin_ctzll(m), false);
+				for (uint64_t m = r->b; m; m &= m - 1) {
+					if (set_done(j, r->a + (uint64_t)__builtin_ctzll(m), false) < 0) {
+						snprintf(why, len, "out of memory for the journal %s "
+							 "(it records task %llu done)", j->path,
+							 (unsigned long long)r->a);
+						return -1;
+					}
+				}
 			} else if (r->kind == REC_FAILED) {
 				if (j->n_fail == j->cap_fail) {
 					size_t cap = j->cap_fail ? 2 * j->cap_fail : 64;

@@ -69,6 +69,7 @@ struct journal {
 	struct journal_sample *samples;
 	size_t n_samples, cap_samples;
 	bool compare_samples;
+	bool mark_failed; /* journal_mark could not record a task (said once) */
 };
 
 struct journal_sample {
@@ -143,7 +144,10 @@ static inline bool journal_is_done(const struct journal *j, uint64_t id)
  * (unless retrying them). Only what the journal did not know yet is written, so
  * resuming a finished run appends nothing. */
 void journal_sink_begin(struct journal *j);
-void journal_sink_holds(struct journal *j, uint64_t id, int status);
+/* journal_sink_holds: 0, or -1 when the done set cannot hold `id` (out of memory, or an
+ * id too far past the others for any allocation): nothing is recorded. The caller
+ * keeps ids that cannot be the job's tasks out (resume.c). */
+int journal_sink_holds(struct journal *j, uint64_t id, int status);
 void journal_sink_end(struct journal *j, bool writes_failures);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);

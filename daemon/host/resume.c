@@ -94,11 +94,71 @@ int resume_open(struct host *h, const struct run_opts *o)
 	return 0;
 }
 
+/* Whether `id` can be one of this run's tasks: this rank's, and below the generator's
+ * count of them when it tells one. When it does not, the journal as loaded bounds them:
+ * the count its END record gave, else every id it knows plus RESUME_STRAY_SPAN (a run's
+ * records lost in a crash are never that many). So a file or a line that names some
+ * other number (res/20261124 in a 10-task job) is not counted done, and the done set,
+ * which spans every id up to the largest, stays in proportion to the job. */
+#define RESUME_STRAY_SPAN (UINT64_C(1) << 28) /* 268M ids: a 36 MiB window at most */
+static bool may_be_task(const struct host *h, uint64_t id)
+{
+	const struct cfg *c = h->cfg;
+	const struct journal *j = &h->journal;
+	if (!ranks_mine(id, c->rank, c->ranks))
+		return false;
+	if (h->total >= 0) /* this rank's share: the id's place among its tasks */
+		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->total;
+	if (j->end_count)
+		return id < j->end_count;
+	uint64_t known = (j->was_base + j->was_n) * 64;
+	if (known < j->was_low)
+		known = j->was_low;
+	return id < known + RESUME_STRAY_SPAN;
+}
+
 /* A task the sink's output already holds. */
 static void sink_holds(void *ctx, uint64_t id, int status)
 {
 	struct host *h = ctx;
-	journal_sink_holds(&h->journal, id, status);
+	if (!may_be_task(h, id)) {
+		if (h->sink_strays++ == 0)
+			h->sink_stray_eg = id;
+		return;
+	}
+	if (journal_sink_holds(&h->journal, id, status) < 0 && h->sink_unheld++ == 0)
+		h->sink_unheld_eg = id;
+}
+
+/* What sink_holds set aside, said once the sink has told all it holds. */
+static void say_strays(struct host *h)
+{
+	const struct cfg *c = h->cfg;
+	char bound[160];
+	if (h->sink_strays) {
+		if (h->total >= 0 && c->ranks > 1)
+			snprintf(bound, sizeof bound, "rank %u of %u has %lld of them", c->rank,
+				 c->ranks, (long long)h->total);
+		else if (h->total >= 0)
+			snprintf(bound, sizeof bound, "its tasks are 0 to %lld", (long long)h->total - 1);
+		else if (h->journal.end_count)
+			snprintf(bound, sizeof bound, "the journal ended with %llu tasks",
+				 (unsigned long long)h->journal.end_count);
+		else
+			snprintf(bound, sizeof bound, "generator %s does not count its tasks: ids "
+				 "far past the journal's are taken for strays", c->generator.plugin);
+		fprintf(stderr, "gpud: %llu entr%s of the output of sink %s name%s no task of this "
+				"job (e.g. task %llu; %s): ignored\n",
+			(unsigned long long)h->sink_strays, h->sink_strays == 1 ? "y" : "ies",
+			c->sink.plugin, h->sink_strays == 1 ? "s" : "",
+			(unsigned long long)h->sink_stray_eg, bound);
+	}
+	if (h->sink_unheld)
+		fprintf(stderr, "gpud: out of memory to hold what the output of sink %s holds: %llu "
+				"of its tasks (e.g. task %llu) run again\n",
+			c->sink.plugin, (unsigned long long)h->sink_unheld,
+			(unsigned long long)h->sink_unheld_eg);
+	h->sink_strays = h->sink_unheld = 0;
 }
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
@@ -126,6 +186,7 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 
 int resume_skip_prefix(struct host *h, struct gpud_error *err)
 {
+	say_strays(h);
 	if (!h->resuming)
 		return 0;
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
