@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "journal.h"
 
 /* How many lines of the jsonl text have task id `id`, and whether each is ok with the
  * input as result (the faulty worker echoes its input). */
@@ -716,3 +718,63 @@ Test(resume, ids_the_output_names_past_the_job_are_ignored_and_said, .timeout = 
 	free(err3);
 }
 
+Test(resume, status_and_resume_load_many_failures_in_n_log_n, .timeout = 120)
+{
+	/* Every task failed: as many FAILED records as tasks. The last word about each
+	 * id is found by sorting, not by rescanning them all for each. */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\nfail_every = 1\n"
+		    "[generator]\nplugin = range\nstop = 200000\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "tasks with an outcome: 200000 (200000 of them failed)"), "%s", out);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	cr_expect_lt(s, 5.0, "gpud status and a --resume that runs nothing took %.1f s", s);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "already finished: all 200000 tasks have their outcome (200000 "
+			      "failed"), "%s", err);
+	free(err);
+}
+
+/* The failures a journal ends with: the last FAILED record about each id says. */
+Test(resume, a_failure_fixed_later_is_dropped_and_one_after_a_fix_stands)
+{
+	const char *dir = t_tmpdir();
+	char path[600], why[1200];
+	snprintf(path, sizeof path, "%s/j.journal", dir);
+	struct journal j = {.fd = -1, .ranks = 1};
+	cr_assert_eq(journal_create(&j, path, 7, NULL, 0, why, sizeof why), 0, "%s", why);
+	for (uint64_t id = 0; id < 6; id++)
+		journal_mark(&j, id, id >= 1 && id <= 3 ? 1 : 0); /* 1, 2, 3 fail */
+	cr_assert_eq(journal_end(&j, 6), 0);
+	journal_close(&j);
+	/* --retry-failed: 1 and 2 now end ok (a FAILED record of status 0 each), 3 fails
+	 * again. */
+	j = (struct journal){.fd = -1, .ranks = 1};
+	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s", why);
+	journal_mark(&j, 1, 0);
+	journal_mark(&j, 2, 0);
+	journal_mark(&j, 3, 1);
+	cr_assert_eq(journal_end(&j, 6), 0);
+	journal_close(&j);
+	/* Again: 3 ends ok now, and 1, fixed before, fails (its output said so). */
+	j = (struct journal){.fd = -1, .ranks = 1};
+	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s", why);
+	journal_mark(&j, 3, 0);
+	journal_mark(&j, 1, 2);
+	cr_assert_eq(journal_end(&j, 6), 0);
+	journal_close(&j);
+	j = (struct journal){.fd = -1, .ranks = 1};
+	cr_assert_eq(journal_read(&j, path, why, sizeof why), 0, "%s", why);
+	cr_expect_eq(j.failed, 1);
+	cr_expect_eq(j.n_fail, 1);
+	cr_expect(j.n_fail && j.fail_ids[0] == 1, "task %llu", (unsigned long long)j.fail_ids[0]);
+	cr_expect_eq(j.done, 6);
+	journal_close(&j);
+}

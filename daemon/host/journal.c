@@ -226,6 +226,21 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* A FAILED record read: its id, its place among them, and whether it says failed (a
+ * status 0 one says a failure was fixed later). */
+struct fail_word {
+	uint64_t id, seq;
+	bool failed;
+};
+
+static int cmp_fail_word(const void *a, const void *b)
+{
+	const struct fail_word *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 /* By id, then by place in the file. */
 static int cmp_sample(const void *a, const void *b)
 {
@@ -634,23 +649,25 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	}
 	j->records = good;
 	j->records_loaded = good;
-	/* The last word about each failed id holds: sorted by id, file order kept. */
+	/* The last word about each failed id holds: (id, place in the file) sorted, the
+	 * last of each id kept when it says failed. O(n log n): a job whose every task
+	 * failed has as many records. */
 	size_t k = 0;
-	for (size_t i = 0; i < j->n_fail; i++) {
-		uint64_t id = j->fail_ids[i] >> 1;
-		bool failed = j->fail_ids[i] & 1;
-		size_t at = k;
-		for (size_t m = 0; m < k; m++)
-			if (j->fail_ids[m] == id) /* (quadratic, but failures are few) */
-				at = m;
-		if (at == k && failed)
-			j->fail_ids[k++] = id;
-		else if (at < k && !failed)
-			j->fail_ids[at] = j->fail_ids[--k];
+	if (j->n_fail) {
+		struct fail_word *fw = malloc(j->n_fail * sizeof *fw);
+		if (!fw) {
+			snprintf(why, len, "out of memory");
+			return -1;
+		}
+		for (size_t i = 0; i < j->n_fail; i++)
+			fw[i] = (struct fail_word){j->fail_ids[i] >> 1, i, j->fail_ids[i] & 1};
+		qsort(fw, j->n_fail, sizeof *fw, cmp_fail_word);
+		for (size_t i = 0; i < j->n_fail; i++)
+			if ((i + 1 == j->n_fail || fw[i + 1].id != fw[i].id) && fw[i].failed)
+				j->fail_ids[k++] = fw[i].id;
+		free(fw);
 	}
-	j->n_fail = k;
-	if (k)
-		qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
+	j->n_fail = k; /* sorted by id, each once */
 	j->failed = j->n_fail;
 	/* Samples by id; of two for one id (a run resumed with --force), the later. */
 	if (j->n_samples) {
