@@ -39,6 +39,7 @@ GPUD_PLUGIN_KEYS("path", "include_input", "append");
 struct jsonl {
 	int fd;
 	bool own;
+	bool read_back; /* resuming into a regular file: what it holds is reported */
 	bool include_input;
 	const char *path;
 	char *buf;
@@ -174,7 +175,13 @@ static int open_sink(const struct gpud_args *args, void **state, bool resume,
 	if (parse_flag(args, "include_input", &include_input, err) < 0 ||
 	    parse_flag(args, "append", &append, err) < 0)
 		return -1;
-	append |= resume; /* a resumed run adds to what the earlier one wrote */
+	/* A resumed run adds to what the earlier one wrote, in a regular file. What is
+	 * not one (/dev/stdout, a terminal, a FIFO, a socket) holds nothing to read back,
+	 * as `-`: it is opened as a fresh run opens it, and the journal decides. */
+	struct stat st;
+	bool read_back = resume && strcmp(path, "-") != 0 &&
+			 !(stat(path, &st) == 0 && !S_ISREG(st.st_mode));
+	append |= read_back;
 	struct jsonl *j = calloc(1, sizeof *j);
 	if (!j || !(j->buf = malloc(BUF_SIZE))) {
 		free(j);
@@ -203,6 +210,7 @@ static int open_sink(const struct gpud_args *args, void **state, bool resume,
 		j->fd = fd;
 		j->own = true;
 		j->path = path;
+		j->read_back = read_back && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 	}
 	j->flushed_ns = now_ns();
 	*state = j;
@@ -245,8 +253,9 @@ static void line_head(const char *s, size_t n,
 }
 
 /* Resuming: the file is kept (its torn last line cut), and every task it has a line
- * for is reported done, with its status. Standard output cannot be read back: nothing
- * is reported, and the tasks the journal counts are what is skipped. */
+ * for is reported done, with its status. Standard output, or a path that is not a
+ * regular file (/dev/stdout, a FIFO, a device), cannot be read back: nothing is
+ * reported, and the tasks the journal counts are what is skipped. */
 GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 				 struct gpud_error *err)
@@ -254,7 +263,7 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 	if (open_sink(args, state, true, err) < 0)
 		return -1;
 	struct jsonl *j = *state;
-	if (!j->own)
+	if (!j->read_back)
 		return 0;
 	/* Lines are streamed: only the first bytes of each are kept (where its id and
 	 * status are), so a line of any length is recognised. The last line is whole:

@@ -323,3 +323,31 @@ Test(plugins, jsonl_append_cuts_a_torn_last_line, .timeout = 60)
 	free(err);
 	free(job);
 }
+
+Test(plugins, jsonl_resumes_into_what_is_not_a_regular_file_as_into_standard_output,
+     .timeout = 60)
+{
+	/* /dev/stdout (here a pipe) and a FIFO hold nothing to read back: like `-`, they
+	 * are opened as for a fresh run, also with --resume and no journal yet (the batch
+	 * script that always passes it). They were read back ("Illegal seek", exit 2). */
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = jsonl\npath = /dev/stdout\n");
+	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --ui off --resume 2>err | cat > got; "
+			       "echo $? > rc\n"
+			       "mkfifo f; sed 's|/dev/stdout|f|' job.ini > fifo.ini\n"
+			       "cat f > got2 & c=$!\n"
+			       "\"$GPUD\" run fifo.ini --ui off --resume 2>err2; echo $? >> rc; "
+			       "wait $c\n"),
+		     0);
+	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err"), *err2 = t_read_in(dir, "err2");
+	cr_expect_str_eq(rc, "0\n0\n", "%s\n%s", err, err2);
+	char *got = t_read_in(dir, "got"), *got2 = t_read_in(dir, "got2");
+	cr_expect_eq(t_count_lines(got, "{\"task_id\": "), 10, "%s\n%s", got, err);
+	cr_expect_eq(t_count_lines(got2, "{\"task_id\": "), 10, "%s\n%s", got2, err2);
+	free(rc);
+	free(err);
+	free(err2);
+	free(got);
+	free(got2);
+}
