@@ -522,3 +522,59 @@ Test(operate, what_the_machine_cannot_give_is_refused_up_front, .timeout = 120)
 	cr_expect(strstr(err, "max_result_bytes (1.0 GiB)") && !strstr(err, "tasks:"), "%s", err);
 	free(err);
 }
+
+/* Runs `cmd` (check or run) on job.ini with `set` (--set ... or --stats-json ...) and
+ * expects exit 2 with the line naming `first` and `second`. */
+static void refused_inside(const char *dir, const char *cmd, const char *set, const char *first,
+			   const char *second)
+{
+	cr_expect_eq(t_gpud(dir, "%s '%s/job.ini' --ui off %s", cmd, dir, set), 2, "%s %s passed",
+		     cmd, set);
+	char *err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, first) && strstr(err, second) &&
+			  strstr(err, "names: the run would change the generator's input") &&
+			  t_count_lines(err, "gpud: ") == 1,
+		  "%s %s: wanted '%s' and '%s' in one line:\n%s", cmd, set, first, second,
+		  err ? err : "");
+	free(err);
+}
+
+Test(operate, an_output_inside_the_generators_input_folder_is_refused, .timeout = 60)
+{
+	/* It passed check, and after a kill every --resume failed: "the folder in changed". */
+	const char *dir = t_tmpdir();
+	cr_assert_eq(t_sh(dir, "mkdir in && echo a > in/a && echo b > in/b"), 0);
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = files\n"
+		    "dir = in\n[sink]\nplugin = jsonl\npath = in/out.jsonl\n");
+	const char *gen = "job.ini:7: [generator] dir";
+	refused_inside(dir, "check", "", "job.ini:10: [sink] path = ", gen);
+	refused_inside(dir, "run", "", "job.ini:10: [sink] path = ", gen);
+	/* (--set and --stats-json paths are from the working folder: given whole.) */
+	char ok[300], set[900];
+	snprintf(ok, sizeof ok, "--set sink.path=%s/out.jsonl", dir);
+	snprintf(set, sizeof set, "%s --set job.journal=%s/in/j.journal", ok, dir);
+	refused_inside(dir, "run", set, "/in/j.journal: [job] journal = ", gen);
+	snprintf(set, sizeof set, "%s --set ui.metrics_file=%s/in/m.prom", ok, dir);
+	refused_inside(dir, "check", set, "[ui] metrics_file = ", gen);
+	snprintf(set, sizeof set, "%s --stats-json %s/in/s.json", ok, dir);
+	refused_inside(dir, "run", set, "/in/s.json lies in the folder", gen);
+	snprintf(set, sizeof set, "%s --set job.log_dir=%s/in", ok, dir);
+	refused_inside(dir, "check", set, "[job] log_dir", gen);
+	snprintf(set, sizeof set, "%s --set job.log_dir=%s/./in/ --ui dashboard", ok, dir);
+	refused_inside(dir, "run", set, "[job] log_dir", gen);
+	/* A folder below is not listed unless recursive = true. */
+	snprintf(set, sizeof set, "%s --set job.log_dir=%s/in/logs", ok, dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off %s", dir, set), 0);
+	snprintf(set, sizeof set, "%s --set job.log_dir=%s/in/logs2 --set generator.recursive=true",
+		 ok, dir);
+	refused_inside(dir, "check", set, "[job] log_dir", gen);
+	/* The files sink writes in its dir. */
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = files\n"
+		    "dir = in\n[sink]\nplugin = files\ndir = in\n");
+	refused_inside(dir, "check", "", "job.ini:10: [sink] dir = ", gen);
+	refused_inside(dir, "run", "", "job.ini:10: [sink] dir = ", gen);
+	cr_expect_eq(t_sh(dir, "ls in | tr '\\n' ' ' > ls"), 0);
+	char *ls = t_read_in(dir, "ls");
+	cr_expect_str_eq(ls, "a b logs ", "a refused run wrote in the input folder");
+	free(ls);
+}

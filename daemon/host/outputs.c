@@ -118,6 +118,102 @@ static bool worker_log(const char *canon, const char *dir)
 	return end > 0 && canon[dl + 1 + (size_t)end] == '\0';
 }
 
+/* Whether folder `dir` is `top`, or (with `below`) a folder somewhere under it. */
+static bool in_folder(const char *dir, const char *top, bool below)
+{
+	size_t tl = strlen(top);
+	if (strcmp(dir, top) == 0)
+		return true;
+	return below && strncmp(dir, top, tl) == 0 && (top[tl - 1] == '/' || dir[tl] == '/');
+}
+
+static bool truthy(const char *v)
+{
+	return !strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on");
+}
+
+/* A file the run writes in a folder a generator key names (inputs.h: its files as
+ * listed, the folders below too with recursive = true) changes the input set as the
+ * run goes, so every --resume would refuse the journal ("the folder ... changed"). The
+ * written files `f` (n), and the folders the run writes files in (log_dir, a sink's dir
+ * or *_dir key). 0, or -1 with why. */
+static int outside_inputs(const struct cfg *c, const struct named *f, size_t n, char *why,
+			  size_t len)
+{
+	const struct cfg_section *g = &c->generator, *k = &c->sink;
+	bool below = false;
+	for (size_t i = 0; i < g->count; i++)
+		if (!strcmp(g->kv[i].key, "recursive"))
+			below = truthy(g->kv[i].value);
+	int rc = 0;
+	for (size_t i = 0; i < g->count && !rc; i++) {
+		struct stat st;
+		const char *v = g->kv[i].value;
+		/* (A key that names one file and holds a folder is the plugin's to refuse.) */
+		if (!strcmp(g->kv[i].key, "plugin") || outputs_file_key(g->kv[i].key, v) || !*v ||
+		    stat(v, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		char *top = realpath(v, NULL);
+		if (!top)
+			continue;
+		struct named in = {.what = "", .at = g->where[i], .path = v};
+		char what[300], a[700], b[700];
+		snprintf(what, sizeof what, "[generator] %s", g->kv[i].key);
+		in.what = what;
+		name_of(&in, b, sizeof b);
+		/* The files: by the folder they are (or will be) in. */
+		for (size_t j = 0; j < n && !rc; j++) {
+			if (!f[j].writes || !f[j].canon)
+				continue;
+			const char *slash = strrchr(f[j].canon, '/');
+			char *dir = slash ? strndup(f[j].canon, slash == f[j].canon ? 1 : (size_t)(slash - f[j].canon)) : NULL;
+			if (dir && in_folder(dir, top, below)) {
+				name_of(&f[j], a, sizeof a);
+				bool named = !f[j].at && strstr(a, f[j].path); /* --stats-json PATH */
+				snprintf(why, len, "%s%s%s lies in the folder %s that %s names: the "
+						   "run would change the generator's input as it writes "
+						   "(and every --resume would refuse it); put it elsewhere",
+					 a, named ? "" : " = ", named ? "" : f[j].path, top, b);
+				rc = -1;
+			}
+			free(dir);
+		}
+		/* The folders it writes files in. */
+		for (size_t j = 0; j <= k->count && !rc; j++) {
+			const char *key = j < k->count ? k->kv[j].key : NULL, *dv;
+			struct named w;
+			char wwhat[300];
+			if (key) {
+				size_t kl = strlen(key);
+				if (strcmp(key, "dir") && !(kl > 4 && !strcmp(key + kl - 4, "_dir")))
+					continue;
+				snprintf(wwhat, sizeof wwhat, "[sink] %s", key);
+				w = (struct named){.what = wwhat, .at = k->where[j], .path = k->kv[j].value};
+			} else if (c->log_dir) {
+				w = (struct named){.what = "[job] log_dir", .at = c->log_dir_at,
+						   .path = c->log_dir};
+			} else {
+				continue;
+			}
+			dv = w.path;
+			if (!*dv)
+				continue;
+			char *dir = stat(dv, &st) == 0 ? realpath(dv, NULL) : canon_new(dv);
+			if (dir && in_folder(dir, top, below)) {
+				name_of(&w, a, sizeof a);
+				snprintf(why, len, "%s = %s is (or lies in) the folder %s that %s "
+						   "names: the run would change the generator's input as it "
+						   "writes files there (and every --resume would refuse it); "
+						   "put them elsewhere", a, w.path, top, b);
+				rc = -1;
+			}
+			free(dir);
+		}
+		free(top);
+	}
+	return rc;
+}
+
 static void add(struct named *f, size_t *n, const char *what, const char *at, const char *path,
 		bool writes)
 {
@@ -185,6 +281,8 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 			rc = -1;
 		}
 	}
+	if (!rc && what)
+		rc = outside_inputs(c, f, n, why, len);
 	if (!what) {
 		snprintf(why, len, "out of memory");
 		rc = -1;
