@@ -254,8 +254,8 @@ static void line_head(const char *s, size_t n,
 
 /* Resuming: the file is kept (its torn last line cut), and every task it has a line
  * for is reported done, with its status. Standard output, or a path that is not a
- * regular file (/dev/stdout, a FIFO, a device), cannot be read back: nothing is
- * reported, and the tasks the journal counts are what is skipped. */
+ * regular file (/dev/stdout, a FIFO, a device), cannot be read back: it says so
+ * (returns 1), and the tasks the journal counts are what is skipped. */
 GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 				 struct gpud_error *err)
@@ -264,7 +264,7 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 		return -1;
 	struct jsonl *j = *state;
 	if (!j->read_back)
-		return 0;
+		return 1; /* opened; the journal decides what is done */
 	/* Lines are streamed: only the first bytes of each are kept (where its id and
 	 * status are), so a line of any length is recognised. The last line is whole:
 	 * open_sink cut a torn one. */

@@ -778,3 +778,22 @@ Test(resume, a_failure_fixed_later_is_dropped_and_one_after_a_fix_stands)
 	cr_expect_eq(j.done, 6);
 	journal_close(&j);
 }
+
+/* jsonl into standard output cannot read its output back: it says so, and the journal
+ * decides. A second --resume of a finished run then runs nothing (it ran everything
+ * again: the sink reported nothing, and that was taken for "nothing is done"). */
+Test(resume, a_sink_that_cannot_read_back_leaves_the_journal_the_word, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = jsonl\npath = -\n");
+	t_sh(dir, "\"$GPUD\" run job.ini --ui off --resume > o1 2>e1; echo $? > rc\n"
+		  "\"$GPUD\" run job.ini --ui off --resume > o2 2>e2; echo $? >> rc\n");
+	char *rc = t_read_in(dir, "rc"), *o1 = t_read_in(dir, "o1"), *o2 = t_read_in(dir, "o2");
+	cr_expect_str_eq(rc, "0\n0\n");
+	cr_expect_eq(t_count_lines(o1, "{\"task_id\""), 10, "%s", o1);
+	cr_expect_eq(t_count_lines(o2, "{\"task_id\""), 0, "the finished run ran again: %s", o2);
+	free(rc);
+	free(o1);
+	free(o2);
+}

@@ -344,12 +344,32 @@ void journal_sink_begin(struct journal *j)
 	j->was_n = j->n_words;
 	j->was_low = j->low;
 	j->was_base = j->base_word;
+	j->was_done = j->done;
+	j->was_cap = j->cap_words;
 	j->words = NULL;
 	j->dirty = NULL;
 	j->n_words = j->cap_words = 0;
 	j->low = 0;
 	j->base_word = 0;
 	j->done = 0;
+}
+
+int journal_sink_cancel(struct journal *j)
+{
+	free(j->words);
+	free(j->dirty);
+	j->words = j->was_words;
+	j->n_words = j->was_n;
+	j->cap_words = j->was_cap;
+	j->low = j->was_low;
+	j->base_word = j->was_base;
+	j->done = j->was_done;
+	j->dirty = calloc(j->cap_words ? j->cap_words : 1, 1);
+	free(j->sink_fail);
+	j->was_words = NULL;
+	j->sink_fail = NULL;
+	j->was_n = j->n_sink_fail = j->cap_sink_fail = 0;
+	return j->dirty ? 0 : -1;
 }
 
 int journal_sink_holds(struct journal *j, uint64_t id, int status)

@@ -60,8 +60,8 @@ struct journal {
 	size_t n_inputs;
 	/* While a sink tells what its output holds (journal_sink_*): the done set as
 	 * loaded, and the failures the output holds (id << 2 | status). */
-	uint64_t *was_words, was_low, was_base;
-	size_t was_n;
+	uint64_t *was_words, was_low, was_base, was_done;
+	size_t was_n, was_cap;
 	uint64_t *sink_fail;
 	size_t n_sink_fail, cap_sink_fail;
 	/* SAMPLE records read, sorted by id (the last one for an id holds), compared
@@ -149,6 +149,9 @@ void journal_sink_begin(struct journal *j);
  * keeps ids that cannot be the job's tasks out (resume.c). */
 int journal_sink_holds(struct journal *j, uint64_t id, int status);
 void journal_sink_end(struct journal *j, bool writes_failures);
+/* Instead of journal_sink_end, for a sink that found it cannot read its output back
+ * (standard output, a FIFO): the journal as loaded decides. 0, or -1 (out of memory). */
+int journal_sink_cancel(struct journal *j);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
 

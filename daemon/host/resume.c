@@ -175,6 +175,13 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	 * Failures it does not write (it takes no such events) are the journal's word. */
 	journal_sink_begin(&h->journal);
 	int rc = fn(args, &h->sink, sink_holds, h, err);
+	if (rc == 1) {
+		/* Opened, but its output cannot be read back (standard output, a FIFO):
+		 * the journal as loaded decides what is done. */
+		if (journal_sink_cancel(&h->journal) < 0)
+			return gpud_fail(err, "out of memory");
+		return 0;
+	}
 	/* A sink that takes failures writes them: a recorded one its output does not
 	 * hold was lost with the output (its buffer, a crash) and runs again. */
 	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");

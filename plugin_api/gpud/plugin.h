@@ -409,9 +409,11 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state);
  *  what the output holds decides, not gpud's journal: with it a sink gets every task
  *  exactly once across crashes and resumes. Called on every --resume, also when the
  *  journal is missing. A task may be reported more than once (an error, then ok after
- *  --retry-failed): any ok report makes it ok. Absent: the journal decides what runs
- *  again, and a task finished just before a crash may be delivered again (at least
- *  once). */
+ *  --retry-failed): any ok report makes it ok. Returns 0; 1 when it opened but its
+ *  output cannot be read back (standard output, a pipe, a device): nothing is reported
+ *  and the journal decides, as for a sink without this function; -1 with err. Absent:
+ *  the journal decides what runs again, and a task finished just before a crash may be
+ *  delivered again (at least once). */
 GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 				 struct gpud_error *err);
