@@ -7,7 +7,8 @@
  * each with its own check word (a torn or corrupt tail is found and cut on open):
  *   DONE   base, mask: the tasks base..base+63 whose bits are set have a final outcome
  *   FAILED id, status: that final outcome was an error (1) or a timeout (2)
- *   END    count: the run finished with every one of `count` tasks done
+ *   END    count: the run finished with every one of its `count` tasks done (the rank's
+ *          share, with ranks)
  *   INPUT  tag, a, b: what an input the job names was when the journal was made
  *          (inputs.h); written first, compared on --resume (format 2 on)
  *   SAMPLE id, hash: the hash of task id's input as the generator yielded it, for the

@@ -109,8 +109,8 @@ static bool may_be_task(const struct host *h, uint64_t id)
 		return false;
 	if (h->total >= 0) /* this rank's share: the id's place among its tasks */
 		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->total;
-	if (j->end_count)
-		return id < j->end_count;
+	if (j->end_count) /* this rank's count, as resume_finish writes it */
+		return ranks_share(id, c->rank, c->ranks) < j->end_count;
 	uint64_t known = (j->was_base + j->was_n) * 64;
 	if (known < j->was_low)
 		known = j->was_low;
@@ -217,10 +217,10 @@ void resume_finish(struct host *h, bool complete)
 {
 	if (h->journal.fd < 0)
 		return;
-	/* The job's count: a rank jumps to its next chunk before the call that finds the
-	 * end, so next_id may lie past the generator's total. */
-	uint64_t count = h->total >= 0 && h->next_id > (uint64_t)h->total ? (uint64_t)h->total
-									    : h->next_id;
+	/* The count of this rank's tasks (all of them, with one rank). A rank jumps to its
+	 * next chunk before the call that finds the end, so next_id may lie past the last
+	 * task; the ids it jumped are other ranks', so its share of next_id is exact. */
+	uint64_t count = ranks_share(h->next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
 		fprintf(stderr, "gpud: cannot write the journal %s: %s; --resume may run some "
