@@ -619,3 +619,26 @@ Test(faults, results_before_a_hung_call_are_not_held_back, .timeout = 60)
 	free(rec);
 	free(job);
 }
+
+/* A GPU retired while its other worker runs a task that hangs: that worker is told to
+ * stop, and still gets task_timeout (it was no longer looked at, and the run waited for
+ * it for ever). */
+Test(faults, a_hung_task_on_a_retired_gpu_still_times_out, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir, "[job]\ngpus = 0\nworkers_per_gpu = 2\ntask_timeout = 0.5\n"
+				"max_worker_restarts = 0\njournal = off\n"
+				"[worker]\nplugin = faulty\nhang_every = 2\n"
+				"[generator]\nplugin = range\nstop = 20\n"
+				"[sink]\nplugin = recorder\npath = %s/rec\n", dir);
+	t_sh(dir, "timeout -s KILL 20 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 3, "exit 3 (137: it never ended)");
+	char *err = t_read_in(dir, "err"), *rec = t_read_in(dir, "rec");
+	cr_expect(strstr(err, "GPU 0 retired"), "%s", err);
+	cr_expect(strstr(err, "aborted: no worker left to run the remaining tasks"), "%s", err);
+	cr_expect_eq(t_count_lines(rec, "timeout "), 2, "both hung tasks timed out:\n%s", rec);
+	cr_expect_eq(t_count_lines(rec, "close 20 "), 1, "%s", rec);
+	free(err);
+	free(rec);
+	free(job);
+}

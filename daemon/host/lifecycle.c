@@ -617,9 +617,12 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 			}
 			continue;
 		}
-		if (w->state != HW_READY)
+		/* A worker told to stop while the run goes on (its GPU was retired) finishes
+		 * what it holds, under the same task_timeout. */
+		if (w->state != HW_READY && w->state != HW_STOPPING)
 			continue;
-		deadline = earlier(deadline, check_still(h, w, now));
+		if (w->state == HW_READY)
+			deadline = earlier(deadline, check_still(h, w, now));
 		if (limit_s <= 0)
 			continue;
 		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
