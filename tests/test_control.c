@@ -328,3 +328,31 @@ Test(control, a_sink_call_that_returns_late_costs_nothing_else, .timeout = 90)
 	free(err);
 	free(log);
 }
+
+/* sink_timeout does not count time the job was stopped: a callback that never returns,
+ * sink_timeout = 2, the host stopped (SIGSTOP) for 2 s meanwhile: the run ends about 4 s
+ * after it started, not when it is continued. */
+Test(control, sink_timeout_does_not_count_a_stop, .timeout = 60)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python plugins were not built (Debian: libpython3.11-dev)");
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "cb.py",
+		     "import time\n"
+		     "class Log:\n"
+		     "    def __init__(self, **kw): pass\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        while task_id == 3: time.sleep(0.05)\n"));
+	t_jobf(dir, "[job]\ngpus = 0\nsink_timeout = 2\n[worker]\nplugin = faulty\n"
+		    "[generator]\nplugin = range\nstop = 10\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\n");
+	t_sh(dir, "s=$(date +%s%N); \"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "sleep 0.8; kill -STOP $pid; sleep 2; kill -CONT $pid\n"
+		  "wait $pid; echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n");
+	long ms = t_read_long(dir, "ms");
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	cr_expect(strstr(err, "(sink_timeout)"), "%s", err);
+	cr_expect(ms >= 3700 && ms < 7000, "ended %ld ms after the start (2 s stopped)", ms);
+	free(err);
+}

@@ -37,7 +37,6 @@
  * the time since it last looked tells whether the job was stopped: a gap of
  * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
 #define LIFECYCLE_LOOK_NS 50000000u
-#define LIFECYCLE_STOP_MIN_NS 200000000u
 
 volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
 static _Atomic uint32_t *sig_bell;

@@ -92,12 +92,20 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 {
 	struct gate *g = &h->gate;
 	const struct cfg *c = h->cfg;
-	uint64_t tell_at = since_ns + 1000000000u;
+	uint64_t tell_at = since_ns + 1000000000u, looked = wait_now_ns();
 	atomic_store(&h->sink_stuck_ns, since_ns);
 	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
 		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_seq_cst);
 		dispatch_signals(h); /* before the clock is read: it may start the drain's */
 		uint64_t now = wait_now_ns();
+		/* We look at least every STANDIN_IDLE_NS: a gap as long as a stop was one
+		 * (Ctrl-Z, SIGSTOP), and does not count against sink_timeout either. */
+		if (wait_since(now, looked) >= LIFECYCLE_STOP_MIN_NS) {
+			since_ns += now - looked;
+			tell_at += now - looked;
+			atomic_store(&h->sink_stuck_ns, since_ns);
+		}
+		looked = now;
 		if (now >= tell_at) {
 			ui_say(h, UI_EVENT, "the sink's call for %s%llu (%s) has not returned for "
 			       "%.0f s; results wait in the workers' rings (Ctrl-C or SIGTERM ends "
