@@ -356,3 +356,50 @@ Test(control, sink_timeout_does_not_count_a_stop, .timeout = 60)
 	cr_expect(ms >= 3700 && ms < 7000, "ended %ld ms after the start (2 s stopped)", ms);
 	free(err);
 }
+
+/* A sink whose close never returns (on_exit blocks), at the end of a run where every task
+ * ran: sink_timeout still ends the run (exit 4, the summary said), and SIGTERM does after
+ * drain_timeout; a --resume then finds every task done, each in the log once. (The end of
+ * the run was not watched: the close held it for ever.) */
+Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python plugins were not built (Debian: libpython3.11-dev)");
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "cb.py",
+		     "import os, time\n"
+		     "class Log:\n"
+		     "    def __init__(self, log, **kw): self.f = open(log, 'a')\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        self.f.write('%d\\n' % task_id); self.f.flush()\n"
+		     "    def on_exit(self, stats):\n"
+		     "        while os.path.exists('block'): time.sleep(0.05)\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n[worker]\nplugin = faulty\n"
+		    "sleep_us = 1000\n[generator]\nplugin = range\nstop = 100\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = log\n");
+	t_sh(dir, "touch block\n"
+		  "s=$(date +%s%N)\n"
+		  "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain --set job.sink_timeout=2 2>err1\n"
+		  "echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms1\n"
+		  "rm -f log\n"
+		  "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain 2>err2 & pid=$!\n"
+		  "w '[ -f log ] && [ $(wc -l < log) -ge 100 ]'; sleep 0.5\n"
+		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >>rc\n"
+		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms2\n"
+		  "rm block\n"
+		  "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"), *err2 = t_read_in(dir, "err2");
+	char *err3 = t_read_in(dir, "err3"), *log = t_read_in(dir, "log");
+	long ms1 = t_read_long(dir, "ms1"), ms2 = t_read_long(dir, "ms2");
+	cr_expect_str_eq(rc, "4\n4\n0\n", "%s\n---\n%s\n---\n%s", err1, err2, err3);
+	cr_expect(strstr(err1, "the sink's close had not returned when the run ended"), "%s", err1);
+	cr_expect(strstr(err1, "100 tasks: 100 ok"), "%s", err1);
+	cr_expect(ms1 < 10000, "sink_timeout = 2 ended it after %ld ms", ms1);
+	cr_expect(ms2 >= 800 && ms2 < 6000, "SIGTERM ended it after %ld ms (drain_timeout 1 s)", ms2);
+	cr_expect_eq(t_count_lines(log, ""), 100, "%s", log);
+	free(rc);
+	free(err1);
+	free(err2);
+	free(err3);
+	free(log);
+}

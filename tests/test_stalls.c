@@ -408,3 +408,26 @@ Test(stalls, a_drain_ends_on_time_after_a_stop, .timeout = 90)
 		free(err);
 	}
 }
+
+/* timeout(1) sends its SIGTERM to gpud and then to its process group: two interrupts a
+ * moment apart are one, so the running tasks still get their drain (they were killed
+ * at once, as by a second Ctrl-C). */
+Test(stalls, one_sigterm_sent_twice_still_drains, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 10\n"
+			 "[worker]\nplugin = faulty\nsleep_us = 2000000\n"
+			 "[generator]\nplugin = range\nstop = 100\n"
+			 "[sink]\nplugin = recorder\npath = rec\n"));
+	/* As timeout does: the same signal twice, 10 ms apart (sent at the same moment, the
+	 * two often merge into one pending signal; these never do). */
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+		  "kill -TERM $pid; sleep 0.01; kill -TERM $pid\n"
+		  "wait $pid; echo $? >rc\n");
+	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
+	cr_expect_eq(t_count_lines(rec, "ok "), 2, "the running tasks finished:\n%s\n%s", rec, err);
+	free(rec);
+	free(err);
+}

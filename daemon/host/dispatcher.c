@@ -404,17 +404,24 @@ static bool host_ready(void *ctx)
  * it is busy. */
 #define BUSY_CHECK_NS 2000000u
 
+/* A second interrupt this soon after the first is the same one sent twice (timeout(1)
+ * signals its child and then its process group; a launcher may signal the process and
+ * its group): only one a person could have sent stops the running tasks at once. */
+#define SAME_INTERRUPT_NS 50000000u
+
 void dispatch_signals(struct host *h)
 {
 	if (host_interrupts != h->interrupts_seen) {
+		bool first = !h->interrupted;
 		h->interrupts_seen = host_interrupts;
-		if (h->interrupts_seen == 1) {
+		if (first) {
 			ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
 					    "(interrupt again to stop at once)");
 			h->interrupted = true;
 			h->interrupt_ns = wait_now_ns();
 			host_abort(h, "interrupted");
-		} else if (!h->killing) {
+		} else if (!h->killing &&
+			   wait_since(wait_now_ns(), h->interrupt_ns) >= SAME_INTERRUPT_NS) {
 			lifecycle_kill_all(h);
 		}
 	}
@@ -485,6 +492,7 @@ int dispatch(struct host *h)
 		       "blocks holds up the run");
 	while (!dispatch_pass(h, true))
 		;
-	standin_stop(h);
+	/* The stand-in goes on watching the sink's calls through the end of the run (the
+	 * last held outcomes, the close): finish_run stops it. */
 	return h->abort ? 3 : 0;
 }

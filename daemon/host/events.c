@@ -59,6 +59,22 @@ static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_er
 	return rc;
 }
 
+int events_close_sink(struct host *h, struct gpud_error *err)
+{
+	struct gate *g = &h->gate;
+	if (atomic_load_explicit(&g->taken, memory_order_relaxed) || !h->standin_running)
+		return h->sink_close(h->sink, &h->stats, err);
+	g->sink_kind = EVENTS_SINK_CLOSE;
+	g->sink_task = UINT64_MAX;
+	g->sink_attempt = 0;
+	atomic_store_explicit(&g->sink, 1, memory_order_relaxed);
+	gate_enter(g);
+	int rc = h->sink_close(h->sink, &h->stats, err);
+	gate_leave(h, g);
+	atomic_store_explicit(&g->sink, 0, memory_order_relaxed);
+	return rc;
+}
+
 void events_deliver(struct host *h, const struct gpud_event *ev)
 {
 	bool outcome = is_outcome(ev->kind);

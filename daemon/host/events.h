@@ -37,4 +37,10 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
  * failures list, sink_lost) and has no journal record, so --resume runs it again. */
 void events_undelivered(struct host *h);
 
+/* The gate's sink_kind while the sink's close runs. */
+#define EVENTS_SINK_CLOSE (-1)
+/* Closes the sink with the final stats, watched by the stand-in as its other calls are.
+ * 0, or -1 with err. */
+int events_close_sink(struct host *h, struct gpud_error *err);
+
 #endif

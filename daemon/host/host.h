@@ -183,6 +183,7 @@ struct host {
 	bool standin_running;
 	bool gen_stuck;          /* the run ended while a generator call had not returned */
 	bool sink_stuck;         /* ... while a sink call had not returned */
+	bool finishing;          /* finish_run has begun (run.c) */
 	_Atomic uint64_t sink_stuck_ns; /* since when a sink call is stuck (standin.c), or 0 */
 	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
 	const struct run_opts *opts;

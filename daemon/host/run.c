@@ -173,11 +173,49 @@ static bool stdout_reader_gone(void)
 	return poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR);
 }
 
+static void count_not_run(struct host *h)
+{
+	/* Whatever was generated and has no outcome did not run. */
+	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
+	if (done < h->stats.generated)
+		h->stats.not_run += h->stats.generated - done;
+}
+
+/* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
+ * ordered delivery, or the sink's close) after an interrupt or sink_timeout: what the
+ * sink never took counts as not run, the summary is said, and the journal is left as
+ * last flushed (what the sink took since may come again on --resume: at least once). */
+static int finish_stuck(struct host *h)
+{
+	bool closing = h->gate.sink_kind == EVENTS_SINK_CLOSE;
+	if (!closing) {
+		events_undelivered(h);
+		count_not_run(h);
+	}
+	fprintf(stderr, "gpud: the sink's %s had not returned when the run ended; it was not "
+			"closed\n", closing ? "close" : "last call");
+	int status = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	stats_print(h, stderr);
+	failures_close(h, stderr);
+	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
+		fprintf(stderr, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
+			strerror(errno));
+	fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+	if (status == RUN_EXIT_RESUMABLE)
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+	return status;
+}
+
 /* The rest of a run after the loop: children reaped, held outcomes flushed, the sink
  * closed, the stats reported; returns the exit status. The loop's stand-in calls it
- * when the run ends while a generator call is stuck, and then exits. */
+ * when the run ends while a generator or sink call is stuck, and then exits; the
+ * stand-in still watches the sink's calls here (a close that blocks). */
 static int finish_run(struct host *h)
 {
+	if (h->finishing)
+		return finish_stuck(h); /* the stand-in, while we are stuck in the sink */
+	h->finishing = true;
+	bool on_standin = h->standin_running && pthread_equal(pthread_self(), h->standin);
 	/* Every child is waited for, and whatever the workers left behind is killed:
 	 * nothing outlives the run or holds its output open. */
 	for (unsigned k = 0; k < h->n_workers; k++) {
@@ -190,25 +228,25 @@ static int finish_run(struct host *h)
 		}
 	}
 	lifecycle_sweep();
+	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
+	ui_stop(h->ui);
+	failures_not_run_held(h);
+	count_not_run(h);
 	if (h->sink_stuck)
 		events_undelivered(h);
 	else
 		events_flush_held(h);
-	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
-	ui_stop(h->ui);
-	/* Whatever was generated and has no outcome did not run. */
-	failures_not_run_held(h);
-	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
-	if (done < h->stats.generated)
-		h->stats.not_run += h->stats.generated - done;
+	count_not_run(h);
 
 	struct gpud_error err = {{0}};
 	if (h->sink_stuck)
 		fprintf(stderr, "gpud: the sink's last call had not returned when the run ended; "
 				"it was not closed\n");
-	else if (h->sink_close && h->sink_close(h->sink, &h->stats, &err) != 0)
+	else if (h->sink_close && events_close_sink(h, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");
+	if (!on_standin)
+		standin_stop(h);
 	if (h->gen_stuck)
 		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
 				"ended; it was not closed\n");

@@ -71,6 +71,8 @@ static const char *kind_name(int kind)
 		return "timeout";
 	case GPUD_TASK_START:
 		return "task start";
+	case EVENTS_SINK_CLOSE:
+		return "close";
 	default:
 		return "worker event";
 	}
@@ -107,12 +109,17 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 		}
 		looked = now;
 		if (now >= tell_at) {
-			ui_say(h, UI_EVENT, "the sink's call for %s%llu (%s) has not returned for "
-			       "%.0f s; results wait in the workers' rings (Ctrl-C or SIGTERM ends "
-			       "the run after drain_timeout%s)",
-			       g->sink_task == UINT64_MAX ? "" : "task ",
-			       g->sink_task == UINT64_MAX ? 0ULL : (unsigned long long)g->sink_task,
-			       kind_name(g->sink_kind), (double)(now - since_ns) * 1e-9,
+			char what[96];
+			if (g->sink_kind == EVENTS_SINK_CLOSE)
+				snprintf(what, sizeof what, "close");
+			else if (g->sink_task == UINT64_MAX)
+				snprintf(what, sizeof what, "call for a %s", kind_name(g->sink_kind));
+			else
+				snprintf(what, sizeof what, "call for task %llu (%s)",
+					 (unsigned long long)g->sink_task, kind_name(g->sink_kind));
+			ui_say(h, UI_EVENT, "the sink's %s has not returned for %.0f s; results wait "
+			       "in the workers' rings (Ctrl-C or SIGTERM ends the run after "
+			       "drain_timeout%s)", what, (double)(now - since_ns) * 1e-9,
 			       c->sink_timeout > 0 ? ", sink_timeout by itself" : "");
 			tell_at = since_ns + 2 * (now - since_ns);
 		}
