@@ -403,3 +403,36 @@ Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
 	free(err3);
 	free(log);
 }
+
+/* Locks follow the file, not how the job names it: a second job whose output is a
+ * symlink to the first's is refused; so is a second run into the files sink's folder
+ * with journal = off. */
+Test(control, a_symlinked_output_and_a_shared_folder_are_one_output, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	free(t_write(dir, "b.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+				   "[generator]\nplugin = range\nstop = 10\n"
+				   "[sink]\nplugin = jsonl\npath = link.jsonl\n"));
+	free(t_write(dir, "f.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+				   "sleep_us = 20000\n[generator]\nplugin = range\nstop = 200\n"
+				   "[sink]\nplugin = files\ndir = res\n"));
+	free(t_write(dir, "g.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+				   "[generator]\nplugin = range\nstop = 10\n"
+				   "[sink]\nplugin = files\ndir = ./res/\n"));
+	t_sh(dir, "mkdir res; touch out.jsonl; ln -s out.jsonl link.jsonl\n"
+		  "\"$GPUD\" run job.ini --ui off 2>e1 & a=$!\n"
+		  "\"$GPUD\" run f.ini --ui off 2>e2 & b=$!\n"
+		  "w '[ -s out.jsonl ] && [ -n \"$(ls res)\" ]'\n"
+		  "\"$GPUD\" run b.ini --ui off 2>e3; echo $? >rc\n"
+		  "\"$GPUD\" run g.ini --ui off 2>e4; echo $? >>rc\n"
+		  "wait $a; echo $? >>rc; wait $b; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc"), *e3 = t_read_in(dir, "e3"), *e4 = t_read_in(dir, "e4");
+	cr_expect_str_eq(rc, "2\n2\n0\n0\n", "%s\n%s", e3, e4);
+	cr_expect(strstr(e3, "another run of this job is running"), "%s", e3);
+	cr_expect(strstr(e4, "another run of this job is running"), "%s", e4);
+	free(rc);
+	free(e3);
+	free(e4);
+}

@@ -17,34 +17,68 @@
 
 #include "outputs.h"
 
-/* The files a run of `c` writes that another run of the job would write too. */
-static unsigned guarded(const struct cfg *c, const char **out)
+/* The lock file for `path`: `.NAME.lock` beside the file it names, symlinks resolved (a
+ * link and its target are one output), or `.gpud.lock` inside a folder (a sink's `dir`).
+ * malloc'd; NULL when there is nothing to lock (no such folder). */
+static char *lock_path(const char *path, bool folder)
+{
+	char *lp = NULL, *real = realpath(path, NULL);
+	if (folder) {
+		if (real && asprintf(&lp, "%s/.gpud.lock", real) < 0)
+			lp = NULL;
+		free(real);
+		return lp;
+	}
+	const char *p = real ? real : path;
+	const char *slash = strrchr(p, '/');
+	int rc = slash ? asprintf(&lp, "%.*s/.%s.lock", (int)(slash - p), p, slash + 1)
+		       : asprintf(&lp, ".%s.lock", p);
+	free(real);
+	return rc < 0 ? NULL : lp;
+}
+
+struct guarded {
+	const char *path; /* as the job names it, for messages */
+	char *lock;       /* its lock file (malloc'd) */
+};
+
+/* The outputs a run of `c` writes that another run of the job would write too, each
+ * with its lock file: the journal, the sink's files and folders. */
+static unsigned guarded(const struct cfg *c, struct guarded *out)
 {
 	unsigned n = 0;
-	if (c->journal && !c->journal_off)
-		out[n++] = c->journal;
+	if (c->journal && !c->journal_off && (out[n].lock = lock_path(c->journal, false)))
+		out[n++].path = c->journal;
 	for (size_t i = 0; i < c->sink.count && n < RUNLOCK_MAX; i++) {
 		const char *k = c->sink.kv[i].key, *v = c->sink.kv[i].value;
+		size_t kl = strlen(k);
 		struct stat st;
-		if (!outputs_file_key(k, v) || (stat(v, &st) == 0 && !S_ISREG(st.st_mode)))
-			continue; /* /dev/null, a terminal: nothing two runs could interleave */
-		bool dup = false;
-		for (unsigned j = 0; j < n; j++)
-			dup |= strcmp(out[j], v) == 0;
-		if (!dup)
-			out[n++] = v;
+		bool is_dir = stat(v, &st) == 0 && S_ISDIR(st.st_mode);
+		bool dir_key = !strcmp(k, "dir") || (kl > 4 && !strcmp(k + kl - 4, "_dir"));
+		char *lp;
+		if (dir_key && is_dir)
+			lp = lock_path(v, true);
+		else if (outputs_file_key(k, v) && (stat(v, &st) != 0 || S_ISREG(st.st_mode)))
+			lp = lock_path(v, false); /* (not /dev/null, a terminal, a FIFO) */
+		else
+			continue;
+		bool dup = !lp;
+		for (unsigned j = 0; lp && j < n; j++)
+			dup |= strcmp(out[j].lock, lp) == 0;
+		if (dup) {
+			free(lp);
+			continue;
+		}
+		out[n].path = v;
+		out[n++].lock = lp;
 	}
 	return n;
 }
 
-/* `.NAME.lock` beside `path` (malloc'd). */
-static char *lock_path(const char *path)
+static void free_guarded(struct guarded *g, unsigned n)
 {
-	const char *slash = strrchr(path, '/');
-	char *lp = NULL;
-	if (slash)
-		return asprintf(&lp, "%.*s/.%s.lock", (int)(slash - path), path, slash + 1) < 0 ? NULL : lp;
-	return asprintf(&lp, ".%s.lock", path) < 0 ? NULL : lp;
+	for (unsigned i = 0; i < n; i++)
+		free(g[i].lock);
 }
 
 /* The refusal, naming the holder as its lock file says. */
@@ -60,14 +94,10 @@ static void held_by(int fd, const char *path, char *why, size_t len)
 		 who[0] ? who : "who, its lock file does not say", path);
 }
 
-static int take_one(struct runlock *l, const char *path, const struct cfg *c, char *why,
-		    size_t len)
+/* Takes the lock `lp` (owned from here) for the output `path`. */
+static int take_one(struct runlock *l, const char *path, char *lp, const struct cfg *c,
+		    char *why, size_t len)
 {
-	char *lp = lock_path(path);
-	if (!lp) {
-		snprintf(why, len, "out of memory");
-		return -1;
-	}
 	for (int tries = 0; tries < 100; tries++) {
 		int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 		if (fd < 0) {
@@ -115,11 +145,14 @@ static int take_one(struct runlock *l, const char *path, const struct cfg *c, ch
 
 int runlock_take(struct runlock *l, const struct cfg *c, char *why, size_t len)
 {
-	const char *files[RUNLOCK_MAX];
-	unsigned n = guarded(c, files);
+	struct guarded g[RUNLOCK_MAX];
+	unsigned n = guarded(c, g);
 	*l = (struct runlock){.n = 0};
 	for (unsigned i = 0; i < n; i++) {
-		if (take_one(l, files[i], c, why, len) < 0) {
+		char *lp = g[i].lock;
+		g[i].lock = NULL;
+		if (take_one(l, g[i].path, lp, c, why, len) < 0) {
+			free_guarded(g, n);
 			runlock_release(l);
 			return -1;
 		}
@@ -158,21 +191,20 @@ static bool flocked(int fd)
 
 int runlock_probe(const struct cfg *c, char *why, size_t len)
 {
-	const char *files[RUNLOCK_MAX];
-	unsigned n = guarded(c, files);
-	for (unsigned i = 0; i < n; i++) {
-		char *lp = lock_path(files[i]);
-		int fd = lp ? open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
-		bool held = fd >= 0 && flocked(fd);
-		if (held)
-			held_by(fd, files[i], why, len);
+	struct guarded g[RUNLOCK_MAX];
+	unsigned n = guarded(c, g);
+	int rc = 0;
+	for (unsigned i = 0; i < n && !rc; i++) {
+		int fd = open(g[i].lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0 && flocked(fd)) {
+			held_by(fd, g[i].path, why, len);
+			rc = -1;
+		}
 		if (fd >= 0)
 			close(fd);
-		free(lp);
-		if (held)
-			return -1;
 	}
-	return 0;
+	free_guarded(g, n);
+	return rc;
 }
 
 void runlock_release(struct runlock *l)

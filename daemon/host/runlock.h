@@ -3,10 +3,11 @@
  * One run of a job at a time (runlock.c). Two runs of one job, or a `--resume` racing a
  * run that is still shutting down, would interleave their journal records and their
  * outputs. So a run holds a lock on each file it writes that another run of the same
- * job would write too: the journal and the sink's output files (keys path, file,
- * *_path, *_file). The lock is flock(2) on a lock file beside the file (`.NAME.lock`
- * in its folder), which holds who took it (pid, host, start time, job file) for the
- * refusal to name. flock dies with its holder: a run killed with kill -9 never blocks
+ * job would write too: the journal, the sink's output files (keys path, file, *_path,
+ * *_file) and folders (dir, *_dir). The lock is flock(2) on a lock file beside the file
+ * (`.NAME.lock` in its folder, symlinks resolved: a link and its target are one output;
+ * two hard links to one file are not told apart) or in the folder (`.gpud.lock`), which
+ * holds who took it (pid, host, start time, job file) for the refusal to name. flock dies with its holder: a run killed with kill -9 never blocks
  * the next one. The lock file is removed while held at the end of a run; a run that
  * finds the file it locked removed meanwhile locks the new one instead.
  *
