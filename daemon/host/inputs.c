@@ -2,6 +2,7 @@
 /* The inputs a job names, as they are now: see inputs.h. */
 #define _GNU_SOURCE
 #include "inputs.h"
+#include "hash.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,20 +15,6 @@
 #include <unistd.h>
 
 #include "config.h"
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-	h ^= v + UINT64_C(0x9e3779b97f4a7c15) + (h << 6) + (h >> 2);
-	h *= UINT64_C(0xff51afd7ed558ccd);
-	return h ^ (h >> 33);
-}
-
-static uint64_t fnv(uint64_t h, const char *s)
-{
-	for (; s && *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
-	return (h ^ 0xff) * UINT64_C(1099511628211);
-}
 
 static uint64_t mtime_ns(const struct stat *st)
 {
@@ -77,9 +64,9 @@ static int list_folder(int fd, const char *path, const char *rel, bool recursive
 				rc = list_folder(sub, path, name, recursive, count, sum, why, len);
 			}
 		} else if (S_ISREG(st.st_mode)) {
-			uint64_t h = fnv(UINT64_C(1469598103934665603), name);
-			h = mix(h, (uint64_t)st.st_size);
-			*sum += mix(h, mtime_ns(&st));
+			uint64_t h = hash_str(UINT64_C(1469598103934665603), name);
+			h = hash_mix(h, (uint64_t)st.st_size);
+			*sum += hash_mix(h, mtime_ns(&st));
 			(*count)++;
 		}
 	}
@@ -119,7 +106,7 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 			in.a = (uint64_t)st.st_size;
 			in.b = mtime_ns(&st);
 		}
-		uint64_t t = fnv(fnv(fnv(UINT64_C(1469598103934665603), section), s->kv[i].key), v);
+		uint64_t t = hash_str(hash_str(hash_str(UINT64_C(1469598103934665603), section), s->kv[i].key), v);
 		in.tag = ((uint32_t)(t ^ t >> 32) & ~1u) | folder;
 		struct journal_input *more = realloc(*out, (*n + 1) * sizeof *more);
 		if (!more || asprintf(&in.key, "%s.%s", section, s->kv[i].key) < 0) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "journal.h"
+#include "hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,27 +42,13 @@ struct jrec {
 _Static_assert(sizeof(struct jhdr) == HDR_SIZE, "journal header");
 _Static_assert(sizeof(struct jrec) == REC_SIZE, "journal record");
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-	h ^= v + UINT64_C(0x9e3779b97f4a7c15) + (h << 6) + (h >> 2);
-	h *= UINT64_C(0xff51afd7ed558ccd);
-	return h ^ (h >> 33);
-}
-
-static uint64_t fnv(uint64_t h, const char *s)
-{
-	for (; s && *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
-	return (h ^ 0xff) * UINT64_C(1099511628211);
-}
-
 /* A record's check word: its fields and its place in the file. */
 static uint64_t rec_check(const struct jrec *r, uint64_t index)
 {
-	uint64_t h = mix(UINT64_C(0x6a6f75726e616c31), index);
-	h = mix(h, (uint64_t)r->kind << 32 | r->status);
-	h = mix(h, r->a);
-	return mix(h, r->b);
+	uint64_t h = hash_mix(UINT64_C(0x6a6f75726e616c31), index);
+	h = hash_mix(h, (uint64_t)r->kind << 32 | r->status);
+	h = hash_mix(h, r->a);
+	return hash_mix(h, r->b);
 }
 
 static uint64_t hdr_check(const struct jhdr *h)
@@ -71,22 +58,22 @@ static uint64_t hdr_check(const struct jhdr *h)
 	for (size_t i = 0; i + 8 <= offsetof(struct jhdr, check); i += 8) {
 		uint64_t v;
 		memcpy(&v, p + i, 8);
-		c = mix(c, v);
+		c = hash_mix(c, v);
 	}
 	return c;
 }
 
 static uint64_t section_print(uint64_t h, const struct cfg_section *s)
 {
-	h = fnv(h, s->plugin);
+	h = hash_str(h, s->plugin);
 	for (size_t i = 0; i < s->count; i++) {
 		struct stat st;
-		h = fnv(h, s->kv[i].key);
-		h = fnv(h, s->kv[i].value);
+		h = hash_str(h, s->kv[i].key);
+		h = hash_str(h, s->kv[i].value);
 		/* An input file that changed makes another job. */
 		if (s->kv[i].value[0] == '/' && stat(s->kv[i].value, &st) == 0 && S_ISREG(st.st_mode)) {
-			h = mix(h, (uint64_t)st.st_size);
-			h = mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec);
+			h = hash_mix(h, (uint64_t)st.st_size);
+			h = hash_mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec);
 		}
 	}
 	return h;
@@ -99,13 +86,13 @@ uint64_t journal_fingerprint(const struct cfg *c)
 	h = section_print(h, &c->generator);
 	/* The sink too: resuming into another output would leave the earlier results
 	 * elsewhere (an output file is not an input: only its name counts). */
-	h = fnv(h, c->sink.plugin);
+	h = hash_str(h, c->sink.plugin);
 	for (size_t i = 0; i < c->sink.count; i++) {
-		h = fnv(h, c->sink.kv[i].key);
-		h = fnv(h, c->sink.kv[i].value);
+		h = hash_str(h, c->sink.kv[i].key);
+		h = hash_str(h, c->sink.kv[i].value);
 	}
-	h = mix(h, (uint64_t)c->rank << 32 | c->ranks); /* a rank's journal is its own */
-	return mix(h, c->base_seed);
+	h = hash_mix(h, (uint64_t)c->rank << 32 | c->ranks); /* a rank's journal is its own */
+	return hash_mix(h, c->base_seed);
 }
 
 /* ---- the done set ---- */
@@ -220,6 +207,21 @@ static void put_rec(struct journal *j, uint32_t kind, uint32_t status, uint64_t 
 	j->pending_len += REC_SIZE;
 }
 
+/* Appends v to the growing array *a (*n used of *cap). 0, or -1 out of memory. */
+static int push_u64(uint64_t **a, size_t *n, size_t *cap, uint64_t v)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		uint64_t *p = realloc(*a, c * sizeof *p);
+		if (!p)
+			return -1;
+		*a = p;
+		*cap = c;
+	}
+	(*a)[(*n)++] = v;
+	return 0;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -256,11 +258,11 @@ static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t size)
 	for (; i + 8 <= size; i += 8) {
 		uint64_t v;
 		memcpy(&v, p + i, 8);
-		h = mix(h, v);
+		h = hash_mix(h, v);
 	}
 	uint64_t tail = 0;
 	memcpy(&tail, p + i, size - i);
-	return mix(h, tail);
+	return hash_mix(h, tail);
 }
 
 /* A 64-bit hash of an input, 8 bytes a step: its size and, of a large one, its first
@@ -270,7 +272,7 @@ static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t size)
 static uint64_t input_hash(const void *data, size_t size)
 {
 	const uint8_t *p = data;
-	uint64_t h = mix(UINT64_C(0x73616d706c653031), size);
+	uint64_t h = hash_mix(UINT64_C(0x73616d706c653031), size);
 	if (size <= 2 * SAMPLE_SPAN)
 		return hash_bytes(h, p, size);
 	h = hash_bytes(h, p, SAMPLE_SPAN);
@@ -379,33 +381,16 @@ int journal_sink_holds(struct journal *j, uint64_t id, int status)
 		 * crash, or a journal made anew). */
 		return set_done(j, id, !was_done(j, id));
 	}
-	if (j->n_sink_fail == j->cap_sink_fail) {
-		size_t cap = j->cap_sink_fail ? 2 * j->cap_sink_fail : 64;
-		uint64_t *f = realloc(j->sink_fail, cap * sizeof *f);
-		if (!f) {
-			perror("gpud: journal");
-			abort();
-		}
-		j->sink_fail = f;
-		j->cap_sink_fail = cap;
-	}
-	j->sink_fail[j->n_sink_fail++] = id << 2 | (uint64_t)(status & 3);
-	return 0;
+	return push_u64(&j->sink_fail, &j->n_sink_fail, &j->cap_sink_fail,
+			id << 2 | (uint64_t)(status & 3));
 }
 
 static void add_failure(struct journal *j, uint64_t id)
 {
-	if (j->n_fail == j->cap_fail) {
-		size_t cap = j->cap_fail ? 2 * j->cap_fail : 64;
-		uint64_t *f = realloc(j->fail_ids, cap * sizeof *f);
-		if (!f) {
-			perror("gpud: journal");
-			abort();
-		}
-		j->fail_ids = f;
-		j->cap_fail = cap;
-	}
-	j->fail_ids[j->n_fail++] = id;
+	/* Out of memory: its record is written all the same; only this run's count of
+	 * failures misses it. */
+	if (push_u64(&j->fail_ids, &j->n_fail, &j->cap_fail, id) < 0)
+		perror("gpud: journal");
 }
 
 /* Whether the output holds a failure line for `id` (sink_fail, sorted). */
@@ -619,18 +604,12 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 					}
 				}
 			} else if (r->kind == REC_FAILED) {
-				if (j->n_fail == j->cap_fail) {
-					size_t cap = j->cap_fail ? 2 * j->cap_fail : 64;
-					uint64_t *f = realloc(j->fail_ids, cap * sizeof *f);
-					if (!f) {
-						snprintf(why, len, "out of memory");
-						return -1;
-					}
-					j->fail_ids = f;
-					j->cap_fail = cap;
-				}
 				/* status 0: a failure that later ended ok (kept, then dropped). */
-				j->fail_ids[j->n_fail++] = r->a << 1 | (r->status != 0);
+				if (push_u64(&j->fail_ids, &j->n_fail, &j->cap_fail,
+					     r->a << 1 | (r->status != 0)) < 0) {
+					snprintf(why, len, "out of memory");
+					return -1;
+				}
 			} else if (r->kind == REC_SAMPLE) {
 				if (j->n_samples == j->cap_samples) {
 					size_t cap = j->cap_samples ? 2 * j->cap_samples : 64;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "ranks.h"
+#include "hash.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -202,13 +203,6 @@ static bool output_key(const char *k)
 	       (n > 5 && !strcmp(k + n - 5, "_file"));
 }
 
-static uint64_t fnv(uint64_t h, const char *s)
-{
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
-	return (h ^ 0xff) * UINT64_C(1099511628211); /* ends each string: "ab","c" != "a","bc" */
-}
-
 /* The job's identity over its ranks: taken before {rank} is put in, and without the
  * sink, whose outputs differ by rank. */
 static uint64_t job_id(const struct cfg *c)
@@ -216,15 +210,15 @@ static uint64_t job_id(const struct cfg *c)
 	uint64_t h = UINT64_C(1469598103934665603);
 	const struct cfg_section *secs[] = {&c->worker, &c->generator};
 	for (size_t s = 0; s < 2; s++) {
-		h = fnv(h, secs[s]->plugin ? secs[s]->plugin : "");
+		h = hash_str(h, secs[s]->plugin ? secs[s]->plugin : "");
 		for (size_t i = 0; i < secs[s]->count; i++) {
-			h = fnv(h, secs[s]->kv[i].key);
-			h = fnv(h, secs[s]->kv[i].value);
+			h = hash_str(h, secs[s]->kv[i].key);
+			h = hash_str(h, secs[s]->kv[i].value);
 		}
 	}
 	char seed[32];
 	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->base_seed);
-	return fnv(h, seed);
+	return hash_str(h, seed);
 }
 
 int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why, size_t len)
