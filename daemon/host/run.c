@@ -225,6 +225,9 @@ static int finish_run(struct host *h)
 			spawn_kill(h->w[k].pid, SIGKILL);
 			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
 				;
+			/* Reaped: its pid may be another process's from now on, and the
+			 * stand-in, still watching the sink, must not signal it. */
+			h->w[k].pid = -1;
 		}
 	}
 	lifecycle_sweep();
