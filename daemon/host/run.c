@@ -233,6 +233,7 @@ static int finish_run(struct host *h)
 	lifecycle_sweep();
 	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
 	ui_stop(h->ui);
+	h->ui = NULL;
 	failures_not_run_held(h);
 	count_not_run(h);
 	if (h->sink_stuck)
