@@ -19,6 +19,9 @@ struct conn {
 	size_t in_len;
 	char *out;     /* the whole answer, once the request is in */
 	size_t out_len, out_off;
+	bool lingering; /* answered: what the client still sends is read and dropped until
+			 * it closes (closing on unread data would reset the connection, and
+			 * the answer with it) */
 };
 
 struct httpd {
@@ -65,7 +68,8 @@ unsigned httpd_pollfds(struct httpd *d, struct pollfd *pf)
 {
 	pf[0] = (struct pollfd){d->listen_fd, POLLIN, 0};
 	for (unsigned i = 0; i < d->n; i++)
-		pf[1 + i] = (struct pollfd){d->c[i].fd, d->c[i].out ? POLLOUT : POLLIN, 0};
+		pf[1 + i] = (struct pollfd){d->c[i].fd,
+					    d->c[i].out && !d->c[i].lingering ? POLLOUT : POLLIN, 0};
 	return 1 + d->n;
 }
 
@@ -121,8 +125,6 @@ static void answer(struct httpd *d, struct conn *c, bool too_big)
 		c->out_off = 0;
 	}
 	free(body);
-	/* Nothing more is read: a client that goes on sending is not waited for. */
-	shutdown(c->fd, SHUT_RD);
 }
 
 /* Reads what there is; false when the connection is done with. */
@@ -147,7 +149,9 @@ static bool on_read(struct httpd *d, struct conn *c)
 	}
 }
 
-/* Writes what the socket takes; false when done (or failed). */
+/* Writes what the socket takes; false when the connection is done with. Once all is
+ * sent it lingers: the write side is shut, and what the client still sends is dropped
+ * until it closes or its deadline comes. */
 static bool on_write(struct conn *c)
 {
 	while (c->out_off < c->out_len) {
@@ -156,7 +160,22 @@ static bool on_write(struct conn *c)
 			return errno == EAGAIN || errno == EINTR;
 		c->out_off += (size_t)n;
 	}
-	return false;
+	shutdown(c->fd, SHUT_WR);
+	c->lingering = true;
+	return true;
+}
+
+/* Drops what a client sends after its answer; false once it has closed. */
+static bool on_linger(struct conn *c)
+{
+	char sink[4096];
+	for (;;) {
+		ssize_t n = read(c->fd, sink, sizeof sink);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR;
+		if (n == 0)
+			return false;
+	}
 }
 
 static void accept_all(struct httpd *d, uint64_t now)
@@ -196,7 +215,9 @@ void httpd_handle(struct httpd *d, const struct pollfd *pf, unsigned n, uint64_t
 		if (!pf[k].revents || pf[k].fd != c->fd)
 			continue;
 		bool keep;
-		if (c->out)
+		if (c->lingering)
+			keep = on_linger(c);
+		else if (c->out)
 			keep = on_write(c);
 		else if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
 			keep = on_read(d, c) && (!c->out || on_write(c));
