@@ -40,38 +40,45 @@ static void taken(struct host *h, const struct gpud_event *ev)
 		journal_mark(&h->journal, ev->task_id, ev->kind == GPUD_TASK_TIMEOUT ? 2 : 1);
 }
 
-/* A sink call, watched by the loop's stand-in when made from the loop's thread: one that
- * does not return leaves the run in control (standin.h). While the stand-in runs the
- * loop (a generator call is stuck), it calls the sink itself, unwatched. */
-static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
+/* Marks the gate for a sink call about to be made from the loop's thread (kind, task
+ * and attempt say which event, for the stand-in's notes and the end of a stuck run),
+ * and enters it: a call that does not return leaves the run in control (standin.h).
+ * false when the stand-in runs the loop (a generator call is stuck): it calls the sink
+ * itself, unwatched, and the gate is not entered. */
+static bool sink_gate_enter(struct host *h, int kind, uint64_t task, int attempt)
 {
 	struct gate *g = &h->gate;
-	if (atomic_load_explicit(&g->taken, memory_order_relaxed))
-		return h->sink_event(h->sink, ev, err);
-	g->sink_kind = ev->kind;
-	g->sink_task = ev->task_id;
-	g->sink_attempt = ev->attempt;
+	if (atomic_load_explicit(&g->taken, memory_order_relaxed) || !h->standin_running)
+		return false;
+	g->sink_kind = kind;
+	g->sink_task = task;
+	g->sink_attempt = attempt;
 	atomic_store_explicit(&g->sink, 1, memory_order_relaxed);
 	gate_enter(g);
+	return true;
+}
+
+static void sink_gate_leave(struct host *h)
+{
+	gate_leave(h, &h->gate);
+	atomic_store_explicit(&h->gate.sink, 0, memory_order_relaxed);
+}
+
+static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
+{
+	bool gated = sink_gate_enter(h, ev->kind, ev->task_id, ev->attempt);
 	int rc = h->sink_event(h->sink, ev, err);
-	gate_leave(h, g);
-	atomic_store_explicit(&g->sink, 0, memory_order_relaxed);
+	if (gated)
+		sink_gate_leave(h);
 	return rc;
 }
 
 int events_close_sink(struct host *h, struct gpud_error *err)
 {
-	struct gate *g = &h->gate;
-	if (atomic_load_explicit(&g->taken, memory_order_relaxed) || !h->standin_running)
-		return h->sink_close(h->sink, &h->stats, err);
-	g->sink_kind = EVENTS_SINK_CLOSE;
-	g->sink_task = UINT64_MAX;
-	g->sink_attempt = 0;
-	atomic_store_explicit(&g->sink, 1, memory_order_relaxed);
-	gate_enter(g);
+	bool gated = sink_gate_enter(h, EVENTS_SINK_CLOSE, UINT64_MAX, 0);
 	int rc = h->sink_close(h->sink, &h->stats, err);
-	gate_leave(h, g);
-	atomic_store_explicit(&g->sink, 0, memory_order_relaxed);
+	if (gated)
+		sink_gate_leave(h);
 	return rc;
 }
 

@@ -176,6 +176,7 @@ struct host {
 	uint64_t next_id;
 	uint64_t in_flight; /* tasks in worker rings */
 	uint64_t last_check_ns; /* when the timeouts were last looked at */
+	uint64_t stopped_ns;    /* how long the job has been stopped in all (lifecycle.c) */
 	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
 	struct gate gate;        /* the generator call gate (standin.h) */

@@ -37,6 +37,7 @@
  * the time since it last looked tells whether the job was stopped: a gap of
  * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
 #define LIFECYCLE_LOOK_NS 50000000u
+#define LIFECYCLE_STOP_MIN_NS 200000000u
 
 volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
 static _Atomic uint32_t *sig_bell;
@@ -104,6 +105,7 @@ static void shift(uint64_t *clock, uint64_t from, uint64_t gap)
 static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
 	uint64_t from = now - gap;
+	h->stopped_ns += gap;
 	if (h->interrupted)
 		shift(&h->interrupt_ns, from, gap); /* nor against drain_timeout */
 	for (unsigned i = 0; i < h->n_workers; i++) {

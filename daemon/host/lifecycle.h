@@ -19,9 +19,6 @@ void lifecycle_exited(struct host *h, struct host_worker *w);
 /* Enforces task_timeout, setup_timeout, the bound on unstarted tasks and the cleanup
  * bound; returns the next deadline to wake up for (0: none). */
 uint64_t lifecycle_timeouts(struct host *h, uint64_t now);
-/* A gap this long since the loop (or the stand-in) last looked at its clocks was a stop
- * of the job: it counts against no bound. */
-#define LIFECYCLE_STOP_MIN_NS 200000000u
 /* Kills worker w and its whole process group for writing something invalid: its
  * unconsumed results are not trusted, its current call gets a strike. */
 void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why);

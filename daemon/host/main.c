@@ -58,9 +58,11 @@ static const char help[] =
 	"  --help, --version\n"
 	"\n"
 	"exit status of run: 0 every task succeeded; 1 some tasks failed or timed out;\n"
-	"2 usage, job-file or plugin error (nothing ran); 3 aborted (no worker could be set\n"
+	"2 usage, job-file or plugin error, another run of the job alive, or an input\n"
+	"changed since the journaled run (nothing ran); 3 aborted (no worker could be set\n"
 	"up, the generator or the sink failed, or interrupted without a journal); 4\n"
-	"interrupted (Ctrl-C, SIGTERM, SIGHUP) with a journal: --resume finishes it.\n"
+	"interrupted (Ctrl-C, SIGTERM, SIGHUP, sink_timeout) with a journal: --resume\n"
+	"finishes it.\n"
 	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
 	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
 
@@ -229,16 +231,15 @@ int main(int argc, char **argv)
 	/* One run of a job at a time: a second one, or a --resume racing the first, is
 	 * refused; check says so too, status says it runs (runlock.h). */
 	struct runlock lock = {.n = 0};
-	bool probe = strcmp(cmd, "run") != 0;
-	if (probe ? runlock_probe(&c, err, sizeof err) < 0 : runlock_take(&lock, &c, err, sizeof err) < 0) {
-		if (strcmp(cmd, "status") == 0) {
-			fprintf(stderr, "gpud: note: %s\n", err);
-		} else {
-			fprintf(stderr, "gpud: %s: %s\n", c.path, err);
-			cfg_free(&c);
-			rc = 2;
-			goto out;
-		}
+	int held = strcmp(cmd, "run") == 0 ? runlock_take(&lock, &c, err, sizeof err)
+					   : runlock_probe(&c, err, sizeof err);
+	if (held < 0 && strcmp(cmd, "status") == 0) {
+		fprintf(stderr, "gpud: note: %s\n", err);
+	} else if (held < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c.path, err);
+		cfg_free(&c);
+		rc = 2;
+		goto out;
 	}
 	rc = strcmp(cmd, "check") == 0	  ? run_check(&c)
 	     : strcmp(cmd, "status") == 0 ? run_status(&c)

@@ -181,6 +181,12 @@ static void count_not_run(struct host *h)
 		h->stats.not_run += h->stats.generated - done;
 }
 
+static void say_sink_not_closed(const char *what)
+{
+	fprintf(stderr, "gpud: the sink's %s had not returned when the run ended; it was not "
+			"closed\n", what);
+}
+
 /* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
  * ordered delivery, or the sink's close) after an interrupt or sink_timeout: what the
  * sink never took counts as not run, the summary is said, and the journal is left as
@@ -192,8 +198,7 @@ static int finish_stuck(struct host *h)
 		events_undelivered(h);
 		count_not_run(h);
 	}
-	fprintf(stderr, "gpud: the sink's %s had not returned when the run ended; it was not "
-			"closed\n", closing ? "close" : "last call");
+	say_sink_not_closed(closing ? "close" : "last call");
 	int status = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
 	stats_print(h, stderr);
 	failures_close(h, stderr);
@@ -235,7 +240,6 @@ static int finish_run(struct host *h)
 	ui_stop(h->ui);
 	h->ui = NULL;
 	failures_not_run_held(h);
-	count_not_run(h);
 	if (h->sink_stuck)
 		events_undelivered(h);
 	else
@@ -244,8 +248,7 @@ static int finish_run(struct host *h)
 
 	struct gpud_error err = {{0}};
 	if (h->sink_stuck)
-		fprintf(stderr, "gpud: the sink's last call had not returned when the run ended; "
-				"it was not closed\n");
+		say_sink_not_closed("last call");
 	else if (h->sink_close && events_close_sink(h, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");

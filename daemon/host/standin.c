@@ -94,20 +94,21 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 {
 	struct gate *g = &h->gate;
 	const struct cfg *c = h->cfg;
-	uint64_t tell_at = since_ns + 1000000000u, looked = wait_now_ns();
+	uint64_t tell_at = since_ns + 1000000000u, stopped = h->stopped_ns;
 	atomic_store(&h->sink_stuck_ns, since_ns);
 	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
 		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_seq_cst);
 		dispatch_signals(h); /* before the clock is read: it may start the drain's */
 		uint64_t now = wait_now_ns();
-		/* We look at least every STANDIN_IDLE_NS: a gap as long as a stop was one
-		 * (Ctrl-Z, SIGSTOP), and does not count against sink_timeout either. */
-		if (wait_since(now, looked) >= LIFECYCLE_STOP_MIN_NS) {
-			since_ns += now - looked;
-			tell_at += now - looked;
+		uint64_t deadline = lifecycle_timeouts(h, now);
+		/* A stop of the job that lifecycle_timeouts found (and credited to the other
+		 * clocks) does not count against sink_timeout either. */
+		if (h->stopped_ns != stopped) {
+			since_ns += h->stopped_ns - stopped;
+			tell_at += h->stopped_ns - stopped;
+			stopped = h->stopped_ns;
 			atomic_store(&h->sink_stuck_ns, since_ns);
 		}
-		looked = now;
 		if (now >= tell_at) {
 			char what[96];
 			if (g->sink_kind == EVENTS_SINK_CLOSE)
@@ -123,12 +124,11 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 			       c->sink_timeout > 0 ? ", sink_timeout by itself" : "");
 			tell_at = since_ns + 2 * (now - since_ns);
 		}
-		uint64_t deadline = lifecycle_timeouts(h, now);
 		bool end = h->killing;
 		if (h->interrupted && c->drain_timeout > 0 &&
 		    wait_since(now, h->interrupt_ns) >= (uint64_t)(c->drain_timeout * 1e9))
 			end = true;
-		if (c->sink_timeout > 0 && now - since_ns >= (uint64_t)(c->sink_timeout * 1e9)) {
+		if (c->sink_timeout > 0 && wait_since(now, since_ns) >= (uint64_t)(c->sink_timeout * 1e9)) {
 			/* Ended as by SIGTERM: resumable, the undelivered outcomes run again. */
 			host_abort(h, "the sink's call has not returned in %g s (sink_timeout)",
 				   c->sink_timeout);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The host loop's stand-in: a thread that runs the loop while the generator is stuck.
+ * The host loop's stand-in: a thread that runs the loop while the generator is stuck,
+ * and keeps the run in control while the sink is.
  *
  * The host loop calls the generator itself, between draining results, because that is
  * the fast path: one thread, no hand-over per task. But a generator call can block (an
@@ -18,6 +19,14 @@
  * call: the stand-in pays for the ordering with membarrier(2), which puts a full
  * barrier into the loop's thread only when a take-over is tried (an asymmetric Dekker
  * handshake). Where membarrier is not available, the loop's thread uses a fence.
+ *
+ * Sink calls go through the same gate, marked as the sink's (`sink`, with the event).
+ * One made in the middle of a pass cannot have the loop run around it, so a sink call
+ * found running at two looks STANDIN_SINK_NS apart is watched instead (keep_watch in
+ * standin.c): signals and the workers' bounds are taken care of, and the run is ended
+ * without the sink after drain_timeout, a second interrupt or sink_timeout. The stand-in
+ * runs until the sink is closed, so the end of a run (the last held outcomes, the close)
+ * is watched too.
  */
 #ifndef GPUD_STANDIN_H
 #define GPUD_STANDIN_H
