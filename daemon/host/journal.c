@@ -279,7 +279,8 @@ static uint64_t input_hash(const void *data, size_t size)
 	return hash_bytes(h, p + size - SAMPLE_SPAN, SAMPLE_SPAN);
 }
 
-static const struct journal_sample *find_sample(const struct journal *j, uint64_t id)
+/* The first sample at or after `id` (samples are sorted by id), or NULL. */
+static const struct journal_sample *sample_from(const struct journal *j, uint64_t id)
 {
 	size_t lo = 0, hi = j->n_samples;
 	while (lo < hi) {
@@ -289,13 +290,15 @@ static const struct journal_sample *find_sample(const struct journal *j, uint64_
 		else
 			hi = mid;
 	}
-	return lo < j->n_samples && j->samples[lo].id == id ? &j->samples[lo] : NULL;
+	return lo < j->n_samples ? &j->samples[lo] : NULL;
 }
 
 int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size)
 {
 	uint64_t h = input_hash(data, size);
-	const struct journal_sample *was = find_sample(j, id);
+	const struct journal_sample *was = sample_from(j, id);
+	if (was && was->id != id)
+		was = NULL;
 	if (was && j->compare_samples)
 		return was->hash == h ? 0 : -1;
 	if (!was || was->hash != h)
@@ -305,17 +308,8 @@ int journal_sample(struct journal *j, uint64_t id, const void *data, size_t size
 
 uint64_t journal_sample_from(const struct journal *j, uint64_t id)
 {
-	if (!j->compare_samples)
-		return UINT64_MAX;
-	size_t lo = 0, hi = j->n_samples;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (j->samples[mid].id < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < j->n_samples ? j->samples[lo].id : UINT64_MAX;
+	const struct journal_sample *s = j->compare_samples ? sample_from(j, id) : NULL;
+	return s ? s->id : UINT64_MAX;
 }
 
 bool journal_samples_below(const struct journal *j, uint64_t id)
