@@ -291,8 +291,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			/* A sampled task's input, recorded, or compared with what the
 			 * journaled run read when resuming. */
 			if (h->journal.fd >= 0 &&
-			    __builtin_expect(journal_sampled(c->ranks > 1 ? ranks_nth(id, c->ranks)
-									 : id), 0) &&
+			    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)), 0) &&
 			    journal_sample(&h->journal, id, item.data,
 					   item.size < c->max_task_bytes ? item.size
 									 : c->max_task_bytes) < 0) {

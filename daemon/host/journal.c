@@ -335,7 +335,7 @@ static bool was_done(const struct journal *j, uint64_t id)
 
 void journal_sink_begin(struct journal *j)
 {
-	free(j->dirty); /* nothing is marked yet: the loaded words are all written */
+	j->was_dirty = j->dirty; /* all clear: the loaded words are all written */
 	j->was_words = j->words;
 	j->was_n = j->n_words;
 	j->was_low = j->low;
@@ -350,22 +350,21 @@ void journal_sink_begin(struct journal *j)
 	j->done = 0;
 }
 
-int journal_sink_cancel(struct journal *j)
+void journal_sink_cancel(struct journal *j)
 {
 	free(j->words);
 	free(j->dirty);
 	j->words = j->was_words;
+	j->dirty = j->was_dirty;
 	j->n_words = j->was_n;
 	j->cap_words = j->was_cap;
 	j->low = j->was_low;
 	j->base_word = j->was_base;
 	j->done = j->was_done;
-	j->dirty = calloc(j->cap_words ? j->cap_words : 1, 1);
 	free(j->sink_fail);
-	j->was_words = NULL;
-	j->sink_fail = NULL;
+	j->was_words = j->sink_fail = NULL;
+	j->was_dirty = NULL;
 	j->was_n = j->n_sink_fail = j->cap_sink_fail = 0;
-	return j->dirty ? 0 : -1;
 }
 
 int journal_sink_holds(struct journal *j, uint64_t id, int status)
@@ -420,9 +419,12 @@ void journal_sink_end(struct journal *j, bool writes_failures)
 			continue;
 		}
 		if (writes_failures && !output_failed(j, id)) {
+			/* Said so (as for a fixed one), or the record would stand if it
+			 * ends ok this time; if it fails again it is recorded again. */
+			put_rec(j, REC_FAILED, 0, id, 0);
 			if (!j->retrying)
 				j->failed--;
-			continue; /* its FAILED record is superseded when it ends again */
+			continue;
 		}
 		j->fail_ids[k++] = id;
 	}
@@ -438,8 +440,10 @@ void journal_sink_end(struct journal *j, bool writes_failures)
 		int status = (int)(j->sink_fail[i] & 3);
 		if (j->retrying || journal_is_done(j, id))
 			continue;
-		/* (A recorded failure is done by now: this one is new to the journal.) */
-		set_done(j, id, !was_done(j, id));
+		/* (A recorded failure is done by now: this one is new to the journal.) Out
+		 * of memory for it: not done, it runs again. */
+		if (set_done(j, id, !was_done(j, id)) < 0)
+			continue;
 		put_rec(j, REC_FAILED, (uint32_t)status, id, 0);
 		add_failure(j, id);
 		j->failed++;
@@ -447,8 +451,10 @@ void journal_sink_end(struct journal *j, bool writes_failures)
 	if (j->n_fail)
 		qsort(j->fail_ids, j->n_fail, sizeof *j->fail_ids, cmp_u64);
 	free(j->was_words);
+	free(j->was_dirty);
 	free(j->sink_fail);
 	j->was_words = j->sink_fail = NULL;
+	j->was_dirty = NULL;
 	j->was_n = j->n_sink_fail = j->cap_sink_fail = 0;
 	j->was_low = j->was_base = 0;
 }
@@ -564,8 +570,8 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		return -1;
 	}
 	if (h.version < 1 || h.version > VERSION || h.rec_size != REC_SIZE) {
-		snprintf(why, len, "%s is a journal of format %u, this gpud reads %u", j->path,
-			 h.version, VERSION);
+		snprintf(why, len, "%s is a journal of format %u, this gpud reads formats 1 to %u",
+			 j->path, h.version, VERSION);
 		return -1;
 	}
 	*fingerprint = h.fingerprint;
@@ -742,6 +748,7 @@ void journal_close(struct journal *j)
 	free(j->pending);
 	free(j->inputs);
 	free(j->was_words);
+	free(j->was_dirty);
 	free(j->sink_fail);
 	free(j->samples);
 	*j = (struct journal){.fd = -1};

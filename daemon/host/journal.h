@@ -62,6 +62,7 @@ struct journal {
 	/* While a sink tells what its output holds (journal_sink_*): the done set as
 	 * loaded, and the failures the output holds (id << 2 | status). */
 	uint64_t *was_words, was_low, was_base, was_done;
+	uint8_t *was_dirty;
 	size_t was_n, was_cap;
 	uint64_t *sink_fail;
 	size_t n_sink_fail, cap_sink_fail;
@@ -151,8 +152,8 @@ void journal_sink_begin(struct journal *j);
 int journal_sink_holds(struct journal *j, uint64_t id, int status);
 void journal_sink_end(struct journal *j, bool writes_failures);
 /* Instead of journal_sink_end, for a sink that found it cannot read its output back
- * (standard output, a FIFO): the journal as loaded decides. 0, or -1 (out of memory). */
-int journal_sink_cancel(struct journal *j);
+ * (standard output, a FIFO): the journal as loaded decides. */
+void journal_sink_cancel(struct journal *j);
 /* Task `id` has its final outcome: status 0 ok, 1 error, 2 timeout. */
 void journal_mark(struct journal *j, uint64_t id, int status);
 

@@ -53,12 +53,6 @@ static inline bool ranks_mine(uint64_t id, unsigned rank, unsigned ranks)
 	return ranks <= 1 || (id / RANKS_CHUNK) % ranks == rank;
 }
 
-/* How many of its rank's tasks come before task `id` (of that rank). */
-static inline uint64_t ranks_nth(uint64_t id, unsigned ranks)
-{
-	return ranks <= 1 ? id : id / ((uint64_t)RANKS_CHUNK * ranks) * RANKS_CHUNK + id % RANKS_CHUNK;
-}
-
 static inline uint64_t ranks_next_own(uint64_t id, unsigned rank, unsigned ranks)
 {
 	if (ranks_mine(id, rank, ranks))

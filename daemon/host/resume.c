@@ -175,11 +175,11 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	 * Failures it does not write (it takes no such events) are the journal's word. */
 	journal_sink_begin(&h->journal);
 	int rc = fn(args, &h->sink, sink_holds, h, err);
+	say_strays(h);
 	if (rc == 1) {
 		/* Opened, but its output cannot be read back (standard output, a FIFO):
 		 * the journal as loaded decides what is done. */
-		if (journal_sink_cancel(&h->journal) < 0)
-			return gpud_fail(err, "out of memory");
+		journal_sink_cancel(&h->journal);
 		return 0;
 	}
 	/* A sink that takes failures writes them: a recorded one its output does not
@@ -193,7 +193,6 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 
 int resume_skip_prefix(struct host *h, struct gpud_error *err)
 {
-	say_strays(h);
 	if (!h->resuming)
 		return 0;
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
@@ -256,12 +255,15 @@ int run_status(struct cfg *c)
 	struct journal_input *in;
 	size_t n_in;
 	char changed[900];
+	bool told = false;
 	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
-		if (inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed))
+		told = inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed);
+		if (told)
 			printf("  %s: --resume refuses it without --force\n", changed);
 		inputs_free(in, n_in);
 	}
-	if (j.fingerprint != journal_fingerprint(c))
+	/* (A changed input file changes the fingerprint too: said once, above.) */
+	if (!told && j.fingerprint != journal_fingerprint(c))
 		printf("  written by another job (its worker, generator, keys or input files "
 		       "differ): --resume refuses it without --force\n");
 	journal_close(&j);

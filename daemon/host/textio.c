@@ -43,6 +43,19 @@ void io_json_string(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* "8 MiB", "64 KiB", "100 bytes" (a static buffer: one at a time). */
+static const char *cap_text(size_t cap)
+{
+	static char buf[32];
+	if (cap && cap % (1u << 20) == 0)
+		snprintf(buf, sizeof buf, "%zu MiB", cap >> 20);
+	else if (cap && cap % 1024 == 0)
+		snprintf(buf, sizeof buf, "%zu KiB", cap >> 10);
+	else
+		snprintf(buf, sizeof buf, "%zu bytes", cap);
+	return buf;
+}
+
 char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -59,13 +72,14 @@ char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_
 		return NULL;
 	}
 	if ((uint64_t)st.st_size > cap) {
-		snprintf(why, len, "%lld bytes, more than the %zu MiB such a file may have",
-			 (long long)st.st_size, cap >> 20);
+		snprintf(why, len, "%lld bytes, more than the %s such a file may have",
+			 (long long)st.st_size, cap_text(cap));
 		close(fd);
 		return NULL;
 	}
-	/* One byte more than its size: a file that grew since fstat is seen, not cut. */
-	size_t want = (size_t)st.st_size;
+	/* One byte more than its size: a file that grew since fstat is seen, not cut. A
+	 * file of /proc or cgroupfs says 0 and holds what it holds when read: up to cap. */
+	size_t want = st.st_size ? (size_t)st.st_size : cap;
 	char *buf = malloc(want + 2);
 	size_t n = 0;
 	while (buf && n <= want) {
@@ -88,7 +102,10 @@ char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_
 		return NULL;
 	}
 	if (n > want) {
-		snprintf(why, len, "it grew while read");
+		if (st.st_size)
+			snprintf(why, len, "it grew while read");
+		else
+			snprintf(why, len, "more than the %s such a file may have", cap_text(cap));
 		free(buf);
 		return NULL;
 	}
