@@ -177,6 +177,8 @@ struct host {
 	uint64_t in_flight; /* tasks in worker rings */
 	uint64_t last_check_ns; /* when the timeouts were last looked at */
 	uint64_t stopped_ns;    /* how long the job has been stopped in all (lifecycle.c) */
+	uint64_t held_gap;      /* a long gap seen, not yet known to be a stop (lifecycle.c) */
+	int conts_seen;         /* host_conts at the last look */
 	struct requeued *rq_head, **rq_tail; /* tasks.c */
 	unsigned rr;      /* where the next feeding pass starts */
 	struct gate gate;        /* the generator call gate (standin.h) */

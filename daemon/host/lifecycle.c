@@ -38,8 +38,9 @@
  * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
 #define LIFECYCLE_LOOK_NS 50000000u
 #define LIFECYCLE_STOP_MIN_NS 200000000u
+#define LIFECYCLE_HOLD_NS 20000000u
 
-volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
+volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
 static _Atomic uint32_t *sig_bell;
 
 static void on_signal(int sig)
@@ -50,7 +51,7 @@ static void on_signal(int sig)
 	else if (sig == SIGTSTP)
 		host_sigtstp = 1;
 	else if (sig == SIGCONT)
-		host_sigcont = 1;
+		host_sigcont = 1, host_conts++;
 	else
 		host_interrupts++;
 	if (sig_bell) {
@@ -90,24 +91,22 @@ static void signal_workers(struct host *h, int sig)
 			spawn_kill(h->w[i].pid, sig);
 }
 
-/* Moves a clock that was running when the job stopped (`from`) on by the `gap` it was
- * stopped: it then still lies at or before now, so no elapsed time computed from it can
- * wrap. A clock started after the stop began (an interrupt handled on continuing) had
- * nothing to lose and is left alone. */
-static void shift(uint64_t *clock, uint64_t from, uint64_t gap)
+/* Moves a clock on by the `gap` the job was stopped, but never past `now`: no elapsed
+ * time computed from it can wrap, and one started during the stop's uncertain start (the
+ * loop looked at its clocks last `gap` ago) or on continuing loses nothing. */
+static void shift(uint64_t *clock, uint64_t now, uint64_t gap)
 {
-	if (*clock && *clock <= from)
-		*clock += gap;
+	if (*clock)
+		*clock = *clock + gap < now ? *clock + gap : now;
 }
 
 /* Credits `gap` ns, up to `now`, during which the job was stopped to every clock that
  * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
 static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
-	uint64_t from = now - gap;
 	h->stopped_ns += gap;
 	if (h->interrupted)
-		shift(&h->interrupt_ns, from, gap); /* nor against drain_timeout */
+		shift(&h->interrupt_ns, now, gap); /* nor against drain_timeout */
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		struct host_worker *w = &h->w[i];
 		/* The task running now, which may have begun after we last looked: its
@@ -119,11 +118,11 @@ static void credit(struct host *h, uint64_t gap, uint64_t now)
 		}
 		if (since && since < now)
 			w->grace_ns += gap < now - since ? gap : now - since;
-		shift(&w->spawned_ns, from, gap);
-		shift(&w->still_ns, from, gap);
+		shift(&w->spawned_ns, now, gap);
+		shift(&w->still_ns, now, gap);
 	}
 	if (h->stopping)
-		shift(&h->stop_ns, from, gap);
+		shift(&h->stop_ns, now, gap);
 }
 
 void lifecycle_job_control(struct host *h)
@@ -312,7 +311,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 						 (unsigned long long)t.id);
 				}
 				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
-					       since < now ? (double)(now - since) * 1e-9 : 0);
+					       (double)wait_since(now, since) * 1e-9);
 			}
 		} else {
 			tasks_requeue(h, &t, input, -1);
@@ -564,12 +563,28 @@ static uint64_t coarse_tick_ns(void)
 uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 {
 	double limit_s = h->cfg->task_timeout;
-	/* The loop looks at least every LIFECYCLE_LOOK_NS: a longer gap since it last did
-	 * is time the host could not run (the job was stopped, from outside or by Ctrl-Z),
-	 * which counts against no task, setup, cleanup or drain. */
+	/* The loop looks at least every LIFECYCLE_LOOK_NS when it can. A longer gap since
+	 * it last did was a stop of the job (SIGSTOP from outside, a batch system's
+	 * suspend), which counts against nothing, when a SIGCONT came with it; without one
+	 * it was the host being busy (a slow sink call, a starved CPU), which counts. The
+	 * SIGCONT's handler may run on another thread a moment after the loop wakes: a gap
+	 * with no SIGCONT yet is held for one more look, 20 ms on, before anything is
+	 * enforced. (Ctrl-Z is credited where it is handled.) */
 	uint64_t gap = wait_since(now, h->last_check_ns);
-	if (h->last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS)
+	bool cont = host_conts != h->conts_seen;
+	h->conts_seen = host_conts;
+	if (h->held_gap) {
+		if (cont)
+			credit(h, h->held_gap, now);
+		h->held_gap = 0;
+	} else if (h->last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
+		if (!cont) {
+			h->held_gap = gap;
+			h->last_check_ns = now;
+			return now + LIFECYCLE_HOLD_NS;
+		}
 		credit(h, gap, now);
+	}
 	h->last_check_ns = now;
 	uint64_t deadline = cleanup_deadline(h, now);
 	/* The journal catches up every JOURNAL_FLUSH_NS. */

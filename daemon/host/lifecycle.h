@@ -31,9 +31,10 @@ unsigned lifecycle_live(const struct host *h);
  * that outlived them); returns how many. */
 unsigned lifecycle_sweep(void);
 
-/* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts), SIGTSTP (stop the job),
- * SIGCONT (the job goes on: time stopped does not count against tasks). */
-extern volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont;
+/* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts, counted), SIGTSTP (stop the job),
+ * SIGCONT (the job goes on; counted in host_conts, which tells a stop from outside from
+ * a busy host in lifecycle_timeouts: time stopped does not count against any bound). */
+extern volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
 void host_install_signals(struct host *h);
 /* Applies a pending SIGTSTP or SIGCONT (dispatcher loop). */
 void lifecycle_job_control(struct host *h);

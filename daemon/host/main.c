@@ -63,6 +63,8 @@ static const char help[] =
 	"up, the generator or the sink failed, or interrupted without a journal); 4\n"
 	"interrupted (Ctrl-C, SIGTERM, SIGHUP, sink_timeout) with a journal: --resume\n"
 	"finishes it.\n"
+	"gpud check exits 0 when a run would start, 2 otherwise (another run of the job\n"
+	"alive included); gpud status 0, 2 without a journal to read.\n"
 	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
 	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
 

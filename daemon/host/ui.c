@@ -205,7 +205,8 @@ static void take_figures(struct ui *u, struct figures *f)
 	while (j > oldest && f->elapsed - u->t_samples[(j - 1) % SAMPLES] <= RECENT_S)
 		j--;
 	double dt = f->elapsed - u->t_samples[j % SAMPLES];
-	/* (done can go down by one at the very end: an outcome the sink never took.) */
+	/* (done goes down at the end of a run whose sink is stuck: the outcomes it never
+	 * took, held ones included, count as not run then.) */
 	uint64_t was = u->done_samples[j % SAMPLES];
 	f->rate_now = dt > 0 ? (double)(f->done > was ? f->done - was : 0) / dt : f->rate_all;
 

@@ -642,8 +642,10 @@ static int run(long index, long host_pid)
 	if (watching != 0)
 		return 1;
 
-	if (pthread_atfork(NULL, NULL, on_fork_child) != 0)
+	if (pthread_atfork(NULL, NULL, on_fork_child) != 0) {
+		fprintf(stderr, "gpud-worker: cannot register the fork handler\n");
 		return 1;
+	}
 	output_prefix_start((int)index);
 	if (map_shm(&w, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
