@@ -48,8 +48,8 @@ int main(void)
 		puts("0");
 		return 0;
 	}
-	_Atomic uint64_t *line = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	_Atomic uint64_t *line =
+		mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (line == MAP_FAILED)
 		return 1;
 	const uint64_t total = (uint64_t)TRIPS * ROUNDS;

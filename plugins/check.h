@@ -47,7 +47,8 @@ static inline int check_file_writable(const char *who, const char *path, struct 
 		if (S_ISDIR(st.st_mode))
 			return gpud_fail(err, "%s: %s is a folder, not a file", who, path);
 		if (access(path, W_OK) < 0)
-			return gpud_fail(err, "%s: cannot write %s: %s", who, path, strerror(errno));
+			return gpud_fail(err, "%s: cannot write %s: %s", who, path,
+					 strerror(errno));
 		return 0;
 	}
 	if (errno != ENOENT)

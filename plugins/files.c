@@ -107,7 +107,8 @@ static int parse(const struct gpud_args *args, const char **dir, bool *recursive
 		return gpud_fail(err, "files: 'dir' is required (the folder to list)");
 	if (!strcmp(rec, "true") || !strcmp(rec, "yes") || !strcmp(rec, "1") || !strcmp(rec, "on"))
 		*recursive = true;
-	else if (!strcmp(rec, "false") || !strcmp(rec, "no") || !strcmp(rec, "0") || !strcmp(rec, "off"))
+	else if (!strcmp(rec, "false") || !strcmp(rec, "no") || !strcmp(rec, "0") ||
+		 !strcmp(rec, "off"))
 		*recursive = false;
 	else
 		return gpud_fail(err, "files: recursive = '%s': expected true or false", rec);
@@ -141,7 +142,8 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		return gpud_fail(err, "files: out of memory");
 	size_t dl = strlen(dir);
 	char *root = strndup(dir, dl > 1 && dir[dl - 1] == '/' ? dl - 1 : dl);
-	int rc = root ? scan(f, root, pattern, recursive, err) : gpud_fail(err, "files: out of memory");
+	int rc = root ? scan(f, root, pattern, recursive, err)
+		      : gpud_fail(err, "files: out of memory");
 	free(root);
 	if (rc < 0) {
 		free_files(f);

@@ -45,8 +45,7 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 	return check_dir_writable("files", check_parent(dir, parent, sizeof parent), err);
 }
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
 	const char *dir = gpud_arg(args, "dir", NULL);
 	struct stat st;
@@ -92,7 +91,8 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 		}
 		char *end;
 		unsigned long long id = strtoull(n, &end, 10);
-		if (end == n || n[0] < '0' || n[0] > '9' || strlen(end) != sl || strcmp(end, s->suffix))
+		if (end == n || n[0] < '0' || n[0] > '9' || strlen(end) != sl ||
+		    strcmp(end, s->suffix))
 			continue;
 		done(ctx, id, 0);
 	}
@@ -106,14 +106,14 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 	return GPUD_EVENT_BIT(GPUD_TASK_OK);
 }
 
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct files_sink *s = state;
 	char tmp[4096], final[4096];
 	if (ev->kind != GPUD_TASK_OK)
 		return 0;
-	snprintf(final, sizeof final, "%s/%llu%s", s->dir, (unsigned long long)ev->task_id, s->suffix);
+	snprintf(final, sizeof final, "%s/%llu%s", s->dir, (unsigned long long)ev->task_id,
+		 s->suffix);
 	snprintf(tmp, sizeof tmp, "%s/.%llu%s.tmp-%ld", s->dir, (unsigned long long)ev->task_id,
 		 s->suffix, (long)getpid());
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -147,8 +147,7 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
 	return 0;
 }
 
-GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats, struct gpud_error *err)
 {
 	(void)stats;
 	(void)err;

@@ -57,7 +57,8 @@ static uint64_t now_ns(void)
 
 static bool truthy(const char *v)
 {
-	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
+	return v &&
+	       (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
 }
 
 /* A true/false key (default false) into *out; -1 with err set when it is neither. */
@@ -151,8 +152,10 @@ static int cut_torn_line(int fd, const char *path, struct gpud_error *err)
 	if (ftruncate(fd, keep) < 0)
 		return gpud_fail(err, "jsonl: cannot cut the torn last line of %s: %s", path,
 				 strerror(errno));
-	fprintf(stderr, "jsonl: %s ended in a line cut short (%lld bytes, from a run that was "
-		"killed); it was removed\n", path, (long long)(st.st_size - keep));
+	fprintf(stderr,
+		"jsonl: %s ended in a line cut short (%lld bytes, from a run that was "
+		"killed); it was removed\n",
+		path, (long long)(st.st_size - keep));
 	return 0;
 }
 
@@ -179,8 +182,8 @@ static int open_sink(const struct gpud_args *args, void **state, bool resume,
 	 * not one (/dev/stdout, a terminal, a FIFO, a socket) holds nothing to read back,
 	 * as `-`: it is opened as a fresh run opens it, and the journal decides. */
 	struct stat st;
-	bool read_back = resume && strcmp(path, "-") != 0 &&
-			 !(stat(path, &st) == 0 && !S_ISREG(st.st_mode));
+	bool read_back =
+		resume && strcmp(path, "-") != 0 && !(stat(path, &st) == 0 && !S_ISREG(st.st_mode));
 	append |= read_back;
 	struct jsonl *j = calloc(1, sizeof *j);
 	if (!j || !(j->buf = malloc(BUF_SIZE))) {
@@ -217,8 +220,7 @@ static int open_sink(const struct gpud_args *args, void **state, bool resume,
 	return 0;
 }
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
 	return open_sink(args, state, false, err);
 }
@@ -276,7 +278,8 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return gpud_fail(err, "jsonl: cannot read %s back: %s", j->path, strerror(errno));
+			return gpud_fail(err, "jsonl: cannot read %s back: %s", j->path,
+					 strerror(errno));
 		if (n == 0)
 			break;
 		pos += n;
@@ -355,11 +358,21 @@ static void put_string(struct jsonl *f, const unsigned char *s, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = s[i];
 		switch (c) {
-		case '"': puts_(f, "\\\""); break;
-		case '\\': puts_(f, "\\\\"); break;
-		case '\n': puts_(f, "\\n"); break;
-		case '\r': puts_(f, "\\r"); break;
-		case '\t': puts_(f, "\\t"); break;
+		case '"':
+			puts_(f, "\\\"");
+			break;
+		case '\\':
+			puts_(f, "\\\\");
+			break;
+		case '\n':
+			puts_(f, "\\n");
+			break;
+		case '\r':
+			puts_(f, "\\r");
+			break;
+		case '\t':
+			puts_(f, "\\t");
+			break;
 		default:
 			if (c < 0x20 || c == 0x7f) {
 				puts_(f, "\\u00");
@@ -375,7 +388,8 @@ static void put_string(struct jsonl *f, const unsigned char *s, size_t n)
 
 static void put_base64(struct jsonl *f, const unsigned char *s, size_t n)
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	static const char tab[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 	putc_(f, '"');
 	size_t i = 0;
 	for (; i + 3 <= n; i += 3) {
@@ -409,16 +423,22 @@ static void put_bytes(struct jsonl *f, const char *name, const void *p, size_t n
 		put_base64(f, s, n);
 }
 
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct jsonl *j = state;
 	const char *status;
 	switch (ev->kind) {
-	case GPUD_TASK_OK: status = "ok"; break;
-	case GPUD_TASK_ERROR: status = "error"; break;
-	case GPUD_TASK_TIMEOUT: status = "timeout"; break;
-	default: return 0; /* worker events and kinds we do not know */
+	case GPUD_TASK_OK:
+		status = "ok";
+		break;
+	case GPUD_TASK_ERROR:
+		status = "error";
+		break;
+	case GPUD_TASK_TIMEOUT:
+		status = "timeout";
+		break;
+	default:
+		return 0; /* worker events and kinds we do not know */
 	}
 	char head[256];
 	int n = snprintf(head, sizeof head,
@@ -445,8 +465,7 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
 	return 0;
 }
 
-GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats, struct gpud_error *err)
 {
 	struct jsonl *j = state;
 	int rc = 0;

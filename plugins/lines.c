@@ -57,7 +57,8 @@ GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_e
 {
 	const char *path = gpud_arg(args, "path", NULL);
 	if (!path)
-		return gpud_fail(err, "lines: 'path' is required (a file, or - for standard input)");
+		return gpud_fail(err,
+				 "lines: 'path' is required (a file, or - for standard input)");
 	if (strcmp(path, "-") == 0)
 		return 0;
 	return check_file_readable("lines", path, err);
@@ -69,7 +70,8 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	const char *path = gpud_arg(args, "path", NULL);
 	struct stat st;
 	if (!path)
-		return gpud_fail(err, "lines: 'path' is required (a file, or - for standard input)");
+		return gpud_fail(err,
+				 "lines: 'path' is required (a file, or - for standard input)");
 	struct lines *l = calloc(1, sizeof *l);
 	if (!l)
 		return gpud_fail(err, "lines: out of memory");
@@ -124,7 +126,8 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		if (l->pos == l->len) {
 			int r = refill(l);
 			if (r < 0)
-				return gpud_fail(err, "lines: reading %s: %s", l->path, strerror(errno));
+				return gpud_fail(err, "lines: reading %s: %s", l->path,
+						 strerror(errno));
 			if (r == 0)
 				break;
 		}
@@ -162,7 +165,8 @@ GPUD_EXPORT int gpud_generator_skip(void *state, uint64_t n, struct gpud_error *
 		if (l->pos == l->len) {
 			int r = refill(l);
 			if (r < 0)
-				return gpud_fail(err, "lines: reading %s: %s", l->path, strerror(errno));
+				return gpud_fail(err, "lines: reading %s: %s", l->path,
+						 strerror(errno));
 			if (r == 0)
 				return 0; /* fewer lines than that: the end */
 		}

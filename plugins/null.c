@@ -9,8 +9,7 @@ GPUD_PLUGIN_NO_KEYS;
 
 static int dummy;
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
 	(void)args;
 	(void)err;
@@ -24,8 +23,7 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 	return 0;
 }
 
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err)
 {
 	(void)state;
 	(void)ev;

@@ -127,8 +127,10 @@ int t_sh(const char *dir, const char *script)
 	cr_assert(asprintf(&text, "%s\n%s", WAIT_FOR, script) > 0);
 	free(t_write(dir, "script.sh", text));
 	free(text);
-	cr_assert(asprintf(&cmd, "cd '%s' && GPUD='%s' GPUD_PLUGIN_PATH='%s' timeout -k 5 120 sh script.sh",
-			   dir, t_env("GPUD"), t_env("FIXTURES")) > 0);
+	cr_assert(
+		asprintf(&cmd,
+			 "cd '%s' && GPUD='%s' GPUD_PLUGIN_PATH='%s' timeout -k 5 120 sh script.sh",
+			 dir, t_env("GPUD"), t_env("FIXTURES")) > 0);
 	int st = system(cmd);
 	free(cmd);
 	cr_assert(WIFEXITED(st), "the script did not exit normally");
@@ -174,7 +176,8 @@ unsigned t_free_port(void)
 char *t_http_get(unsigned port, const char *path)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
 		if (fd >= 0)

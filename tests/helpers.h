@@ -24,8 +24,9 @@ int t_gpud(const char *dir, const char *args_fmt, ...) __attribute__((format(pri
  * pipelines, signals and timing that t_gpud cannot express. */
 /* Shell: waits (up to 20 s) until the command in $1 succeeds; fixed sleeps race a slow
  * start (a signal sent before gpud installs its handlers is lost). */
-#define WAIT_FOR "w() { i=0; while [ $i -lt 400 ]; do eval \"$1\" && return 0; sleep 0.05; " \
-		 "i=$((i+1)); done; return 1; }; "
+#define WAIT_FOR                                                                                   \
+	"w() { i=0; while [ $i -lt 400 ]; do eval \"$1\" && return 0; sleep 0.05; "                \
+	"i=$((i+1)); done; return 1; }; "
 /* Runs `script` with sh in dir, with $GPUD, GPUD_PLUGIN_PATH and WAIT_FOR's w(). */
 int t_sh(const char *dir, const char *script);
 /* The number at the start of file dir/name (fails the test when it is missing). */

@@ -144,16 +144,20 @@ Test(abi, helpers)
 Test(abi, header_works_from_cplusplus)
 {
 	const char *dir = t_tmpdir();
-	free(t_write(dir, "p.cc", "#include <gpud/plugin.h>\n"
-				  "GPUD_PLUGIN(\"worker\", \"cxx\", \"1\");\n"
-				  "GPUD_PLUGIN_DESCRIPTION(\"from C++\");\n"));
+	free(t_write(dir, "p.cc",
+		     "#include <gpud/plugin.h>\n"
+		     "GPUD_PLUGIN(\"worker\", \"cxx\", \"1\");\n"
+		     "GPUD_PLUGIN_DESCRIPTION(\"from C++\");\n"));
 	char *cmd;
-	cr_assert(asprintf(&cmd,
-			   "cd '%s' && g++ -std=c++11 -Wall -Wextra -Werror -shared -fPIC -I'%s' p.cc "
-			   "-o p.so && nm -D p.so > syms && grep -q ' gpud_plugin_info$' syms && "
-			   "grep -q ' gpud_plugin_description$' syms",
-			   dir, t_env("GPUD_HEADER_DIR")) > 0);
+	cr_assert(
+		asprintf(
+			&cmd,
+			"cd '%s' && g++ -std=c++11 -Wall -Wextra -Werror -shared -fPIC -I'%s' p.cc "
+			"-o p.so && nm -D p.so > syms && grep -q ' gpud_plugin_info$' syms && "
+			"grep -q ' gpud_plugin_description$' syms",
+			dir, t_env("GPUD_HEADER_DIR")) > 0);
 	int st = system(cmd);
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a C++ plugin does not export its descriptor");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "a C++ plugin does not export its descriptor");
 	free(cmd);
 }

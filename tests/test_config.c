@@ -10,29 +10,28 @@
 #include "config.h"
 #include "helpers.h"
 
-static const char good[] =
-	"; a full job\n"
-	"[job]\n"
-	"gpus = 0, 2,5\n"
-	"workers_per_gpu = 3\n"
-	"queue_size = 77\n"
-	"task_timeout = 1.5\n"
-	"cleanup_timeout = 2.5\n"
-	"base_seed = 1000\n"
-	"max_task_bytes = 64K\n"
-	"max_result_bytes = 2M\n"
-	"max_retries = 2\n"
-	"max_worker_restarts = 9\n"
-	"\n"
-	"[worker]\n"
-	"plugin = ./libw.so\n"
-	"model_path = model.bin\n"
-	"greeting = hello world\n"
-	"[generator]\n"
-	"plugin = lines\n"
-	"path = inputs.txt\n"
-	"[sink]\n"
-	"plugin = jsonl\n";
+static const char good[] = "; a full job\n"
+			   "[job]\n"
+			   "gpus = 0, 2,5\n"
+			   "workers_per_gpu = 3\n"
+			   "queue_size = 77\n"
+			   "task_timeout = 1.5\n"
+			   "cleanup_timeout = 2.5\n"
+			   "base_seed = 1000\n"
+			   "max_task_bytes = 64K\n"
+			   "max_result_bytes = 2M\n"
+			   "max_retries = 2\n"
+			   "max_worker_restarts = 9\n"
+			   "\n"
+			   "[worker]\n"
+			   "plugin = ./libw.so\n"
+			   "model_path = model.bin\n"
+			   "greeting = hello world\n"
+			   "[generator]\n"
+			   "plugin = lines\n"
+			   "path = inputs.txt\n"
+			   "[sink]\n"
+			   "plugin = jsonl\n";
 
 static char err[4096];
 
@@ -88,7 +87,8 @@ Test(config, defaults)
 {
 	struct cfg c;
 	cr_assert_eq(load("[job]\ngpus=1\n[worker]\nplugin=/w.so\n[generator]\nplugin=range\n",
-			  NULL, 0, &c), 0, "%s", err);
+			  NULL, 0, &c),
+		     0, "%s", err);
 	cr_expect_eq(c.workers_per_gpu, 1);
 	cr_expect_eq(c.queue_size, 1024);
 	cr_expect_float_eq(c.task_timeout, 0, 1e-12);
@@ -155,8 +155,10 @@ Test(config, values_of_4k_and_more)
 	memset(big, 'x', n);
 	big[n] = '\0';
 	char *text;
-	cr_assert(asprintf(&text, "[job]\ngpus=0\n[worker]\nplugin=/w.so\nblob = %s\n"
-				  "[generator]\nplugin=range\n", big) > 0);
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus=0\n[worker]\nplugin=/w.so\nblob = %s\n"
+			   "[generator]\nplugin=range\n",
+			   big) > 0);
 	struct cfg c;
 	cr_assert_eq(load(text, NULL, 0, &c), 0, "%s", err);
 	cr_expect_eq(strlen(arg(&c.worker, "blob")), n);
@@ -226,13 +228,14 @@ Test(config, missing_pieces)
 	bad("[job]\ngpus=0\n[worker]\nmodel=x\n[generator]\nplugin=range\n",
 	    "[worker] plugin is required", NULL);
 	bad("[job]\ngpus=0\n[worker]\nplugin=/w.so\n", "[generator] plugin is required", NULL);
-	bad("[job]\ngpus=0\n[worker]\nplugin=\n[generator]\nplugin=range\n", "job.ini:4:",
-	    "plugin is empty");
+	bad("[job]\ngpus=0\n[worker]\nplugin=\n[generator]\nplugin=range\n",
+	    "job.ini:4:", "plugin is empty");
 }
 
 Test(config, structure_errors)
 {
-	bad("[job]\ngpus=0\n[wroker]\nplugin=/w.so\n" BASE, "job.ini:3:", "unknown section [wroker]");
+	bad("[job]\ngpus=0\n[wroker]\nplugin=/w.so\n" BASE,
+	    "job.ini:3:", "unknown section [wroker]");
 	bad("[job]\ngpus=0\n[extra]\n" BASE, "job.ini:3:", "unknown section [extra]");
 	bad("[job]\ngpus=0\ngpus=1\n" BASE, "job.ini:3:", "set twice");
 	bad("gpus=0\n[job]\n" BASE, "job.ini:1:", "before any [section]");
@@ -246,7 +249,8 @@ Test(config, binary_junk)
 	char *path;
 	cr_assert(asprintf(&path, "%s/junk.ini", dir) > 0);
 	FILE *f = fopen(path, "w");
-	static const char junk[] = "[job]\ngpus=0\n\x7f" "ELF\x02\x01\x00\x00\xff\xfe\n";
+	static const char junk[] = "[job]\ngpus=0\n\x7f"
+				   "ELF\x02\x01\x00\x00\xff\xfe\n";
 	fwrite(junk, 1, sizeof junk - 1, f);
 	fclose(f);
 	struct cfg c;

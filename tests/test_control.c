@@ -30,7 +30,8 @@ static double now_ms(void)
 static int connect_to(unsigned port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
 		return fd;
@@ -74,11 +75,12 @@ Test(control, idle_slow_and_garbage_clients_do_not_hold_the_metrics_endpoint, .t
 {
 	const char *dir = t_tmpdir();
 	unsigned port = t_free_port();
-	t_jobf(dir, "[job]\ngpus = 0,1\n"
-		    "[worker]\nplugin = faulty\nsleep_us = 10000\n"
-		    "[generator]\nplugin = range\nstop = 600\n[sink]\nplugin = null\n"
-		    "[ui]\nmetrics_file = %s/gpud.prom\nmetrics_interval = 0.2\n"
-		    "metrics_listen = 127.0.0.1:%u\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n"
+	       "[worker]\nplugin = faulty\nsleep_us = 10000\n"
+	       "[generator]\nplugin = range\nstop = 600\n[sink]\nplugin = null\n"
+	       "[ui]\nmetrics_file = %s/gpud.prom\nmetrics_interval = 0.2\n"
+	       "metrics_listen = 127.0.0.1:%u\n",
 	       dir, port);
 	double t0 = now_ms();
 	pid_t pid = fork();
@@ -159,11 +161,13 @@ Test(control, idle_slow_and_garbage_clients_do_not_hold_the_metrics_endpoint, .t
 Test(control, a_second_run_of_a_job_is_refused_while_the_first_runs, .timeout = 90)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
-		    "[generator]\nplugin = range\nstop = 300\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	free(t_write(dir, "off.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
-				     "sleep_us = 20000\n[generator]\nplugin = range\nstop = 300\n"
-				     "[sink]\nplugin = jsonl\npath = off.jsonl\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+	       "[generator]\nplugin = range\nstop = 300\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	free(t_write(dir, "off.ini",
+		     "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+		     "sleep_us = 20000\n[generator]\nplugin = range\nstop = 300\n"
+		     "[sink]\nplugin = jsonl\npath = off.jsonl\n"));
 	t_sh(dir, "\"$GPUD\" run job.ini --ui off 2>err1 & pid=$!\n"
 		  "\"$GPUD\" run off.ini --ui off 2>erroff1 & pidoff=$!\n"
 		  "w '[ -s out.jsonl ] && [ -s off.jsonl ]'\n"
@@ -177,10 +181,12 @@ Test(control, a_second_run_of_a_job_is_refused_while_the_first_runs, .timeout = 
 		  "\"$GPUD\" run job.ini --ui off --resume 2>err6; echo $? >>rc\n"
 		  "wait $pidoff; echo $? >>rc\n");
 	char *rc = t_read_in(dir, "rc");
-	cr_expect_str_eq(rc, "2\n2\n2\n0\n2\n0\n0\n", "second run, resume, check, status, "
+	cr_expect_str_eq(rc, "2\n2\n2\n0\n2\n0\n0\n",
+			 "second run, resume, check, status, "
 			 "journal = off, resume after kill -9, the first journal = off run");
 	char want[64];
-	snprintf(want, sizeof want, "another run of this job is running (pid %ld ", t_read_long(dir, "pid"));
+	snprintf(want, sizeof want, "another run of this job is running (pid %ld ",
+		 t_read_long(dir, "pid"));
 	static const char *const refused[] = {"err2", "err3", "err4", "err5"};
 	for (size_t i = 0; i < 4; i++) {
 		char *e = t_read_in(dir, refused[i]);
@@ -219,8 +225,9 @@ Test(control, ranks_of_one_job_do_not_block_one_another, .timeout = 60)
 Test(control, sigterm_ends_a_run_whose_sink_blocks_on_a_fifo, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
-		    "[generator]\nplugin = range\nstop = 100000\n[sink]\nplugin = jsonl\npath = fifo\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\ndrain_timeout = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+	       "[generator]\nplugin = range\nstop = 100000\n[sink]\nplugin = jsonl\npath = fifo\n");
 	t_sh(dir, "mkfifo fifo\n"
 		  "(exec 3<fifo; head -c 20000 <&3 >got; sleep 30) & reader=$!\n"
 		  "\"$GPUD\" run job.ini --ui plain --stats-json s.json 2>err & pid=$!\n"
@@ -232,7 +239,8 @@ Test(control, sigterm_ends_a_run_whose_sink_blocks_on_a_fifo, .timeout = 60)
 	long ms = t_read_long(dir, "ms");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
 	cr_expect(ms >= 1800 && ms < 6000, "ended %ld ms after SIGTERM (drain_timeout 2 s)", ms);
-	cr_expect(strstr(err, "the sink's last call had not returned when the run ended"), "%s", err);
+	cr_expect(strstr(err, "the sink's last call had not returned when the run ended"), "%s",
+		  err);
 	cr_expect(strstr(err, "aborted: interrupted; 1 results could not be written"), "%s", err);
 	cr_expect(strstr(err, "`gpud run job.ini --resume` finishes it"), "%s", err);
 	cr_expect(stats && strstr(stats, "\"exit_status\": 4"), "%s", stats ? stats : "(none)");
@@ -260,20 +268,23 @@ Test(control, a_blocked_python_callback_loses_nothing_and_resumes_exactly_once, 
 	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n[worker]\nplugin = faulty\n"
 		    "sleep_us = 2000\n[generator]\nplugin = range\nstop = 400\n"
 		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = log\n");
-	t_sh(dir, "touch block\n"
-		  "\"$GPUD\" run job.ini --ui plain 2>err1 & pid=$!\n"
-		  "w '[ -s log ] && [ $(wc -l <log) -ge 40 ]'; sleep 0.3\n"
-		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
-		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
-		  "\"$GPUD\" run job.ini --ui plain --resume --set job.sink_timeout=1 2>err2; echo $? >>rc\n"
-		  "rm block\n"
-		  "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
-	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"), *err2 = t_read_in(dir, "err2");
+	t_sh(dir,
+	     "touch block\n"
+	     "\"$GPUD\" run job.ini --ui plain 2>err1 & pid=$!\n"
+	     "w '[ -s log ] && [ $(wc -l <log) -ge 40 ]'; sleep 0.3\n"
+	     "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
+	     "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+	     "\"$GPUD\" run job.ini --ui plain --resume --set job.sink_timeout=1 2>err2; echo $? >>rc\n"
+	     "rm block\n"
+	     "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"),
+	     *err2 = t_read_in(dir, "err2");
 	char *err3 = t_read_in(dir, "err3"), *log = t_read_in(dir, "log");
 	long ms = t_read_long(dir, "ms");
 	cr_expect_str_eq(rc, "4\n4\n0\n", "%s\n---\n%s\n---\n%s", err1, err2, err3);
 	cr_expect(ms >= 800 && ms < 5000, "ended %ld ms after SIGTERM (drain_timeout 1 s)", ms);
-	cr_expect(strstr(err2, "the sink's call has not returned in 1 s (sink_timeout)"), "%s", err2);
+	cr_expect(strstr(err2, "the sink's call has not returned in 1 s (sink_timeout)"), "%s",
+		  err2);
 	unsigned char seen[400] = {0};
 	size_t lines = 0;
 	for (char *l = strtok(log, "\n"); l; l = strtok(NULL, "\n"), lines++) {
@@ -305,20 +316,25 @@ Test(control, a_sink_call_that_returns_late_costs_nothing_else, .timeout = 90)
 	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
 		cr_skip_test("the python plugins were not built (Debian: libpython3.11-dev)");
 	const char *dir = t_tmpdir();
-	free(t_write(dir, "cb.py",
-		     "import time\n"
-		     "class Log:\n"
-		     "    def __init__(self, log, **kw): self.f = open(log, 'a'); self.slept = False\n"
-		     "    def on_success(self, task_id, result, worker_id):\n"
-		     "        if task_id == 40 and not self.slept: self.slept = True; time.sleep(4)\n"
-		     "        self.f.write('%d %s\\n' % (task_id, result)); self.f.flush()\n"));
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 200\n"
-		    "[generator]\nplugin = range\nstop = 5000\n"
-		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = %s/log\n", dir);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0, "%s", t_read_in(dir, "err"));
+	free(t_write(
+		dir, "cb.py",
+		"import time\n"
+		"class Log:\n"
+		"    def __init__(self, log, **kw): self.f = open(log, 'a'); self.slept = False\n"
+		"    def on_success(self, task_id, result, worker_id):\n"
+		"        if task_id == 40 and not self.slept: self.slept = True; time.sleep(4)\n"
+		"        self.f.write('%d %s\\n' % (task_id, result)); self.f.flush()\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 200\n"
+	       "[generator]\nplugin = range\nstop = 5000\n"
+	       "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = %s/log\n",
+	       dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0, "%s",
+		     t_read_in(dir, "err"));
 	char *err = t_read_in(dir, "err"), *log = t_read_in(dir, "log");
 	cr_assert(log, "%s", err);
-	cr_expect(strstr(err, "the sink's call for task 40 (ok) has not returned for 1 s"), "%s", err);
+	cr_expect(strstr(err, "the sink's call for task 40 (ok) has not returned for 1 s"), "%s",
+		  err);
 	cr_expect(strstr(err, "the sink's call returned after 4."), "%s", err);
 	cr_expect_null(strstr(err, "without starting one"), "%s", err);
 	cr_expect_null(strstr(err, "restart"), "%s", err);
@@ -383,25 +399,28 @@ Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
 	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n[worker]\nplugin = faulty\n"
 		    "sleep_us = 1000\n[generator]\nplugin = range\nstop = 100\n"
 		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\nlog = log\n");
-	t_sh(dir, "touch block\n"
-		  "s=$(date +%s%N)\n"
-		  "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain --set job.sink_timeout=2 2>err1\n"
-		  "echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms1\n"
-		  "rm -f log\n"
-		  "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain 2>err2 & pid=$!\n"
-		  "w '[ -f log ] && [ $(wc -l < log) -ge 100 ]'; sleep 0.5\n"
-		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >>rc\n"
-		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms2\n"
-		  "rm block\n"
-		  "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
-	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"), *err2 = t_read_in(dir, "err2");
+	t_sh(dir,
+	     "touch block\n"
+	     "s=$(date +%s%N)\n"
+	     "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain --set job.sink_timeout=2 2>err1\n"
+	     "echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms1\n"
+	     "rm -f log\n"
+	     "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain 2>err2 & pid=$!\n"
+	     "w '[ -f log ] && [ $(wc -l < log) -ge 100 ]'; sleep 0.5\n"
+	     "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >>rc\n"
+	     "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms2\n"
+	     "rm block\n"
+	     "\"$GPUD\" run job.ini --ui plain --resume 2>err3; echo $? >>rc\n");
+	char *rc = t_read_in(dir, "rc"), *err1 = t_read_in(dir, "err1"),
+	     *err2 = t_read_in(dir, "err2");
 	char *err3 = t_read_in(dir, "err3"), *log = t_read_in(dir, "log");
 	long ms1 = t_read_long(dir, "ms1"), ms2 = t_read_long(dir, "ms2");
 	cr_expect_str_eq(rc, "4\n4\n0\n", "%s\n---\n%s\n---\n%s", err1, err2, err3);
 	cr_expect(strstr(err1, "the sink's close had not returned when the run ended"), "%s", err1);
 	cr_expect(strstr(err1, "100 tasks: 100 ok"), "%s", err1);
 	cr_expect(ms1 < 10000, "sink_timeout = 2 ended it after %ld ms", ms1);
-	cr_expect(ms2 >= 800 && ms2 < 6000, "SIGTERM ended it after %ld ms (drain_timeout 1 s)", ms2);
+	cr_expect(ms2 >= 800 && ms2 < 6000, "SIGTERM ended it after %ld ms (drain_timeout 1 s)",
+		  ms2);
 	cr_expect_eq(t_count_lines(log, ""), 100, "%s", log);
 	free(rc);
 	free(err1);
@@ -416,17 +435,21 @@ Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
 Test(control, a_symlinked_output_and_a_shared_folder_are_one_output, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
-		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	free(t_write(dir, "b.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
-				   "[generator]\nplugin = range\nstop = 10\n"
-				   "[sink]\nplugin = jsonl\npath = link.jsonl\n"));
-	free(t_write(dir, "f.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
-				   "sleep_us = 20000\n[generator]\nplugin = range\nstop = 200\n"
-				   "[sink]\nplugin = files\ndir = res\n"));
-	free(t_write(dir, "g.ini", "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
-				   "[generator]\nplugin = range\nstop = 10\n"
-				   "[sink]\nplugin = files\ndir = ./res/\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+	       "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	free(t_write(dir, "b.ini",
+		     "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+		     "[generator]\nplugin = range\nstop = 10\n"
+		     "[sink]\nplugin = jsonl\npath = link.jsonl\n"));
+	free(t_write(dir, "f.ini",
+		     "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+		     "sleep_us = 20000\n[generator]\nplugin = range\nstop = 200\n"
+		     "[sink]\nplugin = files\ndir = res\n"));
+	free(t_write(dir, "g.ini",
+		     "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = faulty\n"
+		     "[generator]\nplugin = range\nstop = 10\n"
+		     "[sink]\nplugin = files\ndir = ./res/\n"));
 	t_sh(dir, "mkdir res; touch out.jsonl; ln -s out.jsonl link.jsonl\n"
 		  "\"$GPUD\" run job.ini --ui off 2>e1 & a=$!\n"
 		  "\"$GPUD\" run f.ini --ui off 2>e2 & b=$!\n"

@@ -21,8 +21,7 @@ static unsigned listed(const char *list, unsigned long id, const char *status)
 	return n;
 }
 
-Test(failures, every_failure_is_listed_whatever_the_sink_and_plain_mode_keeps_order,
-     .timeout = 60)
+Test(failures, every_failure_is_listed_whatever_the_sink_and_plain_mode_keeps_order, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	/* 3000 tasks, every 7th refused; the null sink sees nothing. One worker, so the
@@ -122,7 +121,8 @@ Test(failures, a_bad_stats_json_path_is_refused_before_anything_runs, .timeout =
 	       "[generator]\nplugin = range\nstop = 10\n"
 	       "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
 	       dir);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/no/s.json'", dir, dir), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/no/s.json'", dir, dir),
+		     2);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "--stats-json"), "%s", err);
 	cr_expect(strstr(err, "no folder"), "%s", err);
@@ -140,7 +140,8 @@ Test(failures, stats_json_has_the_total_exit_status_abort_reason_and_the_list, .
 	       "[job]\ngpus = 0,1\nlog_dir = %s/logs\n[worker]\nplugin = faulty\nfail_on = 3\n"
 	       "[generator]\nplugin = range\nstop = 50\n[sink]\nplugin = null\n",
 	       dir);
-	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 1);
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir),
+		     1);
 	char *s = t_read_in(dir, "s.json");
 	cr_assert(s);
 	char want[600];

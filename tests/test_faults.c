@@ -15,7 +15,6 @@
 
 #include "helpers.h"
 
-
 struct outcome {
 	unsigned long generated, ok, failed, timed_out, not_run, retried, restarts, setup_fail;
 	char *events;
@@ -31,7 +30,8 @@ static void read_close(const char *dir, struct outcome *o)
 	cr_assert(close, "the sink was not closed:\n%s", o->events);
 	cr_assert_eq(sscanf(close, "close %lu %lu %lu %lu %lu %lu %lu %lu", &o->generated, &o->ok,
 			    &o->failed, &o->timed_out, &o->not_run, &o->retried, &o->restarts,
-			    &o->setup_fail), 8);
+			    &o->setup_fail),
+		     8);
 }
 
 /* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status.
@@ -41,13 +41,13 @@ static int run_faulty(const char *dir, const char *worker_keys, const char *job_
 		      unsigned long stop, struct outcome *o)
 {
 	char *path = t_jobf(dir,
-			   "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
-			   "[worker]\nplugin = faulty\n%s\n"
-			   "[generator]\nplugin = range\nstop = %lu\n"
-			   "[sink]\nplugin = recorder\npath = %s/events\n",
-			   strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
-			   strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
-			   job_keys, worker_keys, stop, dir);
+			    "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
+			    "[worker]\nplugin = faulty\n%s\n"
+			    "[generator]\nplugin = range\nstop = %lu\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\n",
+			    strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
+			    strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
+			    job_keys, worker_keys, stop, dir);
 	int rc = t_gpud(dir, "run '%s'", path);
 	read_close(dir, o);
 	cr_expect_eq(t_count_lines(o->events, "close "), 1, "closed once");
@@ -101,7 +101,8 @@ Test(faults, segfault_abort_and_exit_are_reported_and_workers_replaced, .timeout
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "crash_on = 100\nabort_on = 700\nexit_on = 1500", "", 2000, &o), 1);
+	cr_expect_eq(
+		run_faulty(dir, "crash_on = 100\nabort_on = 700\nexit_on = 1500", "", 2000, &o), 1);
 	exactly_once(&o, 2000);
 	cr_expect_eq(o.failed, 3, "%s", o.events);
 	cr_expect_eq(o.ok, 1997);
@@ -144,7 +145,8 @@ Test(faults, retries_rerun_crashed_tasks, .timeout = 60)
 	struct outcome o;
 	const char *dir = t_tmpdir();
 	cr_expect_eq(run_faulty(dir, "crash_on = 10,20\nfail_on = 30\nfirst_attempt_only = 1",
-				"max_retries = 1", 300, &o), 0);
+				"max_retries = 1", 300, &o),
+		     0);
 	exactly_once(&o, 300);
 	cr_expect_eq(o.ok, 300);
 	cr_expect_eq(o.retried, 3);
@@ -193,7 +195,8 @@ Test(faults, every_setup_failing_ends_the_run, .timeout = 30)
 	cr_expect_eq(o.generated, 0, "the generator was not drained");
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "no worker could be set up"), "%s", err);
-	cr_expect(strstr(err, "worker 0 (GPU 0) setup failed: faulty: no model for GPU 0"), "%s", err);
+	cr_expect(strstr(err, "worker 0 (GPU 0) setup failed: faulty: no model for GPU 0"), "%s",
+		  err);
 	free(err);
 }
 
@@ -242,10 +245,11 @@ Test(faults, sink_failure_aborts_and_counts_lost_results, .timeout = 30)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	char *path = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-				  "[generator]\nplugin = range\nstop = 100000\n"
-				  "[sink]\nplugin = recorder\npath = %s/events\nfail_after = 100\n",
-			   dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			    "[generator]\nplugin = range\nstop = 100000\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\nfail_after = 100\n",
+			    dir);
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 3);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "the sink failed: recorder: refusing after 100"), "%s", err);
@@ -275,15 +279,16 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
-				  "[generator]\nplugin = range\nstop = 150\n"
-				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+			    "[generator]\nplugin = range\nstop = 150\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\n",
+			    dir);
 	char *cmd;
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
-			   "w \"grep -q '^ok 20 ' '%s/events'\"; "
-			   "pkill -9 -P $gp -f gpud-worker -n; wait $gp",
+				    "w \"grep -q '^ok 20 ' '%s/events'\"; "
+				    "pkill -9 -P $gp -f gpud-worker -n; wait $gp",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
 	read_close(dir, &o);
@@ -304,17 +309,19 @@ Test(faults, kill_9_from_outside, .timeout = 60)
 Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
-				  "[generator]\nplugin = range\nstop = 100000\n"
-				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+			    "[generator]\nplugin = range\nstop = 100000\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\n",
+			    dir);
 	char *cmd;
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
-			   "w \"grep -q '^ok ' '%s/events'\"; kill -INT $gp; wait $gp",
+				    "w \"grep -q '^ok ' '%s/events'\"; kill -INT $gp; wait $gp",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)", WEXITSTATUS(st));
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)",
+		  WEXITSTATUS(st));
 	struct outcome o;
 	read_close(dir, &o);
 	cr_expect_eq(o.generated, o.ok + o.failed + o.timed_out + o.not_run, "stats add up");
@@ -329,20 +336,25 @@ Test(faults, interrupt_finishes_running_tasks, .timeout = 60)
 Test(faults, sigterm_drain_is_bounded_by_drain_timeout, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n"
-				  "[worker]\nplugin = faulty\nhang_on = 5\nsleep_us = 50000\n"
-				  "[generator]\nplugin = range\nstop = 1000\n"
-				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1\ndrain_timeout = 1\n"
+			    "[worker]\nplugin = faulty\nhang_on = 5\nsleep_us = 50000\n"
+			    "[generator]\nplugin = range\nstop = 1000\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\n",
+			    dir);
 	char *cmd;
-	cr_assert(asprintf(&cmd,
-			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' --ui plain 2>'%s/err' & gp=$!; "
-			   "w \"grep -q '^start 5 ' '%s/events'\"; s=$(date +%%s%%N); kill -TERM $gp; "
-			   "wait $gp; rc=$?; echo $(( ($(date +%%s%%N) - s) / 1000000 )) > '%s/ms'; "
-			   "exit $rc",
-			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir, dir) > 0);
+	cr_assert(
+		asprintf(
+			&cmd,
+			WAIT_FOR
+			"GPUD_PLUGIN_PATH='%s' '%s' run '%s' --ui plain 2>'%s/err' & gp=$!; "
+			"w \"grep -q '^start 5 ' '%s/events'\"; s=$(date +%%s%%N); kill -TERM $gp; "
+			"wait $gp; rc=$?; echo $(( ($(date +%%s%%N) - s) / 1000000 )) > '%s/ms'; "
+			"exit $rc",
+			t_env("FIXTURES"), t_env("GPUD"), path, dir, dir, dir) > 0);
 	int st = system(cmd);
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)", WEXITSTATUS(st));
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)",
+		  WEXITSTATUS(st));
 	long ms = t_read_long(dir, "ms");
 	/* Generous for a loaded machine; without the bound it would wait forever. */
 	cr_expect(ms >= 900 && ms < 10000, "ended %ld ms after SIGTERM", ms);
@@ -397,7 +409,8 @@ Test(faults, slow_worker_does_not_hoard_tasks, .timeout = 60)
 	struct outcome o;
 	const char *dir = t_tmpdir();
 	cr_expect_eq(run_faulty(dir, "sleep_us = 200\nslow_gpu = 1\nslow_us = 300000",
-				"workers_per_gpu = 1", 3000, &o), 0);
+				"workers_per_gpu = 1", 3000, &o),
+		     0);
 	exactly_once(&o, 3000);
 	size_t slow = 0;
 	for (const char *p = o.events; (p = strstr(p, "\nok ")); p++) {
@@ -417,17 +430,18 @@ Test(faults, no_worker_outlives_a_killed_host, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	char *cmd;
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\n"
-				  "sleep_us = 100000\n[generator]\nplugin = range\nstop = 1000\n"
-				  "[sink]\nplugin = null\n");
+	char *path =
+		t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\n"
+			    "sleep_us = 100000\n[generator]\nplugin = range\nstop = 1000\n"
+			    "[sink]\nplugin = null\n");
 	/* Alive means any state but Z (zombie: dead, waiting for its new parent). */
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; "
-			   "w '[ $(pgrep -P $gp | wc -l) -eq 4 ]' || exit 2; sleep 0.3; "
-			   "kids=$(pgrep -P $gp); "
-			   "kill -9 $gp; sleep 0.5; for k in $kids; do "
-			   "s=$(awk '{print $3}' /proc/$k/stat 2>/dev/null); "
-			   "[ -z \"$s\" ] || [ \"$s\" = Z ] || exit 1; done; exit 0",
+				    "w '[ $(pgrep -P $gp | wc -l) -eq 4 ]' || exit 2; sleep 0.3; "
+				    "kids=$(pgrep -P $gp); "
+				    "kill -9 $gp; sleep 0.5; for k in $kids; do "
+				    "s=$(awk '{print $3}' /proc/$k/stat 2>/dev/null); "
+				    "[ -z \"$s\" ] || [ \"$s\" = Z ] || exit 1; done; exit 0",
 			   t_env("FIXTURES"), t_env("GPUD"), path) > 0);
 	int st = system(cmd);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -442,17 +456,19 @@ Test(faults, second_interrupt_stops_at_once, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	char *cmd;
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 5000000\n"
-				  "[generator]\nplugin = range\nstop = 100\n"
-				  "[sink]\nplugin = recorder\npath = %s/events\n",
-			   dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 5000000\n"
+			    "[generator]\nplugin = range\nstop = 100\n"
+			    "[sink]\nplugin = recorder\npath = %s/events\n",
+			    dir);
 	cr_assert(asprintf(&cmd,
 			   WAIT_FOR "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>'%s/err' & gp=$!; "
-			   "w \"grep -q '^start ' '%s/events'\"; "
-			   "kill -INT $gp; sleep 0.2; kill -INT $gp; wait $gp",
+				    "w \"grep -q '^start ' '%s/events'\"; "
+				    "kill -INT $gp; sleep 0.2; kill -INT $gp; wait $gp",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir, dir) > 0);
 	int st = system(cmd);
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)", WEXITSTATUS(st));
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 4, "exit %d (interrupted, resumable)",
+		  WEXITSTATUS(st));
 	struct outcome o;
 	read_close(dir, &o);
 	cr_expect_eq(o.ok, 0, "5 s tasks cannot have finished");
@@ -470,8 +486,10 @@ Test(faults, retries_go_to_another_worker, .timeout = 60)
 	const char *dir = t_tmpdir();
 	/* Late tasks, when every worker is up: with one ready worker, a retry may well go
 	 * back to the same one. */
-	cr_expect_eq(run_faulty(dir, "fail_on = 300,400,500\nfirst_attempt_only = 1\nsleep_us = 5000",
-				"max_retries = 1", 600, &o), 0);
+	cr_expect_eq(run_faulty(dir,
+				"fail_on = 300,400,500\nfirst_attempt_only = 1\nsleep_us = 5000",
+				"max_retries = 1", 600, &o),
+		     0);
 	exactly_once(&o, 600);
 	cr_expect_eq(o.retried, 3);
 	const char *ids[] = {"300", "400", "500"};
@@ -497,13 +515,15 @@ Test(faults, crash_loop_retires_the_gpu, .timeout = 60)
 	struct outcome o;
 	const char *dir = t_tmpdir();
 	cr_expect_eq(run_faulty(dir, "crash_all = 1\nonly_gpu = 1\nsleep_us = 2000",
-				"workers_per_gpu = 1\nmax_worker_restarts = 2", 500, &o), 1);
+				"workers_per_gpu = 1\nmax_worker_restarts = 2", 500, &o),
+		     1);
 	exactly_once(&o, 500);
 	cr_expect_eq(o.restarts, 2);
 	cr_expect_eq(o.failed, 3, "one task for each of the three workers that crashed");
 	cr_expect_eq(o.ok, 497);
 	cr_expect_eq(t_count_lines(o.events, "gpu_retired "), 1);
-	cr_expect(strstr(o.events, "gpu_retired 1 1 GPU 1 retired: its workers were restarted 2 times"),
+	cr_expect(strstr(o.events,
+			 "gpu_retired 1 1 GPU 1 retired: its workers were restarted 2 times"),
 		  "%s", o.events);
 }
 
@@ -527,17 +547,21 @@ Test(faults, sigpipe_on_standard_output, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	char *cmd;
-	char *path = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-				  "[generator]\nplugin = range\nstop = 5000000\n[sink]\nplugin = jsonl\n");
-	cr_assert(asprintf(&cmd, "('%s' run '%s' 2>'%s/err'; echo $? >'%s/status') | head -n 1 >/dev/null",
-			   t_env("GPUD"), path, dir, dir) > 0);
+	char *path = t_jobf(
+		dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+		     "[generator]\nplugin = range\nstop = 5000000\n[sink]\nplugin = jsonl\n");
+	cr_assert(
+		asprintf(&cmd,
+			 "('%s' run '%s' 2>'%s/err'; echo $? >'%s/status') | head -n 1 >/dev/null",
+			 t_env("GPUD"), path, dir, dir) > 0);
 	cr_assert_eq(system(cmd), 0);
 	char *status = t_read_in(dir, "status");
 	cr_expect_str_eq(status, "3\n");
 	char *err = t_read_in(dir, "err");
 	/* One calm line, like a filter whose reader left; no "aborted" story. */
 	cr_expect(strstr(err, "gpud: stopped: the reader of standard output went away; ") &&
-		  strstr(err, "results were not written, tasks from "), "%s", err);
+			  strstr(err, "results were not written, tasks from "),
+		  "%s", err);
 	cr_expect(!strstr(err, "aborted"), "%s", err);
 	free(status);
 	free(err);
@@ -550,8 +574,11 @@ Test(faults, repeated_timeouts_in_one_slot, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "hang_on = 3,4,5,6", "gpus = 0\nworkers_per_gpu = 1\n"
-				"task_timeout = 0.2\nmax_worker_restarts = 10", 20, &o), 1);
+	cr_expect_eq(run_faulty(dir, "hang_on = 3,4,5,6",
+				"gpus = 0\nworkers_per_gpu = 1\n"
+				"task_timeout = 0.2\nmax_worker_restarts = 10",
+				20, &o),
+		     1);
 	exactly_once(&o, 20);
 	cr_expect_eq(o.timed_out, 4);
 	cr_expect_eq(o.restarts, 4);
@@ -573,7 +600,9 @@ Test(faults, hanging_cleanup_is_bounded, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	cr_expect_eq(run_faulty(dir, "cleanup_hang = 1\nsleep_us = 5000", "cleanup_timeout = 0.5", 100, &o), 0);
+	cr_expect_eq(run_faulty(dir, "cleanup_hang = 1\nsleep_us = 5000", "cleanup_timeout = 0.5",
+				100, &o),
+		     0);
 	exactly_once(&o, 100);
 	cr_expect_eq(t_count_lines(o.events, "cleanup_failed "), 4);
 	cr_expect(strstr(o.events, "cleanup did not finish within 0.5 s; killed"), "%s", o.events);
@@ -586,10 +615,12 @@ Test(faults, hanging_cleanup_is_bounded, .timeout = 60)
 Test(faults, results_before_a_hung_call_are_not_held_back, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0\njournal = off\ntask_timeout = 1\n"
-				"[worker]\nplugin = faulty\nhang_on = 5\nprint_every = 1\n"
-				"[generator]\nplugin = failgen\nstop = 10\n"
-				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0\njournal = off\ntask_timeout = 1\n"
+			   "[worker]\nplugin = faulty\nhang_on = 5\nprint_every = 1\n"
+			   "[generator]\nplugin = failgen\nstop = 10\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 1, "%s", t_read_in(dir, "err"));
 	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err");
 	for (int i = 0; i < 10; i++) {
@@ -626,11 +657,13 @@ Test(faults, results_before_a_hung_call_are_not_held_back, .timeout = 60)
 Test(faults, a_hung_task_on_a_retired_gpu_still_times_out, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0\nworkers_per_gpu = 2\ntask_timeout = 0.5\n"
-				"max_worker_restarts = 0\njournal = off\n"
-				"[worker]\nplugin = faulty\nhang_every = 2\n"
-				"[generator]\nplugin = range\nstop = 20\n"
-				"[sink]\nplugin = recorder\npath = %s/rec\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0\nworkers_per_gpu = 2\ntask_timeout = 0.5\n"
+			   "max_worker_restarts = 0\njournal = off\n"
+			   "[worker]\nplugin = faulty\nhang_every = 2\n"
+			   "[generator]\nplugin = range\nstop = 20\n"
+			   "[sink]\nplugin = recorder\npath = %s/rec\n",
+			   dir);
 	t_sh(dir, "timeout -s KILL 20 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 3, "exit 3 (137: it never ended)");
 	char *err = t_read_in(dir, "err"), *rec = t_read_in(dir, "rec");

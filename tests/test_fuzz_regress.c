@@ -42,7 +42,8 @@ static size_t replay(const char *sub, int (*one)(const uint8_t *, size_t))
 
 Test(fuzz_regress, config_inputs)
 {
-	size_t n = replay("seeds/config", fuzz_config_one) + replay("regressions/config", fuzz_config_one);
+	size_t n = replay("seeds/config", fuzz_config_one) +
+		   replay("regressions/config", fuzz_config_one);
 	cr_expect_gt(n, 0, "no inputs found under fuzz/");
 }
 

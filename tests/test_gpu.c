@@ -14,8 +14,8 @@
 static char *job(const char *dir, const char *job_keys, const char *worker, const char *gen,
 		 const char *sink)
 {
-	char *path = t_jobf(dir, "[job]\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n",
-			   job_keys, worker, gen, sink);
+	char *path = t_jobf(dir, "[job]\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n", job_keys,
+			    worker, gen, sink);
 	return path;
 }
 
@@ -30,9 +30,10 @@ Test(gpu, gpus_all_without_a_gpu_is_one_clear_line)
 	/* No CUDA runtime at all, no driver, or a driver that finds no usable device; never
 	 * a driver-version complaint on a machine without a driver. */
 	cr_expect(strstr(err, "gpus = all: the CUDA runtime (libcudart) is not installed") ||
-		  strstr(err, "gpus = all: this machine has no NVIDIA driver") ||
-		  strstr(err, "gpus = all: the NVIDIA driver sees no GPU") ||
-		  strstr(err, "gpus = all: no CUDA device usable: cuda"), "%s", err);
+			  strstr(err, "gpus = all: this machine has no NVIDIA driver") ||
+			  strstr(err, "gpus = all: the NVIDIA driver sees no GPU") ||
+			  strstr(err, "gpus = all: no CUDA device usable: cuda"),
+		  "%s", err);
 	cr_expect(!strstr(err, "insufficient") || !strstr(err, "no NVIDIA driver"), "%s", err);
 	free(err);
 	free(path);
@@ -126,7 +127,8 @@ static void fatal_case(const char *worker)
 	char *path = job(dir, "gpus = 0\nbatch_size = 4", worker, "plugin = range\nstop = 300",
 			 "plugin = jsonl");
 	cr_expect_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1);
-	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err"), *js = t_read_in(dir, "s.json");
+	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err"),
+	     *js = t_read_in(dir, "s.json");
 	cr_expect_eq(t_count_lines(out, "{"), 300);
 	cr_expect(strstr(out, "context lost at"), "%s", out);
 	cr_expect(strstr(err, "restarted at its plugin's request"), "%s", err);
@@ -150,9 +152,10 @@ Test(gpu, cuda_example_without_a_gpu_fails_setup_clearly, .timeout = 60)
 		cr_skip_test("the CUDA example was not built (no nvcc)");
 	const char *dir = t_tmpdir();
 	char *cmd;
-	cr_assert(asprintf(&cmd, "run '%s/config/cuda-demo.ini' --set job.gpus=0,1 "
-				 "--set generator.count=100 --set sink.dir='%s/res' "
-				 "--set job.journal='%s/j'",
+	cr_assert(asprintf(&cmd,
+			   "run '%s/config/cuda-demo.ini' --set job.gpus=0,1 "
+			   "--set generator.count=100 --set sink.dir='%s/res' "
+			   "--set job.journal='%s/j'",
 			   t_env("SRCDIR"), dir, dir) > 0);
 	cr_expect_eq(t_gpud(dir, "%s", cmd), 3, "no worker could be set up");
 	char *err = t_read_in(dir, "err");

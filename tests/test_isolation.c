@@ -28,8 +28,8 @@ static unsigned check_output_of(const char *dir, unsigned n, unsigned every, boo
 	for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
 		unsigned long id;
 		char status[16];
-		cr_assert_eq(sscanf(l, "{\"task_id\": %lu, \"status\": \"%15[a-z]\"", &id, status), 2,
-			     "malformed line: %s", l);
+		cr_assert_eq(sscanf(l, "{\"task_id\": %lu, \"status\": \"%15[a-z]\"", &id, status),
+			     2, "malformed line: %s", l);
 		cr_assert_lt(id, n, "%s", l);
 		cr_assert_eq(seen[id]++, 0, "task %lu has two outcomes", id);
 		bool poison = id % every == every - 1;
@@ -40,7 +40,8 @@ static unsigned check_output_of(const char *dir, unsigned n, unsigned every, boo
 			else
 				snprintf(want, sizeof want, "\"result\": \"r%lu\"}", id);
 			cr_assert_str_eq(status, "ok", "innocent task %lu: %s", id, l);
-			cr_assert(strstr(l, want), "innocent task %lu has a wrong result: %s", id, l);
+			cr_assert(strstr(l, want), "innocent task %lu has a wrong result: %s", id,
+				  l);
 		} else if (strcmp(status, "ok") != 0) {
 			poison_failed++;
 		}
@@ -129,10 +130,12 @@ Test(isolation, scribbling_every_writable_shared_mapping, .timeout = 180)
 Test(isolation, forked_children_end_with_the_run, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	free(t_jobf(dir, "[job]\ngpus = 0,1\n"
-			 "[worker]\nplugin = hostile\nmode = fork\nevery = 5\npidfile = %s/pids\n"
-			 "[generator]\nplugin = range\nstop = 20\n"
-			 "[sink]\nplugin = jsonl\n", dir));
+	free(t_jobf(dir,
+		    "[job]\ngpus = 0,1\n"
+		    "[worker]\nplugin = hostile\nmode = fork\nevery = 5\npidfile = %s/pids\n"
+		    "[generator]\nplugin = range\nstop = 20\n"
+		    "[sink]\nplugin = jsonl\n",
+		    dir));
 	t_sh(dir, "start=$(date +%s%N)\n"
 		  "\"$GPUD\" run job.ini --ui plain 2>err | cat >/dev/null\n"
 		  "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
@@ -167,9 +170,10 @@ static void expect_log_folder_refused(const char *prepare, const char *why)
 	char *script;
 	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
 			 "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n"));
-	cr_assert(asprintf(&script, "base=\"$PWD/gpud-$(id -u)\"\n%s\n"
-				    "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err\n"
-				    "echo $? >rc\n",
+	cr_assert(asprintf(&script,
+			   "base=\"$PWD/gpud-$(id -u)\"\n%s\n"
+			   "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err\n"
+			   "echo $? >rc\n",
 			   prepare) > 0);
 	t_sh(dir, script);
 	free(script);
@@ -198,8 +202,9 @@ Test(isolation, default_log_folder_is_private, .timeout = 60)
 	const char *dir = t_tmpdir();
 	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
 			 "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n"));
-	t_sh(dir, "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err; echo $? >rc\n"
-		  "stat -c %a gpud-$(id -u) gpud-$(id -u)/run-* gpud-$(id -u)/run-*/worker-0.log >modes\n");
+	t_sh(dir,
+	     "TMPDIR=\"$PWD\" \"$GPUD\" run job.ini --ui dashboard 2>err; echo $? >rc\n"
+	     "stat -c %a gpud-$(id -u) gpud-$(id -u)/run-* gpud-$(id -u)/run-*/worker-0.log >modes\n");
 	char *modes = t_read_in(dir, "modes");
 	cr_expect_eq(t_read_long(dir, "rc"), 0, "%s", t_read_in(dir, "err"));
 	cr_expect_str_eq(modes, "700\n700\n600\n");
@@ -213,11 +218,13 @@ Test(isolation, default_log_folder_is_private, .timeout = 60)
 static void expect_hang_times_out(const char *leave)
 {
 	const char *dir = t_tmpdir();
-	free(t_jobf(dir, "[job]\ngpus = 0\ntask_timeout = 1\nmax_worker_restarts = 10\n"
-			 "[worker]\nplugin = hostile\nmode = hang\nevery = 10\nleave = %s\n"
-			 "pidfile = %s/pids\n"
-			 "[generator]\nplugin = range\nstop = 30\n"
-			 "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", leave, dir, dir));
+	free(t_jobf(dir,
+		    "[job]\ngpus = 0\ntask_timeout = 1\nmax_worker_restarts = 10\n"
+		    "[worker]\nplugin = hostile\nmode = hang\nevery = 10\nleave = %s\n"
+		    "pidfile = %s/pids\n"
+		    "[generator]\nplugin = range\nstop = 30\n"
+		    "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+		    leave, dir, dir));
 	/* Bounded: a worker that cannot be killed would hold the run forever. timeout
 	 * runs gpud in a process group of its own, which the worker joins. */
 	t_sh(dir, "timeout -k 2 40 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
@@ -254,21 +261,23 @@ Test(isolation, a_worker_in_its_childs_group_still_times_out, .timeout = 60)
 Test(isolation, drain_timeout_stops_a_worker_in_its_parents_group, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	free(t_jobf(dir, "[job]\ngpus = 0\ndrain_timeout = 1\n"
-			 "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
-			 "pidfile = %s/pids\n"
-			 "[generator]\nplugin = range\nstop = 10\n"
-			 "[sink]\nplugin = null\n", dir));
+	free(t_jobf(dir,
+		    "[job]\ngpus = 0\ndrain_timeout = 1\n"
+		    "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
+		    "pidfile = %s/pids\n"
+		    "[generator]\nplugin = range\nstop = 10\n"
+		    "[sink]\nplugin = null\n",
+		    dir));
 	/* gpud leads a session of its own, so the group the worker joins is only theirs;
 	 * a run that does not end in 10 s is killed. */
-	t_sh(dir, WAIT_FOR
-		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
-		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
-		  "setsid \"$GPUD\" run job.ini --ui plain 2>err & gp=$!\n"
-		  "w '[ -s pids ]'; sleep 0.3; s=$(date +%s%N); kill -TERM $gp\n"
-		  "i=0; while alive $gp && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
-		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
-		  "kill -9 -$gp 2>/dev/null; wait $gp; echo $? >rc\n");
+	t_sh(dir,
+	     WAIT_FOR "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+		      "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
+		      "setsid \"$GPUD\" run job.ini --ui plain 2>err & gp=$!\n"
+		      "w '[ -s pids ]'; sleep 0.3; s=$(date +%s%N); kill -TERM $gp\n"
+		      "i=0; while alive $gp && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+		      "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
+		      "kill -9 -$gp 2>/dev/null; wait $gp; echo $? >rc\n");
 	char *err = t_read_in(dir, "err");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "exit 4 (interrupted)\n%s", err);
 	long ms = t_read_long(dir, "ms");
@@ -283,26 +292,28 @@ Test(isolation, drain_timeout_stops_a_worker_in_its_parents_group, .timeout = 60
 Test(isolation, a_killed_host_takes_a_worker_in_its_group_and_nothing_else, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	free(t_jobf(dir, "[job]\ngpus = 0\n"
-			 "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
-			 "pdeathsig = 0\npidfile = %s/pids\n"
-			 "[generator]\nplugin = range\nstop = 10\n"
-			 "[sink]\nplugin = null\n", dir));
+	free(t_jobf(dir,
+		    "[job]\ngpus = 0\n"
+		    "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
+		    "pdeathsig = 0\npidfile = %s/pids\n"
+		    "[generator]\nplugin = range\nstop = 10\n"
+		    "[sink]\nplugin = null\n",
+		    dir));
 	/* Alive means any state but Z (dead, waiting for its new parent). */
 	t_sh(dir, WAIT_FOR
-		  "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
-		  "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
-		  "setsid sh -c 'echo $$ >wrapper; \"$GPUD\" run job.ini --ui plain 2>err & "
-		  "echo $! >host; wait; sleep 20' &\n"
-		  "w '[ -s pids ] && [ -s host ]' || { echo 2 >rc; exit; }\n"
-		  "sleep 0.5\n"
-		  "worker=$(cat pids); wrapper=$(cat wrapper)\n"
-		  "[ \"$(awk '{print $5}' /proc/$worker/stat)\" = $wrapper ] || { echo 3 >rc; exit; }\n"
-		  "kill -9 $(cat host); sleep 0.5\n"
-		  "alive $worker && echo worker >left\n"
-		  "alive $wrapper && echo wrapper >>left\n"
-		  "kill -9 $worker 2>/dev/null; kill -9 -$wrapper 2>/dev/null\n"
-		  "echo 0 >rc\n");
+	     "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
+	     "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
+	     "setsid sh -c 'echo $$ >wrapper; \"$GPUD\" run job.ini --ui plain 2>err & "
+	     "echo $! >host; wait; sleep 20' &\n"
+	     "w '[ -s pids ] && [ -s host ]' || { echo 2 >rc; exit; }\n"
+	     "sleep 0.5\n"
+	     "worker=$(cat pids); wrapper=$(cat wrapper)\n"
+	     "[ \"$(awk '{print $5}' /proc/$worker/stat)\" = $wrapper ] || { echo 3 >rc; exit; }\n"
+	     "kill -9 $(cat host); sleep 0.5\n"
+	     "alive $worker && echo worker >left\n"
+	     "alive $wrapper && echo wrapper >>left\n"
+	     "kill -9 $worker 2>/dev/null; kill -9 -$wrapper 2>/dev/null\n"
+	     "echo 0 >rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0,
 		     "2: the worker never started, 3: it did not join the host's group");
 	char *left = t_read_in(dir, "left");
@@ -319,10 +330,11 @@ Test(isolation, a_forked_child_returning_into_the_worker_is_harmless, .timeout =
 	static const char *const firsts[] = {"both", "child", "parent"};
 	for (int run = 0; run < 30; run++) {
 		const char *dir = t_tmpdir();
-		free(t_jobf(dir, "[job]\ngpus = 0,1\nqueue_size = 16\n"
-				 "[worker]\nplugin = hostile\nmode = forkret\nevery = %d\nfirst = %s\n"
-				 "[generator]\nplugin = range\nstop = 200\n"
-				 "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+		free(t_jobf(dir,
+			    "[job]\ngpus = 0,1\nqueue_size = 16\n"
+			    "[worker]\nplugin = hostile\nmode = forkret\nevery = %d\nfirst = %s\n"
+			    "[generator]\nplugin = range\nstop = 200\n"
+			    "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
 			    run % 2 ? 7 : 25, firsts[run % 3], dir));
 		t_sh(dir, "timeout -k 2 20 \"$GPUD\" run job.ini --ui plain 2>err; echo $? >rc\n");
 		cr_assert_eq(t_read_long(dir, "rc"), 0, "run %d (first = %s): exit 0\n%s", run,
@@ -375,9 +387,11 @@ Test(isolation, workers_cannot_reach_into_the_host, .timeout = 60)
 Test(isolation, a_host_plugin_calling_exit_is_an_abort, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
-				"[generator]\nplugin = failgen\nstop = 100\nexit_after = 20\n"
-				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+			   "[generator]\nplugin = failgen\nstop = 100\nexit_after = 20\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 3, "%s", t_read_in(dir, "err"));
 	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
 	cr_expect(strstr(err, "gpud: aborted: a plugin called exit(0) inside the gpud process"),

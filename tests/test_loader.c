@@ -65,7 +65,8 @@ Test(loader, wrong_abi_major)
 Test(loader, newer_minor)
 {
 	char want[64];
-	snprintf(want, sizeof want, "built for plugin ABI %d.%d", GPUD_ABI_MAJOR, GPUD_ABI_MINOR + 1);
+	snprintf(want, sizeof want, "built for plugin ABI %d.%d", GPUD_ABI_MAJOR,
+		 GPUD_ABI_MINOR + 1);
 	refused("newer-minor.so", LOADER_WORKER, want);
 }
 
@@ -77,7 +78,8 @@ Test(loader, wrong_kind)
 
 Test(loader, missing_symbol)
 {
-	refused("missing-sym.so", LOADER_WORKER, "exports neither gpud_worker_process nor gpud_worker_process_batch");
+	refused("missing-sym.so", LOADER_WORKER,
+		"exports neither gpud_worker_process nor gpud_worker_process_batch");
 }
 
 Test(loader, no_descriptor)

@@ -21,8 +21,9 @@
  * section they follow. */
 static void job(const char *dir, const char *worker, const char *gen, const char *sink)
 {
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = sha256\n%s[generator]\nplugin = %s\n"
-		    "[sink]\n%s",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = sha256\n%s[generator]\nplugin = %s\n"
+	       "[sink]\n%s",
 	       worker, gen, sink);
 }
 
@@ -56,11 +57,15 @@ Test(operate, check_finds_what_run_would_trip_on_and_touches_nothing, .timeout =
 	job(dir, "", "range\nstop = 5\n", "plugin = files\ndir = no/such/dir\n");
 	refused(dir, "no folder");
 	/* A bad log_dir and metrics file. */
-	t_jobf(dir, "[job]\ngpus = 0\nlog_dir = %s/no/such\n[worker]\nplugin = echo\n"
-		    "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n", dir);
+	t_jobf(dir,
+	       "[job]\ngpus = 0\nlog_dir = %s/no/such\n[worker]\nplugin = echo\n"
+	       "[generator]\nplugin = range\nstop = 5\n[sink]\nplugin = null\n",
+	       dir);
 	refused(dir, "log_dir");
-	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
-		    "stop = 5\n[sink]\nplugin = null\n[ui]\nmetrics_file = %s/no/m.prom\n", dir);
+	t_jobf(dir,
+	       "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+	       "stop = 5\n[sink]\nplugin = null\n[ui]\nmetrics_file = %s/no/m.prom\n",
+	       dir);
 	refused(dir, "metrics_file");
 	/* A bad --stats-json, for check and for run (before any worker starts). */
 	job(dir, "", "range\nstop = 5\n", "plugin = jsonl\npath = results.jsonl\n");
@@ -81,7 +86,8 @@ Test(operate, check_finds_what_run_would_trip_on_and_touches_nothing, .timeout =
 	cr_expect_str_eq(text, "earlier results\n");
 	cr_assert_eq(stat(out, &after), 0);
 	cr_expect(before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
-		  before.st_mtim.tv_nsec == after.st_mtim.tv_nsec, "results.jsonl was written");
+			  before.st_mtim.tv_nsec == after.st_mtim.tv_nsec,
+		  "results.jsonl was written");
 	struct stat st;
 	cr_expect(stat("no", &st) < 0, "check created a folder");
 	free(text);
@@ -92,15 +98,19 @@ Test(operate, typos_in_plugin_keys_are_refused_with_the_line_and_a_suggestion, .
 {
 	const char *dir = t_tmpdir();
 	job(dir, "", "range\nstop = 5\n", "plugin = jsonl\npth = out.jsonl\n");
-	refused(dir, "job.ini:11: unknown key 'pth' in [sink] for plugin jsonl (did you mean 'path'?");
+	refused(dir,
+		"job.ini:11: unknown key 'pth' in [sink] for plugin jsonl (did you mean 'path'?");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2, "run took the typo");
 	job(dir, "", "range\nstpo = 5\n", "plugin = null\n");
-	refused(dir, "job.ini:7: unknown key 'stpo' in [generator] for plugin range (did you mean 'stop'?");
+	refused(dir,
+		"job.ini:7: unknown key 'stpo' in [generator] for plugin range (did you mean 'stop'?");
 	job(dir, "roundz = 3\n", "range\nstop = 5\n", "plugin = null\n");
-	refused(dir, "job.ini:5: unknown key 'roundz' in [worker] for plugin sha256 (did you mean 'rounds'?");
+	refused(dir,
+		"job.ini:5: unknown key 'roundz' in [worker] for plugin sha256 (did you mean 'rounds'?");
 	/* A key nothing is near: the accepted ones are listed. */
 	job(dir, "", "range\nstop = 5\n", "plugin = jsonl\ncolour = red\n");
-	refused(dir, "unknown key 'colour' in [sink] for plugin jsonl (accepted: path, include_input, append)");
+	refused(dir,
+		"unknown key 'colour' in [sink] for plugin jsonl (accepted: path, include_input, append)");
 	/* A plugin that takes no keys. */
 	job(dir, "", "range\nstop = 5\n", "plugin = null\npath = x\n");
 	refused(dir, "plugin null takes no keys");
@@ -109,14 +119,19 @@ Test(operate, typos_in_plugin_keys_are_refused_with_the_line_and_a_suggestion, .
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set generator.strat=1", dir), 2);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "--set generator.strat=1: unknown key 'strat' in [generator] for "
-			      "plugin range (did you mean 'start'?"), "%s", err);
+			      "plugin range (did you mean 'start'?"),
+		  "%s", err);
 	free(err);
 	/* A plugin swapped with --set: the file's keys for the old one are only warned of. */
-	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set generator.plugin=lines "
-				 "--set generator.path='%s/job.ini'", dir, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "check '%s/job.ini' --set generator.plugin=lines "
+			    "--set generator.path='%s/job.ini'",
+			    dir, dir),
+		     0);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "job.ini:7: [generator] stop is not a key of plugin lines (put in "
-			      "place by --set); ignored"), "%s", err);
+			      "place by --set); ignored"),
+		  "%s", err);
 	free(err);
 	/* [job], [ui] and section names get suggestions too. */
 	t_jobf(dir, "[job]\ngpus = 0\nmax_retrys = 2\n");
@@ -148,7 +163,8 @@ Test(operate, many_keys_are_read_in_linear_time_and_limited_at_check, .timeout =
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	char *err = t_read_in(dir, "err");
 	/* Refused at check, not at run time in the worker: */
-	cr_expect(strstr(err, "[worker] has 100000 keys; at most 4096 are allowed (the 4097-th is at"),
+	cr_expect(strstr(err,
+			 "[worker] has 100000 keys; at most 4096 are allowed (the 4097-th is at"),
 		  "%s", err);
 	free(err);
 	/* Generous: a linear parse of this file takes well under a second. */
@@ -166,32 +182,36 @@ static unsigned lines_for(const char *list, unsigned id)
 Test(operate, rejected_tasks_are_not_retried_and_retry_on_chooses, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\nmax_retries = 2\nlog_dir = %s/logs\n"
-		    "[worker]\nplugin = faulty\nreject_on = 3\nfail_on = 7\n"
-		    "[generator]\nplugin = range\nstop = 20\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nmax_retries = 2\nlog_dir = %s/logs\n"
+	       "[worker]\nplugin = faulty\nreject_on = 3\nfail_on = 7\n"
+	       "[generator]\nplugin = range\nstop = 20\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
 	       dir);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json %s/s.json", dir, dir), 1);
 	char *list = t_read_in(dir, "logs/failures.jsonl");
 	cr_assert(list);
 	cr_expect_eq(lines_for(list, 3), 1, "a rejected task ran again:\n%s", list);
 	cr_expect(strstr(list, "faulty: input 3 is malformed"), "%s", list);
-	cr_expect_eq(lines_for(list, 7), 3, "a failed task is tried 1 + max_retries times:\n%s", list);
+	cr_expect_eq(lines_for(list, 7), 3, "a failed task is tried 1 + max_retries times:\n%s",
+		     list);
 	char *stats = t_read_in(dir, "s.json");
 	cr_expect(strstr(stats, "\"retried\": 2,"), "%s", stats);
 	free(stats);
 	free(list);
 
 	/* retry_on = crash: errors are final at once, crashes still run again. */
-	t_jobf(dir, "[job]\ngpus = 0,1\nmax_retries = 1\nretry_on = crash\nlog_dir = %s/logs\n"
-		    "[worker]\nplugin = faulty\nfail_on = 7\ncrash_on = 9\nfirst_attempt_only = 1\n"
-		    "[generator]\nplugin = range\nstop = 20\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nmax_retries = 1\nretry_on = crash\nlog_dir = %s/logs\n"
+	       "[worker]\nplugin = faulty\nfail_on = 7\ncrash_on = 9\nfirst_attempt_only = 1\n"
+	       "[generator]\nplugin = range\nstop = 20\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
 	       dir);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
 	list = t_read_in(dir, "logs/failures.jsonl");
 	cr_expect_eq(lines_for(list, 7), 1, "%s", list);
 	cr_expect_eq(lines_for(list, 9), 1, "%s", list);
 	cr_expect(strstr(list, "{\"task_id\": 9, \"status\": \"error\", \"attempt\": 0,") &&
-		  strstr(list, "\"retried\": true"), "%s", list);
+			  strstr(list, "\"retried\": true"),
+		  "%s", list);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_expect(strstr(out, "{\"task_id\": 9, \"status\": \"ok\""), "%s", out);
 	free(out);
@@ -199,7 +219,8 @@ Test(operate, rejected_tasks_are_not_retried_and_retry_on_chooses, .timeout = 60
 
 	/* retry_on names only what it knows. */
 	t_jobf(dir, "[job]\ngpus = 0\nretry_on = error,crsh\n");
-	refused(dir, "job.ini:3: [job] retry_on = 'error,crsh': expected a list of error, timeout and crash");
+	refused(dir,
+		"job.ini:3: [job] retry_on = 'error,crsh': expected a list of error, timeout and crash");
 }
 
 Test(operate, a_retry_goes_to_another_gpu, .timeout = 60)
@@ -208,10 +229,11 @@ Test(operate, a_retry_goes_to_another_gpu, .timeout = 60)
 	/* Every 5th task fails on its first attempt; once both GPUs' workers are up, each
 	 * retry must land on the other GPU. (The first tasks may run before the second
 	 * GPU's worker is set up: their retries go where a worker is.) */
-	t_jobf(dir, "[job]\ngpus = 0,1\nmax_retries = 1\nlog_dir = %s/logs\n"
-		    "[worker]\nplugin = faulty\nfail_every = 5\nfirst_attempt_only = 1\n"
-		    "sleep_us = 2000\n"
-		    "[generator]\nplugin = range\nstop = 400\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nmax_retries = 1\nlog_dir = %s/logs\n"
+	       "[worker]\nplugin = faulty\nfail_every = 5\nfirst_attempt_only = 1\n"
+	       "sleep_us = 2000\n"
+	       "[generator]\nplugin = range\nstop = 400\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
 	       dir);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	char *list = t_read_in(dir, "logs/failures.jsonl");
@@ -239,17 +261,20 @@ Test(operate, a_poison_task_fails_without_retiring_the_gpus, .timeout = 90)
 	const char *dir = t_tmpdir();
 	/* Task 5 crashes every worker that runs it. With one restart allowed a GPU, the
 	 * crashes it causes after its first must not count: no GPU is retired. */
-	t_jobf(dir, "[job]\ngpus = 0,1\nmax_retries = 2\nmax_worker_restarts = 1\n"
-		    "log_dir = %s/logs\n"
-		    "[worker]\nplugin = faulty\ncrash_on = 5\n"
-		    "[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nmax_retries = 2\nmax_worker_restarts = 1\n"
+	       "log_dir = %s/logs\n"
+	       "[worker]\nplugin = faulty\ncrash_on = 5\n"
+	       "[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
 	       dir);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --stats-json %s/s.json", dir, dir), 1);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --stats-json %s/s.json", dir, dir),
+		     1);
 	char *err = t_read_in(dir, "err");
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_expect(!strstr(err, "retired"), "%s", err);
 	cr_expect(strstr(out, "\"task_id\": 5, \"status\": \"error\"") &&
-		  strstr(out, "poison task: 3 workers died while running it"), "%s", err);
+			  strstr(out, "poison task: 3 workers died while running it"),
+		  "%s", err);
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 100);
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": 5, "), 1);
 	char *stats = t_read_in(dir, "s.json");
@@ -310,11 +335,12 @@ Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 	unsigned port = t_free_port();
 	/* 1200 tasks in calls of up to 4 that take 8 ms, on 2 GPUs: long enough to scrape
 	 * while it runs. Task 49 fails twice. */
-	t_jobf(dir, "[job]\ngpus = 0,1\nbatch_size = 4\nmax_retries = 1\n"
-		    "[worker]\nplugin = batcher\nsleep_us = 8000\nfail_on = 49\n"
-		    "[generator]\nplugin = range\nstop = 1200\n[sink]\nplugin = null\n"
-		    "[ui]\nmetrics_file = %s/gpud.prom\nmetrics_interval = 0.2\n"
-		    "metrics_listen = 127.0.0.1:%u\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nbatch_size = 4\nmax_retries = 1\n"
+	       "[worker]\nplugin = batcher\nsleep_us = 8000\nfail_on = 49\n"
+	       "[generator]\nplugin = range\nstop = 1200\n[sink]\nplugin = null\n"
+	       "[ui]\nmetrics_file = %s/gpud.prom\nmetrics_interval = 0.2\n"
+	       "metrics_listen = 127.0.0.1:%u\n",
 	       dir, port);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
@@ -337,7 +363,8 @@ Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 	cr_expect(strstr(live, "# TYPE gpud_tasks_total counter\n"), "%s", live);
 	cr_expect(strstr(live, "# TYPE gpud_task_seconds histogram\n"), "%s", live);
 	cr_expect(strstr(live, "# TYPE gpud_batch_size histogram\n"), "%s", live);
-	cr_expect(strstr(live, "gpud_gpu_task_attempts_total{gpu=\"1\",outcome=\"ok\"}"), "%s", live);
+	cr_expect(strstr(live, "gpud_gpu_task_attempts_total{gpu=\"1\",outcome=\"ok\"}"), "%s",
+		  live);
 	cr_expect(strstr(live, "\ngpud_run_finished 0\n"), "%s", live);
 	cr_expect(missing && strncmp(missing, "HTTP/1.0 404", 12) == 0, "%s", missing);
 
@@ -348,7 +375,8 @@ Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"ok\"}"), field(json, "ok"));
 	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"error\"}"), field(json, "failed"));
 	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"error\"}"), 1);
-	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"timeout\"}"), field(json, "timed_out"));
+	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"timeout\"}"),
+		     field(json, "timed_out"));
 	cr_expect_eq(sample(text, "gpud_tasks_total{outcome=\"not_run\"}"), field(json, "not_run"));
 	cr_expect_eq(sample(text, "gpud_tasks_generated_total"), field(json, "generated"));
 	cr_expect_eq(sample(text, "gpud_retries_total"), field(json, "retried"));
@@ -362,7 +390,8 @@ Test(operate, metrics_file_and_endpoint_agree_with_stats_json, .timeout = 90)
 	cr_expect_eq(sample(text, "gpud_task_seconds_bucket{le=\"+Inf\"}"), 1201);
 	cr_expect_eq(sample(text, "gpud_batch_size_sum"), 1201);
 	cr_expect(sample(text, "gpud_batch_size_bucket{le=\"4\"}") ==
-		  sample(text, "gpud_batch_size_count"), "a call of more than batch_size");
+			  sample(text, "gpud_batch_size_count"),
+		  "a call of more than batch_size");
 	long long per_gpu = sample(text, "gpud_gpu_task_attempts_total{gpu=\"0\",outcome=\"ok\"}") +
 			    sample(text, "gpud_gpu_task_attempts_total{gpu=\"1\",outcome=\"ok\"}");
 	cr_expect_eq(per_gpu, field(json, "ok"));
@@ -382,8 +411,9 @@ Test(operate, metrics_listen_on_a_taken_port_stops_the_run_before_it_starts, .ti
 	socklen_t len = sizeof a;
 	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0 &&
 		  getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
-		    "stop = 5\n[sink]\nplugin = jsonl\npath = out.jsonl\n[ui]\nmetrics_listen = %u\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+	       "stop = 5\n[sink]\nplugin = jsonl\npath = out.jsonl\n[ui]\nmetrics_listen = %u\n",
 	       ntohs(a.sin_port));
 	refused(dir, "[ui] metrics_listen: cannot listen on 127.0.0.1:");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
@@ -399,7 +429,8 @@ Test(operate, metrics_listen_on_a_taken_port_stops_the_run_before_it_starts, .ti
  * ran (no summary line). */
 static void both_refuse(const char *dir, const char *extra, const char *needle, const char *also)
 {
-	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' %s", dir, extra), 2, "check passed: %s", needle);
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' %s", dir, extra), 2, "check passed: %s",
+		     needle);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off %s", dir, extra), 2, "run: %s", needle);
 	char *err = t_read_in(dir, "err");
 	cr_expect(err && strstr(err, needle) && (!also || strstr(err, also)) &&
@@ -412,8 +443,9 @@ Test(operate, one_file_named_by_two_keys_is_refused_before_anything_is_touched, 
 {
 	const char *dir = t_tmpdir();
 	char *res = t_write(dir, "results.jsonl", "earlier results\n");
-	static const char head[] = "[job]\ngpus = 0\n%s[worker]\nplugin = echo\n[generator]\n"
-				   "plugin = range\nstop = 5\n[sink]\nplugin = jsonl\npath = %s\n%s";
+	static const char head[] =
+		"[job]\ngpus = 0\n%s[worker]\nplugin = echo\n[generator]\n"
+		"plugin = range\nstop = 5\n[sink]\nplugin = jsonl\npath = %s\n%s";
 	/* The journal and the sink, spelled differently: ./x and x. */
 	t_jobf(dir, head, "journal = ./results.jsonl\n", "results.jsonl", "");
 	both_refuse(dir, "", "job.ini:3: [job] journal", "job.ini:11: [sink] path");
@@ -432,7 +464,8 @@ Test(operate, one_file_named_by_two_keys_is_refused_before_anything_is_touched, 
 	both_refuse(dir, arg, "--stats-json", "job.ini:10: [sink] path");
 	/* The metrics file, by --set, against the journal; a symlink to a file not made yet. */
 	cr_assert_eq(t_sh(dir, "ln -s new.prom link.journal"), 0);
-	t_jobf(dir, head, "journal = link.journal\n", "out.jsonl", "[ui]\nmetrics_file = new.prom\n");
+	t_jobf(dir, head, "journal = link.journal\n", "out.jsonl",
+	       "[ui]\nmetrics_file = new.prom\n");
 	both_refuse(dir, "", "job.ini:3: [job] journal", "job.ini:13: [ui] metrics_file");
 	/* log_dir's files, and a sink writing over the job file or the generator's input. */
 	t_jobf(dir, head, "log_dir = logs\n", "logs/failures.jsonl", "");
@@ -491,14 +524,15 @@ Test(operate, job_files_that_are_not_regular_or_huge_are_refused, .timeout = 60)
 Test(operate, what_the_machine_cannot_give_is_refused_up_front, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	static const char text[] = "[job]\ngpus = 0\nworkers_per_gpu = %u\n%s[worker]\nplugin = echo\n"
-				   "[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = null\n";
+	static const char text[] =
+		"[job]\ngpus = 0\nworkers_per_gpu = %u\n%s[worker]\nplugin = echo\n"
+		"[generator]\nplugin = range\nstop = 100\n[sink]\nplugin = null\n";
 	/* 256 workers and 256 open files: not enough, and the hard limit says so. */
 	t_jobf(dir, text, 256, "");
 	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" check job.ini >out 2>err"), 2);
 	char *err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "need about 576 open files") && strstr(err, "workers_per_gpu"),
-		  "%s", err);
+	cr_expect(strstr(err, "need about 576 open files") && strstr(err, "workers_per_gpu"), "%s",
+		  err);
 	free(err);
 	cr_expect_eq(t_sh(dir, "ulimit -n 256; \"$GPUD\" run job.ini --ui off >out 2>err"), 2);
 	err = t_read_in(dir, "err");
@@ -506,14 +540,17 @@ Test(operate, what_the_machine_cannot_give_is_refused_up_front, .timeout = 120)
 	free(err);
 	/* A soft limit below what is needed, under a hard one that suffices: raised. */
 	t_jobf(dir, text, 40, "");
-	cr_expect_eq(t_sh(dir, "ulimit -S -n 100; ulimit -H -n 1024; \"$GPUD\" run job.ini --ui off "
-			       ">out 2>err"), 0);
+	cr_expect_eq(t_sh(dir,
+			  "ulimit -S -n 100; ulimit -H -n 1024; \"$GPUD\" run job.ini --ui off "
+			  ">out 2>err"),
+		     0);
 	/* Shared memory no machine has: refused, naming the key, before a worker starts. */
 	t_jobf(dir, text, 4, "max_task_bytes = 1G\nbatch_size = 65536\n");
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "shared memory") && strstr(err, "max_task_bytes (1.0 GiB)") &&
-			  strstr(err, "batch_size (65536)"), "%s", err);
+			  strstr(err, "batch_size (65536)"),
+		  "%s", err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
 	t_jobf(dir, text, 4, "max_result_bytes = 1G\nbatch_size = 65536\n");

@@ -16,9 +16,10 @@
 /* Runs an echo job over `gen` into `sink` (lines of the sections); returns the status. */
 static int echo_job(const char *dir, const char *job_extra, const char *gen, const char *sink)
 {
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = echo\n"
-				  "[generator]\n%s\n[sink]\n%s\n",
-			   job_extra, gen, sink);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = echo\n"
+			    "[generator]\n%s\n[sink]\n%s\n",
+			    job_extra, gen, sink);
 	int rc = t_gpud(dir, "run '%s'", path);
 	free(path);
 	return rc;
@@ -69,12 +70,14 @@ Test(plugins, lines_huge_line_fails_alone)
 	t_write(dir, "in.txt", text);
 	free(text);
 	cr_expect_eq(echo_job(dir, "max_task_bytes = 1K", "plugin = lines\npath = in.txt",
-			      "plugin = jsonl"), 1);
+			      "plugin = jsonl"),
+		     1);
 	char *out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 3, "never split: %s", out);
 	cr_expect(strstr(out, "\"result\": \"first\""), "CRLF stripped");
 	cr_expect(strstr(out, "\"result\": \"last\""), "no trailing newline");
-	cr_expect(strstr(out, "task input of 3145729 bytes exceeds max_task_bytes (1024)"), "%s", out);
+	cr_expect(strstr(out, "task input of 3145729 bytes exceeds max_task_bytes (1024)"), "%s",
+		  out);
 	free(out);
 }
 
@@ -111,9 +114,10 @@ Test(plugins, lines_unreadable_input)
 Test(plugins, lines_standard_input)
 {
 	const char *dir = t_tmpdir();
-	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-					     "[generator]\nplugin = lines\npath = -\n"
-					     "[sink]\nplugin = jsonl\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = lines\npath = -\n"
+			     "[sink]\nplugin = jsonl\n");
 	mkfile(dir, "typed.txt", "from\nstdin\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' <'%s/typed.txt'", path, dir), 0);
 	char *out = t_read_in(dir, "out");
@@ -136,7 +140,8 @@ Test(plugins, files_generator)
 	mkdir(sub, 0777);
 	mkfile(sub, "d.txt", "");
 	cr_expect_eq(echo_job(dir, "", "plugin = files\ndir = data\npattern = *.txt",
-			      "plugin = jsonl\ninclude_input = true"), 0);
+			      "plugin = jsonl\ninclude_input = true"),
+		     0);
 	char *out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 2, "not recursive: %s", out);
 	cr_expect(strstr(out, "\"task_id\": 0") && strstr(out, "data/a.txt\""), "%s", out);
@@ -144,8 +149,10 @@ Test(plugins, files_generator)
 	cr_expect(a && b, "%s", out);
 	free(out);
 
-	cr_expect_eq(echo_job(dir, "", "plugin = files\ndir = data\npattern = *.txt\nrecursive = true",
-			      "plugin = jsonl"), 0);
+	cr_expect_eq(echo_job(dir, "",
+			      "plugin = files\ndir = data\npattern = *.txt\nrecursive = true",
+			      "plugin = jsonl"),
+		     0);
 	out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 3, "recursive: %s", out);
 	/* Sorted: data/a.txt, data/b.txt, data/deeper/d.txt, as task ids 0, 1, 2. */
@@ -177,7 +184,8 @@ Test(plugins, files_sink_writes_whole_files)
 	const char *dir = t_tmpdir();
 	t_write(dir, "in.txt", "alpha\nbeta\n\xff\xfe\n");
 	cr_expect_eq(echo_job(dir, "", "plugin = lines\npath = in.txt",
-			      "plugin = files\ndir = results\nsuffix = .out"), 0);
+			      "plugin = files\ndir = results\nsuffix = .out"),
+		     0);
 	char *a = t_read_in(dir, "results/0.out"), *b = t_read_in(dir, "results/1.out"),
 	     *c = t_read_in(dir, "results/2.out");
 	cr_expect_str_eq(a, "alpha");
@@ -201,16 +209,19 @@ Test(plugins, swap_generator_and_sink_with_set)
 	mkdir(sub, 0777);
 	mkfile(sub, "x", "");
 	mkfile(sub, "y", "");
-	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-					     "[generator]\nplugin = range\nstop = 5\n"
-					     "[sink]\nplugin = jsonl\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = range\nstop = 5\n"
+			     "[sink]\nplugin = jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s'", path), 0);
 	char *out = t_read_in(dir, "out");
 	cr_expect_eq(t_count_lines(out, "{"), 5);
 	free(out);
-	cr_expect_eq(t_gpud(dir, "run '%s' --set generator.plugin=files --set generator.dir='%s' "
-				 "--set sink.plugin=files --set sink.dir='%s/res'",
-			    path, sub, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s' --set generator.plugin=files --set generator.dir='%s' "
+			    "--set sink.plugin=files --set sink.dir='%s/res'",
+			    path, sub, dir),
+		     0);
 	char *x = t_read_in(dir, "res/0"), *y = t_read_in(dir, "res/1");
 	cr_assert(x && y);
 	cr_expect(strstr(x, "/in/x") && strstr(y, "/in/y"), "%s %s", x, y);
@@ -228,8 +239,9 @@ Test(plugins, ordered_output, .timeout = 60)
 	const char *worker = "plugin = faulty\nslow_gpu = 1\nslow_us = 3000\nsleep_us = 100";
 	for (int ordered = 0; ordered < 2; ordered++) {
 		char *text;
-		cr_assert(asprintf(&text, "[job]\ngpus = 0,1\nqueue_size = 16\nordered = %s\n"
-					  "[worker]\n%s\n[generator]\n%s\n[sink]\nplugin = jsonl\n",
+		cr_assert(asprintf(&text,
+				   "[job]\ngpus = 0,1\nqueue_size = 16\nordered = %s\n"
+				   "[worker]\n%s\n[generator]\n%s\n[sink]\nplugin = jsonl\n",
 				   ordered ? "true" : "false", worker, gen) > 0);
 		char *path = t_write(dir, "job.ini", text);
 		cr_expect_eq(t_gpud(dir, "run '%s'", path), 0);
@@ -243,7 +255,8 @@ Test(plugins, ordered_output, .timeout = 60)
 		if (ordered) {
 			cr_expect(in_order, "ordered = true delivered out of order");
 		} else {
-			cr_expect(!in_order, "the test needs out-of-order completion to mean anything");
+			cr_expect(!in_order,
+				  "the test needs out-of-order completion to mean anything");
 			qsort(v, n, sizeof *v, cmp_id);
 			for (size_t i = 0; i < n; i++)
 				cr_assert_eq(v[i], (long)i);
@@ -260,15 +273,17 @@ Test(plugins, jsonl_survives_a_host_crash, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	char *text, *cmd;
-	cr_assert(asprintf(&text, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 300\n"
-				  "[generator]\nplugin = range\nstop = 100000\n"
-				  "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 300\n"
+			   "[generator]\nplugin = range\nstop = 100000\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
 			   dir) > 0);
 	char *path = t_write(dir, "job.ini", text);
 	/* Killed 1.6 s after the first line reached the file (it flushes once a second). */
-	cr_assert(asprintf(&cmd, "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; i=0; "
-				 "while [ ! -s '%s/out.jsonl' ] && [ $i -lt 400 ]; do sleep 0.05; "
-				 "i=$((i+1)); done; sleep 1.6; kill -9 $gp; wait $gp; true",
+	cr_assert(asprintf(&cmd,
+			   "GPUD_PLUGIN_PATH='%s' '%s' run '%s' 2>/dev/null & gp=$!; i=0; "
+			   "while [ ! -s '%s/out.jsonl' ] && [ $i -lt 400 ]; do sleep 0.05; "
+			   "i=$((i+1)); done; sleep 1.6; kill -9 $gp; wait $gp; true",
 			   t_env("FIXTURES"), t_env("GPUD"), path, dir) > 0);
 	system(cmd);
 	char *out = t_read_in(dir, "out.jsonl");
@@ -291,18 +306,24 @@ Test(plugins, jsonl_survives_a_host_crash, .timeout = 60)
 Test(plugins, jsonl_append_cuts_a_torn_last_line, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	free(t_write(dir, "out.jsonl", "{\"task_id\": 0, \"status\": \"ok\"}\n"
-					"{\"task_id\": 1, \"status\": \"ok\"}\n{\"task_id\": 2, \"sta"));
-	char *job = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
-				"[generator]\nplugin = range\nstart = 10\nstop = 13\n"
-				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\nappend = true\n", dir);
+	free(t_write(dir, "out.jsonl",
+		     "{\"task_id\": 0, \"status\": \"ok\"}\n"
+		     "{\"task_id\": 1, \"status\": \"ok\"}\n{\"task_id\": 2, \"sta"));
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+			   "[generator]\nplugin = range\nstart = 10\nstop = 13\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\nappend = true\n",
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "ended in a line cut short (19 bytes"), "%s", err);
 	cr_expect_eq(t_count_lines(out, ""), 5, "%s", out);
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 5, "%s", out);
-	cr_expect(strncmp(out, "{\"task_id\": 0, \"status\": \"ok\"}\n{\"task_id\": 1, \"status\": "
-			       "\"ok\"}\n{\"task_id\": ", 74) == 0, "%s", out);
+	cr_expect(strncmp(out,
+			  "{\"task_id\": 0, \"status\": \"ok\"}\n{\"task_id\": 1, \"status\": "
+			  "\"ok\"}\n{\"task_id\": ",
+			  74) == 0,
+		  "%s", out);
 	cr_expect_null(strstr(out, "\"sta\n"), "%s", out);
 	/* A file that ends whole is left alone, and append = maybe is refused. */
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
@@ -313,8 +334,9 @@ Test(plugins, jsonl_append_cuts_a_torn_last_line, .timeout = 60)
 	out = t_read_in(dir, "out.jsonl");
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 8, "%s", out);
 	free(job);
-	job = t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
-			  "stop = 1\n[sink]\nplugin = jsonl\npath = x.jsonl\nappend = maybe\n");
+	job = t_jobf(dir,
+		     "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = range\n"
+		     "stop = 1\n[sink]\nplugin = jsonl\npath = x.jsonl\nappend = maybe\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 2);
 	free(err);
 	err = t_read_in(dir, "err");
@@ -324,8 +346,7 @@ Test(plugins, jsonl_append_cuts_a_torn_last_line, .timeout = 60)
 	free(job);
 }
 
-Test(plugins, jsonl_resumes_into_what_is_not_a_regular_file_as_into_standard_output,
-     .timeout = 60)
+Test(plugins, jsonl_resumes_into_what_is_not_a_regular_file_as_into_standard_output, .timeout = 60)
 {
 	/* /dev/stdout (here a pipe) and a FIFO hold nothing to read back: like `-`, they
 	 * are opened as for a fresh run, also with --resume and no journal yet (the batch
@@ -340,7 +361,8 @@ Test(plugins, jsonl_resumes_into_what_is_not_a_regular_file_as_into_standard_out
 			       "\"$GPUD\" run fifo.ini --ui off --resume 2>err2; echo $? >> rc; "
 			       "wait $c\n"),
 		     0);
-	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err"), *err2 = t_read_in(dir, "err2");
+	char *rc = t_read_in(dir, "rc"), *err = t_read_in(dir, "err"),
+	     *err2 = t_read_in(dir, "err2");
 	cr_expect_str_eq(rc, "0\n0\n", "%s\n%s", err, err2);
 	char *got = t_read_in(dir, "got"), *got2 = t_read_in(dir, "got2");
 	cr_expect_eq(t_count_lines(got, "{\"task_id\": "), 10, "%s\n%s", got, err);

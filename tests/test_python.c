@@ -13,8 +13,9 @@
 static void need_python(void)
 {
 	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
-		cr_skip_test("the python worker plugin was not built (meson found no python3-embed; "
-			     "Debian: libpython3.11-dev)");
+		cr_skip_test(
+			"the python worker plugin was not built (meson found no python3-embed; "
+			"Debian: libpython3.11-dev)");
 }
 
 /* Writes w.py and a job running its class W over range 0..n-1 with the jsonl sink
@@ -23,8 +24,9 @@ static void py_job(const char *dir, const char *script, int n, const char *job_e
 		   const char *worker_extra)
 {
 	free(t_write(dir, "w.py", script));
-	t_jobf(dir, "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = python\nscript = w.py\nclass = W\n%s\n"
-		    "[generator]\nplugin = range\nstop = %d\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = python\nscript = w.py\nclass = W\n%s\n"
+	       "[generator]\nplugin = range\nstop = %d\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
 	       job_extra, worker_extra, n);
 }
 
@@ -40,12 +42,12 @@ static char *line_of(const char *out, int id)
 	return strndup(p, e ? (size_t)(e - p) : strlen(p));
 }
 
-#define EXPECT_LINE(out, id, needle)                                                       \
-	do {                                                                               \
-		char *l_ = line_of(out, id);                                               \
-		cr_expect(l_ && strstr(l_, needle), "task %d: want %s in %s", id, needle,   \
-			  l_ ? l_ : "(none)");                                             \
-		free(l_);                                                                  \
+#define EXPECT_LINE(out, id, needle)                                                               \
+	do {                                                                                       \
+		char *l_ = line_of(out, id);                                                       \
+		cr_expect(l_ &&strstr(l_, needle), "task %d: want %s in %s", id, needle,           \
+			  l_ ? l_ : "(none)");                                                     \
+		free(l_);                                                                          \
 	} while (0)
 
 Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
@@ -104,10 +106,11 @@ Test(python, input_modes, .timeout = 120)
 {
 	need_python();
 	const char *dir = t_tmpdir();
-	const char *script = "class W:\n"
-			     "    def setup(self, gpu_id, seed, **kw): pass\n"
-			     "    def process(self, data):\n"
-			     "        return type(data).__name__ + ':' + repr(data if not isinstance(data, memoryview) else bytes(data))\n";
+	const char *script =
+		"class W:\n"
+		"    def setup(self, gpu_id, seed, **kw): pass\n"
+		"    def process(self, data):\n"
+		"        return type(data).__name__ + ':' + repr(data if not isinstance(data, memoryview) else bytes(data))\n";
 	py_job(dir, script, 3, "", "input = bytes");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	char *out = t_read_in(dir, "out.jsonl");
@@ -169,18 +172,23 @@ Test(python, setup_errors_fatal_batches_and_modules, .timeout = 120)
 	need_python();
 	const char *dir = t_tmpdir();
 	/* An exception in setup is a setup failure with its type, message and place. */
-	py_job(dir, "class W:\n    def setup(self, gpu_id, seed, **kw):\n"
-		    "        raise RuntimeError('no model on ' + str(gpu_id))\n"
-		    "    def process(self, d): return d\n", 3, "", "");
+	py_job(dir,
+	       "class W:\n    def setup(self, gpu_id, seed, **kw):\n"
+	       "        raise RuntimeError('no model on ' + str(gpu_id))\n"
+	       "    def process(self, d): return d\n",
+	       3, "", "");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 3);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "setup failed: python: W.setup() failed: RuntimeError: no model on 0 "
-			      "(at "), "%s", err);
+			      "(at "),
+		  "%s", err);
 	free(err);
 	/* gpud.fatal(): the task fails, a fresh worker takes over. */
-	py_job(dir, "import gpud\nclass W(gpud.BaseWorker):\n    def process(self, d):\n"
-		    "        if bytes(d) == b'2': gpud.fatal('context lost')\n"
-		    "        return bytes(d)\n", 6, "", "");
+	py_job(dir,
+	       "import gpud\nclass W(gpud.BaseWorker):\n    def process(self, d):\n"
+	       "        if bytes(d) == b'2': gpud.fatal('context lost')\n"
+	       "        return bytes(d)\n",
+	       6, "", "");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
 	char *out = t_read_in(dir, "out.jsonl");
 	err = t_read_in(dir, "err");
@@ -191,10 +199,12 @@ Test(python, setup_errors_fatal_batches_and_modules, .timeout = 120)
 	free(out);
 	free(err);
 	/* process_batch: a list in, a list out; an exception in a place fails that task. */
-	py_job(dir, "class W:\n    def setup(self, gpu_id, seed, **kw): pass\n"
-		    "    def process_batch(self, items):\n"
-		    "        return [ValueError('bad') if bytes(i) == b'3' else b'%d' % len(items)"
-		    " for i in items]\n", 40, "batch_size = 8\nbatch_wait_ms = 50", "");
+	py_job(dir,
+	       "class W:\n    def setup(self, gpu_id, seed, **kw): pass\n"
+	       "    def process_batch(self, items):\n"
+	       "        return [ValueError('bad') if bytes(i) == b'3' else b'%d' % len(items)"
+	       " for i in items]\n",
+	       40, "batch_size = 8\nbatch_wait_ms = 50", "");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
 	out = t_read_in(dir, "out.jsonl");
 	EXPECT_LINE(out, 3, "ValueError: bad");
@@ -246,7 +256,8 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	need_python();
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
-		cr_skip_test("NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+		cr_skip_test(
+			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
 	/* Extension modules need libpython's symbols global: `import numpy` in a plugin
 	 * loaded RTLD_LOCAL fails with an undefined symbol unless the plugin sees to it. */
 	py_job(dir,
@@ -292,19 +303,20 @@ Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 		     "def broken(**kw):\n"
 		     "    yield 'one'\n"
 		     "    raise KeyError('no more')\n"));
-	free(t_write(dir, "cb.py",
-		     "import json\n"
-		     "class Callbacks:\n"
-		     "    def __init__(self, log, **kw): self.f = open(log, 'w')\n"
-		     "    def w(self, *a): self.f.write(json.dumps(a) + '\\n')\n"
-		     "    def on_success(self, task_id, result, worker_id): self.w('ok', task_id, result)\n"
-		     "    def on_error(self, task_id, error, worker_id): self.w('error', task_id, error[:40])\n"
-		     "    def on_timeout(self, task_id, timeout, worker_id): self.w('timeout', task_id, timeout)\n"
-		     "    def on_setup_fail(self, gpu_id, error): self.w('setup_fail', gpu_id, error[:60])\n"
-		     "    def on_task_start(self, task_id, worker_id): self.w('start', task_id)\n"
-		     "    def on_exit(self, stats):\n"
-		     "        self.w('exit', stats['ok'], stats['failed'], stats['timed_out'], stats['generated'])\n"
-		     "        self.f.close()\n"));
+	free(t_write(
+		dir, "cb.py",
+		"import json\n"
+		"class Callbacks:\n"
+		"    def __init__(self, log, **kw): self.f = open(log, 'w')\n"
+		"    def w(self, *a): self.f.write(json.dumps(a) + '\\n')\n"
+		"    def on_success(self, task_id, result, worker_id): self.w('ok', task_id, result)\n"
+		"    def on_error(self, task_id, error, worker_id): self.w('error', task_id, error[:40])\n"
+		"    def on_timeout(self, task_id, timeout, worker_id): self.w('timeout', task_id, timeout)\n"
+		"    def on_setup_fail(self, gpu_id, error): self.w('setup_fail', gpu_id, error[:60])\n"
+		"    def on_task_start(self, task_id, worker_id): self.w('start', task_id)\n"
+		"    def on_exit(self, stats):\n"
+		"        self.w('exit', stats['ok'], stats['failed'], stats['timed_out'], stats['generated'])\n"
+		"        self.f.close()\n"));
 	free(t_write(dir, "w.py",
 		     "import time\n"
 		     "class W:\n"
@@ -314,12 +326,16 @@ Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 		     "        if data == b'4': raise ValueError('four')\n"
 		     "        if data == b'5': time.sleep(30)\n"
 		     "        return data\n"));
-	t_jobf(dir, "[job]\ngpus = 0,1\ntask_timeout = 1\n"
-		    "[worker]\nplugin = python\nscript = w.py\nclass = W\ninput = bytes\n"
-		    "[generator]\nplugin = python\nscript = gen.py\nfunction = items\ncount = 8\n"
-		    "[sink]\nplugin = python\nscript = cb.py\nclass = Callbacks\nlog = %s/log\n", dir);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 1);
-	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err"), *st = t_read_in(dir, "s.json");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\ntask_timeout = 1\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\ninput = bytes\n"
+	       "[generator]\nplugin = python\nscript = gen.py\nfunction = items\ncount = 8\n"
+	       "[sink]\nplugin = python\nscript = cb.py\nclass = Callbacks\nlog = %s/log\n",
+	       dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir),
+		     1);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err"),
+	     *st = t_read_in(dir, "s.json");
 	cr_assert(log, "%s", err);
 	cr_expect(strstr(log, "[\"ok\", 0, \"bytes\"]"), "%s", log);
 	cr_expect(strstr(log, "[\"ok\", 1, \"str\"]"), "%s", log);
@@ -327,7 +343,8 @@ Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 	cr_expect(strstr(log, "[\"ok\", 7, \"7\"]"), "%s", log);
 	cr_expect(strstr(log, "[\"error\", 4, \"ValueError: four (at "), "%s", log);
 	cr_expect(strstr(log, "[\"timeout\", 5, 1.0]"), "%s", log);
-	cr_expect(strstr(log, "[\"setup_fail\", 1, \"python: W.setup() failed: RuntimeError: no GPU 1"),
+	cr_expect(strstr(log,
+			 "[\"setup_fail\", 1, \"python: W.setup() failed: RuntimeError: no GPU 1"),
 		  "%s", log);
 	cr_expect(strstr(log, "[\"start\", 3]"), "%s", log);
 	cr_expect(strstr(log, "[\"exit\", 6, 1, 1, 8]\n"), "on_exit once, last:\n%s", log);
@@ -343,19 +360,22 @@ Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "the generator failed after 1 tasks: python: broken() raised KeyError: "
-			      "'no more' (at "), "%s", err);
+	cr_expect(strstr(err,
+			 "the generator failed after 1 tasks: python: broken() raised KeyError: "
+			 "'no more' (at "),
+		  "%s", err);
 	free(err);
 	/* A callback that raises aborts the run like a failing sink. */
-	free(t_write(dir, "cb2.py", "def on_success(task_id, result, worker_id):\n"
-				    "    if task_id == 3: raise IOError('disk full')\n"));
+	free(t_write(dir, "cb2.py",
+		     "def on_success(task_id, result, worker_id):\n"
+		     "    if task_id == 3: raise IOError('disk full')\n"));
 	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
 		    "[generator]\nplugin = range\nstop = 10\n"
 		    "[sink]\nplugin = python\nscript = cb2.py\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "the sink failed: python: on_success raised OSError: disk full"), "%s",
-		  err);
+	cr_expect(strstr(err, "the sink failed: python: on_success raised OSError: disk full"),
+		  "%s", err);
 	free(err);
 }
 
@@ -368,23 +388,29 @@ Test(python, the_libraries_own_example_end_to_end, .timeout = 120)
 	/* Its callbacks, as written: every 100th result printed. */
 	/* The journal goes to the test's folder, not beside the example in the source tree. */
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set job.gpus=0,1 --set job.journal=%s/j", job,
-			    dir), 0);
+			    dir),
+		     0);
 	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err");
 	cr_expect_eq(t_count_lines(out, "Progress: "), 10, "%s\n%s", out, err);
 	cr_expect(strstr(out, "Progress: 500 on GPU ") &&
-		  strstr(out, " -> Features from /data/img_0500.jpg via GPU "), "%s", out);
+			  strstr(out, " -> Features from /data/img_0500.jpg via GPU "),
+		  "%s", out);
 	free(out);
 	free(err);
 	/* Every result checked: the same job into a jsonl file. */
-	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set job.gpus=0,1 --set job.journal=off "
-				 "--set sink.plugin=jsonl "
-				 "--set sink.path=%s/all.jsonl", job, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s' --ui off --set job.gpus=0,1 --set job.journal=off "
+			    "--set sink.plugin=jsonl "
+			    "--set sink.path=%s/all.jsonl",
+			    job, dir),
+		     0);
 	char *all = t_read_in(dir, "all.jsonl");
 	cr_assert(all);
 	cr_expect_eq(t_count_lines(all, "{\"task_id\": "), 1000);
 	for (int id = 0; id < 1000; id++) {
 		char want[96];
-		snprintf(want, sizeof want, "\"result\": \"Features from /data/img_%04d.jpg via GPU ", id);
+		snprintf(want, sizeof want,
+			 "\"result\": \"Features from /data/img_%04d.jpg via GPU ", id);
 		EXPECT_LINE(all, id, want);
 	}
 	free(all);
@@ -395,11 +421,15 @@ Test(python, the_numpy_example_checks_every_result, .timeout = 120)
 	need_python();
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
-		cr_skip_test("NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+		cr_skip_test(
+			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
 	char job[600];
 	snprintf(job, sizeof job, "%s/docs/examples/python/dense.ini", t_env("SRCDIR"));
-	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --set sink.report_file=%s/report "
-				 "--set job.journal=off", job, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s' --ui off --set sink.report_file=%s/report "
+			    "--set job.journal=off",
+			    job, dir),
+		     0);
 	char *report = t_read_in(dir, "report"), *err = t_read_in(dir, "err");
 	cr_expect(report && strcmp(report, "checked 2000, wrong 0, ok 2000\n") == 0, "%s\n%s",
 		  report ? report : "(no report)", err);
@@ -423,8 +453,8 @@ Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	EXPECT_LINE(out, 1, "KeyboardInterrupt: ");
 	EXPECT_LINE(out, 2, "\"status\": \"ok\"");
-	cr_expect(strstr(err, "python: cleanup() failed: OSError: cannot free the model (at "), "%s",
-		  err);
+	cr_expect(strstr(err, "python: cleanup() failed: OSError: cannot free the model (at "),
+		  "%s", err);
 	free(out);
 	free(err);
 	/* A process_batch that raises fails every task of its call, and nothing else. */
@@ -442,7 +472,8 @@ Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout
 	EXPECT_LINE(out, 13, "ValueError: bad batch");
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 64);
 	cr_expect(strstr(st, "\"failed\": ") && atoi(strstr(st, "\"failed\": ") + 10) >= 1 &&
-		  atoi(strstr(st, "\"failed\": ") + 10) <= 4, "%s", st);
+			  atoi(strstr(st, "\"failed\": ") + 10) <= 4,
+		  "%s", st);
 	free(out);
 	free(st);
 }
@@ -457,20 +488,22 @@ Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 		{"class = W\n", "python: give script = FILE.py or module = NAME (one of them)"},
 		{"script = w.py\n", "python: class = NAME is required"},
 		{"script = w.py\nclass = Nope\n", "w.py has no class Nope"},
-		{"script = w.py\nclass = W\ninput = xml\n", "python: input = 'xml': expected memoryview"},
+		{"script = w.py\nclass = W\ninput = xml\n",
+		 "python: input = 'xml': expected memoryview"},
 		{"script = nope.py\nclass = W\n", "python: loading "},
 		{"module = no_such_module_here\nclass = W\n",
 		 "python: importing module no_such_module_here: ModuleNotFoundError"},
 	};
 	free(t_write(dir, "w.py", "class W:\n    def process(self, d): return d\n"));
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = python\n%s"
-			    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n",
+		t_jobf(dir,
+		       "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = python\n%s"
+		       "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n",
 		       cases[i].worker);
 		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 3, "case %zu", i);
 		char *err = t_read_in(dir, "err");
-		cr_expect(strstr(err, "setup failed: ") && strstr(err, cases[i].want), "case %zu: %s", i,
-			  err);
+		cr_expect(strstr(err, "setup failed: ") && strstr(err, cases[i].want),
+			  "case %zu: %s", i, err);
 		free(err);
 	}
 }
@@ -484,34 +517,38 @@ Test(python, a_generator_cannot_take_gpuds_signals, .timeout = 120)
 {
 	need_python();
 	const char *dir = t_tmpdir();
-	free(t_write(dir, "gen.py",
-		     "import signal, time\n"
-		     "def items(**kw):\n"
-		     "    signal.signal(signal.SIGTERM, lambda *a: print('HANDLER' + 'RAN'))\n"
-		     "    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
-		     "    signal.signal(signal.SIGHUP, old)\n"
-		     "    signal.siginterrupt(signal.SIGTERM, False)\n"
-		     "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})\n"
-		     "    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # not gpud's: allowed\n"
-		     "    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN\n"
-		     "    for i in range(1000):\n"
-		     "        if i == 3: open('ready', 'w').close()\n"
-		     "        time.sleep(0.02)\n"
-		     "        yield str(i)\n"));
+	free(t_write(
+		dir, "gen.py",
+		"import signal, time\n"
+		"def items(**kw):\n"
+		"    signal.signal(signal.SIGTERM, lambda *a: print('HANDLER' + 'RAN'))\n"
+		"    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+		"    signal.signal(signal.SIGHUP, old)\n"
+		"    signal.siginterrupt(signal.SIGTERM, False)\n"
+		"    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})\n"
+		"    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # not gpud's: allowed\n"
+		"    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN\n"
+		"    for i in range(1000):\n"
+		"        if i == 3: open('ready', 'w').close()\n"
+		"        time.sleep(0.02)\n"
+		"        yield str(i)\n"));
 	free(t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
 			 "[generator]\nplugin = python\nscript = gen.py\nfunction = items\n"
 			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
-	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui plain >stdout 2>err & pid=$!\n"
-		  "w '[ -e ready ]' && kill -TERM $pid\n"
-		  /* Not stopped within 5 s: the signal was lost. */
-		  "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
-		  "kill -KILL $pid 2>/dev/null\n"
-		  "wait $pid; echo $? >rc\n");
+	t_sh(dir, WAIT_FOR
+	     "\"$GPUD\" run job.ini --ui plain >stdout 2>err & pid=$!\n"
+	     "w '[ -e ready ]' && kill -TERM $pid\n"
+	     /* Not stopped within 5 s: the signal was lost. */
+	     "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
+	     "kill -KILL $pid 2>/dev/null\n"
+	     "wait $pid; echo $? >rc\n");
 	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "SIGTERM stops the run with its journal:\n%s", err);
 	cr_expect(strstr(err, "`gpud run job.ini --resume` finishes it") ||
-		  strstr(err, "--resume` finishes it"), "%s", err);
-	cr_expect(strstr(err, "signal.signal(SIGTERM, ...) ignored"), "the refusal is told:\n%s", err);
+			  strstr(err, "--resume` finishes it"),
+		  "%s", err);
+	cr_expect(strstr(err, "signal.signal(SIGTERM, ...) ignored"), "the refusal is told:\n%s",
+		  err);
 	cr_expect(strstr(err, "signal.siginterrupt(SIGTERM, ...) ignored"), "%s", err);
 	cr_expect(strstr(err, "signal.pthread_sigmask(SIG_BLOCK, SIGTERM) ignored"), "%s", err);
 	/* Told once: putting back what it had is no news. */
@@ -523,7 +560,8 @@ Test(python, a_generator_cannot_take_gpuds_signals, .timeout = 120)
 	cr_expect(stdout_text && !strstr(stdout_text, "HANDLERRAN") && !strstr(err, "HANDLERRAN"),
 		  "the generator's handler never ran");
 	free(stdout_text);
-	cr_expect(out && t_count_lines(out, "{\"task_id\": ") >= 3, "%s", out ? out : "(no output)");
+	cr_expect(out && t_count_lines(out, "{\"task_id\": ") >= 3, "%s",
+		  out ? out : "(no output)");
 	free(err);
 	free(out);
 }
@@ -568,14 +606,16 @@ Test(python, exits_in_the_host_are_refused_and_reported, .timeout = 120)
 		{"libc", "gpud: aborted: a plugin called exit(0) inside the gpud process"},
 	};
 	for (size_t i = 0; i < sizeof gens / sizeof *gens; i++) {
-		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
-			    "[generator]\nplugin = python\nscript = gen.py\nfunction = exits\nhow = %s\n"
-			    "[sink]\nplugin = jsonl\npath = out.jsonl\n", gens[i].how);
-		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3, "%s: %s", gens[i].how,
-			     t_read_in(dir, "err"));
+		t_jobf(dir,
+		       "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+		       "[generator]\nplugin = python\nscript = gen.py\nfunction = exits\nhow = %s\n"
+		       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		       gens[i].how);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3, "%s: %s",
+			     gens[i].how, t_read_in(dir, "err"));
 		char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
-		cr_expect(strstr(err, gens[i].want), "%s: want %s in\n%s", gens[i].how, gens[i].want,
-			  err);
+		cr_expect(strstr(err, gens[i].want), "%s: want %s in\n%s", gens[i].how,
+			  gens[i].want, err);
 		/* (exit() ends the run before the sink writes anything.) */
 		if (strcmp(gens[i].how, "libc") != 0)
 			cr_expect(out && strstr(out, "\"result\": \"child exited 7\""),
@@ -594,14 +634,17 @@ Test(python, exits_in_the_host_are_refused_and_reported, .timeout = 120)
 		     "    if task_id == 2: os._exit(0)\n"));
 	const char *classes[] = {"class = Callbacks\n", ""};
 	for (size_t i = 0; i < 2; i++) {
-		t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
-			    "[generator]\nplugin = range\nstop = 10\n"
-			    "[sink]\nplugin = python\nscript = cb.py\n%s", classes[i]);
+		t_jobf(dir,
+		       "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = echo\n"
+		       "[generator]\nplugin = range\nstop = 10\n"
+		       "[sink]\nplugin = python\nscript = cb.py\n%s",
+		       classes[i]);
 		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3, "%s",
 			     t_read_in(dir, "err"));
 		char *err = t_read_in(dir, "err");
 		cr_expect(strstr(err, "the sink failed: python: on_success raised ExitRefused: "
-				      "os._exit(0) refused in the gpud host"), "%s", err);
+				      "os._exit(0) refused in the gpud host"),
+			  "%s", err);
 		free(err);
 	}
 }

@@ -26,7 +26,8 @@ static void union_once(const char *dir, unsigned ranks, unsigned long total)
 		for (const char *p = out; p && *p;) {
 			unsigned long id;
 			char want[48];
-			if (sscanf(p, "{\"task_id\": %lu, \"status\": \"ok\"", &id) == 1 && id < total) {
+			if (sscanf(p, "{\"task_id\": %lu, \"status\": \"ok\"", &id) == 1 &&
+			    id < total) {
 				snprintf(want, sizeof want, "\"result\": \"%lu\"", id);
 				const char *e = strchr(p, '\n');
 				const char *r = strstr(p, want);
@@ -56,8 +57,9 @@ static void union_once(const char *dir, unsigned ranks, unsigned long total)
 
 static void job(const char *dir, unsigned long n, const char *gen)
 {
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = echo\n[generator]\n%s%lu\n"
-		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n",
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = echo\n[generator]\n%s%lu\n"
+	       "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n",
 	       gen, n);
 }
 
@@ -66,10 +68,12 @@ Test(ranks, rank_by_hand_shares_add_up_and_merge_adds_up, .timeout = 120)
 	const char *dir = t_tmpdir();
 	job(dir, 100000, "plugin = range\nstop = ");
 	cr_assert_eq(t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run job.ini --rank $k/3 --ui off "
-			       "--stats-json s-{rank}.json 2>>err & done; wait"), 0);
+			       "--stats-json s-{rank}.json 2>>err & done; wait"),
+		     0);
 	union_once(dir, 3, 100000);
 	cr_expect_eq(t_sh(dir, "ls job.rank0.journal job.rank1.journal job.rank2.journal "
-			       ">/dev/null"), 0, "one journal per rank");
+			       ">/dev/null"),
+		     0, "one journal per rank");
 	/* The share of each is its share of the total, and merge adds them up. */
 	char *s1 = t_read_in(dir, "s-1.json");
 	cr_expect(strstr(s1, "\"total\": 33344,") || strstr(s1, "\"total\": 33312,"), "%s", s1);
@@ -85,7 +89,8 @@ Test(ranks, rank_by_hand_shares_add_up_and_merge_adds_up, .timeout = 120)
 	cr_assert_eq(t_sh(dir, "seq 0 9999 > in.txt"), 0);
 	job(dir, 0, "plugin = lines\npath = in.txt\n;");
 	cr_assert_eq(t_sh(dir, "rm -f out-*.jsonl; for k in 0 1 2 3; do \"$GPUD\" run job.ini "
-			       "--rank $k/4 --ui off 2>>err & done; wait"), 0);
+			       "--rank $k/4 --ui off 2>>err & done; wait"),
+		     0);
 	union_once(dir, 4, 10000);
 }
 
@@ -113,7 +118,8 @@ Test(ranks, the_launchers_environment_decides_and_check_says_which, .timeout = 6
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		char cmd[600];
-		snprintf(cmd, sizeof cmd, "env %s \"$GPUD\" check job.ini > out 2>&1", cases[i].env);
+		snprintf(cmd, sizeof cmd, "env %s \"$GPUD\" check job.ini > out 2>&1",
+			 cases[i].env);
 		t_sh(dir, cmd);
 		char *out = t_read_in(dir, "out");
 		cr_expect(strstr(out, cases[i].want), "%s: %s", cases[i].env, out);
@@ -141,28 +147,41 @@ Test(ranks, shared_outputs_are_refused_naming_the_key, .timeout = 60)
 		    "stop = 10\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2", dir), 2);
 	char *err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "job.ini:10: [sink] path = ") &&
-		  strstr(err, "out.jsonl: 2 ranks would write it together; put {rank} in it"), "%s",
-		  err);
+	cr_expect(
+		strstr(err, "job.ini:10: [sink] path = ") &&
+			strstr(err, "out.jsonl: 2 ranks would write it together; put {rank} in it"),
+		"%s", err);
 	free(err);
 	/* Standard output is each rank's own. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
-				 "--stats-json %s/s.json", dir, dir), 2);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+			    "--stats-json %s/s.json",
+			    dir, dir),
+		     2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "--stats-json ") && strstr(err, "2 ranks would write it together"),
 		  "%s", err);
 	free(err);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
-				 "--set job.journal=j.journal", dir), 2);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
-				 "--set job.ordered=true", dir), 2);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+			    "--set job.journal=j.journal",
+			    dir),
+		     2);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+			    "--set job.ordered=true",
+			    dir),
+		     2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "ordered = true and 2 ranks"), "%s", err);
 	free(err);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=%s/o{rank}of{ranks} "
-				 "--set job.journal=%s/j{rank}.journal", dir, dir, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --rank 1/2 --set sink.path=%s/o{rank}of{ranks} "
+			    "--set job.journal=%s/j{rank}.journal",
+			    dir, dir, dir),
+		     0);
 	/* Rank 1 of 2 has no task among ids 0-9 (chunk 0 is rank 0's): an empty share ends
 	 * cleanly, its files made. */
 	cr_expect_eq(t_sh(dir, "test -e o1of2 && test -s j1.journal"), 0);
@@ -177,13 +196,13 @@ Test(ranks, one_rank_killed_and_resumed_finishes_its_share, .timeout = 120)
 	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 500\n"
 		    "[generator]\nplugin = range\nstop = 12000\n"
 		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
-	t_sh(dir, WAIT_FOR
-		  "\"$GPUD\" run job.ini --rank 0/3 --ui off 2>>err & a=$!\n"
-		  "\"$GPUD\" run job.ini --rank 1/3 --ui off 2>>err & b=$!\n"
-		  "\"$GPUD\" run job.ini --rank 2/3 --ui off 2>>err & c=$!\n"
-		  "w '[ -s out-1.jsonl ]'; sleep 0.3; kill -9 $b\n"
-		  "wait $a $c\n"
-		  "\"$GPUD\" run job.ini --rank 1/3 --ui off --resume 2>>err; echo $? > rc\n");
+	t_sh(dir,
+	     WAIT_FOR "\"$GPUD\" run job.ini --rank 0/3 --ui off 2>>err & a=$!\n"
+		      "\"$GPUD\" run job.ini --rank 1/3 --ui off 2>>err & b=$!\n"
+		      "\"$GPUD\" run job.ini --rank 2/3 --ui off 2>>err & c=$!\n"
+		      "w '[ -s out-1.jsonl ]'; sleep 0.3; kill -9 $b\n"
+		      "wait $a $c\n"
+		      "\"$GPUD\" run job.ini --rank 1/3 --ui off --resume 2>>err; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	union_once(dir, 3, 12000);
 	char *err = t_read_in(dir, "err");
@@ -203,10 +222,12 @@ Test(ranks, mpirun_np_3_and_4_over_100000_tasks, .timeout = 180)
 		char cmd[400];
 		/* Each rank's standard error to a file of its own: mpirun forwards them as
 		 * they come, and two ranks' lines can run into each other anywhere. */
-		snprintf(cmd, sizeof cmd, "rm -f out-*.jsonl s-*.json; mpirun --allow-run-as-root "
-					  "--oversubscribe -np %d sh -c 'exec \"$GPUD\" run job.ini --ui off "
-					  "--stats-json s-{rank}.json 2>>err-%d-$OMPI_COMM_WORLD_RANK'; "
-					  "echo $? > rc", np, np);
+		snprintf(cmd, sizeof cmd,
+			 "rm -f out-*.jsonl s-*.json; mpirun --allow-run-as-root "
+			 "--oversubscribe -np %d sh -c 'exec \"$GPUD\" run job.ini --ui off "
+			 "--stats-json s-{rank}.json 2>>err-%d-$OMPI_COMM_WORLD_RANK'; "
+			 "echo $? > rc",
+			 np, np);
 		t_sh(dir, cmd);
 		cr_expect_eq(t_read_long(dir, "rc"), 0, "mpirun -np %d", np);
 		union_once(dir, (unsigned)np, 100000);
@@ -228,8 +249,9 @@ Test(ranks, mpirun_np_3_and_4_over_100000_tasks, .timeout = 180)
 Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = probe\nsleep_us = 2000\n"
-		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_jobf(dir,
+	       "[job]\ngpus = auto\n[worker]\nplugin = probe\nsleep_us = 2000\n"
+	       "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	/* UUID-style tokens, as they are: worker i gets token i, and nothing else. */
 	t_sh(dir, "CUDA_VISIBLE_DEVICES=GPU-1a2b-aaaa,GPU-3c4d-bbbb \"$GPUD\" run job.ini --ui off "
 		  "2>err; grep -o 'gpu=[0-9]* cvd=[^ ]*' out.jsonl | sort -u > seen");
@@ -245,9 +267,10 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	cr_expect_str_eq(seen, "cvd=2\ncvd=3\n");
 	free(seen);
 	/* A task Slurm gave GPUs of its own keeps them all. */
-	t_sh(dir, "CUDA_VISIBLE_DEVICES=5,7 SLURM_GPUS_PER_TASK=2 SLURM_STEP_NUM_TASKS=2 "
-		  "SLURM_PROCID=0 SLURM_LOCALID=1 SLURM_STEP_TASKS_PER_NODE=2 \"$GPUD\" run job.ini "
-		  "--ui off --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	t_sh(dir,
+	     "CUDA_VISIBLE_DEVICES=5,7 SLURM_GPUS_PER_TASK=2 SLURM_STEP_NUM_TASKS=2 "
+	     "SLURM_PROCID=0 SLURM_LOCALID=1 SLURM_STEP_TASKS_PER_NODE=2 \"$GPUD\" run job.ini "
+	     "--ui off --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
 	seen = t_read_in(dir, "seen");
 	cr_expect_str_eq(seen, "cvd=5\ncvd=7\n");
 	free(seen);
@@ -256,12 +279,15 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "gpus = auto: CUDA_VISIBLE_DEVICES is not set"), "%s", err);
 	free(err);
-	cr_expect_eq(t_sh(dir, "CUDA_VISIBLE_DEVICES=0,1,2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
-			       "OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 "
-			       "\"$GPUD\" check job.ini 2>err"), 2);
+	cr_expect_eq(
+		t_sh(dir,
+		     "CUDA_VISIBLE_DEVICES=0,1,2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
+		     "OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+		     "\"$GPUD\" check job.ini 2>err"),
+		2);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "3 GPUs (CUDA_VISIBLE_DEVICES = 0,1,2) for 2 ranks on this node"), "%s",
-		  err);
+	cr_expect(strstr(err, "3 GPUs (CUDA_VISIBLE_DEVICES = 0,1,2) for 2 ranks on this node"),
+		  "%s", err);
 	free(err);
 }
 
@@ -283,9 +309,10 @@ Test(ranks, a_real_slurm_srun_array_and_requeue, .timeout = 300)
 	union_once(dir, 2, 30000);
 	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = probe\n[generator]\nplugin = range\n"
 		    "stop = 400\n[sink]\nplugin = jsonl\npath = p-{rank}.jsonl\n");
-	t_sh(dir, "export SLURM_CONF=$PWD/slurm/slurm.conf; timeout 120 srun -n 2 --gres=gpu:2 "
-		  "\"$GPUD\" run job.ini --ui off 2>>err; "
-		  "grep -o 'cvd=[^ ]*' p-0.jsonl | sort -u > cvd0; grep -o 'cvd=[^ ]*' p-1.jsonl | sort -u > cvd1");
+	t_sh(dir,
+	     "export SLURM_CONF=$PWD/slurm/slurm.conf; timeout 120 srun -n 2 --gres=gpu:2 "
+	     "\"$GPUD\" run job.ini --ui off 2>>err; "
+	     "grep -o 'cvd=[^ ]*' p-0.jsonl | sort -u > cvd0; grep -o 'cvd=[^ ]*' p-1.jsonl | sort -u > cvd1");
 	char *c0 = t_read_in(dir, "cvd0"), *c1 = t_read_in(dir, "cvd1");
 	cr_expect(c0 && c1 && !strcmp(c0, "cvd=0\n") && !strcmp(c1, "cvd=1\n"),
 		  "each task's worker must see one GPU of its own: rank 0 %s, rank 1 %s", c0, c1);
@@ -295,10 +322,11 @@ Test(ranks, a_real_slurm_srun_array_and_requeue, .timeout = 300)
 	/* An array of 3: each array task a rank. */
 	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
 		    "stop = 30000\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
-	t_sh(dir, "rm -f out-*.jsonl; printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off\\n' "
-		  "\"$PWD\" > array.sh; export SLURM_CONF=$PWD/slurm/slurm.conf; "
-		  "timeout 120 sbatch --wait --array=0-2 -o /dev/null array.sh >/dev/null 2>>err; "
-		  "echo $? > rc");
+	t_sh(dir,
+	     "rm -f out-*.jsonl; printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off\\n' "
+	     "\"$PWD\" > array.sh; export SLURM_CONF=$PWD/slurm/slurm.conf; "
+	     "timeout 120 sbatch --wait --array=0-2 -o /dev/null array.sh >/dev/null 2>>err; "
+	     "echo $? > rc");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	union_once(dir, 3, 30000);
 
@@ -307,13 +335,13 @@ Test(ranks, a_real_slurm_srun_array_and_requeue, .timeout = 300)
 		    "[generator]\nplugin = range\nstop = 8000\n"
 		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
 	t_sh(dir, WAIT_FOR
-		  "rm -f out-*.jsonl; export SLURM_CONF=$PWD/slurm/slurm.conf\n"
-		  "printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off --resume 2>>rq.err\\n' "
-		  "\"$PWD\" > rq.sh\n"
-		  "j=$(sbatch --parsable --requeue -o /dev/null rq.sh)\n"
-		  "w '[ -s out-0.jsonl ]'; sleep 0.5; scontrol requeue $j\n"
-		  "k=0; while [ $k -lt 120 ] && [ -n \"$(squeue -h -j $j 2>/dev/null)\" ]; do "
-		  "sleep 0.5; k=$((k+1)); done\n");
+	     "rm -f out-*.jsonl; export SLURM_CONF=$PWD/slurm/slurm.conf\n"
+	     "printf '#!/bin/sh\\ncd %s && \"$GPUD\" run job.ini --ui off --resume 2>>rq.err\\n' "
+	     "\"$PWD\" > rq.sh\n"
+	     "j=$(sbatch --parsable --requeue -o /dev/null rq.sh)\n"
+	     "w '[ -s out-0.jsonl ]'; sleep 0.5; scontrol requeue $j\n"
+	     "k=0; while [ $k -lt 120 ] && [ -n \"$(squeue -h -j $j 2>/dev/null)\" ]; do "
+	     "sleep 0.5; k=$((k+1)); done\n");
 	union_once(dir, 1, 8000);
 	char *err = t_read_in(dir, "rq.err");
 	cr_expect(err && strstr(err, "tasks were already done"), "the requeued run: %s", err);
@@ -338,8 +366,8 @@ static void valid_json(const char *dir)
 {
 	cr_expect_eq(t_sh(dir, "python3 -c 'import json, sys\n"
 			       "def bad(c): sys.exit(\"not JSON: \" + c)\n"
-			       "json.load(sys.stdin, parse_constant=bad)' <out"), 0,
-		     "not JSON: %s", t_read_in(dir, "out"));
+			       "json.load(sys.stdin, parse_constant=bad)' <out"),
+		     0, "not JSON: %s", t_read_in(dir, "out"));
 }
 
 Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .timeout = 60)
@@ -347,7 +375,8 @@ Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .ti
 	const char *dir = t_tmpdir();
 	job(dir, 1000, "plugin = range\nstop = ");
 	cr_assert_eq(t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run job.ini --rank $k/3 --ui off "
-			       "--stats-json s-{rank}.json 2>>err || exit 1; done"), 0);
+			       "--stats-json s-{rank}.json 2>>err || exit 1; done"),
+		     0);
 	/* Each file records its share of which job. */
 	char *s1 = t_read_in(dir, "s-1.json");
 	cr_expect(strstr(s1, "\"rank\": 1, \"ranks\": 3, \"job_id\": \""), "%s", s1);
@@ -376,12 +405,15 @@ Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .ti
 	free(out);
 	valid_json(dir);
 	/* Another number of ranks, another job (base_seed): refused. */
-	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --rank 1/4 --ui off --stats-json four-{rank}.json "
-			       "2>>err && \"$GPUD\" run job.ini --rank 1/3 --set job.base_seed=7 "
-			       "--ui off --stats-json seed-{rank}.json 2>>err"), 0);
+	cr_assert_eq(t_sh(dir,
+			  "\"$GPUD\" run job.ini --rank 1/4 --ui off --stats-json four-{rank}.json "
+			  "2>>err && \"$GPUD\" run job.ini --rank 1/3 --set job.base_seed=7 "
+			  "--ui off --stats-json seed-{rank}.json 2>>err"),
+		     0);
 	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/four-1.json", dir, dir), 2);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "over 3 ranks") && strstr(err, "four-1.json of one over 4"), "%s", err);
+	cr_expect(strstr(err, "over 3 ranks") && strstr(err, "four-1.json of one over 4"), "%s",
+		  err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/seed-1.json", dir, dir), 2);
 	err = t_read_in(dir, "err");
@@ -390,14 +422,15 @@ Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .ti
 	/* All three: one summary, exit 0. */
 	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-1.json %s/s-2.json", dir, dir, dir), 0);
 	out = t_read_in(dir, "out");
-	cr_expect(strstr(out, "\"generated\": 1000,") && strstr(out, "\"missing_ranks\": []"),
-		  "%s", out);
+	cr_expect(strstr(out, "\"generated\": 1000,") && strstr(out, "\"missing_ranks\": []"), "%s",
+		  out);
 	free(out);
 	/* A file from before ranks were recorded: merged, with the check said undone. */
-	free(t_write(dir, "old.json", "{\"generated\": 5, \"ok\": 5, \"failed\": 0, \"timed_out\": 0, "
-				      "\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
-				      "\"worker_restarts\": 0, \"host_cpu_seconds\": 0.1, \"total\": 5, "
-				      "\"exit_status\": 0}\n"));
+	free(t_write(dir, "old.json",
+		     "{\"generated\": 5, \"ok\": 5, \"failed\": 0, \"timed_out\": 0, "
+		     "\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
+		     "\"worker_restarts\": 0, \"host_cpu_seconds\": 0.1, \"total\": 5, "
+		     "\"exit_status\": 0}\n"));
 	cr_expect_eq(t_gpud(dir, "merge %s/old.json %s/s-1.json", dir, dir), 0);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "old.json says no rank") && strstr(err, "cannot be told"), "%s", err);
@@ -408,14 +441,17 @@ Test(ranks, merge_refuses_duplicates_and_other_jobs_and_names_missing_ranks, .ti
 Test(ranks, merge_prints_valid_json_whatever_the_files_hold, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	static const char counts[] = "{\"generated\": 2, \"ok\": 2, \"failed\": 0, \"timed_out\": 0, "
-				     "\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
-				     "\"worker_restarts\": 0, \"host_cpu_seconds\": 0.5, \"total\": 2, "
-				     "\"exit_status\": 0";
+	static const char counts[] =
+		"{\"generated\": 2, \"ok\": 2, \"failed\": 0, \"timed_out\": 0, "
+		"\"not_run\": 0, \"retried\": 0, \"setup_failures\": 0, "
+		"\"worker_restarts\": 0, \"host_cpu_seconds\": 0.5, \"total\": 2, "
+		"\"exit_status\": 0";
 	char text[1024];
 	/* Elapsed 0, and no times at all: no division by zero, no invented times. */
-	snprintf(text, sizeof text, "%s, \"start_time\": 100.0, \"end_time\": 100.0, "
-				    "\"elapsed\": 0}\n", counts);
+	snprintf(text, sizeof text,
+		 "%s, \"start_time\": 100.0, \"end_time\": 100.0, "
+		 "\"elapsed\": 0}\n",
+		 counts);
 	free(t_write(dir, "zero.json", text));
 	snprintf(text, sizeof text, "%s}\n", counts);
 	free(t_write(dir, "untimed.json", text));
@@ -435,10 +471,11 @@ Test(ranks, merge_prints_valid_json_whatever_the_files_hold, .timeout = 60)
 	valid_json(dir);
 	cr_expect_eq(t_gpud(dir, "merge %s/huge.json %s/zero.json", dir, dir), 0);
 	valid_json(dir);
-	free(t_write(dir, "count.json", "{\"generated\": 1e999, \"ok\": 2, \"failed\": 0, "
-					"\"timed_out\": 0, \"not_run\": 0, \"retried\": 0, "
-					"\"setup_failures\": 0, \"worker_restarts\": 0, "
-					"\"host_cpu_seconds\": 1e999, \"exit_status\": 0}\n"));
+	free(t_write(dir, "count.json",
+		     "{\"generated\": 1e999, \"ok\": 2, \"failed\": 0, "
+		     "\"timed_out\": 0, \"not_run\": 0, \"retried\": 0, "
+		     "\"setup_failures\": 0, \"worker_restarts\": 0, "
+		     "\"host_cpu_seconds\": 1e999, \"exit_status\": 0}\n"));
 	cr_expect_eq(t_gpud(dir, "merge %s/count.json", dir), 2);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "count.json: no \"generated\" that is a count"), "%s", err);

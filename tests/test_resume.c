@@ -56,15 +56,14 @@ static int kill_and_resume(const char *dir, int kills, const char *extra)
 {
 	char script[2048];
 	snprintf(script, sizeof script,
-		 WAIT_FOR
-		 "k=0; while [ $k -lt %d ]; do\n"
-		 "  \"$GPUD\" run job.ini --ui off --resume %s 2>>err & p=$!\n"
-		 "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) %% 6 + 2 ))\n"
-		 "  kill -9 $p; wait $p 2>/dev/null\n"
-		 "  w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
-		 "  k=$((k+1))\n"
-		 "done\n"
-		 "\"$GPUD\" run job.ini --ui off --resume %s 2>>err; echo $? > rc\n",
+		 WAIT_FOR "k=0; while [ $k -lt %d ]; do\n"
+			  "  \"$GPUD\" run job.ini --ui off --resume %s 2>>err & p=$!\n"
+			  "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) %% 6 + 2 ))\n"
+			  "  kill -9 $p; wait $p 2>/dev/null\n"
+			  "  w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
+			  "  k=$((k+1))\n"
+			  "done\n"
+			  "\"$GPUD\" run job.ini --ui off --resume %s 2>>err; echo $? > rc\n",
 		 kills, extra, extra);
 	t_sh(dir, script);
 	return (int)t_read_long(dir, "rc");
@@ -73,8 +72,9 @@ static int kill_and_resume(const char *dir, int kills, const char *extra)
 Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .timeout = 180)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
-		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+	       "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(kill_and_resume(dir, 5, ""), 0);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_assert(out, "%s", err);
@@ -87,8 +87,9 @@ Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .t
 Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout = 180)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\nordered = true\n[worker]\nplugin = faulty\nsleep_us = 600\n"
-		    "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nordered = true\n[worker]\nplugin = faulty\nsleep_us = 600\n"
+	       "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(kill_and_resume(dir, 3, ""), 0);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_assert(out);
@@ -126,15 +127,19 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 	/* jsonl can say what its file holds, so it is asked even after the end: all there. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
 	char *err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "gpud: 0 tasks: ") && strstr(err, "resumed: 1000 tasks were already done"),
+	cr_expect(strstr(err, "gpud: 0 tasks: ") &&
+			  strstr(err, "resumed: 1000 tasks were already done"),
 		  "%s", err);
 	free(err);
 	/* A sink that cannot: the journal's end is the word. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null --force",
-			    dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --resume --set sink.plugin=null --force",
+			    dir),
+		     0);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --set sink.plugin=null", dir), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null", dir),
+		     0);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "already finished: all 1000 tasks have their outcome"), "%s", err);
 	free(err);
@@ -145,10 +150,12 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
 	out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "tasks with an outcome: 1000 (0 of them failed)") &&
-		  strstr(out, "finished: all 1000 tasks"), "%s", out);
+			  strstr(out, "finished: all 1000 tasks"),
+		  "%s", out);
 	free(out);
 	/* journal = off: nothing to resume from. */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set job.journal=off", dir), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set job.journal=off", dir),
+		     2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "--resume needs a journal"), "%s", err);
 	free(err);
@@ -165,11 +172,15 @@ Test(resume, torn_journal_tails_at_every_byte_are_cut, .timeout = 120)
 	for (int k = 1; k < 32 + 32; k++) {
 		/* Cut inside the END record (k < 32) or inside the record before it. */
 		char cmd[300];
-		snprintf(cmd, sizeof cmd, "cp whole job.journal && n=$(stat -c %%s whole) && "
-					  "truncate -s $((n - %d)) job.journal", k);
+		snprintf(cmd, sizeof cmd,
+			 "cp whole job.journal && n=$(stat -c %%s whole) && "
+			 "truncate -s $((n - %d)) job.journal",
+			 k);
 		cr_assert_eq(t_sh(dir, cmd), 0);
-		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json",
-				    dir, dir), 0, "cut %d bytes", k);
+		cr_expect_eq(t_gpud(dir,
+				    "run '%s/job.ini' --ui off --resume --stats-json %s/s.json",
+				    dir, dir),
+			     0, "cut %d bytes", k);
 		char *err = t_read_in(dir, "err");
 		if (k % 32)
 			cr_expect(strstr(err, "bytes of a record cut short"), "cut %d: %s", k, err);
@@ -186,10 +197,12 @@ Test(resume, torn_journal_tails_at_every_byte_are_cut, .timeout = 120)
 		free(err);
 	}
 	/* A record changed in the middle: cut from there on, and those tasks run again. */
-	t_sh(dir, "cp whole job.journal && printf 'X' | dd of=job.journal bs=1 seek=100 conv=notrunc "
-		  "2>/dev/null");
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
-			    dir), 0);
+	t_sh(dir,
+	     "cp whole job.journal && printf 'X' | dd of=job.journal bs=1 seek=100 conv=notrunc "
+	     "2>/dev/null");
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir, dir),
+		0);
 	char *st = t_read_in(dir, "s.json");
 	cr_expect(atol(strstr(st, "\"generated\": ") + 13) >= 4000, "%s", st);
 	free(st);
@@ -202,7 +215,8 @@ Test(resume, another_jobs_journal_is_refused_unless_forced, .timeout = 60)
 	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = lines\n"
 		    "path = in.txt\n[sink]\nplugin = null\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set worker.sleep_us=5", dir), 2);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set worker.sleep_us=5", dir),
+		     2);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "was written by another job") && strstr(err, "--force"), "%s", err);
 	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
@@ -223,11 +237,12 @@ Test(resume, another_jobs_journal_is_refused_unless_forced, .timeout = 60)
 Test(resume, sigterm_exits_4_and_resume_finishes_and_retry_failed_reruns, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 2000\nfail_on = 7,9\n"
-		    "[generator]\nplugin = range\nstop = 3000\n[sink]\nplugin = files\ndir = res\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 2000\nfail_on = 7,9\n"
+	       "[generator]\nplugin = range\nstop = 3000\n[sink]\nplugin = files\ndir = res\n");
 	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
-		  "w '[ $(ls res 2>/dev/null | wc -l) -gt 100 ]'\n"
-		  "kill -TERM $p; wait $p; echo $? > rc\n");
+			   "w '[ $(ls res 2>/dev/null | wc -l) -gt 100 ]'\n"
+			   "kill -TERM $p; wait $p; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "SIGTERM with a journal: resumable");
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "--resume` finishes it"), "%s", err);
@@ -236,8 +251,11 @@ Test(resume, sigterm_exits_4_and_resume_finishes_and_retry_failed_reruns, .timeo
 	t_sh(dir, "ls res | wc -l > count");
 	cr_expect_eq(t_read_long(dir, "count"), 2998, "all but the two that fail");
 	/* The failures again, now that the worker would take them (another job: forced). */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --retry-failed --force "
-				 "--set worker.fail_on=1000000 --stats-json %s/s.json", dir, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --retry-failed --force "
+			    "--set worker.fail_on=1000000 --stats-json %s/s.json",
+			    dir, dir),
+		     0);
 	t_sh(dir, "ls res | wc -l > count");
 	cr_expect_eq(t_read_long(dir, "count"), 3000);
 	char *st = t_read_in(dir, "s.json");
@@ -265,10 +283,11 @@ Test(resume, output_cut_at_any_byte_is_completed_exactly_once, .timeout = 120)
 	long cuts[] = {0, 1, 37, size / 3, size / 2 + 5, size - 200, size - 1};
 	for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
 		char cmd[200];
-		snprintf(cmd, sizeof cmd, "cp whole out.jsonl && truncate -s %ld out.jsonl", cuts[k]);
+		snprintf(cmd, sizeof cmd, "cp whole out.jsonl && truncate -s %ld out.jsonl",
+			 cuts[k]);
 		cr_assert_eq(t_sh(dir, cmd), 0);
-		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0, "cut at %ld",
-			     cuts[k]);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0,
+			     "cut at %ld", cuts[k]);
 		char *out = t_read_in(dir, "out.jsonl");
 		cr_assert(out);
 		check_jsonl_once(out, 3000);
@@ -279,22 +298,26 @@ Test(resume, output_cut_at_any_byte_is_completed_exactly_once, .timeout = 120)
 Test(resume, a_journal_that_cannot_be_written_stops_the_run_before_it_starts, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0\njournal = no/such/folder/j.journal\n[worker]\nplugin = echo\n"
-		    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0\njournal = no/such/folder/j.journal\n[worker]\nplugin = echo\n"
+	       "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
 	char *err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "[job] journal: no folder") && strstr(err, "journal = off"), "%s", err);
+	cr_expect(strstr(err, "[job] journal: no folder") && strstr(err, "journal = off"), "%s",
+		  err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "cannot open the journal") && strstr(err, "journal = off"), "%s", err);
+	cr_expect(strstr(err, "cannot open the journal") && strstr(err, "journal = off"), "%s",
+		  err);
 	free(err);
 	cr_expect_eq(t_sh(dir, "test ! -e out.jsonl"), 0, "nothing ran");
 	/* Not a journal at all. */
 	t_jobf(dir, "[job]\ngpus = 0\njournal = j.journal\n[worker]\nplugin = echo\n"
 		    "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n");
-	free(t_write(dir, "j.journal", "this is not a journal, and it is long enough to read\n"
-				       "................................................\n"));
+	free(t_write(dir, "j.journal",
+		     "this is not a journal, and it is long enough to read\n"
+		     "................................................\n"));
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "is not a gpud journal"), "%s", err);
@@ -323,9 +346,10 @@ static void count_ids(const char *out, unsigned n, unsigned *lines, unsigned *tw
 
 /* Lines far longer than the 64 KiB jsonl reads its file back with: 50 of 100 KB and 3
  * of 1 MB, each starting with its number. */
-#define LONG_LINES "for i in $(seq 0 49); do printf %d $i; head -c 100000 /dev/zero | tr '\\0' x; " \
-		   "echo; done > in.txt; for i in 50 51 52; do printf %d $i; " \
-		   "head -c 1000000 /dev/zero | tr '\\0' y; echo; done >> in.txt"
+#define LONG_LINES                                                                                 \
+	"for i in $(seq 0 49); do printf %d $i; head -c 100000 /dev/zero | tr '\\0' x; "           \
+	"echo; done > in.txt; for i in 50 51 52; do printf %d $i; "                                \
+	"head -c 1000000 /dev/zero | tr '\\0' y; echo; done >> in.txt"
 
 Test(resume, jsonl_lines_of_any_length_are_recognised_on_resume, .timeout = 120)
 {
@@ -336,8 +360,9 @@ Test(resume, jsonl_lines_of_any_length_are_recognised_on_resume, .timeout = 120)
 		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	/* The finished run resumed: every line is recognised, nothing runs again. */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
-			    dir), 0);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir, dir),
+		0);
 	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
 	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
 	free(st);
@@ -382,20 +407,26 @@ static long file_size(const char *dir, const char *name)
 static void retry_fixes_last(const char *sink)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_on = 7,9,11\n"
-		    "[generator]\nplugin = range\nstop = 500\n[sink]\n%s\n", sink);
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_on = 7,9,11\n"
+	       "[generator]\nplugin = range\nstop = 500\n[sink]\n%s\n",
+	       sink);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1, "%s", sink);
 	const char *fixed = "--force --set worker.fail_on=1000000";
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
-		     0, "%s", sink);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed), 0,
+		"%s", sink);
 	long size = file_size(dir, "job.journal");
 	for (int k = 0; k < 2; k++) {
-		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume %s --stats-json %s/s.json",
-				    dir, fixed, dir), 0, "%s, resume %d", sink, k);
+		cr_expect_eq(t_gpud(dir,
+				    "run '%s/job.ini' --ui off --resume %s --stats-json %s/s.json",
+				    dir, fixed, dir),
+			     0, "%s, resume %d", sink, k);
 		/* Nothing ran: a sink that cannot tell what it holds stops at the journal's
 		 * end (no stats written). */
 		char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
-		cr_expect((st && strstr(st, "\"generated\": 0,")) || strstr(err, "already finished"),
+		cr_expect((st && strstr(st, "\"generated\": 0,")) ||
+				  strstr(err, "already finished"),
 			  "%s: %s\n%s", sink, st, err);
 		free(st);
 		free(err);
@@ -406,13 +437,15 @@ static void retry_fixes_last(const char *sink)
 			     sink, k);
 	}
 	/* Nothing failed any more: --retry-failed has nothing to do either. */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed),
-		     0, "%s", sink);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --retry-failed %s", dir, fixed), 0,
+		"%s", sink);
 	cr_expect_eq(file_size(dir, "job.journal"), size, "%s, --retry-failed: the journal grew",
 		     sink);
 	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
 	char *out = t_read_in(dir, "out");
-	cr_expect(strstr(out, "tasks with an outcome: 500 (0 of them failed)"), "%s: %s", sink, out);
+	cr_expect(strstr(out, "tasks with an outcome: 500 (0 of them failed)"), "%s: %s", sink,
+		  out);
 	free(out);
 }
 
@@ -432,11 +465,13 @@ Test(resume, resume_without_a_journal_keeps_what_the_output_holds, .timeout = 12
 		    "stop = 2000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
-			    dir), 0);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir, dir),
+		0);
 	char *st = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
 	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s\n%s", st, err);
-	cr_expect(strstr(err, "no journal at") && strstr(err, "already holds, if anything, is kept"),
+	cr_expect(strstr(err, "no journal at") &&
+			  strstr(err, "already holds, if anything, is kept"),
 		  "%s", err);
 	free(st);
 	free(err);
@@ -450,8 +485,9 @@ Test(resume, resume_without_a_journal_keeps_what_the_output_holds, .timeout = 12
 		    "stop = 2000\n[sink]\nplugin = files\ndir = res\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	cr_assert_eq(t_sh(dir, "rm job.journal"), 0);
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir,
-			    dir), 0);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --stats-json %s/s.json", dir, dir),
+		0);
 	st = t_read_in(dir, "s.json");
 	cr_expect(st && strstr(st, "\"generated\": 0,"), "%s", st);
 	free(st);
@@ -475,11 +511,15 @@ Test(resume, resume_with_no_journal_and_no_output_is_a_fresh_run, .timeout = 60)
 	cr_expect(strstr(out, "finished: all 2000 tasks"), "%s", out);
 	free(out);
 	/* A sink that cannot tell what it holds: a fresh run, and said so. */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --set sink.plugin=null "
-				 "--set job.journal=%s/other.journal", dir, dir), 0);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --resume --set sink.plugin=null "
+			    "--set job.journal=%s/other.journal",
+			    dir, dir),
+		     0);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "no journal at") && strstr(err, "cannot tell what an earlier run's "
-							     "output holds"), "%s", err);
+							      "output holds"),
+		  "%s", err);
 	free(err);
 }
 
@@ -500,7 +540,9 @@ Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "/in named by generator.dir changed since the journaled run: 4 files "
-			      "then, 5 now") && strstr(err, "--force"), "%s", err);
+			      "then, 5 now") &&
+			  strstr(err, "--force"),
+		  "%s", err);
 	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
 	free(err);
 	/* The same number of files, one renamed. */
@@ -513,7 +555,8 @@ Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
 	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "but their names, sizes or times differ: --resume refuses it "
-			      "without --force"), "%s", out);
+			      "without --force"),
+		  "%s", out);
 	free(out);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume --force", dir), 0);
 	/* A file named by a key: named too. */
@@ -525,7 +568,8 @@ Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "list.txt named by generator.path changed since the journaled run "
-			      "(4 bytes then, 6 now)"), "%s", err);
+			      "(4 bytes then, 6 now)"),
+		  "%s", err);
 	free(err);
 }
 
@@ -536,21 +580,26 @@ Test(resume, a_changed_input_folder_is_refused_naming_it, .timeout = 60)
 Test(resume, a_changed_stream_is_refused_and_the_same_one_resumes, .timeout = 90)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
-		    "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_assert_eq(t_sh(dir, "seq 0 299 | \"$GPUD\" run job.ini --ui off 2>err1 & pid=$!\n"
-			       "w '[ -f out.jsonl ] && [ \"$(wc -l < out.jsonl)\" -ge 20 ]'\n"
-			       "kill -TERM $pid; wait $pid; echo $? > rc\n"
-			       "wc -l < out.jsonl > lines1\n"
-			       "(echo 1000; seq 0 299) | \"$GPUD\" run job.ini --ui off --resume 2>err2\n"
-			       "echo $? >> rc; wc -l < out.jsonl > lines2\n"
-			       "seq 0 299 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"),
-		     0);
-	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 20000\n"
+	       "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_assert_eq(
+		t_sh(dir,
+		     "seq 0 299 | \"$GPUD\" run job.ini --ui off 2>err1 & pid=$!\n"
+		     "w '[ -f out.jsonl ] && [ \"$(wc -l < out.jsonl)\" -ge 20 ]'\n"
+		     "kill -TERM $pid; wait $pid; echo $? > rc\n"
+		     "wc -l < out.jsonl > lines1\n"
+		     "(echo 1000; seq 0 299) | \"$GPUD\" run job.ini --ui off --resume 2>err2\n"
+		     "echo $? >> rc; wc -l < out.jsonl > lines2\n"
+		     "seq 0 299 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"),
+		0);
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"),
+	     *err3 = t_read_in(dir, "err3");
 	cr_expect_str_eq(rc, "4\n2\n0\n", "%s\n%s", err2, err3);
 	cr_expect(strstr(err2, "generator.path is standard input or a pipe"), "%s", err2);
 	cr_expect(strstr(err2, "task 0 came with other bytes"), "%s", err2);
-	cr_expect_eq(t_read_long(dir, "lines1"), t_read_long(dir, "lines2"), "the refused run "
+	cr_expect_eq(t_read_long(dir, "lines1"), t_read_long(dir, "lines2"),
+		     "the refused run "
 		     "changed the output");
 	char *out = t_read_in(dir, "out.jsonl");
 	unsigned char seen[300] = {0};
@@ -581,8 +630,9 @@ Test(resume, a_changed_stream_is_refused_and_the_same_one_resumes, .timeout = 90
 Test(resume, failures_lost_with_the_output_are_run_again, .timeout = 180)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_every = 2\nsleep_us = 2000\n"
-		    "[generator]\nplugin = range\nstop = 1500\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_every = 2\nsleep_us = 2000\n"
+	       "[generator]\nplugin = range\nstop = 1500\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(kill_and_resume(dir, 4, ""), 1);
 	/* The finished output cut in the middle, as a lost disk write would: resumed. */
 	t_sh(dir, "head -c 30000 out.jsonl > cut && mv cut out.jsonl\n"
@@ -622,17 +672,20 @@ Test(resume, failures_lost_with_the_output_are_run_again, .timeout = 180)
 Test(resume, changed_streams_are_refused_on_every_rank_and_when_shorter, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
-		    "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
-	t_sh(dir, "seq 0 5999 > in.txt; (echo EXTRA; seq 0 5999) > in2.txt\n"
-		  "\"$GPUD\" run job.ini --ui off --rank 1/2 < in.txt 2>err1 & pid=$!\n"
-		  "w '[ -f out-1.jsonl ] && [ $(wc -l < out-1.jsonl) -ge 1200 ]'\n"
-		  "kill -9 $pid; wait $pid\n"
-		  "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in2.txt 2>err2; echo $? > rc\n"
-		  "head -n 1000 in.txt | \"$GPUD\" run job.ini --ui off --resume --rank 1/2 2>err3\n"
-		  "echo $? >> rc\n"
-		  "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in.txt 2>err4; echo $? >> rc\n");
-	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
+	       "[generator]\nplugin = lines\npath = -\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir,
+	     "seq 0 5999 > in.txt; (echo EXTRA; seq 0 5999) > in2.txt\n"
+	     "\"$GPUD\" run job.ini --ui off --rank 1/2 < in.txt 2>err1 & pid=$!\n"
+	     "w '[ -f out-1.jsonl ] && [ $(wc -l < out-1.jsonl) -ge 1200 ]'\n"
+	     "kill -9 $pid; wait $pid\n"
+	     "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in2.txt 2>err2; echo $? > rc\n"
+	     "head -n 1000 in.txt | \"$GPUD\" run job.ini --ui off --resume --rank 1/2 2>err3\n"
+	     "echo $? >> rc\n"
+	     "\"$GPUD\" run job.ini --ui off --resume --rank 1/2 < in.txt 2>err4; echo $? >> rc\n");
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"),
+	     *err3 = t_read_in(dir, "err3");
 	char *err4 = t_read_in(dir, "err4");
 	cr_expect_str_eq(rc, "2\n2\n0\n", "%s\n---\n%s\n---\n%s", err2, err3, err4);
 	cr_expect(strstr(err2, "came with other bytes"), "%s", err2);
@@ -662,7 +715,8 @@ Test(resume, ids_the_output_names_past_the_job_are_ignored_and_said, .timeout = 
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "gpud: 2 entries of the output of sink files name no task of this "
-			      "job (e.g. task ") && strstr(err, "its tasks are 0 to 9): ignored"),
+			      "job (e.g. task ") &&
+			  strstr(err, "its tasks are 0 to 9): ignored"),
 		  "%s", err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "status '%s/job.ini'", dir), 0);
@@ -682,13 +736,15 @@ Test(resume, ids_the_output_names_past_the_job_are_ignored_and_said, .timeout = 
 		    "stop = 10\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	cr_assert_eq(t_sh(dir, "echo '{\"task_id\": 999999999999999, \"status\": \"ok\", "
-			       "\"result\": \"x\"}' >> out.jsonl"), 0);
+			       "\"result\": \"x\"}' >> out.jsonl"),
+		     0);
 	for (int k = 0; k < 2; k++) {
 		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
 		err = t_read_in(dir, "err");
 		cr_expect(strstr(err, "1 entry of the output of sink jsonl names no task of this "
 				      "job (e.g. task 999999999999999; its tasks are 0 to 9): "
-				      "ignored"), "%s", err);
+				      "ignored"),
+			  "%s", err);
 		cr_expect(strstr(err, "resumed: 10 tasks were already done"), "%s", err);
 		free(err);
 		t_sh(dir, "rm job.journal");
@@ -699,16 +755,19 @@ Test(resume, ids_the_output_names_past_the_job_are_ignored_and_said, .timeout = 
 	dir = t_tmpdir();
 	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = faulty\n[generator]\nplugin = lines\n"
 		    "path = -\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_assert_eq(t_sh(dir, "seq 0 9 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc\n"
-			       "echo '{\"task_id\": 20261124, \"status\": \"ok\", \"result\": \"x\"}' "
-			       ">> out.jsonl\n"
-			       "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? >> rc\n"
-			       "echo '{\"task_id\": 1732467000123456789, \"status\": \"error\"}' "
-			       ">> out.jsonl\nrm job.journal\n"
-			       "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"
-			       "\"$GPUD\" status job.ini > status\n"),
-		     0);
-	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"), *err3 = t_read_in(dir, "err3");
+	cr_assert_eq(
+		t_sh(dir,
+		     "seq 0 9 | \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc\n"
+		     "echo '{\"task_id\": 20261124, \"status\": \"ok\", \"result\": \"x\"}' "
+		     ">> out.jsonl\n"
+		     "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? >> rc\n"
+		     "echo '{\"task_id\": 1732467000123456789, \"status\": \"error\"}' "
+		     ">> out.jsonl\nrm job.journal\n"
+		     "seq 0 9 | \"$GPUD\" run job.ini --ui off --resume 2>err3; echo $? >> rc\n"
+		     "\"$GPUD\" status job.ini > status\n"),
+		0);
+	char *rc = t_read_in(dir, "rc"), *err2 = t_read_in(dir, "err2"),
+	     *err3 = t_read_in(dir, "err3");
 	cr_expect_str_eq(rc, "0\n0\n0\n", "%s\n%s", err2, err3);
 	cr_expect(strstr(err2, "1 entry of the output of sink jsonl names no task of this job "
 			       "(e.g. task 20261124; the journal ended with 10 tasks): ignored"),
@@ -741,7 +800,8 @@ Test(resume, status_and_resume_load_many_failures_in_n_log_n, .timeout = 120)
 	cr_expect_lt(s, 5.0, "gpud status and a --resume that runs nothing took %.1f s", s);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "already finished: all 200000 tasks have their outcome (200000 "
-			      "failed"), "%s", err);
+			      "failed"),
+		  "%s", err);
 	free(err);
 }
 
@@ -760,7 +820,8 @@ Test(resume, a_failure_fixed_later_is_dropped_and_one_after_a_fix_stands)
 	/* --retry-failed: 1 and 2 now end ok (a FAILED record of status 0 each), 3 fails
 	 * again. */
 	j = (struct journal){.fd = -1, .ranks = 1};
-	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s",
+		     why);
 	journal_mark(&j, 1, 0);
 	journal_mark(&j, 2, 0);
 	journal_mark(&j, 3, 1);
@@ -768,7 +829,8 @@ Test(resume, a_failure_fixed_later_is_dropped_and_one_after_a_fix_stands)
 	journal_close(&j);
 	/* Again: 3 ends ok now, and 1, fixed before, fails (its output said so). */
 	j = (struct journal){.fd = -1, .ranks = 1};
-	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, true, why, sizeof why), 0, "%s",
+		     why);
 	journal_mark(&j, 3, 0);
 	journal_mark(&j, 1, 2);
 	cr_assert_eq(journal_end(&j, 6), 0);

@@ -59,11 +59,16 @@ static uint32_t size_of(uint64_t seq, uint32_t max)
 	/* Empty, tiny, line-sized and maximal records, mixed. */
 	uint64_t x = seq * 2654435761u;
 	switch (x % 5) {
-	case 0: return 0;
-	case 1: return 1;
-	case 2: return 64;
-	case 3: return max;
-	default: return (uint32_t)(x >> 8) % (max + 1);
+	case 0:
+		return 0;
+	case 1:
+		return 1;
+	case 2:
+		return 64;
+	case 3:
+		return max;
+	default:
+		return (uint32_t)(x >> 8) % (max + 1);
 	}
 }
 
@@ -145,7 +150,8 @@ Test(ring, check_accepts_what_reserve_writes)
 		cr_assert_not_null(rec);
 		fill(rec, i, size_of(i, 300));
 		head += ring_span(rec->size);
-		cr_assert_eq(ring_check(&r, &ctail, head, task_kinds, 300, &copy, &out, &why), 1, "%s", why);
+		cr_assert_eq(ring_check(&r, &ctail, head, task_kinds, 300, &copy, &out, &why), 1,
+			     "%s", why);
 		verify(out, i);
 		ctail += ring_span(out->size);
 		tail = ctail;
@@ -164,17 +170,20 @@ Test(ring, check_rejects_corruption)
 
 	fill(rec, 1, 10);
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 2048, task_kinds, 100, &copy, &out, &why), -1, "head too far");
+	cr_expect_eq(ring_check(&r, &tail, 2048, task_kinds, 100, &copy, &out, &why), -1,
+		     "head too far");
 	tail = 0;
 	cr_expect_eq(ring_check(&r, &tail, 64, task_kinds, 100, &copy, &out, &why), -1,
 		     "a record past the head");
 	rec->kind = 0xdeadbeef;
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 128, task_kinds, 100, &copy, &out, &why), -1, "unknown kind");
+	cr_expect_eq(ring_check(&r, &tail, 128, task_kinds, 100, &copy, &out, &why), -1,
+		     "unknown kind");
 	cr_expect_str_eq(why, "unknown record kind");
 	fill(rec, 1, 500);
 	tail = 0;
-	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 100, &copy, &out, &why), -1, "oversized");
+	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 100, &copy, &out, &why), -1,
+		     "oversized");
 	rec->size = 2000; /* claims more than the ring holds */
 	tail = 0;
 	cr_expect_eq(ring_check(&r, &tail, 1024, task_kinds, 4096, &copy, &out, &why), -1,
@@ -183,7 +192,8 @@ Test(ring, check_rejects_corruption)
 	fill(rec, 1, 10);
 	((struct shm_rec *)(mem + 512))->kind = REC_PAD;
 	tail = 512;
-	cr_expect_eq(ring_check(&r, &tail, 700, task_kinds, 100, &copy, &out, &why), -1, "pad past head");
+	cr_expect_eq(ring_check(&r, &tail, 700, task_kinds, 100, &copy, &out, &why), -1,
+		     "pad past head");
 	free(mem);
 }
 
@@ -209,8 +219,10 @@ struct shared {
 	} ch[N_CONSUMERS];
 };
 
-#define PBELL(s) ((struct wait_bell){.bell = &(s)->producer_bell.bell, .sleeping = &(s)->producer_sleeping})
-#define CBELL(s, k) ((struct wait_bell){.bell = &(s)->ch[k].bell.bell, .sleeping = &(s)->ch[k].sleeping})
+#define PBELL(s)                                                                                   \
+	((struct wait_bell){.bell = &(s)->producer_bell.bell, .sleeping = &(s)->producer_sleeping})
+#define CBELL(s, k)                                                                                \
+	((struct wait_bell){.bell = &(s)->ch[k].bell.bell, .sleeping = &(s)->ch[k].sleeping})
 
 struct wait_ctx {
 	_Atomic uint64_t *word;
@@ -269,8 +281,8 @@ static bool any_tail_moved(void *p)
 
 Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 {
-	struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct shared *s =
+		mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	cr_assert_neq(s, MAP_FAILED);
 	memset(s, 0, sizeof *s);
 	pid_t pids[N_CONSUMERS];
@@ -298,13 +310,15 @@ Test(ring, processes_hammer_tiny_rings, .timeout = 120)
 			uint64_t h0 = head[k];
 			struct shm_rec *rec;
 			while (seq[k] < PER_CONSUMER &&
-			       (rec = ring_reserve(&r[k], &head[k], tail[k], ring_span(MAX_PAYLOAD)))) {
+			       (rec = ring_reserve(&r[k], &head[k], tail[k],
+						   ring_span(MAX_PAYLOAD)))) {
 				fill(rec, seq[k], size_of(seq[k], MAX_PAYLOAD));
 				head[k] += ring_span(rec->size);
 				seq[k]++;
 			}
 			if (head[k] != h0) {
-				atomic_store_explicit(&s->ch[k].head, head[k], memory_order_release);
+				atomic_store_explicit(&s->ch[k].head, head[k],
+						      memory_order_release);
 				wait_ring_fast(CBELL(s, k));
 				progress = true;
 			}
@@ -338,7 +352,8 @@ Test(ring, a_sleeper_tells_when_it_goes_to_sleep)
 	_Atomic uint32_t bell = 0, sleeping = 0, tell = 0;
 	struct wait_bell d = {.bell = &bell, .sleeping = &sleeping, .tell = &tell};
 	uint64_t t0 = wait_now_ns();
-	cr_expect_not(wait_until(d, never, NULL, t0 + 30000u), "a 30 us deadline ends in the yields");
+	cr_expect_not(wait_until(d, never, NULL, t0 + 30000u),
+		      "a 30 us deadline ends in the yields");
 	cr_expect_eq(atomic_load(&tell), 0u, "no sleep, no tell");
 	cr_expect_not(wait_until(d, never, NULL, wait_now_ns() + 100000000u));
 	cr_expect_eq(atomic_load(&tell), 1u, "one sleep, one tell");

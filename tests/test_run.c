@@ -53,7 +53,8 @@ Test(run, ten_thousand_tasks_on_two_gpus_by_two_workers, .timeout = 120)
 	const char *dir = t_tmpdir();
 	/* 100 us a task: long enough that every worker is set up before the work runs
 	 * out, even on a loaded machine (each must show its seed and environment). */
-	char *path = job(dir, "sleep_us = 100", "plugin = range\nstop = 10000", "plugin = jsonl", "");
+	char *path =
+		job(dir, "sleep_us = 100", "plugin = range\nstop = 10000", "plugin = jsonl", "");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0, "%s", t_read_in(dir, "err"));
 
 	char *out = t_read_in(dir, "out");
@@ -80,10 +81,11 @@ Test(run, ten_thousand_tasks_on_two_gpus_by_two_workers, .timeout = 120)
 		long rid, rin, rwid, rgpu, cvd, egpu, ewid;
 		unsigned long seed;
 		char greet[32];
-		cr_assert_eq(sscanf(res, "id=%ld in=%ld seed=%lu wid=%ld gpu=%ld cvd=%ld env_gpu=%ld "
-					 "env_wid=%ld greeting=%31s",
-				    &rid, &rin, &seed, &rwid, &rgpu, &cvd, &egpu, &ewid, greet), 9,
-			     "result: %s", res);
+		cr_assert_eq(sscanf(res,
+				    "id=%ld in=%ld seed=%lu wid=%ld gpu=%ld cvd=%ld env_gpu=%ld "
+				    "env_wid=%ld greeting=%31s",
+				    &rid, &rin, &seed, &rwid, &rgpu, &cvd, &egpu, &ewid, greet),
+			     9, "result: %s", res);
 		cr_assert_eq(rid, id);
 		cr_assert_eq(rin, id, "range yields the task's own number");
 		cr_assert_eq(rwid, wid);
@@ -132,7 +134,8 @@ Test(run, every_event_reaches_the_sink_and_close_once, .timeout = 60)
 			ok_line[id] = n + 1;
 	}
 	for (int i = 0; i < 3000; i++)
-		cr_assert(start_line[i] && start_line[i] < ok_line[i], "task %d: start after ok", i);
+		cr_assert(start_line[i] && start_line[i] < ok_line[i], "task %d: start after ok",
+			  i);
 	free(text);
 }
 
@@ -146,8 +149,9 @@ Test(run, lines_generator_and_echo, .timeout = 60)
 			     "[sink]\nplugin = jsonl\ninclude_input = true\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
 	char *out = t_read_in(dir, "out");
-	cr_expect(strstr(out, "\"task_id\": 0, \"status\": \"ok\", \"worker_id\": 0, \"gpu_id\": 3"),
-		  "%s", out);
+	cr_expect(
+		strstr(out, "\"task_id\": 0, \"status\": \"ok\", \"worker_id\": 0, \"gpu_id\": 3"),
+		"%s", out);
 	cr_expect(strstr(out, "\"result\": \"alpha\"}"), "CR stripped: %s", out);
 	cr_expect(strstr(out, "\"result\": \"beta\"}"));
 	cr_expect(strstr(out, "\"result\": \"\"}"), "empty line is an empty task");
@@ -161,9 +165,10 @@ Test(run, non_utf8_results_are_base64)
 {
 	const char *dir = t_tmpdir();
 	t_write(dir, "in.txt", "ok\n\xff\xfe\x01\n");
-	char *path = t_write(dir, "job.ini",
-			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
-			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	char *path =
+		t_write(dir, "job.ini",
+			"[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			"[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "\"result_base64\": \"//4B\""), "%s", out);
@@ -175,9 +180,10 @@ Test(run, sha256_demo_worker)
 {
 	const char *dir = t_tmpdir();
 	t_write(dir, "in.txt", "abc\n");
-	char *path = t_write(dir, "job.ini",
-			     "[job]\ngpus = 0\n[worker]\nplugin = sha256\n"
-			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	char *path =
+		t_write(dir, "job.ini",
+			"[job]\ngpus = 0\n[worker]\nplugin = sha256\n"
+			"[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 0);
 	char *out = t_read_in(dir, "out");
 	/* FIPS 180-2's test vector for "abc". */
@@ -190,9 +196,10 @@ Test(run, oversized_input_fails_that_task_only)
 {
 	const char *dir = t_tmpdir();
 	t_write(dir, "in.txt", "short\nthis line is far too long for the limit\nfine\n");
-	char *path = t_write(dir, "job.ini",
-			     "[job]\ngpus = 0\nmax_task_bytes = 16\n[worker]\nplugin = echo\n"
-			     "[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
+	char *path =
+		t_write(dir, "job.ini",
+			"[job]\ngpus = 0\nmax_task_bytes = 16\n[worker]\nplugin = echo\n"
+			"[generator]\nplugin = lines\npath = in.txt\n[sink]\nplugin = jsonl\n");
 	cr_assert_eq(t_gpud(dir, "run '%s'", path), 1, "some task failed: exit 1");
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "\"task_id\": 1, \"status\": \"error\""), "%s", out);
@@ -206,7 +213,8 @@ Test(run, oversized_result_fails_that_task_only)
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "", "plugin = range\nstop = 100", "plugin = jsonl",
 			 "max_result_bytes = 32");
-	cr_assert_eq(t_gpud(dir, "run '%s' --set worker.plugin=faulty --set worker.big_on=7", path), 1);
+	cr_assert_eq(t_gpud(dir, "run '%s' --set worker.plugin=faulty --set worker.big_on=7", path),
+		     1);
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "result of 33 bytes exceeds max_result_bytes (32)"), "%s", out);
 	cr_expect_eq(t_count_lines(out, "{"), 100);
@@ -233,7 +241,7 @@ static void broken_plugin(const char *section, const char *file, const char *nee
 		int rc = t_gpud(dir, "%s '%s' --set %s.plugin='%s/%s'", cmds[i], path, section,
 				t_env("FIXTURES"), file);
 		cr_expect_eq(rc, 2, "%s with %s", cmds[i], file);
-				char *err = t_read_in(dir, "err");
+		char *err = t_read_in(dir, "err");
 		cr_expect(strstr(err, needle), "%s: '%s' lacks '%s'", cmds[i], err, needle);
 		cr_expect_eq(t_count_lines(err, ""), 1, "one line: %s", err);
 		free(err);
@@ -298,9 +306,11 @@ Test(run, plugins_command)
 	cr_assert_eq(t_gpud(dir, "plugins"), 0);
 	char *out = t_read_in(dir, "out");
 	cr_expect(strstr(out, "(GPUD_PLUGIN_PATH):"), "%s", out);
-	cr_expect(strstr(out, "worker     probe       1.0"), "fixtures via GPUD_PLUGIN_PATH: %s", out);
+	cr_expect(strstr(out, "worker     probe       1.0"), "fixtures via GPUD_PLUGIN_PATH: %s",
+		  out);
 	cr_expect(strstr(out, "(built-in):"), "%s", out);
-	cr_expect(strstr(out, "generator  files       1.0     the paths of the files under dir"), "%s", out);
+	cr_expect(strstr(out, "generator  files       1.0     the paths of the files under dir"),
+		  "%s", out);
 	cr_expect(strstr(out, "sink       jsonl"), "%s", out);
 	cr_expect(strstr(out, "worker     sha256"), "%s", out);
 	free(out);
@@ -314,15 +324,18 @@ Test(run, rings_wrap_many_times, .timeout = 120)
 	const char *workers[] = {"plugin = echo", "plugin = batcher"};
 	for (int i = 0; i < 2; i++) {
 		char *text;
-		cr_assert(asprintf(&text, "[job]\ngpus = 0,1\nmax_task_bytes = 100\n"
-					  "max_result_bytes = 100\nbatch_size = 8\n[worker]\n%s\n"
-					  "[generator]\nplugin = range\nstop = 300000\n"
-					  "[sink]\nplugin = null\n", workers[i]) > 0);
+		cr_assert(asprintf(&text,
+				   "[job]\ngpus = 0,1\nmax_task_bytes = 100\n"
+				   "max_result_bytes = 100\nbatch_size = 8\n[worker]\n%s\n"
+				   "[generator]\nplugin = range\nstop = 300000\n"
+				   "[sink]\nplugin = null\n",
+				   workers[i]) > 0);
 		char *path = t_write(dir, "job.ini", text);
 		cr_expect_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0, "%s",
 			     workers[i]);
 		char *js = t_read_in(dir, "s.json");
-		cr_expect(strstr(js, "\"generated\": 300000, \"ok\": 300000,"), "%s: %s", workers[i], js);
+		cr_expect(strstr(js, "\"generated\": 300000, \"ok\": 300000,"), "%s: %s",
+			  workers[i], js);
 		cr_expect(strstr(js, "\"worker_restarts\": 0,"), "%s: %s", workers[i], js);
 		free(js);
 		free(text);

@@ -22,11 +22,12 @@ Test(stalls, a_slow_generator_does_not_hold_back_timeouts, .timeout = 60)
 			 "[worker]\nplugin = faulty\nhang_on = 3\n"
 			 "[generator]\nplugin = lines\npath = -\n"
 			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
-	t_sh(dir, "start=$(date +%s%N)\n"
-		  "(for i in $(seq 0 29); do echo $i; sleep 0.1; done) | \"$GPUD\" run job.ini --ui plain 2>err &\n"
-		  "w 'grep -q \"\\\"task_id\\\": 3,\" out.jsonl 2>/dev/null'\n"
-		  "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
-		  "wait\n");
+	t_sh(dir,
+	     "start=$(date +%s%N)\n"
+	     "(for i in $(seq 0 29); do echo $i; sleep 0.1; done) | \"$GPUD\" run job.ini --ui plain 2>err &\n"
+	     "w 'grep -q \"\\\"task_id\\\": 3,\" out.jsonl 2>/dev/null'\n"
+	     "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
+	     "wait\n");
 	long ms = t_read_long(dir, "ms");
 	cr_expect_lt(ms, 2500, "task 3 (yielded at ~0.3 s) timed out at %ld ms", ms);
 	char *out = t_read_in(dir, "out.jsonl");
@@ -38,10 +39,12 @@ Test(stalls, a_slow_generator_does_not_hold_back_timeouts, .timeout = 60)
 Test(stalls, setup_timeout_bounds_a_setup_that_never_returns, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0,1\nsetup_timeout = 1\n"
-				"[worker]\nplugin = faulty\nsetup_hang_gpu = 0\nsleep_us = 200000\n"
-				"[generator]\nplugin = range\nstop = 20\n"
-				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0,1\nsetup_timeout = 1\n"
+			   "[worker]\nplugin = faulty\nsetup_hang_gpu = 0\nsleep_us = 200000\n"
+			   "[generator]\nplugin = range\nstop = 20\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "setup did not finish within 1 s (setup_timeout)"), "%s", err);
@@ -135,11 +138,13 @@ Test(stalls, a_blocked_generator_holds_back_nothing, .timeout = 60)
 Test(stalls, a_generator_call_that_returns_late_gives_the_loop_back, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0,1\n"
-				"[worker]\nplugin = faulty\n"
-				"[generator]\nplugin = failgen\nstop = 3000\nblock_after = 1000\n"
-				"block_ms = 300\n"
-				"[sink]\nplugin = recorder\npath = %s/rec\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0,1\n"
+			   "[worker]\nplugin = faulty\n"
+			   "[generator]\nplugin = failgen\nstop = 3000\nblock_after = 1000\n"
+			   "block_ms = 300\n"
+			   "[sink]\nplugin = recorder\npath = %s/rec\n",
+			   dir);
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", job), 0);
 	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
 	cr_expect_eq(t_count_lines(rec, "ok "), 3000, "%s", err);
@@ -170,7 +175,8 @@ Test(stalls, sighup_ends_the_run_like_sigterm, .timeout = 60)
 	cr_assert(close, "the sink was closed: %s", rec);
 	unsigned long long gen, ok, failed, timed_out, not_run;
 	cr_assert_eq(sscanf(close, "close %llu %llu %llu %llu %llu", &gen, &ok, &failed, &timed_out,
-			    &not_run), 5);
+			    &not_run),
+		     5);
 	cr_expect_eq(gen, ok + failed + timed_out + not_run, "%s", close);
 	cr_expect_gt(ok, 0);
 	cr_expect_lt(gen, 100000, "the run stopped early: %s", close);
@@ -192,11 +198,13 @@ static int cmp_double(const void *a, const void *b)
 Test(stalls, tasks_yielded_before_a_blocking_call_reach_idle_workers_at_once, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	char *job = t_jobf(dir, "[job]\ngpus = 0,1\n"
-				"[worker]\nplugin = probe\nclock = 1\n"
-				"[generator]\nplugin = failgen\nstop = 15\nstamp = 1\n"
-				"block_every = 5\nblock_ms = 300\n"
-				"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n", dir);
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0,1\n"
+			   "[worker]\nplugin = probe\nclock = 1\n"
+			   "[generator]\nplugin = failgen\nstop = 15\nstamp = 1\n"
+			   "block_every = 5\nblock_ms = 300\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   dir);
 	cr_assert_eq(t_gpud(dir, "run '%s' --ui plain", job), 0, "%s", t_read_in(dir, "err"));
 	char *out = t_read_in(dir, "out.jsonl");
 	double delay_ms[10];
@@ -206,7 +214,8 @@ Test(stalls, tasks_yielded_before_a_blocking_call_reach_idle_workers_at_once, .t
 		long long yielded, started;
 		const char *in = strstr(l, " in="), *mono = strstr(l, " mono=");
 		cr_assert(in && mono && sscanf(l, "{\"task_id\": %lu", &id) == 1, "%s", l);
-		cr_assert(sscanf(in, " in=%lld", &yielded) == 1 && sscanf(mono, " mono=%lld", &started) == 1);
+		cr_assert(sscanf(in, " in=%lld", &yielded) == 1 &&
+			  sscanf(mono, " mono=%lld", &started) == 1);
 		if (id >= 5) /* 0-4 were yielded before any worker was ready */
 			delay_ms[n++] = (double)(started - yielded) / 1e6;
 	}
@@ -267,23 +276,27 @@ Test(stalls, retries_beside_a_slow_generator_return_their_own_results, .timeout 
 	static const struct {
 		unsigned gpus, workers_per_gpu, block_ms, sleep_us, pad;
 	} runs[] = {
-		{2, 1, 5, 3000, 0}, {2, 1, 2, 1000, 0},	 {2, 2, 1, 500, 37},
-		{3, 1, 3, 2000, 200}, {2, 1, 5, 100, 0}, {1, 2, 2, 3000, 11},
+		{2, 1, 5, 3000, 0},   {2, 1, 2, 1000, 0}, {2, 2, 1, 500, 37},
+		{3, 1, 3, 2000, 200}, {2, 1, 5, 100, 0},  {1, 2, 2, 3000, 11},
 	};
 	for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
 		const char *dir = t_tmpdir();
 		unsigned n = 150;
 		char gpus[16];
-		snprintf(gpus, sizeof gpus, "%s", runs[r].gpus == 1 ? "0" : runs[r].gpus == 2 ? "0,1" : "0,1,2");
-		char *job = t_jobf(dir, "[job]\ngpus = %s\nworkers_per_gpu = %u\nmax_retries = 1\n"
-					"journal = off\n"
-					"[worker]\nplugin = faulty\nsleep_us = %u\nfail_every = 2\n"
-					"first_attempt_only = 1\n"
-					"[generator]\nplugin = failgen\nstop = %u\nblock_every = 1\n"
-					"block_ms = %u\npad = %u\n"
-					"[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
-				   gpus, runs[r].workers_per_gpu, runs[r].sleep_us, n, runs[r].block_ms,
-				   runs[r].pad, dir);
+		snprintf(gpus, sizeof gpus, "%s",
+			 runs[r].gpus == 1   ? "0"
+			 : runs[r].gpus == 2 ? "0,1"
+					     : "0,1,2");
+		char *job = t_jobf(dir,
+				   "[job]\ngpus = %s\nworkers_per_gpu = %u\nmax_retries = 1\n"
+				   "journal = off\n"
+				   "[worker]\nplugin = faulty\nsleep_us = %u\nfail_every = 2\n"
+				   "first_attempt_only = 1\n"
+				   "[generator]\nplugin = failgen\nstop = %u\nblock_every = 1\n"
+				   "block_ms = %u\npad = %u\n"
+				   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+				   gpus, runs[r].workers_per_gpu, runs[r].sleep_us, n,
+				   runs[r].block_ms, runs[r].pad, dir);
 		int rc = t_gpud(dir, "run '%s' --ui plain", job);
 		char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 		cr_assert(out, "run %zu: no output: %s", r, err);
@@ -320,7 +333,8 @@ Test(stalls, sigcont_beside_an_interrupt_keeps_the_drain, .timeout = 120)
 			 "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
 			 "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
 			 "%s\n"
-			 "wait $pid; echo $? >rc\n", orders[i]);
+			 "wait $pid; echo $? >rc\n",
+			 orders[i]);
 		t_sh(dir, script);
 		char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
 		cr_expect_eq(t_read_long(dir, "rc"), 4, "%s: %s", orders[i], err);
@@ -367,10 +381,11 @@ Test(stalls, a_stop_during_a_drain_does_not_count_against_it, .timeout = 60)
 			 "[worker]\nplugin = faulty\nsleep_us = 1000000\n"
 			 "[generator]\nplugin = range\nstop = 100\n"
 			 "[sink]\nplugin = recorder\npath = rec\n"));
-	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
-		  "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
-		  "sleep 0.3; kill -TERM $pid; sleep 0.2; kill -TSTP $pid; sleep 1.5; kill -CONT $pid\n"
-		  "wait $pid; echo $? >rc\n");
+	t_sh(dir,
+	     "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+	     "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+	     "sleep 0.3; kill -TERM $pid; sleep 0.2; kill -TSTP $pid; sleep 1.5; kill -CONT $pid\n"
+	     "wait $pid; echo $? >rc\n");
 	char *rec = t_read_in(dir, "rec"), *err = t_read_in(dir, "err");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
 	cr_expect_null(strstr(err, "drain_timeout"), "%s", err);
@@ -393,12 +408,14 @@ Test(stalls, a_drain_ends_on_time_after_a_stop, .timeout = 90)
 				 "[generator]\nplugin = range\nstop = 10\n"
 				 "[sink]\nplugin = recorder\npath = rec\n"));
 		char script[700];
-		snprintf(script, sizeof script,
-			 "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
-			 "w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
-			 "s=$(date +%%s%%N); kill -TERM $pid; sleep 0.3; %s; sleep 1.5; kill -CONT $pid\n"
-			 "wait $pid; echo $? >rc\n"
-			 "echo $(( ($(date +%%s%%N) - s) / 1000000 )) >ms\n", stops[i]);
+		snprintf(
+			script, sizeof script,
+			"\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+			"w '[ \"$(grep -c \"^start \" rec 2>/dev/null)\" = 2 ]'\n"
+			"s=$(date +%%s%%N); kill -TERM $pid; sleep 0.3; %s; sleep 1.5; kill -CONT $pid\n"
+			"wait $pid; echo $? >rc\n"
+			"echo $(( ($(date +%%s%%N) - s) / 1000000 )) >ms\n",
+			stops[i]);
 		t_sh(dir, script);
 		long ms = t_read_long(dir, "ms");
 		char *err = t_read_in(dir, "err");

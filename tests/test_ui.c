@@ -83,11 +83,12 @@ static void wait_exit(const char *dir)
 
 static char *job(const char *dir, const char *worker_extra, int tasks)
 {
-	char *path = t_jobf(dir, "[job]\ngpus = 0,1,2,3\nmax_worker_restarts = 100\n"
-				  "[worker]\nplugin = faulty\nsleep_us = 20000\n%s\n"
-				  "[generator]\nplugin = range\nstop = %d\n"
-				  "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
-			   worker_extra, tasks, dir);
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0,1,2,3\nmax_worker_restarts = 100\n"
+			    "[worker]\nplugin = faulty\nsleep_us = 20000\n%s\n"
+			    "[generator]\nplugin = range\nstop = %d\n"
+			    "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			    worker_extra, tasks, dir);
 	return path;
 }
 
@@ -124,7 +125,8 @@ Test(ui, dashboard_in_a_terminal, .timeout = 120)
 		cr_expect_leq(len, 60, "a line wider than the terminal: %.*s", (int)len, l);
 	}
 	/* The worker table narrows instead of losing its outcome columns. */
-	cr_expect(strstr(pane, "GPU WKR  STATUS         TASK       OK FAILED  T/O RST"), "%s", pane);
+	cr_expect(strstr(pane, "GPU WKR  STATUS         TASK       OK FAILED  T/O RST"), "%s",
+		  pane);
 	free(pane);
 	sh("tmux -L %s resize-window -t ui -x 120", sock);
 
@@ -143,7 +145,8 @@ Test(ui, dashboard_in_a_terminal, .timeout = 120)
 	cr_assert_eq(sscanf(w, "worker output: %511[^ ]", logdir), 1);
 	*strstr(logdir, "/worker-<id>.log") = '\0';
 	cr_expect_eq(sh("cat '%s'/worker-*.log | grep -c 'faulty prints for input' | grep -qx 12",
-			logdir), 0, "12 prints (every 50th of 600) in %s", logdir);
+			logdir),
+		     0, "12 prints (every 50th of 600) in %s", logdir);
 	free(pane);
 
 	/* The stats JSON against the sink's own count. */
@@ -193,9 +196,9 @@ Test(ui, plain_mode_lines, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
 	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 10000\n"
-				  "fail_every = 10\nprint_every = 100\n"
-				  "[generator]\nplugin = range\nstop = 300\n"
-				  "[sink]\nplugin = null\n[ui]\nplain_interval = 0.5\n");
+				 "fail_every = 10\nprint_every = 100\n"
+				 "[generator]\nplugin = range\nstop = 300\n"
+				 "[sink]\nplugin = null\n[ui]\nplain_interval = 0.5\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
 	char *err = t_read_in(dir, "err");
 	cr_expect_geq(t_count_lines(err, "gpud: [0:0"), 2, "progress lines each interval: %s", err);
@@ -210,9 +213,10 @@ Test(ui, plain_mode_lines, .timeout = 120)
 Test(ui, plain_mode_rate_limits_failures, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
-					     "fail_every = 1\n[generator]\nplugin = range\n"
-					     "stop = 5000\n[sink]\nplugin = null\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+			     "fail_every = 1\n[generator]\nplugin = range\n"
+			     "stop = 5000\n[sink]\nplugin = null\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain", path), 1);
 	char *err = t_read_in(dir, "err");
 	cr_expect_lt(t_count_lines(err, "gpud: task "), 200, "not 5000 lines");
@@ -225,9 +229,10 @@ Test(ui, plain_mode_rate_limits_failures, .timeout = 120)
 Test(ui, off_prints_only_the_summary_and_where_the_failures_are)
 {
 	const char *dir = t_tmpdir();
-	char *path = t_write(dir, "job.ini", "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
-					     "fail_every = 2\n[generator]\nplugin = range\n"
-					     "stop = 100\n[sink]\nplugin = null\n");
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = faulty\n"
+			     "fail_every = 2\n[generator]\nplugin = range\n"
+			     "stop = 100\n[sink]\nplugin = null\n");
 	cr_expect_eq(t_gpud(dir, "run '%s' --ui off", path), 1);
 	char *err = t_read_in(dir, "err");
 	/* The summary, and where the failures are listed. */

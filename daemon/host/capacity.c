@@ -29,13 +29,15 @@ static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
 {
 	struct rlimit rl;
 	uint64_t need = (uint64_t)n * CAPACITY_FDS_PER_WORKER + CAPACITY_FDS_BASE;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    need <= rl.rlim_cur)
 		return 0;
 	if (rl.rlim_max != RLIM_INFINITY && need > rl.rlim_max) {
-		fprintf(stderr, "gpud: %s: %u workers (%zu GPU%s x workers_per_gpu %u) need about "
-				"%llu open files, and this process may open %llu (ulimit -n, hard "
-				"limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
-				"or raise the limit\n",
+		fprintf(stderr,
+			"gpud: %s: %u workers (%zu GPU%s x workers_per_gpu %u) need about "
+			"%llu open files, and this process may open %llu (ulimit -n, hard "
+			"limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
+			"or raise the limit\n",
 			c->path, n, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
 			(unsigned long long)need, (unsigned long long)rl.rlim_cur,
 			(unsigned long long)rl.rlim_max);
@@ -44,15 +46,19 @@ static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
 	/* As daemons do: the soft limit is a default, the hard one the real bound. */
 	rlim_t to = rl.rlim_max == RLIM_INFINITY ? (rlim_t)need : rl.rlim_max;
 	if (!raise) {
-		fprintf(notes, "  open files: the run raises its limit from %llu to %llu for %u "
-			       "workers\n", (unsigned long long)rl.rlim_cur, (unsigned long long)to, n);
+		fprintf(notes,
+			"  open files: the run raises its limit from %llu to %llu for %u "
+			"workers\n",
+			(unsigned long long)rl.rlim_cur, (unsigned long long)to, n);
 		return 0;
 	}
 	rl.rlim_cur = to;
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
-		fprintf(stderr, "gpud: %s: %u workers need about %llu open files; raising the "
-				"limit to %llu failed: %s\n", c->path, n, (unsigned long long)need,
-			(unsigned long long)to, strerror(errno));
+		fprintf(stderr,
+			"gpud: %s: %u workers need about %llu open files; raising the "
+			"limit to %llu failed: %s\n",
+			c->path, n, (unsigned long long)need, (unsigned long long)to,
+			strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -98,24 +104,29 @@ static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
 	uint64_t tasks = (uint64_t)n * p.task_cap, results = (uint64_t)n * p.out_size;
 	char key[160];
 	if (results > tasks)
-		snprintf(key, sizeof key, "max_result_bytes (%s)", human(c->max_result_bytes, a, sizeof a));
+		snprintf(key, sizeof key, "max_result_bytes (%s)",
+			 human(c->max_result_bytes, a, sizeof a));
 	else if (2 * p.task_need * c->batch_size >= p.task_cap / 2)
-		snprintf(key, sizeof key, "max_task_bytes (%s)", human(c->max_task_bytes, a, sizeof a));
+		snprintf(key, sizeof key, "max_task_bytes (%s)",
+			 human(c->max_task_bytes, a, sizeof a));
 	else
 		snprintf(key, sizeof key, "queue_size (%u)", c->queue_size);
 	char batch[48] = "";
 	if (c->batch_size > 1)
 		snprintf(batch, sizeof batch, " or batch_size (%u)", c->batch_size);
 	if (bad)
-		fprintf(stderr, "gpud: %s: the shared memory for %u workers is too large to count: "
-				"lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
+		fprintf(stderr,
+			"gpud: %s: the shared memory for %u workers is too large to count: "
+			"lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
 			c->path, n, key, batch);
 	else
-		fprintf(stderr, "gpud: %s: the run's shared memory would take %s (%u workers x %s "
-				"of task ring and %s of results), more than %s (%s): lower [job] "
-				"%s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
+		fprintf(stderr,
+			"gpud: %s: the run's shared memory would take %s (%u workers x %s "
+			"of task ring and %s of results), more than %s (%s): lower [job] "
+			"%s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
 			c->path, human(p.all, a, sizeof a), n, human(p.task_cap, b, sizeof b),
-			human(p.out_size, d, sizeof d), what, human(limit, e, sizeof e), key, batch);
+			human(p.out_size, d, sizeof d), what, human(limit, e, sizeof e), key,
+			batch);
 	return -1;
 }
 

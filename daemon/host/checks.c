@@ -133,8 +133,8 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 	if (keys_check(&c->worker, "worker", c->worker.plugin, wk, err, sizeof err) < 0 ||
 	    keys_check(&c->generator, "generator", c->generator.plugin, declared(&h->gen_pl), err,
 		       sizeof err) < 0 ||
-	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err,
-		       sizeof err) < 0) {
+	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err, sizeof err) <
+		    0) {
 		ui_clean(err);
 		fprintf(stderr, "gpud: %s\n", err);
 		rc = -1;
@@ -152,8 +152,10 @@ static int plugin_check(const struct plugin *pl, const struct cfg_section *s, co
 {
 	check_fn fn = pl->info->abi_minor >= 2 ? (check_fn)loader_sym(pl, sym) : NULL;
 	if (!fn) {
-		fprintf(out, "  %s %s: not checked further (it has no %s); a run checks its "
-			     "arguments when it opens it\n", kind, s->plugin, sym);
+		fprintf(out,
+			"  %s %s: not checked further (it has no %s); a run checks its "
+			"arguments when it opens it\n",
+			kind, s->plugin, sym);
 		return 0;
 	}
 	struct gpud_error err;

@@ -38,7 +38,10 @@ struct parse {
 	size_t n_raw, cap_raw;
 	size_t *slots; /* hash of (section, key) -> index in raw + 1; 0 = empty */
 	size_t n_slots;
-	struct { char *name; int line; } *sections;
+	struct {
+		char *name;
+		int line;
+	} * sections;
 	size_t n_sections, cap_sections;
 	char *err;
 	size_t errlen;
@@ -248,10 +251,23 @@ int cfg_parse_size(const char *s, uint64_t max, uint64_t *out)
 		return -1;
 	uint64_t mult = 1;
 	switch (*end) {
-	case 'k': case 'K': mult = 1ull << 10; end++; break;
-	case 'm': case 'M': mult = 1ull << 20; end++; break;
-	case 'g': case 'G': mult = 1ull << 30; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		mult = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1ull << 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
 		end += 2;
@@ -279,7 +295,8 @@ static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
 			s++;
 		char *end;
 		if (!isdigit((unsigned char)*s)) {
-			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
+			snprintf(why, whylen,
+				 "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
 			return -1;
 		}
 		errno = 0;
@@ -314,12 +331,30 @@ static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
 
 static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
 
-static const char *const job_keys[] = {
-	"gpus", "workers_per_gpu", "queue_size", "task_timeout", "setup_timeout",
-	"cleanup_timeout", "drain_timeout", "sink_timeout", "base_seed", "max_task_bytes", "max_result_bytes", "max_retries",
-	"retry_on", "max_worker_restarts", "ordered", "log_dir", "batch_size", "batch_wait_ms",
-	"pin_memory", "journal", "rank", "ranks", NULL};
-static const char *const ui_keys[] = {"refresh_rate", "plain_interval", "metrics_file",
+static const char *const job_keys[] = {"gpus",
+				       "workers_per_gpu",
+				       "queue_size",
+				       "task_timeout",
+				       "setup_timeout",
+				       "cleanup_timeout",
+				       "drain_timeout",
+				       "sink_timeout",
+				       "base_seed",
+				       "max_task_bytes",
+				       "max_result_bytes",
+				       "max_retries",
+				       "retry_on",
+				       "max_worker_restarts",
+				       "ordered",
+				       "log_dir",
+				       "batch_size",
+				       "batch_wait_ms",
+				       "pin_memory",
+				       "journal",
+				       "rank",
+				       "ranks",
+				       NULL};
+static const char *const ui_keys[] = {"refresh_rate",   "plain_interval",   "metrics_file",
 				      "metrics_listen", "metrics_interval", NULL};
 static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
 
@@ -330,8 +365,8 @@ static void unknown_key(struct parse *p, const struct raw *r, const char *const 
 	const char *near = suggest(r->key, known);
 	if (near)
 		snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
-	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc),
-	     r->key, r->section, hint, suggest_list(known, list, sizeof list));
+	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc), r->key,
+	     r->section, hint, suggest_list(known, list, sizeof list));
 }
 
 /* retry_on = error,timeout,crash (any of them, comma-separated), or none. */
@@ -390,7 +425,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->workers_per_gpu = (unsigned)u;
 	} else if (strcmp(k, "queue_size") == 0) {
 		if (parse_u64(v, 1, CFG_MAX_QUEUE, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 1 to %u", CFG_MAX_QUEUE);
+			snprintf(why, sizeof why, "expected a whole number from 1 to %u",
+				 CFG_MAX_QUEUE);
 			bad = 1;
 		}
 		c->queue_size = (unsigned)u;
@@ -422,7 +458,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->base_seed = u;
 	} else if (strcmp(k, "max_task_bytes") == 0 || strcmp(k, "max_result_bytes") == 0) {
 		if (cfg_parse_size(v, CFG_MAX_BYTES, &u) < 0) {
-			snprintf(why, sizeof why, "expected a size from 0 to 1G, like 4096, 64K or 1M");
+			snprintf(why, sizeof why,
+				 "expected a size from 0 to 1G, like 4096, 64K or 1M");
 			bad = 1;
 		}
 		if (strcmp(k, "max_task_bytes") == 0)
@@ -437,12 +474,14 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		c->max_retries = (unsigned)u;
 	} else if (strcmp(k, "retry_on") == 0) {
 		if (parse_retry_on(v, &c->retry_on) < 0) {
-			snprintf(why, sizeof why, "expected a list of error, timeout and crash "
-						  "(like error,crash), or none");
+			snprintf(why, sizeof why,
+				 "expected a list of error, timeout and crash "
+				 "(like error,crash), or none");
 			bad = 1;
 		}
 	} else if (strcmp(k, "ordered") == 0) {
-		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on")) {
+		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") ||
+		    !strcmp(v, "on")) {
 			c->ordered = true;
 		} else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0") ||
 			   !strcmp(v, "off")) {
@@ -453,7 +492,8 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 		}
 	} else if (strcmp(k, "batch_size") == 0) {
 		if (parse_u64(v, 1, CFG_MAX_BATCH, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 1 to %d", CFG_MAX_BATCH);
+			snprintf(why, sizeof why, "expected a whole number from 1 to %d",
+				 CFG_MAX_BATCH);
 			bad = 1;
 		}
 		c->batch_size = (unsigned)u;
@@ -564,17 +604,18 @@ static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
 	}
 	if (strcmp(r->key, "metrics_listen") == 0) {
 		if (parse_listen(r->value, c) < 0) {
-			fail(p, "%s: [ui] metrics_listen = '%s': expected PORT or ADDRESS:PORT, "
-				"like 127.0.0.1:9400 (a numeric IPv4 address, port 1 to 65535)",
+			fail(p,
+			     "%s: [ui] metrics_listen = '%s': expected PORT or ADDRESS:PORT, "
+			     "like 127.0.0.1:9400 (a numeric IPv4 address, port 1 to 65535)",
 			     where(p, r, loc, sizeof loc), r->value);
 			return -1;
 		}
 		return 0;
 	}
-	double *dst = strcmp(r->key, "refresh_rate") == 0	 ? &c->refresh_rate
-		      : strcmp(r->key, "plain_interval") == 0 ? &c->plain_interval
+	double *dst = strcmp(r->key, "refresh_rate") == 0       ? &c->refresh_rate
+		      : strcmp(r->key, "plain_interval") == 0   ? &c->plain_interval
 		      : strcmp(r->key, "metrics_interval") == 0 ? &c->metrics_interval
-							       : NULL;
+								: NULL;
 	if (!dst) {
 		unknown_key(p, r, ui_keys);
 		return -1;
@@ -667,8 +708,7 @@ static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r)
 	return out;
 }
 
-static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
-			const struct raw *r)
+static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, const struct raw *r)
 {
 	char *cwd = NULL;
 	const char *base = c->dir;
@@ -680,10 +720,11 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
 	if (strcmp(r->key, "plugin") == 0) {
 		char loc[512];
 		if (r->value[0] == '\0') {
-			fail(p, "%s: [%s] plugin is empty", where(p, r, loc, sizeof loc), r->section);
+			fail(p, "%s: [%s] plugin is empty", where(p, r, loc, sizeof loc),
+			     r->section);
 		} else {
 			s->plugin = is_plugin_name(r->value) ? strdup(r->value)
-							      : resolve(base, r->value);
+							     : resolve(base, r->value);
 			s->plugin_line = r->line;
 		}
 	} else {
@@ -695,7 +736,8 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s,
 		char loc[512];
 		s->where[s->count] = strdup(where(p, r, loc, sizeof loc));
 		s->kv[s->count].key = strdup(r->key);
-		s->kv[s->count].value = path ? resolve_list(base, r->key, r->value) : strdup(r->value);
+		s->kv[s->count].value =
+			path ? resolve_list(base, r->key, r->value) : strdup(r->value);
 		s->count++;
 	}
 	if (!s->present || (r->line > 0 && r->line < s->line))
@@ -714,7 +756,8 @@ static int validate(struct parse *p, struct cfg *c)
 			char hint[64] = "";
 			if (near)
 				snprintf(hint, sizeof hint, "did you mean [%s]? ", near);
-			fail(p, "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, ui)",
+			fail(p,
+			     "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, ui)",
 			     p->path, p->sections[i].line, n, hint);
 			return -1;
 		}
@@ -744,7 +787,8 @@ static int validate(struct parse *p, struct cfg *c)
 		} else if (strcmp(r->section, "sink") == 0) {
 			section_add(p, c, &c->sink, r);
 		} else {
-			fail(p, "%s: unknown section [%s] (known: job, worker, generator, sink, ui)",
+			fail(p,
+			     "%s: unknown section [%s] (known: job, worker, generator, sink, ui)",
 			     where(p, r, loc, sizeof loc), r->section);
 			return -1;
 		}
@@ -752,7 +796,8 @@ static int validate(struct parse *p, struct cfg *c)
 	if (p->failed)
 		return -1;
 	if (!have_gpus) {
-		fail(p, "%s: [job] gpus is required (a list of GPU ids like 0,1 or 'all')", p->path);
+		fail(p, "%s: [job] gpus is required (a list of GPU ids like 0,1 or 'all')",
+		     p->path);
 		return -1;
 	}
 	if (!c->worker.plugin) {
@@ -760,7 +805,8 @@ static int validate(struct parse *p, struct cfg *c)
 		return -1;
 	}
 	if (!c->generator.plugin) {
-		fail(p, "%s: [generator] plugin is required (a built-in name like 'lines' or a .so)",
+		fail(p,
+		     "%s: [generator] plugin is required (a built-in name like 'lines' or a .so)",
 		     p->path);
 		return -1;
 	}
@@ -774,8 +820,10 @@ static int validate(struct parse *p, struct cfg *c)
 		}
 	}
 	if (has_rank != has_ranks) {
-		fail(p, "%s: [job] rank and ranks go together (this process is rank `rank` of "
-			"`ranks`)", p->path);
+		fail(p,
+		     "%s: [job] rank and ranks go together (this process is rank `rank` of "
+		     "`ranks`)",
+		     p->path);
 		return -1;
 	}
 	if (has_ranks && c->job_rank >= c->job_ranks) {
@@ -804,7 +852,8 @@ static int validate(struct parse *p, struct cfg *c)
 	static const char *const sec_names[] = {"worker", "generator", "sink"};
 	for (size_t i = 0; i < 3; i++) {
 		if (secs[i]->count > CFG_MAX_KEYS) {
-			fail(p, "%s: [%s] has %zu keys; at most %d are allowed (the %d-th is at %s)",
+			fail(p,
+			     "%s: [%s] has %zu keys; at most %d are allowed (the %d-th is at %s)",
 			     p->path, sec_names[i], secs[i]->count, CFG_MAX_KEYS, CFG_MAX_KEYS + 1,
 			     secs[i]->where[CFG_MAX_KEYS]);
 			return -1;
@@ -879,8 +928,10 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 	}
 	/* Before opening: opening a FIFO waits for a writer. */
 	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
-			 "whole", path);
+		snprintf(err, errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
 		goto out;
 	}
 	p.f = fopen(path, "r");
@@ -890,8 +941,10 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 	}
 	/* Checked on the open file, not the name: it is what will be read. */
 	if (fstat(fileno(p.f), &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file; a job file is an .ini file, read "
-			 "whole", path);
+		snprintf(err, errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
 		goto out;
 	}
 	if (st.st_size > (off_t)CFG_MAX_FILE) {

@@ -29,8 +29,8 @@ enum { CFG_PIN_AUTO = 0, CFG_PIN_ON = 1, CFG_PIN_OFF = 2 }; /* = enum shm_pin */
 /* A plugin section: [worker], [generator] or [sink]. */
 struct cfg_section {
 	bool present;
-	int line;           /* of its first key, 0 when absent */
-	char *plugin;       /* as written (a name or a path, already resolved) */
+	int line;     /* of its first key, 0 when absent */
+	char *plugin; /* as written (a name or a path, already resolved) */
 	int plugin_line;
 	struct gpud_kv *kv; /* every key but `plugin`, file order; owned */
 	char **where;       /* kv[i]'s place: "file:line" or "--set ..."; owned */
@@ -45,8 +45,8 @@ struct cfg {
 	/* [job] */
 	int *gpus;
 	size_t n_gpus;
-	bool gpus_all; /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
-	bool gpus_auto; /* `gpus = auto`: the launcher's CUDA_VISIBLE_DEVICES (ranks.c) */
+	bool gpus_all;     /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
+	bool gpus_auto;    /* `gpus = auto`: the launcher's CUDA_VISIBLE_DEVICES (ranks.c) */
 	char **gpu_tokens; /* with gpus_auto: slot i's CUDA_VISIBLE_DEVICES token; gpus[i] = i */
 	size_t gpu_token_from; /* ... which is token gpu_token_from + i of the launcher's list */
 	unsigned workers_per_gpu;
@@ -60,14 +60,14 @@ struct cfg {
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;
 	unsigned max_retries;
-	unsigned retry_on; /* CFG_RETRY_* bits */
+	unsigned retry_on;            /* CFG_RETRY_* bits */
 	unsigned max_worker_restarts; /* per GPU */
-	bool ordered;  /* deliver outcomes to the sink in task-id order */
-	unsigned batch_size;    /* most tasks per gpud_worker_process_batch call */
-	double batch_wait_ms;   /* how long a worker waits to fill a batch */
-	int pin_memory;         /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
-	char *log_dir; /* where the dashboard puts worker output; NULL = a default */
-	char *journal; /* the journal of finished tasks; NULL with journal_off */
+	bool ordered;                 /* deliver outcomes to the sink in task-id order */
+	unsigned batch_size;          /* most tasks per gpud_worker_process_batch call */
+	double batch_wait_ms;         /* how long a worker waits to fill a batch */
+	int pin_memory;               /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
+	char *log_dir;                /* where the dashboard puts worker output; NULL = a default */
+	char *journal;                /* the journal of finished tasks; NULL with journal_off */
 	bool journal_off;
 	bool journal_set; /* given in the job file (not the default beside it) */
 	/* Where journal, log_dir and metrics_file were set: "file:line" or "--set ...";

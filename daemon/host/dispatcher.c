@@ -88,8 +88,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	if (h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START))
 		emit_starts(h, w);
 
-	uint64_t max_payload = h->hdr->max_result_bytes > SHM_MSG_MAX ? h->hdr->max_result_bytes
-								       : SHM_MSG_MAX;
+	uint64_t max_payload =
+		h->hdr->max_result_bytes > SHM_MSG_MAX ? h->hdr->max_result_bytes : SHM_MSG_MAX;
 	unsigned n = 0;
 	struct shm_rec r, *rec;
 	const char *why = NULL;
@@ -110,8 +110,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			why = "a result for a task it was not given";
 			break;
 		}
-		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags, sec_bits,
-					     w->result_tail)) {
+		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags,
+					     sec_bits, w->result_tail)) {
 			rc = -1;
 			why = "a result header changed after it was written";
 			break;
@@ -146,8 +146,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			ui_clean(msg);
 			w->failed++;
 			events_outcome(h, w, t, input,
-				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL, 0,
-				       msg, sec);
+				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL,
+				       0, msg, sec);
 		}
 		w->task_free = t->pos + ring_span(t->size);
 		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
@@ -195,7 +195,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		 * inside that span already. */
 		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
 			break;
-		struct shm_rec *t = ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
+		struct shm_rec *t =
+			ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
 		if (!t)
 			break;
 		struct task_ent ent;
@@ -215,7 +216,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			if (w->task_head != head0 &&
 			    (h->gen_check_mask == 0 ||
 			     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
-				atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+				atomic_store_explicit(&w->feed->task_head, w->task_head,
+						      memory_order_release);
 				wait_ring_fast(shm_worker_bell(w));
 				head0 = w->task_head;
 			}
@@ -226,9 +228,11 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				if (h->gen_skip(h->gen, to - h->next_id, &err) != 0) {
 					h->gen_done = h->gen_failed = true;
 					ui_clean(err.message);
-					host_abort(h, "the generator failed to skip to task %llu: %s",
+					host_abort(h,
+						   "the generator failed to skip to task %llu: %s",
 						   (unsigned long long)to,
-						   err.message[0] ? err.message : "gpud_generator_skip failed");
+						   err.message[0] ? err.message
+								  : "gpud_generator_skip failed");
 					break;
 				}
 				h->next_id = to;
@@ -243,13 +247,15 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				/* The stand-in ran the loop meanwhile (and may have published
 				 * this ring): this task goes in, then the loop looks again. */
 				*slice_end = true;
-				head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
+				head0 = atomic_load_explicit(&w->feed->task_head,
+							     memory_order_relaxed);
 			}
 			uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
 			if ((calls & h->gen_check_mask) == 0) {
 				uint64_t now = wait_now_ns();
 				/* Calls slower than ~2 us: look at the clock after every one. */
-				h->gen_check_mask = now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
+				h->gen_check_mask =
+					now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
 				if (now - h->feed_start_ns >= FEED_SLICE_NS)
 					*slice_end = true;
 				*clock = now;
@@ -257,27 +263,33 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			if (rc == 0) {
 				h->gen_done = true;
 				/* It ends before a task the journaled run read: not its input. */
-				uint64_t seen = h->resuming ? journal_sample_from(&h->journal, h->next_id)
-							    : UINT64_MAX;
+				uint64_t seen =
+					h->resuming ? journal_sample_from(&h->journal, h->next_id)
+						    : UINT64_MAX;
 				if (seen != UINT64_MAX) {
 					h->input_changed = true;
-					host_abort(h, "the generator's input is not what the journaled "
-						   "run read: it ended after %llu tasks, and that run read "
-						   "task %llu; run without --resume to start over, or add "
-						   "--force to resume anyway",
-						   (unsigned long long)h->next_id, (unsigned long long)seen);
+					host_abort(
+						h,
+						"the generator's input is not what the journaled "
+						"run read: it ended after %llu tasks, and that run read "
+						"task %llu; run without --resume to start over, or add "
+						"--force to resume anyway",
+						(unsigned long long)h->next_id,
+						(unsigned long long)seen);
 				}
 				break;
 			}
 			if (rc < 0) {
 				h->gen_done = true;
 				if (host_interrupts)
-					break; /* a read cut short by Ctrl-C or SIGTERM: not a failure */
+					break; /* a read cut short by Ctrl-C or SIGTERM: not a
+						  failure */
 				h->gen_failed = true;
 				ui_clean(err.message);
 				host_abort(h, "the generator failed after %llu tasks: %s",
 					   (unsigned long long)h->next_id,
-					   err.message[0] ? err.message : "gpud_generator_next returned -1");
+					   err.message[0] ? err.message
+							  : "gpud_generator_next returned -1");
 				break;
 			}
 			uint64_t id = h->next_id++;
@@ -291,17 +303,20 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			/* A sampled task's input, recorded, or compared with what the
 			 * journaled run read when resuming. */
 			if (h->journal.fd >= 0 &&
-			    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)), 0) &&
+			    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)),
+					     0) &&
 			    journal_sample(&h->journal, id, item.data,
 					   item.size < c->max_task_bytes ? item.size
 									 : c->max_task_bytes) < 0) {
 				h->gen_done = true;
 				h->input_changed = true;
-				host_abort(h, "the generator's input is not what the journaled run "
-					   "read: task %llu came with other bytes (the input changed, "
-					   "or it starts elsewhere); run without --resume to start "
-					   "over, or add --force to resume anyway",
-					   (unsigned long long)id);
+				host_abort(
+					h,
+					"the generator's input is not what the journaled run "
+					"read: task %llu came with other bytes (the input changed, "
+					"or it starts elsewhere); run without --resume to start "
+					"over, or add --force to resume anyway",
+					(unsigned long long)id);
 				break;
 			}
 			/* Finished by an earlier run: dropped before it touches a ring (the
@@ -323,9 +338,13 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 					 item.size, c->max_task_bytes);
 				h->stats.failed++;
 				failures_add(h, id, 0, NULL, false, msg, false);
-				ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
-				struct gpud_event ev = {.kind = GPUD_TASK_ERROR, .task_id = id,
-							.worker_id = -1, .gpu_id = -1, .message = msg};
+				ui_say(h, UI_FAILURE, "task %llu failed: %s",
+				       (unsigned long long)id, msg);
+				struct gpud_event ev = {.kind = GPUD_TASK_ERROR,
+							.task_id = id,
+							.worker_id = -1,
+							.gpu_id = -1,
+							.message = msg};
 				events_deliver_outcome(h, &ev);
 				if (*slice_end)
 					break;
@@ -385,7 +404,8 @@ static bool host_ready(void *ctx)
 		struct host_worker *w = &h->w[i];
 		if (w->state == HW_GONE || !w->rep)
 			continue;
-		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) != w->result_tail)
+		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) !=
+		    w->result_tail)
 			return true;
 		uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_relaxed);
 		if (w->state == HW_STARTING && s != WS_SETUP && s != WS_SPAWNED)
@@ -414,8 +434,9 @@ void dispatch_signals(struct host *h)
 		bool first = !h->interrupted;
 		h->interrupts_seen = host_interrupts;
 		if (first) {
-			ui_say(h, UI_EVENT, "interrupted: finishing the running tasks "
-					    "(interrupt again to stop at once)");
+			ui_say(h, UI_EVENT,
+			       "interrupted: finishing the running tasks "
+			       "(interrupt again to stop at once)");
 			h->interrupted = true;
 			h->interrupt_ns = wait_now_ns();
 			host_abort(h, "interrupted");
@@ -487,7 +508,8 @@ int dispatch(struct host *h)
 {
 	h->last_check_ns = wait_now_ns();
 	if (standin_start(h) < 0)
-		ui_say(h, UI_EVENT, "cannot start the loop's stand-in thread: a generator call that "
+		ui_say(h, UI_EVENT,
+		       "cannot start the loop's stand-in thread: a generator call that "
 		       "blocks holds up the run");
 	while (!dispatch_pass(h, true))
 		;

@@ -225,10 +225,10 @@ static bool retried(const struct host *h, enum cause cause)
 }
 
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
-		    const void *input, enum cause cause, const void *result,
-		    size_t result_size, const char *message, double seconds)
+		    const void *input, enum cause cause, const void *result, size_t result_size,
+		    const char *message, double seconds)
 {
-	enum gpud_event_kind kind = cause == CAUSE_OK	     ? GPUD_TASK_OK
+	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
 				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
 							     : GPUD_TASK_ERROR;
 	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing &&
@@ -256,8 +256,8 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		if (w)
 			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
 			       (unsigned long long)t->id,
-			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index, w->gpu_id,
-			       message ? message : "");
+			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index,
+			       w->gpu_id, message ? message : "");
 		else
 			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
 			       message ? message : "");
@@ -288,7 +288,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
  * runs again on --resume: the journal has no record of it). */
 static void uncount(struct host *h, int kind)
 {
-	uint64_t *n = kind == GPUD_TASK_OK ? &h->stats.ok
+	uint64_t *n = kind == GPUD_TASK_OK        ? &h->stats.ok
 		      : kind == GPUD_TASK_TIMEOUT ? &h->stats.timed_out
 						  : &h->stats.failed;
 	if (*n)
@@ -302,7 +302,8 @@ static bool held_by_a_worker(const struct host *h, uint64_t id, int attempt)
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		const struct host_worker *w = &h->w[i];
 		for (uint64_t k = w->tt_tail; w->tt && k != w->tt_head; k++)
-			if (w->tt[k & w->tt_mask].id == id && (int)w->tt[k & w->tt_mask].attempt == attempt)
+			if (w->tt[k & w->tt_mask].id == id &&
+			    (int)w->tt[k & w->tt_mask].attempt == attempt)
 				return true;
 	}
 	return false;

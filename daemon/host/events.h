@@ -29,8 +29,8 @@ enum cause {
 /* The final outcome of task t, or a retry when attempts are left and retry_on allows.
  * `input` is its bytes. */
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
-		    const void *input, enum cause cause, const void *result,
-		    size_t result_size, const char *message, double seconds);
+		    const void *input, enum cause cause, const void *result, size_t result_size,
+		    const char *message, double seconds);
 
 /* The run ends while a sink call has not returned: the outcome in that call and those
  * held for ordered delivery were never taken. Each counts as not run (the stats, the

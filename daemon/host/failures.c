@@ -20,8 +20,8 @@ int failures_open(struct host *h, int fd)
 	return 0;
 }
 
-void failures_add(struct host *h, uint64_t task_id, unsigned attempt,
-		  const struct host_worker *w, bool timeout, const char *message, bool retried)
+void failures_add(struct host *h, uint64_t task_id, unsigned attempt, const struct host_worker *w,
+		  bool timeout, const char *message, bool retried)
 {
 	if (!h->failures)
 		return;
@@ -74,7 +74,8 @@ void failures_close(struct host *h, FILE *summary)
 		return;
 	}
 	if (!ok)
-		fprintf(summary, "gpud: could not write all of %s/%s\n", h->log_dir, FILES_FAILURES);
+		fprintf(summary, "gpud: could not write all of %s/%s\n", h->log_dir,
+			FILES_FAILURES);
 	else if (h->not_run_listed)
 		fprintf(summary, "gpud: every failure and every task not run is listed in %s/%s\n",
 			h->log_dir, FILES_FAILURES);

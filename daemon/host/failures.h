@@ -22,8 +22,8 @@
 /* Takes the open descriptor `fd` (or -1: nothing is listed). 0, or -1. */
 int failures_open(struct host *h, int fd);
 /* A failed attempt: status "error" or "timeout"; retried = it runs again. */
-void failures_add(struct host *h, uint64_t task_id, unsigned attempt,
-		  const struct host_worker *w, bool timeout, const char *message, bool retried);
+void failures_add(struct host *h, uint64_t task_id, unsigned attempt, const struct host_worker *w,
+		  bool timeout, const char *message, bool retried);
 void failures_not_run(struct host *h, uint64_t task_id, unsigned attempt);
 /* Lists the tasks the workers still held as not run (the run ended without them). */
 void failures_not_run_held(struct host *h);

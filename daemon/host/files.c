@@ -41,15 +41,18 @@ static int check_private(const char *dir, char *why, size_t len)
 		return -1;
 	}
 	if (st.st_mode & 077) {
-		snprintf(why, len, "%s is open to other users (mode %03o; it must be 0700); "
-			 "refusing to use it", dir, (unsigned)(st.st_mode & 0777));
+		snprintf(why, len,
+			 "%s is open to other users (mode %03o; it must be 0700); "
+			 "refusing to use it",
+			 dir, (unsigned)(st.st_mode & 0777));
 		return -1;
 	}
 	return 0;
 }
 
 /* Removes run folders older than FILES_KEEP_DAYS: their worker-*.log files and
- * failures list, then the folder. Anything else in one (a folder, a file of another name) keeps it. */
+ * failures list, then the folder. Anything else in one (a folder, a file of another name) keeps it.
+ */
 static void clean_old_runs(const char *base)
 {
 	DIR *d = opendir(base);
@@ -63,7 +66,8 @@ static void clean_old_runs(const char *base)
 		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode) || st.st_uid != getuid() || st.st_mtime >= cutoff)
 			continue;
-		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int fd = openat(dirfd(d), e->d_name,
+				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		DIR *run = fd >= 0 ? fdopendir(fd) : NULL;
 		if (!run) {
 			if (fd >= 0)
@@ -109,13 +113,13 @@ static char *default_dir(char *why, size_t len)
 
 /* Opens `name` in the run folder: new in a fresh one, else `flags` (append or truncate);
  * never through a symlink, never as one of the descriptors workers are given (0-6). */
-static int open_in_run(const struct host *h, const char *name, int flags, char *why,
-		       size_t len)
+static int open_in_run(const struct host *h, const char *name, int flags, char *why, size_t len)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", h->log_dir, name);
-	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
-				    (h->run_dir_fresh ? O_EXCL : flags),
+	int fd = open(path,
+		      O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
+			      (h->run_dir_fresh ? O_EXCL : flags),
 		      0600);
 	if (fd < 0) {
 		snprintf(why, len, "cannot create %s: %s", path, strerror(errno));
@@ -162,8 +166,8 @@ int files_open_logs(struct host *h)
 		h->w[k].log_fd = open_in_run(h, name, O_APPEND, why, sizeof why);
 		if (h->w[k].log_fd < 0) {
 			files_close_logs(h);
-			fprintf(stderr, "gpud: %s; showing plain progress instead of the dashboard\n",
-				why);
+			fprintf(stderr,
+				"gpud: %s; showing plain progress instead of the dashboard\n", why);
 			return -1;
 		}
 	}

@@ -15,9 +15,9 @@
 struct conn {
 	int fd;
 	uint64_t deadline;
-	char *in;      /* HTTPD_REQ_MAX + 1 bytes */
+	char *in; /* HTTPD_REQ_MAX + 1 bytes */
 	size_t in_len;
-	char *out;     /* the whole answer, once the request is in */
+	char *out; /* the whole answer, once the request is in */
 	size_t out_len, out_off;
 	bool lingering; /* answered: what the client still sends is read and dropped until
 			 * it closes (closing on unread data would reset the connection, and
@@ -68,8 +68,8 @@ unsigned httpd_pollfds(struct httpd *d, struct pollfd *pf)
 {
 	pf[0] = (struct pollfd){d->listen_fd, POLLIN, 0};
 	for (unsigned i = 0; i < d->n; i++)
-		pf[1 + i] = (struct pollfd){d->c[i].fd,
-					    d->c[i].out && !d->c[i].lingering ? POLLOUT : POLLIN, 0};
+		pf[1 + i] = (struct pollfd){
+			d->c[i].fd, d->c[i].out && !d->c[i].lingering ? POLLOUT : POLLIN, 0};
 	return 1 + d->n;
 }
 
@@ -111,10 +111,11 @@ static void answer(struct httpd *d, struct conn *c, bool too_big)
 		len = body ? strlen(text) : 0;
 	}
 	char head[256];
-	int hl = snprintf(head, sizeof head,
-			  "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-			  status, len);
+	int hl =
+		snprintf(head, sizeof head,
+			 "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+			 status, len);
 	size_t send_body = head_only ? 0 : len;
 	c->out = malloc((size_t)hl + send_body);
 	if (c->out) {

@@ -23,13 +23,14 @@ static uint64_t mtime_ns(const struct stat *st)
 
 static bool truthy(const char *v)
 {
-	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
+	return v &&
+	       (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"));
 }
 
 /* Adds the files of folder `rel` (relative to the open folder fd) to *count and *sum.
  * Each file's hash is added, so the order readdir gives does not matter. */
-static int list_folder(int fd, const char *path, const char *rel, bool recursive,
-		       uint64_t *count, uint64_t *sum, char *why, size_t len)
+static int list_folder(int fd, const char *path, const char *rel, bool recursive, uint64_t *count,
+		       uint64_t *sum, char *why, size_t len)
 {
 	DIR *d = fdopendir(fd);
 	if (!d) {
@@ -106,7 +107,9 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 			in.a = (uint64_t)st.st_size;
 			in.b = mtime_ns(&st);
 		}
-		uint64_t t = hash_str(hash_str(hash_str(UINT64_C(1469598103934665603), section), s->kv[i].key), v);
+		uint64_t t = hash_str(
+			hash_str(hash_str(UINT64_C(1469598103934665603), section), s->kv[i].key),
+			v);
 		in.tag = ((uint32_t)(t ^ t >> 32) & ~1u) | folder;
 		struct journal_input *more = realloc(*out, (*n + 1) * sizeof *more);
 		if (!more || asprintf(&in.key, "%s.%s", section, s->kv[i].key) < 0) {
@@ -121,8 +124,7 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 	return 0;
 }
 
-int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char *why,
-		size_t len)
+int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char *why, size_t len)
 {
 	*out = NULL;
 	*n = 0;
@@ -148,16 +150,16 @@ const char *inputs_stdin_key(const struct cfg *c)
 	for (size_t i = 0; i < c->generator.count; i++) {
 		const char *v = c->generator.kv[i].value;
 		struct stat st;
-		if (!strcmp(v, "-") || (v[0] == '/' && stat(v, &st) == 0 &&
-					(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) ||
-					 S_ISSOCK(st.st_mode))))
+		if (!strcmp(v, "-") ||
+		    (v[0] == '/' && stat(v, &st) == 0 &&
+		     (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode))))
 			return c->generator.kv[i].key;
 	}
 	return NULL;
 }
 
-int inputs_compare(const struct journal_input *was, size_t n_was,
-		   const struct journal_input *now, size_t n_now, char *why, size_t len)
+int inputs_compare(const struct journal_input *was, size_t n_was, const struct journal_input *now,
+		   size_t n_now, char *why, size_t len)
 {
 	for (size_t i = 0; i < n_now; i++) {
 		const struct journal_input *b = &now[i], *a = NULL;
@@ -167,18 +169,23 @@ int inputs_compare(const struct journal_input *was, size_t n_was,
 		if (!a || (a->a == b->a && a->b == b->b))
 			continue;
 		if (!(b->tag & 1))
-			snprintf(why, len, "the file %s named by %s changed since the journaled run "
-				 "(%llu bytes then, %llu now%s)", b->path, b->key,
-				 (unsigned long long)a->a, (unsigned long long)b->a,
-				 a->a == b->a ? "; modified since" : "");
+			snprintf(why, len,
+				 "the file %s named by %s changed since the journaled run "
+				 "(%llu bytes then, %llu now%s)",
+				 b->path, b->key, (unsigned long long)a->a,
+				 (unsigned long long)b->a, a->a == b->a ? "; modified since" : "");
 		else if (a->a != b->a)
-			snprintf(why, len, "the folder %s named by %s changed since the journaled "
-				 "run: %llu files then, %llu now", b->path, b->key,
-				 (unsigned long long)a->a, (unsigned long long)b->a);
+			snprintf(why, len,
+				 "the folder %s named by %s changed since the journaled "
+				 "run: %llu files then, %llu now",
+				 b->path, b->key, (unsigned long long)a->a,
+				 (unsigned long long)b->a);
 		else
-			snprintf(why, len, "the folder %s named by %s changed since the journaled "
+			snprintf(why, len,
+				 "the folder %s named by %s changed since the journaled "
 				 "run: it holds %llu files as it did, but their names, sizes or "
-				 "times differ", b->path, b->key, (unsigned long long)b->a);
+				 "times differ",
+				 b->path, b->key, (unsigned long long)b->a);
 		return 1;
 	}
 	return 0;

@@ -15,10 +15,10 @@
 struct cfg;
 
 struct journal_input {
-	uint32_t tag; /* its section, key and value, hashed; the low bit set for a folder */
-	uint64_t a, b; /* a file: its size and mtime (ns); a folder: how many files it
-			* holds, and a hash of their names, sizes and mtimes */
-	char *key;     /* "generator.dir" (NULL for one read from a journal) */
+	uint32_t tag;     /* its section, key and value, hashed; the low bit set for a folder */
+	uint64_t a, b;    /* a file: its size and mtime (ns); a folder: how many files it
+			   * holds, and a hash of their names, sizes and mtimes */
+	char *key;        /* "generator.dir" (NULL for one read from a journal) */
 	const char *path; /* the config's value (not owned) */
 };
 
@@ -27,8 +27,7 @@ struct journal_input {
  * a generator sees it (regular files, links followed; the folders below only when the
  * section says recursive = true). A worker's folder may be where it writes: not an
  * input. *out is malloc'd (inputs_free). 0, or -1 with why. */
-int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char *why,
-		size_t len);
+int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char *why, size_t len);
 void inputs_free(struct journal_input *in, size_t n);
 /* The generator key whose value is `-` (standard input) or the path of a pipe or
  * device, or NULL. A stream cannot be read ahead of the run to be compared. */
@@ -36,7 +35,7 @@ const char *inputs_stdin_key(const struct cfg *c);
 /* Compares the inputs now with those a journal recorded (matched by tag; one the
  * journal has no record of is not compared). 0 when none changed; 1 with a line in why
  * naming the first that did. */
-int inputs_compare(const struct journal_input *was, size_t n_was,
-		   const struct journal_input *now, size_t n_now, char *why, size_t len);
+int inputs_compare(const struct journal_input *was, size_t n_was, const struct journal_input *now,
+		   size_t n_now, char *why, size_t len);
 
 #endif

@@ -71,9 +71,11 @@ static uint64_t section_print(uint64_t h, const struct cfg_section *s)
 		h = hash_str(h, s->kv[i].key);
 		h = hash_str(h, s->kv[i].value);
 		/* An input file that changed makes another job. */
-		if (s->kv[i].value[0] == '/' && stat(s->kv[i].value, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (s->kv[i].value[0] == '/' && stat(s->kv[i].value, &st) == 0 &&
+		    S_ISREG(st.st_mode)) {
 			h = hash_mix(h, (uint64_t)st.st_size);
-			h = hash_mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec);
+			h = hash_mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u +
+						(uint64_t)st.st_mtim.tv_nsec);
 		}
 	}
 	return h;
@@ -472,9 +474,10 @@ void journal_mark(struct journal *j, uint64_t id, int status)
 	if (set_done(j, id, true) < 0 && !j->mark_failed) {
 		/* The run goes on; only a --resume is the worse for it. */
 		j->mark_failed = true;
-		fprintf(stderr, "gpud: the journal %s: out of memory to record task %llu done "
-				"(and maybe others): a --resume runs them again\n", j->path,
-			(unsigned long long)id);
+		fprintf(stderr,
+			"gpud: the journal %s: out of memory to record task %llu done "
+			"(and maybe others): a --resume runs them again\n",
+			j->path, (unsigned long long)id);
 	}
 }
 
@@ -541,7 +544,9 @@ int journal_create(struct journal *j, const char *path, uint64_t fingerprint,
 {
 	if (open_file(j, path, O_RDWR | O_CREAT | O_TRUNC, why, len) < 0)
 		return -1;
-	struct jhdr h = {.version = VERSION, .rec_size = REC_SIZE, .fingerprint = fingerprint,
+	struct jhdr h = {.version = VERSION,
+			 .rec_size = REC_SIZE,
+			 .fingerprint = fingerprint,
 			 .created = (uint64_t)time(NULL)};
 	memcpy(h.magic, MAGIC, 8);
 	h.check = hdr_check(&h);
@@ -581,7 +586,8 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	bool bad = false;
 	while (good < n && !bad) {
 		size_t want = n - good < 1024 ? (size_t)(n - good) : 1024;
-		ssize_t got = pread(j->fd, buf, want * REC_SIZE, (off_t)(HDR_SIZE + good * REC_SIZE));
+		ssize_t got =
+			pread(j->fd, buf, want * REC_SIZE, (off_t)(HDR_SIZE + good * REC_SIZE));
 		if (got < (ssize_t)(want * REC_SIZE)) {
 			snprintf(why, len, "cannot read the journal %s: %s", j->path,
 				 got < 0 ? strerror(errno) : "short read");
@@ -589,17 +595,19 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 		}
 		for (size_t i = 0; i < want; i++) {
 			struct jrec *r = &buf[i];
-			if (r->check != rec_check(r, good) || r->kind < REC_DONE || r->kind > REC_SAMPLE ||
-			    (r->kind == REC_DONE && r->a % 64)) {
+			if (r->check != rec_check(r, good) || r->kind < REC_DONE ||
+			    r->kind > REC_SAMPLE || (r->kind == REC_DONE && r->a % 64)) {
 				bad = true;
 				break;
 			}
 			if (r->kind == REC_DONE) {
 				for (uint64_t m = r->b; m; m &= m - 1) {
-					if (set_done(j, r->a + (uint64_t)__builtin_ctzll(m), false) < 0) {
-						snprintf(why, len, "out of memory for the journal %s "
-							 "(it records task %llu done)", j->path,
-							 (unsigned long long)r->a);
+					if (set_done(j, r->a + (uint64_t)__builtin_ctzll(m),
+						     false) < 0) {
+						snprintf(why, len,
+							 "out of memory for the journal %s "
+							 "(it records task %llu done)",
+							 j->path, (unsigned long long)r->a);
 						return -1;
 					}
 				}
@@ -613,7 +621,8 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 			} else if (r->kind == REC_SAMPLE) {
 				if (j->n_samples == j->cap_samples) {
 					size_t cap = j->cap_samples ? 2 * j->cap_samples : 64;
-					struct journal_sample *sm = realloc(j->samples, cap * sizeof *sm);
+					struct journal_sample *sm =
+						realloc(j->samples, cap * sizeof *sm);
 					if (!sm) {
 						snprintf(why, len, "out of memory");
 						return -1;
@@ -621,15 +630,18 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 					j->samples = sm;
 					j->cap_samples = cap;
 				}
-				j->samples[j->n_samples++] = (struct journal_sample){r->a, r->b, good};
+				j->samples[j->n_samples++] =
+					(struct journal_sample){r->a, r->b, good};
 			} else if (r->kind == REC_INPUT) {
-				struct journal_input *in = realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
+				struct journal_input *in =
+					realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
 				if (!in) {
 					snprintf(why, len, "out of memory");
 					return -1;
 				}
 				j->inputs = in;
-				in[j->n_inputs++] = (struct journal_input){.tag = r->status, .a = r->a, .b = r->b};
+				in[j->n_inputs++] = (struct journal_input){
+					.tag = r->status, .a = r->a, .b = r->b};
 			} else {
 				j->ended = true;
 				j->end_count = r->a;
@@ -696,15 +708,19 @@ int journal_resume(struct journal *j, const char *path, uint64_t fingerprint,
 		return -1;
 	char changed[900];
 	if (!force && inputs_compare(j->inputs, j->n_inputs, in, n, changed, sizeof changed)) {
-		snprintf(why, len, "%s, so the task ids of the journal %s no longer name the same "
+		snprintf(why, len,
+			 "%s, so the task ids of the journal %s no longer name the same "
 			 "tasks; run without --resume to start over, or add --force to resume "
-			 "anyway", changed, path);
+			 "anyway",
+			 changed, path);
 		return -1;
 	}
 	if (fp != fingerprint && !force) {
-		snprintf(why, len, "the journal %s was written by another job (another worker, "
+		snprintf(why, len,
+			 "the journal %s was written by another job (another worker, "
 			 "generator, their keys or input files); run without --resume to start "
-			 "over, or add --force to resume anyway", path);
+			 "over, or add --force to resume anyway",
+			 path);
 		return -1;
 	}
 	j->compare_samples = !force;

@@ -37,26 +37,26 @@
 struct journal {
 	int fd;
 	char *path;
-	uint64_t low;     /* every id below is done */
-	uint64_t *words;  /* words[i]: ids low_word*64 + 64*i ... */
-	uint8_t *dirty;   /* per word: to be written */
+	uint64_t low;    /* every id below is done */
+	uint64_t *words; /* words[i]: ids low_word*64 + 64*i ... */
+	uint8_t *dirty;  /* per word: to be written */
 	size_t n_words, cap_words;
 	uint64_t base_word; /* the word of words[0] (low / 64, rounded down) */
 	uint64_t done;      /* ids marked done, in the journal and since */
 	uint64_t failed;    /* of those, final failures recorded */
 	uint64_t *fail_ids; /* failures loaded (sorted), for --retry-failed and status */
 	size_t n_fail, cap_fail;
-	bool retrying;      /* --retry-failed: a loaded failure that now ends ok is recorded */
-	uint8_t *pending;   /* records to write */
+	bool retrying;    /* --retry-failed: a loaded failure that now ends ok is recorded */
+	uint8_t *pending; /* records to write */
 	size_t pending_len, pending_cap;
-	uint64_t records;   /* records in the file: the next one's index */
+	uint64_t records; /* records in the file: the next one's index */
 	uint64_t flushed_ns;
-	bool ended;         /* an END record was read: the run it describes finished */
+	bool ended; /* an END record was read: the run it describes finished */
 	uint64_t end_count;
-	uint64_t cut_bytes; /* a torn tail removed on open */
-	uint64_t fingerprint; /* the header's */
-	unsigned rank, ranks; /* the other ranks' chunks count as done (ranks.h) */
-	uint64_t records_loaded; /* records read on open: a run that adds none leaves it so */
+	uint64_t cut_bytes;           /* a torn tail removed on open */
+	uint64_t fingerprint;         /* the header's */
+	unsigned rank, ranks;         /* the other ranks' chunks count as done (ranks.h) */
+	uint64_t records_loaded;      /* records read on open: a run that adds none leaves it so */
 	struct journal_input *inputs; /* the INPUT records read */
 	size_t n_inputs;
 	/* While a sink tells what its output holds (journal_sink_*): the done set as

@@ -31,8 +31,10 @@ int keys_check(const struct cfg_section *s, const char *section, const char *plu
 		/* The plugin was swapped with --set: the job file's keys were written for
 		 * the one it replaced. Only keys typed for this plugin are held to it. */
 		if (s->plugin_line < 0 && strncmp(s->where[i], "--set", 5) != 0) {
-			fprintf(stderr, "gpud: %s: [%s] %s is not a key of plugin %s (put in place "
-					"by --set); ignored\n", s->where[i], section, key, plugin);
+			fprintf(stderr,
+				"gpud: %s: [%s] %s is not a key of plugin %s (put in place "
+				"by --set); ignored\n",
+				s->where[i], section, key, plugin);
 			continue;
 		}
 		char list[512], hint[128] = "";
@@ -40,11 +42,13 @@ int keys_check(const struct cfg_section *s, const char *section, const char *plu
 		if (near)
 			snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
 		if (*declared)
-			snprintf(err, errlen, "%s: unknown key '%s' in [%s] for plugin %s (%saccepted: %s)",
+			snprintf(err, errlen,
+				 "%s: unknown key '%s' in [%s] for plugin %s (%saccepted: %s)",
 				 s->where[i], key, section, plugin, hint,
 				 suggest_list(declared, list, sizeof list));
 		else
-			snprintf(err, errlen, "%s: unknown key '%s' in [%s]: plugin %s takes no keys",
+			snprintf(err, errlen,
+				 "%s: unknown key '%s' in [%s]: plugin %s takes no keys",
 				 s->where[i], key, section, plugin);
 		return -1;
 	}

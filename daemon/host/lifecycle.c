@@ -203,7 +203,8 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 		h->ever_ready = true;
 		w->window = 1; /* until its first results tell how long its tasks take */
 	} else if (s == WS_SETUP_FAILED) {
-		setup_failed(h, w, worker_message(w, msg, sizeof msg, "setup failed without a message"));
+		setup_failed(h, w,
+			     worker_message(w, msg, sizeof msg, "setup failed without a message"));
 	}
 }
 
@@ -222,8 +223,10 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 	/* A plugin that corrupts its memory on every task would say this thousands of
 	 * times: the first few are told, then that the rest are not. */
 	if (++h->corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
-		ui_say(h, UI_EVENT, "worker %d (GPU %d) corrupted its shared memory (%s); "
-		       "restarting it%s", w->index, w->gpu_id, why,
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d) corrupted its shared memory (%s); "
+		       "restarting it%s",
+		       w->index, w->gpu_id, why,
 		       h->corruptions == LIFECYCLE_CORRUPTIONS_TOLD
 			       ? " (further corruptions are not told; the tasks they fail are "
 				 "in the failures list)"
@@ -278,9 +281,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			 * unless this keeps happening to it. */
 			if (++t.strikes >= TASK_MAX_STRIKES) {
 				w->failed++;
-				snprintf(msg, sizeof msg, "its worker was killed %u times while running it "
-					 "(last: worker %d (GPU %d) %s)", t.strikes, w->index, w->gpu_id,
-					 w->corrupt_why);
+				snprintf(msg, sizeof msg,
+					 "its worker was killed %u times while running it "
+					 "(last: worker %d (GPU %d) %s)",
+					 t.strikes, w->index, w->gpu_id, w->corrupt_why);
 				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
 				tasks_requeue(h, &t, input, -1);
@@ -288,7 +292,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				w->timeouts++;
-				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (GPU %d)",
+				snprintf(msg, sizeof msg,
+					 "timed out after %g s on worker %d (GPU %d)",
 					 h->cfg->task_timeout, w->index, w->gpu_id);
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
 					       h->cfg->task_timeout);
@@ -302,12 +307,15 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					w->free_restart = true;
 				if (t.crashes > h->cfg->max_retries && t.crashes > 1) {
 					cause = CAUSE_FINAL;
-					snprintf(msg, sizeof msg, "poison task: %u workers died while "
-						 "running it (last: worker %d (GPU %d) %s)", t.crashes,
-						 w->index, w->gpu_id, how);
+					snprintf(msg, sizeof msg,
+						 "poison task: %u workers died while "
+						 "running it (last: worker %d (GPU %d) %s)",
+						 t.crashes, w->index, w->gpu_id, how);
 				} else {
-					snprintf(msg, sizeof msg, "worker %d (GPU %d) %s while running "
-						 "task %llu", w->index, w->gpu_id, how,
+					snprintf(msg, sizeof msg,
+						 "worker %d (GPU %d) %s while running "
+						 "task %llu",
+						 w->index, w->gpu_id, how,
 						 (unsigned long long)t.id);
 				}
 				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
@@ -319,8 +327,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	}
 	w->task_free = w->task_head;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
-		ui_say(h, UI_EVENT, "worker %d (GPU %d): its plugin wrote before a result buffer; "
-		       "restarted", w->index, w->gpu_id);
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d): its plugin wrote before a result buffer; "
+		       "restarted",
+		       w->index, w->gpu_id);
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
 		 worker_message(w, msg, sizeof msg, "")[0])
 		/* A plugin that calls exit(70) itself leaves no message: that is an exit
@@ -353,8 +363,9 @@ static void restart(struct host *h, struct host_worker *w)
 	w->free_restart = false;
 	if (!free_restart && h->restarts[slot] >= h->cfg->max_worker_restarts) {
 		char msg[200];
-		snprintf(msg, sizeof msg, "GPU %d retired: its workers were restarted %u times "
-					  "(max_worker_restarts = %u)",
+		snprintf(msg, sizeof msg,
+			 "GPU %d retired: its workers were restarted %u times "
+			 "(max_worker_restarts = %u)",
 			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
 		w->state = HW_GONE;
 		w->end = END_ERROR;
@@ -400,13 +411,15 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 		return;
 	case HW_STARTING:
 		if (w->setup_timed_out) {
-			snprintf(msg, sizeof msg, "worker %d (GPU %d): setup did not finish within "
-				 "%g s (setup_timeout); killed", w->index, w->gpu_id,
-				 h->cfg->setup_timeout);
+			snprintf(msg, sizeof msg,
+				 "worker %d (GPU %d): setup did not finish within "
+				 "%g s (setup_timeout); killed",
+				 w->index, w->gpu_id, h->cfg->setup_timeout);
 			setup_failed(h, w, msg);
 		} else if (s == WS_SETUP_FAILED) {
-			setup_failed(h, w, worker_message(w, wmsg, sizeof wmsg,
-							  "setup failed without a message"));
+			setup_failed(h, w,
+				     worker_message(w, wmsg, sizeof wmsg,
+						    "setup failed without a message"));
 		} else {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
 				 w->gpu_id, how);
@@ -419,8 +432,9 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 		/* Told to stop while still in setup (the run ended first): how it ended
 		 * belongs to setup, not cleanup. */
 		if (s == WS_SETUP_FAILED) {
-			setup_failed(h, w, worker_message(w, wmsg, sizeof wmsg,
-							  "setup failed without a message"));
+			setup_failed(h, w,
+				     worker_message(w, wmsg, sizeof wmsg,
+						    "setup failed without a message"));
 		} else if (w->cancelled) {
 			/* Killed in setup because the run had ended: nothing to report. */
 		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
@@ -435,8 +449,10 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			w->end = END_ERROR;
-			snprintf(msg, sizeof msg, "worker %d (GPU %d): cleanup did not finish within "
-				 "%g s; killed", w->index, w->gpu_id, h->cfg->cleanup_timeout);
+			snprintf(msg, sizeof msg,
+				 "worker %d (GPU %d): cleanup did not finish within "
+				 "%g s; killed",
+				 w->index, w->gpu_id, h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->killing) {
@@ -537,8 +553,10 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 	if (!w->still_ns) {
 		w->still_ns = now;
 	} else if (wait_since(now, w->still_ns) >= limit) {
-		ui_say(h, UI_EVENT, "worker %d (GPU %d) held %u tasks for %.1f s without starting "
-		       "one; giving them to another worker", w->index, w->gpu_id, tasks_held(w),
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d) held %u tasks for %.1f s without starting "
+		       "one; giving them to another worker",
+		       w->index, w->gpu_id, tasks_held(w),
 		       (double)wait_since(now, w->still_ns) * 1e-9);
 		w->held_still = true;
 		kill_worker(w);
@@ -592,8 +610,10 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
 		    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
 			h->journal_failed = true;
-			ui_say(h, UI_EVENT, "cannot write the journal %s: %s; --resume may run "
-			       "finished tasks again", h->journal.path, strerror(errno));
+			ui_say(h, UI_EVENT,
+			       "cannot write the journal %s: %s; --resume may run "
+			       "finished tasks again",
+			       h->journal.path, strerror(errno));
 		}
 		deadline = earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
 	}
@@ -602,8 +622,10 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {
 		uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
 		if (wait_since(now, h->interrupt_ns) >= drain) {
-			ui_say(h, UI_EVENT, "drain_timeout (%g s) passed: stopping the running tasks "
-			       "(they count as not run)", h->cfg->drain_timeout);
+			ui_say(h, UI_EVENT,
+			       "drain_timeout (%g s) passed: stopping the running tasks "
+			       "(they count as not run)",
+			       h->cfg->drain_timeout);
 			lifecycle_kill_all(h);
 		} else {
 			deadline = earlier(deadline, h->interrupt_ns + drain);

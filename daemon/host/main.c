@@ -142,8 +142,7 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 		*rc = catalog_list();
 		return -1;
 	}
-	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0 &&
-	    strcmp(*cmd, "status") != 0) {
+	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0 && strcmp(*cmd, "status") != 0) {
 		fprintf(stderr, "gpud: unknown command '%s'\n%s", *cmd, usage);
 		return -1;
 	}
@@ -180,8 +179,10 @@ int main(int argc, char **argv)
 	 * plugin is loaded. The cost: no core dumps of the host and no `gdb -p` on it
 	 * without the capability (docs/reliability.md). */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-		fprintf(stderr, "gpud: warning: cannot make the host undumpable (%s): its workers "
-				"can reach into it through /proc and ptrace\n", strerror(errno));
+		fprintf(stderr,
+			"gpud: warning: cannot make the host undumpable (%s): its workers "
+			"can reach into it through /proc and ptrace\n",
+			strerror(errno));
 	if (!sets) {
 		perror("gpud");
 		return 2;
@@ -207,9 +208,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (c.ranks > 1 && c.ordered) {
-		fprintf(stderr, "gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
-				"of the ids, so no rank can deliver them in order; drop ordered, or "
-				"sort the merged output\n", c.path, c.ranks, c.rank_source);
+		fprintf(stderr,
+			"gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
+			"of the ids, so no rank can deliver them in order; drop ordered, or "
+			"sort the merged output\n",
+			c.path, c.ranks, c.rank_source);
 		cfg_free(&c);
 		rc = 2;
 		goto out;
@@ -243,7 +246,7 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
-	rc = strcmp(cmd, "check") == 0	  ? run_check(&c)
+	rc = strcmp(cmd, "check") == 0    ? run_check(&c)
 	     : strcmp(cmd, "status") == 0 ? run_status(&c)
 					  : run_job(&c, &opts);
 	runlock_release(&lock);

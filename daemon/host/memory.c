@@ -31,12 +31,12 @@ static size_t config_blob(const struct host *h, char *out)
 {
 	const struct cfg_section *s = &h->cfg->worker;
 	size_t n = 0;
-#define PUT(str)                                                                           \
-	do {                                                                               \
-		size_t l = strlen(str) + 1;                                                \
-		if (out)                                                                   \
-			memcpy(out + n, str, l);                                           \
-		n += l;                                                                    \
+#define PUT(str)                                                                                   \
+	do {                                                                                       \
+		size_t l = strlen(str) + 1;                                                        \
+		if (out)                                                                           \
+			memcpy(out + n, str, l);                                                   \
+		n += l;                                                                            \
 	} while (0)
 	PUT(h->worker_plugin);
 	for (size_t i = 0; i < s->count; i++) {
@@ -137,7 +137,8 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 {
 	const struct cfg *c = h->cfg;
-	uint64_t res_payload = c->max_result_bytes > SHM_MSG_MAX ? c->max_result_bytes : SHM_MSG_MAX;
+	uint64_t res_payload =
+		c->max_result_bytes > SHM_MSG_MAX ? c->max_result_bytes : SHM_MSG_MAX;
 	uint64_t per_worker_queue = (c->queue_size + n - 1) / n;
 	uint64_t small_tasks = 2 * SHM_REC_HDR * per_worker_queue;
 	uint64_t small_results = (2 * SHM_REC_HDR + SHM_SLOT_GAP) * per_worker_queue;
@@ -172,7 +173,8 @@ int shm_create(struct host *h)
 	unsigned n = h->n_workers;
 	struct shm_plan plan;
 	if (shm_plan(h, n, &plan) < 0) {
-		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n", n);
+		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n",
+			n);
 		return -1;
 	}
 	h->task_need = plan.task_need;
@@ -191,8 +193,9 @@ int shm_create(struct host *h)
 	h->shm_fd = fd;
 	void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm_fd, 0);
 	if (m == MAP_FAILED) {
-		fprintf(stderr, "gpud: cannot map %llu bytes of shared memory (%u workers, "
-				"max_task_bytes %u, max_result_bytes %u): %s\n",
+		fprintf(stderr,
+			"gpud: cannot map %llu bytes of shared memory (%u workers, "
+			"max_task_bytes %u, max_result_bytes %u): %s\n",
 			(unsigned long long)total, n, c->max_task_bytes, c->max_result_bytes,
 			strerror(errno));
 		return -1;
@@ -265,7 +268,8 @@ int shm_create(struct host *h)
 		feed[k].result_ring_cap = result_cap;
 		int e = shm_renew_worker(h, w);
 		if (e < 0) {
-			fprintf(stderr, "gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
+			fprintf(stderr,
+				"gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
 				k, (unsigned long long)h->out_size, strerror(-e));
 			return -1;
 		}
@@ -283,7 +287,8 @@ void shm_destroy(struct host *h)
 	if (h->host_bell)
 		munmap((void *)h->host_bell, SHM_PAGE);
 	for (int *fd = (int[]){h->shm_fd, h->ro_fd, h->bell_fd, h->host_pipe[0], h->host_pipe[1]},
-		 *end = fd + 5; fd < end; fd++)
+		 *end = fd + 5;
+	     fd < end; fd++)
 		if (*fd >= 0)
 			close(*fd);
 	h->hdr = NULL;

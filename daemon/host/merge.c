@@ -82,29 +82,34 @@ static int check_shares(int argc, char **argv, const struct share *s)
 	for (int i = 0; i < argc; i++) {
 		for (int j = 0; j < i; j++) {
 			if (s[i].dev == s[j].dev && s[i].ino == s[j].ino) {
-				fprintf(stderr, "gpud: merge: %s and %s are the same file: each rank's "
-						"file is given once\n", argv[j], argv[i]);
+				fprintf(stderr,
+					"gpud: merge: %s and %s are the same file: each rank's "
+					"file is given once\n",
+					argv[j], argv[i]);
 				return 2;
 			}
 			if (!s[i].has_rank || !s[j].has_rank)
 				continue;
 			if (s[i].ranks != s[j].ranks) {
-				fprintf(stderr, "gpud: merge: %s is of a run over %u ranks, %s of one "
-						"over %u: not one job\n", argv[j], s[j].ranks, argv[i],
-					s[i].ranks);
+				fprintf(stderr,
+					"gpud: merge: %s is of a run over %u ranks, %s of one "
+					"over %u: not one job\n",
+					argv[j], s[j].ranks, argv[i], s[i].ranks);
 				return 2;
 			}
 			if (s[i].job_id[0] && s[j].job_id[0] && strcmp(s[i].job_id, s[j].job_id)) {
-				fprintf(stderr, "gpud: merge: %s and %s are of different jobs (job_id %s "
-						"and %s: the worker's or the generator's plugin or keys, "
-						"or base_seed, differ)\n", argv[j], argv[i], s[j].job_id,
-					s[i].job_id);
+				fprintf(stderr,
+					"gpud: merge: %s and %s are of different jobs (job_id %s "
+					"and %s: the worker's or the generator's plugin or keys, "
+					"or base_seed, differ)\n",
+					argv[j], argv[i], s[j].job_id, s[i].job_id);
 				return 2;
 			}
 			if (s[i].rank == s[j].rank) {
-				fprintf(stderr, "gpud: merge: %s and %s are both rank %u of %u: each "
-						"rank's file is given once\n", argv[j], argv[i],
-					s[i].rank, s[i].ranks);
+				fprintf(stderr,
+					"gpud: merge: %s and %s are both rank %u of %u: each "
+					"rank's file is given once\n",
+					argv[j], argv[i], s[i].rank, s[i].ranks);
 				return 2;
 			}
 		}
@@ -118,8 +123,10 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 {
 	for (int i = 0; i < argc; i++) {
 		if (!s[i].has_rank) {
-			fprintf(stderr, "gpud: merge: %s says no rank (an older gpud wrote it): "
-					"duplicate and missing ranks cannot be told\n", argv[i]);
+			fprintf(stderr,
+				"gpud: merge: %s says no rank (an older gpud wrote it): "
+				"duplicate and missing ranks cannot be told\n",
+				argv[i]);
 			printf(", \"job_ranks\": null, \"missing_ranks\": null");
 			return 0;
 		}
@@ -151,15 +158,18 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 
 int merge_main(int argc, char **argv)
 {
-	static const char *const sums[] = {"generated", "ok", "failed", "timed_out", "not_run",
-					   "retried", "setup_failures", "worker_restarts", "resumed",
-					   "host_cpu_seconds"};
+	static const char *const sums[] = {"generated",      "ok",
+					   "failed",         "timed_out",
+					   "not_run",        "retried",
+					   "setup_failures", "worker_restarts",
+					   "resumed",        "host_cpu_seconds"};
 	enum { N_SUMS = sizeof sums / sizeof *sums };
 	double total[N_SUMS] = {0}, start = 0, end = 0, expected = 0;
 	bool expected_known = true, have_start = false, have_end = false;
 	int status = 0;
 	if (argc < 1) {
-		fprintf(stderr, "usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
+		fprintf(stderr,
+			"usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
 		return 2;
 	}
 	struct share *share = calloc((size_t)argc, sizeof *share);
@@ -173,7 +183,8 @@ int merge_main(int argc, char **argv)
 		struct stat st;
 		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
 		if (!text || stat(argv[i], &st) < 0) {
-			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i], text ? strerror(errno) : why);
+			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i],
+				text ? strerror(errno) : why);
 			free(text);
 			free(share);
 			return 2;
@@ -184,9 +195,12 @@ int merge_main(int argc, char **argv)
 		double v, s, e, t, x;
 		for (int k = 0; k < N_SUMS; k++) {
 			int found = number(text, sums[k], &v);
-			if ((found < 0 && strcmp(sums[k], "resumed") != 0) || (found == 0 && v < 0)) {
-				fprintf(stderr, "gpud: merge: %s: no \"%s\" that is a count: not a gpud "
-						"--stats-json file\n", argv[i], sums[k]);
+			if ((found < 0 && strcmp(sums[k], "resumed") != 0) ||
+			    (found == 0 && v < 0)) {
+				fprintf(stderr,
+					"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
+					"--stats-json file\n",
+					argv[i], sums[k]);
 				free(text);
 				free(share);
 				return 2;
@@ -234,12 +248,15 @@ int merge_main(int argc, char **argv)
 	}
 	printf("]}\n");
 	free(share);
-	fprintf(stderr, "gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
-			"not run (exit status %d)\n",
+	fprintf(stderr,
+		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
+		"not run (exit status %d)\n",
 		argc, total[0], total[1], total[2], total[3], total[4], status);
 	if (total[0] != done + total[4])
-		fprintf(stderr, "gpud: merge: the ranks' figures do not add up (generated %.0f, "
-				"outcomes %.0f)\n", total[0], done + total[4]);
+		fprintf(stderr,
+			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
+			"outcomes %.0f)\n",
+			total[0], done + total[4]);
 	/* A summary without some ranks is not the job's: a script must not take it for one. */
 	return status == 2 || missing ? 2 : 0;
 }

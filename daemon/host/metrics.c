@@ -30,7 +30,7 @@ struct metrics_srv {
 	pthread_t thread;
 	bool running;
 	struct nvml *nvml;
-	bool file_failed; /* said once */
+	bool file_failed;    /* said once */
 	struct httpd *httpd; /* metrics_listen's clients */
 };
 
@@ -106,8 +106,9 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 				 UI_READ(h->w[k].state) == HW_READY;
 		fprintf(o, "gpud_gpu_workers_ready{gpu=\"%d\"} %u\n", c->gpus[g], ready);
 	}
-	fprintf(o, "# HELP gpud_gpu_worker_restarts_total Worker processes of the GPU "
-		   "started again after one ended.\n# TYPE gpud_gpu_worker_restarts_total counter\n");
+	fprintf(o,
+		"# HELP gpud_gpu_worker_restarts_total Worker processes of the GPU "
+		"started again after one ended.\n# TYPE gpud_gpu_worker_restarts_total counter\n");
 	for (size_t g = 0; g < c->n_gpus; g++) {
 		unsigned r = 0;
 		for (unsigned k = 0; k < h->n_workers; k++)
@@ -180,8 +181,10 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 	      stuck ? (double)wait_since(wait_now_ns(), stuck) * 1e-9 : 0);
 	gauge(o, "gpud_run_finished", "1 once the run has ended.", exit_status >= 0);
 	if (exit_status >= 0)
-		gauge(o, "gpud_exit_status", "The run's exit status (0 all ok, 1 some failed, "
-					     "3 aborted).", exit_status);
+		gauge(o, "gpud_exit_status",
+		      "The run's exit status (0 all ok, 1 some failed, "
+		      "3 aborted).",
+		      exit_status);
 
 	fprintf(o, "# HELP gpud_task_seconds Time in process() of every task run that "
 		   "returned (batched tasks: their call's time shared out).\n"
@@ -251,7 +254,8 @@ static void write_file(struct metrics_srv *m, int exit_status)
 		if (fd >= 0)
 			unlink(tmp);
 		if (!m->file_failed)
-			ui_say(m->h, UI_EVENT, "cannot write metrics_file %s: %s", path, strerror(e));
+			ui_say(m->h, UI_EVENT, "cannot write metrics_file %s: %s", path,
+			       strerror(e));
 		m->file_failed = true;
 	}
 	free(text);

@@ -37,9 +37,11 @@ struct nvml *nvml_open(void)
 	n->lib = lib;
 	n->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
 	n->by_index = (int (*)(unsigned, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-	n->by_bus = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+	n->by_bus = (int (*)(const char *, nvml_device *))dlsym(lib,
+								"nvmlDeviceGetHandleByPciBusId_v2");
 	n->by_uuid = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByUUID");
-	n->util = (int (*)(nvml_device, struct nvml_util *))dlsym(lib, "nvmlDeviceGetUtilizationRates");
+	n->util = (int (*)(nvml_device, struct nvml_util *))dlsym(lib,
+								  "nvmlDeviceGetUtilizationRates");
 	n->mem = (int (*)(nvml_device, struct nvml_mem *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
 	if (!n->shutdown || !n->by_index || !n->util || !n->mem || init() != 0)
 		goto fail;

@@ -15,9 +15,9 @@
 
 /* One file the run writes or reads, and what named it. */
 struct named {
-	const char *what;  /* "[job] journal" */
-	const char *at;    /* "job.ini:4", "--set ...", or NULL */
-	const char *path;  /* as resolved by cfg_load / ranks_apply */
+	const char *what; /* "[job] journal" */
+	const char *at;   /* "job.ini:4", "--set ...", or NULL */
+	const char *path; /* as resolved by cfg_load / ranks_apply */
 	bool writes;
 	/* Its identity: dev/ino when it exists, the canonical name always (NULL: skip,
 	 * not a regular file, like /dev/null or a folder). */
@@ -36,7 +36,8 @@ static char *canon_new(const char *path)
 	char *real = dir ? realpath(dir, NULL) : NULL, *out = NULL;
 	if (!real && dir && strchr(dir, '/') && strcmp(dir, "/"))
 		real = canon_new(dir);
-	if (!real || asprintf(&out, "%s/%s", strcmp(real, "/") ? real : "", slash ? slash + 1 : path) < 0)
+	if (!real ||
+	    asprintf(&out, "%s/%s", strcmp(real, "/") ? real : "", slash ? slash + 1 : path) < 0)
 		out = strdup(path);
 	free(dir);
 	free(real);
@@ -166,13 +167,19 @@ static int outside_inputs(const struct cfg *c, const struct named *f, size_t n, 
 			if (!f[j].writes || !f[j].canon)
 				continue;
 			const char *slash = strrchr(f[j].canon, '/');
-			char *dir = slash ? strndup(f[j].canon, slash == f[j].canon ? 1 : (size_t)(slash - f[j].canon)) : NULL;
+			char *dir =
+				slash ? strndup(f[j].canon, slash == f[j].canon
+								    ? 1
+								    : (size_t)(slash - f[j].canon))
+				      : NULL;
 			if (dir && in_folder(dir, top, below)) {
 				name_of(&f[j], a, sizeof a);
-				bool named = !f[j].at && strstr(a, f[j].path); /* --stats-json PATH */
-				snprintf(why, len, "%s%s%s lies in the folder %s that %s names: the "
-						   "run would change the generator's input as it writes "
-						   "(and every --resume would refuse it); put it elsewhere",
+				bool named =
+					!f[j].at && strstr(a, f[j].path); /* --stats-json PATH */
+				snprintf(why, len,
+					 "%s%s%s lies in the folder %s that %s names: the "
+					 "run would change the generator's input as it writes "
+					 "(and every --resume would refuse it); put it elsewhere",
 					 a, named ? "" : " = ", named ? "" : f[j].path, top, b);
 				rc = -1;
 			}
@@ -185,12 +192,15 @@ static int outside_inputs(const struct cfg *c, const struct named *f, size_t n, 
 			char wwhat[300];
 			if (key) {
 				size_t kl = strlen(key);
-				if (strcmp(key, "dir") && !(kl > 4 && !strcmp(key + kl - 4, "_dir")))
+				if (strcmp(key, "dir") &&
+				    !(kl > 4 && !strcmp(key + kl - 4, "_dir")))
 					continue;
 				snprintf(wwhat, sizeof wwhat, "[sink] %s", key);
-				w = (struct named){.what = wwhat, .at = k->where[j], .path = k->kv[j].value};
+				w = (struct named){
+					.what = wwhat, .at = k->where[j], .path = k->kv[j].value};
 			} else if (c->log_dir) {
-				w = (struct named){.what = "[job] log_dir", .at = c->log_dir_at,
+				w = (struct named){.what = "[job] log_dir",
+						   .at = c->log_dir_at,
 						   .path = c->log_dir};
 			} else {
 				continue;
@@ -201,10 +211,12 @@ static int outside_inputs(const struct cfg *c, const struct named *f, size_t n, 
 			char *dir = stat(dv, &st) == 0 ? realpath(dv, NULL) : canon_new(dv);
 			if (dir && in_folder(dir, top, below)) {
 				name_of(&w, a, sizeof a);
-				snprintf(why, len, "%s = %s is (or lies in) the folder %s that %s "
-						   "names: the run would change the generator's input as it "
-						   "writes files there (and every --resume would refuse it); "
-						   "put them elsewhere", a, w.path, top, b);
+				snprintf(why, len,
+					 "%s = %s is (or lies in) the folder %s that %s "
+					 "names: the run would change the generator's input as it "
+					 "writes files there (and every --resume would refuse it); "
+					 "put them elsewhere",
+					 a, w.path, top, b);
 				rc = -1;
 			}
 			free(dir);
@@ -234,8 +246,9 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 	}
 	add(f, &n, "the job file", NULL, c->path, false);
 	if (c->journal)
-		add(f, &n, c->journal_at ? "[job] journal"
-					  : "[job] journal (the default, beside the job file)",
+		add(f, &n,
+		    c->journal_at ? "[job] journal"
+				  : "[job] journal (the default, beside the job file)",
 		    c->journal_at, c->journal, true);
 	if (c->metrics_file)
 		add(f, &n, "[ui] metrics_file", c->metrics_file_at, c->metrics_file, true);
@@ -245,7 +258,7 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 		add(f, &n, "[job] log_dir's " FILES_FAILURES, c->log_dir_at, failures, true);
 	const struct cfg_section *secs[] = {&c->sink, &c->generator, &c->worker};
 	static const char *const names[] = {"[sink] ", "[generator] ", "[worker] "};
-	char (*what)[80] = calloc(cap, sizeof *what);
+	char(*what)[80] = calloc(cap, sizeof *what);
 	for (size_t s = 0; what && s < 3; s++) {
 		for (size_t i = 0; i < secs[s]->count; i++) {
 			if (!outputs_file_key(secs[s]->kv[i].key, secs[s]->kv[i].value))
@@ -258,7 +271,8 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 		identify(&f[i]);
 	if (c->log_dir) {
 		struct stat st;
-		log_dir = stat(c->log_dir, &st) == 0 ? realpath(c->log_dir, NULL) : canon_new(c->log_dir);
+		log_dir = stat(c->log_dir, &st) == 0 ? realpath(c->log_dir, NULL)
+						     : canon_new(c->log_dir);
 	}
 	char a[700], b[700];
 	for (size_t i = 0; i < n && !rc; i++) {
@@ -267,17 +281,22 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 				continue;
 			name_of(&f[j], a, sizeof a);
 			name_of(&f[i], b, sizeof b);
-			snprintf(why, len, "%s and %s are the same file (%s): the run would %s; give "
-					   "each its own", a, b, f[i].canon,
+			snprintf(why, len,
+				 "%s and %s are the same file (%s): the run would %s; give "
+				 "each its own",
+				 a, b, f[i].canon,
 				 f[i].writes && f[j].writes ? "write one over the other"
 							    : "write over what it reads");
 			rc = -1;
 		}
-		if (!rc && f[i].writes && log_dir && f[i].canon && worker_log(f[i].canon, log_dir)) {
+		if (!rc && f[i].writes && log_dir && f[i].canon &&
+		    worker_log(f[i].canon, log_dir)) {
 			name_of(&f[i], a, sizeof a);
-			snprintf(why, len, "%s = %s is a worker log of %s%s[job] log_dir (the dashboard "
-					   "writes worker-<n>.log there); give it another name", a,
-				 f[i].path, c->log_dir_at ? c->log_dir_at : "", c->log_dir_at ? ": " : "");
+			snprintf(why, len,
+				 "%s = %s is a worker log of %s%s[job] log_dir (the dashboard "
+				 "writes worker-<n>.log there); give it another name",
+				 a, f[i].path, c->log_dir_at ? c->log_dir_at : "",
+				 c->log_dir_at ? ": " : "");
 			rc = -1;
 		}
 	}

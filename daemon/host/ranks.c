@@ -30,7 +30,8 @@ static int set(struct cfg *c, uint64_t rank, uint64_t ranks, const char *source,
 	       size_t len)
 {
 	if (ranks < 1 || ranks > 1000000 || rank >= ranks) {
-		snprintf(why, len, "rank %llu of %llu (from %s): expected 0 <= rank < ranks <= 1000000",
+		snprintf(why, len,
+			 "rank %llu of %llu (from %s): expected 0 <= rank < ranks <= 1000000",
 			 (unsigned long long)rank, (unsigned long long)ranks, source);
 		return -1;
 	}
@@ -117,15 +118,18 @@ int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len)
 			return -1;
 		if ((r = env_u64("SLURM_ARRAY_TASK_COUNT", &acount, why, len)) <= 0) {
 			if (r == 0)
-				snprintf(why, len, "SLURM_ARRAY_TASK_ID is set but not "
-						   "SLURM_ARRAY_TASK_COUNT");
+				snprintf(why, len,
+					 "SLURM_ARRAY_TASK_ID is set but not "
+					 "SLURM_ARRAY_TASK_COUNT");
 			return -1;
 		}
 		if (astep == 0)
 			astep = 1;
 		if (aid < amin || (aid - amin) % astep) {
-			snprintf(why, len, "SLURM_ARRAY_TASK_ID %llu is not in the array (min %llu, "
-				 "step %llu)", (unsigned long long)aid, (unsigned long long)amin,
+			snprintf(why, len,
+				 "SLURM_ARRAY_TASK_ID %llu is not in the array (min %llu, "
+				 "step %llu)",
+				 (unsigned long long)aid, (unsigned long long)amin,
 				 (unsigned long long)astep);
 			return -1;
 		}
@@ -228,7 +232,8 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 	static const char hint[] = "put {rank} in it, so each rank has its own";
 	for (size_t i = 0; i < c->sink.count; i++) {
 		if (output_key(c->sink.kv[i].key) && shared(c->sink.kv[i].value, n)) {
-			snprintf(why, len, "%s: [sink] %s = %s: %u ranks would write it together; %s",
+			snprintf(why, len,
+				 "%s: [sink] %s = %s: %u ranks would write it together; %s",
 				 c->sink.where[i], c->sink.kv[i].key, c->sink.kv[i].value, n, hint);
 			return -1;
 		}
@@ -244,8 +249,10 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 		return -1;
 	}
 	if (shared(c->metrics_file, n)) {
-		snprintf(why, len, "%s: [ui] metrics_file = %s: %u ranks would write it together; %s",
-			 c->metrics_file_at ? c->metrics_file_at : c->path, c->metrics_file, n, hint);
+		snprintf(why, len,
+			 "%s: [ui] metrics_file = %s: %u ranks would write it together; %s",
+			 c->metrics_file_at ? c->metrics_file_at : c->path, c->metrics_file, n,
+			 hint);
 		return -1;
 	}
 	if (stats_json && *stats_json && shared(*stats_json, n)) {
@@ -292,15 +299,18 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 		return 0;
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	if (!cvd || !*cvd) {
-		snprintf(why, len, "%s: gpus = auto: CUDA_VISIBLE_DEVICES is not set, so the launcher "
-			 "gave no GPUs to take (list them: gpus = 0,1; or gpus = all)", c->path);
+		snprintf(why, len,
+			 "%s: gpus = auto: CUDA_VISIBLE_DEVICES is not set, so the launcher "
+			 "gave no GPUs to take (list them: gpus = 0,1; or gpus = all)",
+			 c->path);
 		return -1;
 	}
 	/* Its tokens, as they are: indices, GPU-... UUIDs or MIG-... ids. */
 	char *copy = strdup(cvd), *save = NULL;
 	char *tok[CFG_MAX_GPUS];
 	size_t t = 0;
-	for (char *p = strtok_r(copy, ",", &save); p && t < CFG_MAX_GPUS; p = strtok_r(NULL, ",", &save)) {
+	for (char *p = strtok_r(copy, ",", &save); p && t < CFG_MAX_GPUS;
+	     p = strtok_r(NULL, ",", &save)) {
 		while (*p == ' ')
 			p++;
 		size_t l = strlen(p);
@@ -327,17 +337,22 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 		   (on_node && strtoul(on_node, NULL, 10) > t);
 	if (lsz != 1 && !own) {
 		if (lsz < 0) {
-			snprintf(why, len, "%s: gpus = auto: the tasks per node differ "
-				 "(SLURM_STEP_TASKS_PER_NODE = %s), so the node's GPUs cannot be split "
-				 "among its tasks; give each task its own (--gpus-per-task) or list them",
-				 c->path, getenv("SLURM_STEP_TASKS_PER_NODE"));
+			snprintf(
+				why, len,
+				"%s: gpus = auto: the tasks per node differ "
+				"(SLURM_STEP_TASKS_PER_NODE = %s), so the node's GPUs cannot be split "
+				"among its tasks; give each task its own (--gpus-per-task) or list them",
+				c->path, getenv("SLURM_STEP_TASKS_PER_NODE"));
 			free(copy);
 			return -1;
 		}
 		if (t % (size_t)lsz) {
-			snprintf(why, len, "%s: gpus = auto: %zu GPUs (CUDA_VISIBLE_DEVICES = %s) for "
-				 "%d ranks on this node: they cannot share them evenly without booking "
-				 "one twice", c->path, t, cvd, lsz);
+			snprintf(
+				why, len,
+				"%s: gpus = auto: %zu GPUs (CUDA_VISIBLE_DEVICES = %s) for "
+				"%d ranks on this node: they cannot share them evenly without booking "
+				"one twice",
+				c->path, t, cvd, lsz);
 			free(copy);
 			return -1;
 		}

@@ -32,8 +32,8 @@ int ranks_detect(struct cfg *c, const char *cli, char *why, size_t len);
 int ranks_gpus_auto(struct cfg *c, char *why, size_t len);
 
 /* Puts the rank in every path value ({rank}, {ranks}), and refuses, naming the key, an
- * output path that N > 1 ranks would share; sets c->job_id first. `stats_json` (may be NULL) is replaced by
- * its substituted copy (malloc'd, *owned set). 0, or -1 with why. */
+ * output path that N > 1 ranks would share; sets c->job_id first. `stats_json` (may be NULL) is
+ * replaced by its substituted copy (malloc'd, *owned set). 0, or -1 with why. */
 int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why, size_t len);
 
 /* The tasks of rank `rank` among the first `total` ids. */

@@ -20,7 +20,8 @@ int resume_open(struct host *h, const struct run_opts *o)
 	char why[1200];
 	if (c->journal_off || !c->journal) {
 		if (o->resume) {
-			fprintf(stderr, "gpud: %s: --resume needs a journal ([job] journal is off)\n",
+			fprintf(stderr,
+				"gpud: %s: --resume needs a journal ([job] journal is off)\n",
 				c->path);
 			return -1;
 		}
@@ -38,14 +39,16 @@ int resume_open(struct host *h, const struct run_opts *o)
 		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
 		inputs_free(in, n_in);
 		if (rc < 0) {
-			fprintf(stderr, "gpud: %s: %s (set [job] journal to a writable place, or "
-					"journal = off)\n", c->path, why);
+			fprintf(stderr,
+				"gpud: %s: %s (set [job] journal to a writable place, or "
+				"journal = off)\n",
+				c->path, why);
 			return -1;
 		}
 		return 0;
 	}
-	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force,
-				o->retry_failed, why, sizeof why);
+	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force, o->retry_failed,
+				why, sizeof why);
 	inputs_free(in, n_in);
 	if (rc < 0) {
 		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
@@ -53,39 +56,46 @@ int resume_open(struct host *h, const struct run_opts *o)
 	}
 	/* A sink that can tell what its output holds is asked even after the end: its
 	 * output may have lost lines since (a disk that lost its last writes). */
-	bool sink_tells = h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
+	bool sink_tells =
+		h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
 	if (rc == 1) {
 		/* No journal, but maybe an earlier run's output (a journal deleted or kept
 		 * elsewhere): a sink that can tell what it holds keeps it, and those tasks
 		 * are not run again; one that cannot is opened as for a fresh run, and we
 		 * say so rather than let it empty its output unremarked. */
 		if (sink_tells) {
-			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task; "
-					"what the output of sink %s already holds, if anything, is "
-					"kept and not run again\n",
+			fprintf(stderr,
+				"gpud: no journal at %s yet: starting from the first task; "
+				"what the output of sink %s already holds, if anything, is "
+				"kept and not run again\n",
 				c->journal, c->sink.plugin);
 			h->resuming = true;
 		} else {
-			fprintf(stderr, "gpud: no journal at %s yet: starting from the first task (sink "
-					"%s cannot tell what an earlier run's output holds: it is "
-					"opened as for a fresh run)\n",
+			fprintf(stderr,
+				"gpud: no journal at %s yet: starting from the first task (sink "
+				"%s cannot tell what an earlier run's output holds: it is "
+				"opened as for a fresh run)\n",
 				c->journal, c->sink.plugin);
 		}
 		return 0;
 	}
 	if (h->journal.cut_bytes)
-		fprintf(stderr, "gpud: the journal %s ended in %llu bytes of a record cut short "
-				"(a crash while writing); they were removed\n",
+		fprintf(stderr,
+			"gpud: the journal %s ended in %llu bytes of a record cut short "
+			"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
 	const char *stdin_key = inputs_stdin_key(c);
 	if (stdin_key)
-		fprintf(stderr, "gpud: note: generator.%s is standard input or a pipe: it "
-				"cannot be compared ahead of the run; sampled tasks' inputs are "
-				"compared as it is read again, and the rest is known by its place "
-				"in it\n", stdin_key);
+		fprintf(stderr,
+			"gpud: note: generator.%s is standard input or a pipe: it "
+			"cannot be compared ahead of the run; sampled tasks' inputs are "
+			"compared as it is read again, and the rest is known by its place "
+			"in it\n",
+			stdin_key);
 	if (h->journal.ended && !sink_tells) {
-		fprintf(stderr, "gpud: %s: already finished: all %llu tasks have their outcome "
-				"(%llu failed; --retry-failed runs those again)\n",
+		fprintf(stderr,
+			"gpud: %s: already finished: all %llu tasks have their outcome "
+			"(%llu failed; --retry-failed runs those again)\n",
 			c->path, (unsigned long long)h->journal.end_count,
 			(unsigned long long)h->journal.failed);
 		return 1;
@@ -140,22 +150,27 @@ static void say_strays(struct host *h)
 			snprintf(bound, sizeof bound, "rank %u of %u has %lld of them", c->rank,
 				 c->ranks, (long long)h->total);
 		else if (h->total >= 0)
-			snprintf(bound, sizeof bound, "its tasks are 0 to %lld", (long long)h->total - 1);
+			snprintf(bound, sizeof bound, "its tasks are 0 to %lld",
+				 (long long)h->total - 1);
 		else if (h->journal.end_count)
 			snprintf(bound, sizeof bound, "the journal ended with %llu tasks",
 				 (unsigned long long)h->journal.end_count);
 		else
-			snprintf(bound, sizeof bound, "generator %s does not count its tasks: ids "
-				 "far past the journal's are taken for strays", c->generator.plugin);
-		fprintf(stderr, "gpud: %llu entr%s of the output of sink %s name%s no task of this "
-				"job (e.g. task %llu; %s): ignored\n",
+			snprintf(bound, sizeof bound,
+				 "generator %s does not count its tasks: ids "
+				 "far past the journal's are taken for strays",
+				 c->generator.plugin);
+		fprintf(stderr,
+			"gpud: %llu entr%s of the output of sink %s name%s no task of this "
+			"job (e.g. task %llu; %s): ignored\n",
 			(unsigned long long)h->sink_strays, h->sink_strays == 1 ? "y" : "ies",
 			c->sink.plugin, h->sink_strays == 1 ? "s" : "",
 			(unsigned long long)h->sink_stray_eg, bound);
 	}
 	if (h->sink_unheld)
-		fprintf(stderr, "gpud: out of memory to hold what the output of sink %s holds: %llu "
-				"of its tasks (e.g. task %llu) run again\n",
+		fprintf(stderr,
+			"gpud: out of memory to hold what the output of sink %s holds: %llu "
+			"of its tasks (e.g. task %llu) run again\n",
 			c->sink.plugin, (unsigned long long)h->sink_unheld,
 			(unsigned long long)h->sink_unheld_eg);
 	h->sink_strays = h->sink_unheld = 0;
@@ -163,8 +178,8 @@ static void say_strays(struct host *h)
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
 {
-	typedef int (*resume_fn)(const struct gpud_args *, void **,
-				 void (*)(void *, uint64_t, int), void *, struct gpud_error *);
+	typedef int (*resume_fn)(const struct gpud_args *, void **, void (*)(void *, uint64_t, int),
+				 void *, struct gpud_error *);
 	resume_fn fn = h->sink_pl.info->abi_minor >= 2
 			       ? (resume_fn)loader_sym(&h->sink_pl, "gpud_sink_resume")
 			       : NULL;
@@ -184,7 +199,8 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	}
 	/* A sink that takes failures writes them: a recorded one its output does not
 	 * hold was lost with the output (its buffer, a crash) and runs again. */
-	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");
+	uint32_t (*events)(void *) =
+		(uint32_t(*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");
 	uint32_t mask = rc == 0 && events ? events(h->sink) : GPUD_EVENTS_ALL;
 	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
 					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
@@ -222,8 +238,10 @@ void resume_finish(struct host *h, bool complete)
 	uint64_t count = ranks_share(h->next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
-		fprintf(stderr, "gpud: cannot write the journal %s: %s; --resume may run some "
-				"finished tasks again\n", h->journal.path, strerror(errno));
+		fprintf(stderr,
+			"gpud: cannot write the journal %s: %s; --resume may run some "
+			"finished tasks again\n",
+			h->journal.path, strerror(errno));
 }
 
 int run_status(struct cfg *c)
@@ -240,8 +258,8 @@ int run_status(struct cfg *c)
 		return 2;
 	}
 	printf("%s: journal %s\n", c->path, c->journal);
-	printf("  tasks with an outcome: %llu (%llu of them failed)\n",
-	       (unsigned long long)j.done, (unsigned long long)j.failed);
+	printf("  tasks with an outcome: %llu (%llu of them failed)\n", (unsigned long long)j.done,
+	       (unsigned long long)j.failed);
 	printf("  every task before %llu has its outcome\n", (unsigned long long)j.low);
 	if (j.ended)
 		printf("  finished: all %llu tasks (a --resume runs nothing%s)\n",

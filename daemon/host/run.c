@@ -46,8 +46,9 @@ static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 	if (!c->gpus_all) {
 		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
 			if (c->gpus[i] >= n) {
-				fprintf(stderr, "gpud: %s: [job] gpus lists GPU %d, but this machine has "
-						"%d CUDA device%s (0 to %d)\n",
+				fprintf(stderr,
+					"gpud: %s: [job] gpus lists GPU %d, but this machine has "
+					"%d CUDA device%s (0 to %d)\n",
 					c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
 				return -1;
 			}
@@ -142,9 +143,9 @@ int run_check(struct cfg *c)
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
 	int rc = !nf || prepare(&h, c) < 0 || capacity_check(&h, c, false, nf) < 0 ||
-			 checks_dry(&h, c, nf) < 0
-		 ? 2
-		 : 0;
+				 checks_dry(&h, c, nf) < 0
+			 ? 2
+			 : 0;
 	if (nf)
 		fclose(nf);
 	if (rc == 0) {
@@ -155,7 +156,8 @@ int run_check(struct cfg *c)
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
 		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
-			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i, c->gpu_tokens[i]);
+			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
+			       c->gpu_tokens[i]);
 		fputs(notes ? notes : "", stdout);
 	}
 	free(notes);
@@ -183,8 +185,10 @@ static void count_not_run(struct host *h)
 
 static void say_sink_not_closed(const char *what)
 {
-	fprintf(stderr, "gpud: the sink's %s had not returned when the run ended; it was not "
-			"closed\n", what);
+	fprintf(stderr,
+		"gpud: the sink's %s had not returned when the run ended; it was not "
+		"closed\n",
+		what);
 }
 
 /* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
@@ -279,12 +283,15 @@ static int finish_run(struct host *h)
 	int status = h->abort ? stopped : failed ? 1 : 0;
 	metrics_stop(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
-		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json, strerror(errno));
+		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json,
+			   strerror(errno));
 	if (h->abort && !h->sink_open && h->sink_open_ever && stdout_reader_gone()) {
 		/* `gpud run ... | head`: like any filter whose reader left, we stop, and say
 		 * in one line what that left undone. */
-		fprintf(stderr, "gpud: stopped: the reader of standard output went away; %llu "
-				"results were not written", (unsigned long long)h->sink_lost);
+		fprintf(stderr,
+			"gpud: stopped: the reader of standard output went away; %llu "
+			"results were not written",
+			(unsigned long long)h->sink_lost);
 		if (!h->gen_done)
 			fprintf(stderr, ", tasks from %llu on were not generated",
 				(unsigned long long)h->next_id);
@@ -327,9 +334,11 @@ static void exit_during_run(int status, void *arg)
 		return;
 	plugins_running = NULL;
 	fflush(NULL); /* what a sink wrote through stdio so far, as a normal exit would */
-	fprintf(stderr, "gpud: aborted: a plugin called exit(%d) inside the gpud process (the "
-			"generator, the sink or code they loaded): the run ended at once, its "
-			"running tasks without an outcome and the sink not closed\n", status);
+	fprintf(stderr,
+		"gpud: aborted: a plugin called exit(%d) inside the gpud process (the "
+		"generator, the sink or code they loaded): the run ended at once, its "
+		"running tasks without an outcome and the sink not closed\n",
+		status);
 	if (h->journal.fd >= 0)
 		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
 	_exit(3);
@@ -377,7 +386,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 			err.message[0] ? err.message : "open failed");
 		goto out;
 	}
-	int64_t (*total)(void *) = (int64_t (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
+	int64_t (*total)(void *) =
+		(int64_t(*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
 	if (total)
 		h.total = total(h.gen);
 	if (h.total >= 0) /* this rank's share of them */
@@ -405,7 +415,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	h.sink_open = true;
 	h.sink_open_ever = true;
-	uint32_t (*events)(void *) = (uint32_t (*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
+	uint32_t (*events)(void *) =
+		(uint32_t(*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
 	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
 	err.message[0] = '\0';
 	if (resume_skip_prefix(&h, &err) < 0) {
@@ -444,8 +455,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	if (h.ui_mode == UI_DASHBOARD && files_open_logs(&h) < 0)
 		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
 	/* Ordering only matters to a sink that receives outcomes. */
-	if (c->ordered && (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
-					  GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
+	if (c->ordered &&
+	    (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
 		h.held = calloc(c->queue_size, sizeof *h.held);
 	h.t_start_ns = wait_now_ns();
 	if (metrics_start(&h) < 0) /* said why: a port asked for and not had */

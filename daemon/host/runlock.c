@@ -88,15 +88,16 @@ static void held_by(int fd, const char *path, char *why, size_t len)
 	ssize_t n = fd >= 0 ? pread(fd, who, sizeof who - 1, 0) : -1;
 	who[n > 0 ? n : 0] = '\0';
 	who[strcspn(who, "\n")] = '\0';
-	snprintf(why, len, "another run of this job is running (%s) and holds %s: two runs would "
-			   "interleave their journal records and outputs; wait for it to end, or "
-			   "stop it",
+	snprintf(why, len,
+		 "another run of this job is running (%s) and holds %s: two runs would "
+		 "interleave their journal records and outputs; wait for it to end, or "
+		 "stop it",
 		 who[0] ? who : "who, its lock file does not say", path);
 }
 
 /* Takes the lock `lp` (owned from here) for the output `path`. */
-static int take_one(struct runlock *l, const char *path, char *lp, const struct cfg *c,
-		    char *why, size_t len)
+static int take_one(struct runlock *l, const char *path, char *lp, const struct cfg *c, char *why,
+		    size_t len)
 {
 	for (int tries = 0; tries < 100; tries++) {
 		int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -127,8 +128,8 @@ static int take_one(struct runlock *l, const char *path, char *lp, const struct 
 			if (localtime_r(&now, &tm))
 				strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
 			char who[700];
-			int k = snprintf(who, sizeof who, "pid %d on %s, started %s, job %s\n", (int)getpid(),
-					 host[0] ? host : "?", when, c->path);
+			int k = snprintf(who, sizeof who, "pid %d on %s, started %s, job %s\n",
+					 (int)getpid(), host[0] ? host : "?", when, c->path);
 			if (ftruncate(fd, 0) < 0 || pwrite(fd, who, (size_t)k, 0) < 0) {
 				/* The lock holds whatever the file says. */
 			}

@@ -7,10 +7,10 @@
  * *_file) and folders (dir, *_dir). The lock is flock(2) on a lock file beside the file
  * (`.NAME.lock` in its folder, symlinks resolved: a link and its target are one output;
  * two hard links to one file are not told apart) or in the folder (`.gpud.lock`), which
- * holds who took it (pid, host, start time, job file) for the refusal to name. flock dies with its holder: a run killed with kill -9 never blocks
- * the next one. The lock file is removed while held at the end of a run (a run ended
- * by _exit, from the loop's stand-in, leaves it, unlocked, for the next to take); a run
- * that finds the file it locked removed meanwhile locks the new one instead.
+ * holds who took it (pid, host, start time, job file) for the refusal to name. flock dies with its
+ * holder: a run killed with kill -9 never blocks the next one. The lock file is removed while held
+ * at the end of a run (a run ended by _exit, from the loop's stand-in, leaves it, unlocked, for the
+ * next to take); a run that finds the file it locked removed meanwhile locks the new one instead.
  *
  * `gpud check` and `gpud status` look without taking or making anything.
  */

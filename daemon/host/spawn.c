@@ -107,7 +107,7 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	 * signals for the job reach only the host. */
 	posix_spawnattr_setpgroup(&attr, 0);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-					       POSIX_SPAWN_SETPGROUP);
+						POSIX_SPAWN_SETPGROUP);
 
 	rc = posix_spawn(&w->pid, h->worker_exe, &fa, &attr, argv, env);
 
@@ -218,8 +218,8 @@ static int spawn_helper(const char *worker_exe, char *const args[], char *out, s
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	if (timed_out) {
-		snprintf(err, errlen, "%s %s %s: no answer within %d s; killed", worker_exe, args[0],
-			 args[1] ? args[1] : "", SPAWN_HELPER_TIMEOUT_S);
+		snprintf(err, errlen, "%s %s %s: no answer within %d s; killed", worker_exe,
+			 args[0], args[1] ? args[1] : "", SPAWN_HELPER_TIMEOUT_S);
 		return -1;
 	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -239,15 +239,15 @@ pipe_failed:
 	return -1;
 }
 
-int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out,
-			      size_t outlen, char *err, size_t errlen)
+int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out, size_t outlen,
+			      char *err, size_t errlen)
 {
 	char *args[] = {"--check", (char *)plugin};
 	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
 }
 
-int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max,
-		     char *err, size_t errlen)
+int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max, char *err,
+		     size_t errlen)
 {
 	static char out[64 * 1024];
 	char *args[] = {"--count-gpus", NULL};
@@ -267,8 +267,8 @@ int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size
 	return n;
 }
 
-int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
-		   char *err, size_t errlen)
+int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen, char *err,
+		   size_t errlen)
 {
 	char *args[] = {"--describe", (char *)plugin};
 	return spawn_helper(worker_exe, args, out, outlen, err, errlen);

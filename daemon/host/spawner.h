@@ -16,18 +16,18 @@ void spawn_kill(pid_t pid, int sig);
 /* Loads the worker plugin in a helper process, as a worker would. On success `out`
  * holds "name version", then, when the plugin declares its keys, a line "keys" and
  * one key a line. */
-int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out,
-			      size_t outlen, char *err, size_t errlen);
+int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *out, size_t outlen,
+			      char *err, size_t errlen);
 /* gpud plugins: "kind\tname\tversion\tdescription" of a plugin, from a helper process
  * (a worker plugin never loads into the host). 0, or -1 with err. */
-int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen,
-		   char *err, size_t errlen);
+int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t outlen, char *err,
+		   size_t errlen);
 /* The CUDA device count, from a short-lived gpud-worker (the host never loads CUDA);
  * -1 with err. bus_ids[i] (when not NULL, up to max) gets device i's PCI bus id, or
  * stays as it is when CUDA gave none. */
 #define SPAWN_BUS_ID 32
-int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max,
-		     char *err, size_t errlen);
+int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max, char *err,
+		     size_t errlen);
 
 /* How long a helper process may take before it is killed. */
 #define SPAWN_HELPER_TIMEOUT_S 30

@@ -40,7 +40,8 @@ static void heavy_barrier(const struct gate *g)
 static void publish_filled(struct host *h)
 {
 	struct host_worker *w = h->gate.filling;
-	if (w && w->rep && atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head) {
+	if (w && w->rep &&
+	    atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head) {
 		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
 		wait_ring(shm_worker_bell(w));
 	}
@@ -114,13 +115,16 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 			if (g->sink_kind == EVENTS_SINK_CLOSE)
 				snprintf(what, sizeof what, "close");
 			else if (g->sink_task == UINT64_MAX)
-				snprintf(what, sizeof what, "call for a %s", kind_name(g->sink_kind));
+				snprintf(what, sizeof what, "call for a %s",
+					 kind_name(g->sink_kind));
 			else
 				snprintf(what, sizeof what, "call for task %llu (%s)",
 					 (unsigned long long)g->sink_task, kind_name(g->sink_kind));
-			ui_say(h, UI_EVENT, "the sink's %s has not returned for %.0f s; results wait "
+			ui_say(h, UI_EVENT,
+			       "the sink's %s has not returned for %.0f s; results wait "
 			       "in the workers' rings (Ctrl-C or SIGTERM ends the run after "
-			       "drain_timeout%s)", what, (double)(now - since_ns) * 1e-9,
+			       "drain_timeout%s)",
+			       what, (double)(now - since_ns) * 1e-9,
 			       c->sink_timeout > 0 ? ", sink_timeout by itself" : "");
 			tell_at = since_ns + 2 * (now - since_ns);
 		}
@@ -128,7 +132,8 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 		if (h->interrupted && c->drain_timeout > 0 &&
 		    wait_since(now, h->interrupt_ns) >= (uint64_t)(c->drain_timeout * 1e9))
 			end = true;
-		if (c->sink_timeout > 0 && wait_since(now, since_ns) >= (uint64_t)(c->sink_timeout * 1e9)) {
+		if (c->sink_timeout > 0 &&
+		    wait_since(now, since_ns) >= (uint64_t)(c->sink_timeout * 1e9)) {
 			/* Ended as by SIGTERM: resumable, the undelivered outcomes run again. */
 			host_abort(h, "the sink's call has not returned in %g s (sink_timeout)",
 				   c->sink_timeout);
@@ -156,8 +161,8 @@ static void *standin_main(void *arg)
 {
 	struct host *h = arg;
 	struct gate *g = &h->gate;
-	uint64_t seen = UINT64_MAX; /* the call found running at the last look */
-	uint64_t seen_ns = 0;       /* when */
+	uint64_t seen = UINT64_MAX;        /* the call found running at the last look */
+	uint64_t seen_ns = 0;              /* when */
 	uint64_t period = STANDIN_POLL_NS; /* how long it may run before a take-over */
 	for (;;) {
 		/* The bell before `ending`: standin_stop() sets `ending` before it rings,
@@ -184,8 +189,9 @@ static void *standin_main(void *arg)
 		if (calls != seen) {
 			seen = calls;
 			seen_ns = wait_now_ns();
-			period = atomic_load_explicit(&g->sink, memory_order_relaxed) ? STANDIN_SINK_NS
-										   : STANDIN_POLL_NS;
+			period = atomic_load_explicit(&g->sink, memory_order_relaxed)
+					 ? STANDIN_SINK_NS
+					 : STANDIN_POLL_NS;
 			continue;
 		}
 		if (wait_now_ns() - seen_ns < period)
@@ -222,7 +228,8 @@ int standin_start(struct host *h)
 	struct gate *g = &h->gate;
 	static int registered = -1;
 	if (registered < 0)
-		registered = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+		registered = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,
+				     0) == 0;
 	g->fence = !registered;
 	atomic_store(&g->ending, 0);
 	atomic_store(&g->taken, 0);

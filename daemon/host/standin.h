@@ -9,11 +9,11 @@
  * loop when there is a reason to: a worker ran out of tasks or result space and went to
  * sleep (it rings the host's bell as it does), a signal came, or 10 ms passed. A look
  * that finds the loop inside a generator call is followed by another 0.5 ms later; when
- * the same call is still running then, the stand-in takes the loop over: it publishes the tasks already yielded, then takes in results,
- * handles signals, timeouts and worker deaths, and places tasks that run again,
- * exactly as the loop would, but calls no generator. When the call returns, the
- * loop's thread waits for the stand-in to finish its pass and takes the loop back. If
- * the run ends first (every task done, or an interrupt), the stand-in ends it.
+ * the same call is still running then, the stand-in takes the loop over: it publishes the tasks
+ * already yielded, then takes in results, handles signals, timeouts and worker deaths, and places
+ * tasks that run again, exactly as the loop would, but calls no generator. When the call returns,
+ * the loop's thread waits for the stand-in to finish its pass and takes the loop back. If the run
+ * ends first (every task done, or an interrupt), the stand-in ends it.
  *
  * The hand-over costs the loop's thread two plain stores and a load per generator
  * call: the stand-in pays for the ordering with membarrier(2), which puts a full
@@ -55,9 +55,9 @@ struct gate {
 	int sink_kind;
 	uint64_t sink_task;
 	int sink_attempt;
-	bool fence;                            /* no membarrier: fence on every call */
-	_Alignas(64) _Atomic uint32_t taken;   /* the stand-in runs the loop */
-	_Atomic uint32_t ending;               /* the loop is done: the stand-in leaves */
+	bool fence;                          /* no membarrier: fence on every call */
+	_Alignas(64) _Atomic uint32_t taken; /* the stand-in runs the loop */
+	_Atomic uint32_t ending;             /* the loop is done: the stand-in leaves */
 	_Alignas(64) char _end;
 };
 

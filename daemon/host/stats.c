@@ -54,14 +54,16 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 		(unsigned long long)s->generated, (unsigned long long)s->ok,
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
-		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate, host_cpu);
+		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate,
+		host_cpu);
 	for (unsigned i = 0; i < h->n_workers; i++) {
 		const struct host_worker *w = &h->w[i];
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
 			"\"timed_out\": %llu, \"restarts\": %u}",
 			i ? ", " : "", w->index, w->gpu_id, (unsigned long long)w->ok,
-			(unsigned long long)w->failed, (unsigned long long)w->timeouts, w->restarts);
+			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
+			w->restarts);
 	}
 	fprintf(f, "], \"gpus\": [");
 	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
@@ -78,14 +80,17 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 			"\"restarts\": %u, \"retired\": %s}",
 			g ? ", " : "", h->cfg->gpus[g], (unsigned long long)ok,
 			(unsigned long long)failed, (unsigned long long)timed_out,
-			h->restarts ? h->restarts[g] : 0, h->retired && h->retired[g] ? "true" : "false");
+			h->restarts ? h->restarts[g] : 0,
+			h->retired && h->retired[g] ? "true" : "false");
 	}
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
 	 * names the ranks it was not given. */
 	fprintf(f, "], \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
 		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
-	fprintf(f, ", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
-		"\"journal\": ", (long long)h->total, (unsigned long long)h->resumed,
+	fprintf(f,
+		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
+		"\"journal\": ",
+		(long long)h->total, (unsigned long long)h->resumed,
 		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
 	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);
 	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
@@ -94,8 +99,7 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 	char list[4200];
 	if (h->log_dir && (h->failures_listed || h->not_run_listed))
 		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
-	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list
-										       : NULL);
+	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list : NULL);
 	fprintf(f, "}\n");
 	if (ferror(f)) {
 		int e = errno;

@@ -43,7 +43,7 @@ struct ui {
 	pthread_cond_t wake;
 	bool stop;
 	bool color;
-	int prev_lines;  /* dashboard: lines of the last frame, to draw over */
+	int prev_lines; /* dashboard: lines of the last frame, to draw over */
 	double t_samples[SAMPLES];
 	uint64_t done_samples[SAMPLES];
 	unsigned n_samples;
@@ -444,7 +444,8 @@ static void draw_dashboard(struct ui *u, bool final)
 		l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
 		struct nvml_sample ns;
 		if (u->nvml && nvml_sample(u->nvml, host_bus_id(h, w->gpu_id), w->gpu_id, &ns) == 0)
-			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);
+			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9,
+			      ns.mem_total / 1e9);
 		frame_add(&fr, &l);
 		shown++;
 	}
@@ -514,12 +515,14 @@ static void plain_progress(struct ui *u, bool final)
 	uint64_t all = f.done + f.resumed;
 	if (f.total >= 0)
 		fprintf(stderr, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)all,
-			(long long)f.total, f.total ? 100.0 * (double)all / (double)f.total : 100.0);
+			(long long)f.total,
+			f.total ? 100.0 * (double)all / (double)f.total : 100.0);
 	else
 		fprintf(stderr, "gpud: [%s] %llu done", a, (unsigned long long)all);
 	if (f.resumed)
 		fprintf(stderr, " (%llu before this run)", (unsigned long long)f.resumed);
-	fprintf(stderr, " ok %llu failed %llu timed out %llu | %.0f/s now, %.0f/s overall | queue %llu",
+	fprintf(stderr,
+		" ok %llu failed %llu timed out %llu | %.0f/s now, %.0f/s overall | queue %llu",
 		(unsigned long long)f.ok, (unsigned long long)f.failed,
 		(unsigned long long)f.timed_out, f.rate_now, f.rate_all,
 		(unsigned long long)f.in_flight);

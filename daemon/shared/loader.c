@@ -55,7 +55,8 @@ char *loader_find(const char *spec, enum loader_kind kind, char *err, size_t err
 				free(copy);
 				return p;
 			}
-			used += (size_t)snprintf(looked + used, used < sizeof looked ? sizeof looked - used : 0,
+			used += (size_t)snprintf(looked + used,
+						 used < sizeof looked ? sizeof looked - used : 0,
 						 "%s%s", used ? ", " : "", d);
 		}
 		free(copy);
@@ -107,10 +108,11 @@ int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char
 		goto fail;
 	}
 	if (pl->info->abi_major != GPUD_ABI_MAJOR || pl->info->abi_minor > GPUD_ABI_MINOR) {
-		snprintf(err, errlen,
-			 "%s plugin %s: built for plugin ABI %u.%u, this gpud supports %d.0 to %d.%d",
-			 kn, path, pl->info->abi_major, pl->info->abi_minor, GPUD_ABI_MAJOR,
-			 GPUD_ABI_MAJOR, GPUD_ABI_MINOR);
+		snprintf(
+			err, errlen,
+			"%s plugin %s: built for plugin ABI %u.%u, this gpud supports %d.0 to %d.%d",
+			kn, path, pl->info->abi_major, pl->info->abi_minor, GPUD_ABI_MAJOR,
+			GPUD_ABI_MAJOR, GPUD_ABI_MINOR);
 		goto fail;
 	}
 	if (!pl->info->kind || strcmp(pl->info->kind, kn) != 0) {
@@ -120,15 +122,19 @@ int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char
 	}
 	for (const char *const *s = required[kind]; *s; s++) {
 		if (!dlsym(pl->handle, *s)) {
-			snprintf(err, errlen, "%s plugin %s: does not export %s, which every %s "
-					      "plugin must", kn, path, *s, kn);
+			snprintf(err, errlen,
+				 "%s plugin %s: does not export %s, which every %s "
+				 "plugin must",
+				 kn, path, *s, kn);
 			goto fail;
 		}
 	}
 	if (kind == LOADER_WORKER && !dlsym(pl->handle, "gpud_worker_process") &&
 	    !dlsym(pl->handle, "gpud_worker_process_batch")) {
-		snprintf(err, errlen, "worker plugin %s: exports neither gpud_worker_process nor "
-				      "gpud_worker_process_batch; a worker plugin needs one of them", path);
+		snprintf(err, errlen,
+			 "worker plugin %s: exports neither gpud_worker_process nor "
+			 "gpud_worker_process_batch; a worker plugin needs one of them",
+			 path);
 		goto fail;
 	}
 	pl->path = strdup(path);

@@ -54,8 +54,8 @@ static inline void *ring_payload(struct shm_rec *rec)
  * end it writes a pad record and moves *head to the next lap. Returns the record to
  * fill, or NULL when there is not enough free space yet.
  */
-static inline struct shm_rec *ring_reserve(const struct ring *r, uint64_t *head,
-					   uint64_t tail, uint64_t need)
+static inline struct shm_rec *ring_reserve(const struct ring *r, uint64_t *head, uint64_t tail,
+					   uint64_t need)
 {
 	uint64_t off = *head & (r->cap - 1);
 	if (off + need > r->cap) {

@@ -59,8 +59,9 @@
 #define SHM_FD_RUN 3
 #define SHM_FD_OUT 4
 #define SHM_FD_BELL 5
-#define SHM_FD_HOST 6 /* read end of a pipe whose write end only the host holds: EOF = the
-			 host is gone */
+#define SHM_FD_HOST                                                                                \
+	6 /* read end of a pipe whose write end only the host holds: EOF = the                     \
+	     host is gone */
 
 enum shm_rec_kind {
 	REC_PAD = 0x50414444u,  /* "PADD": skip to the ring's next lap */
@@ -81,9 +82,9 @@ enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
 #define WORKER_EXIT_TAINTED 71
 
 /* REC_FAIL flags */
-#define REC_FLAG_FATAL 1u   /* the plugin marked the worker unusable (gpud_task_fatal) */
-#define REC_FLAG_BOUNDS 2u  /* the plugin wrote outside its result buffer */
-#define REC_FLAG_REJECT 4u  /* the plugin rejected the task for good (gpud_task_reject) */
+#define REC_FLAG_FATAL 1u  /* the plugin marked the worker unusable (gpud_task_fatal) */
+#define REC_FLAG_BOUNDS 2u /* the plugin wrote outside its result buffer */
+#define REC_FLAG_REJECT 4u /* the plugin rejected the task for good (gpud_task_reject) */
 /* Results of gpud_worker_process_batch: flags >> REC_CALL_SHIFT is the number of tasks
  * of the call on its first result, 0 on the others (for the batch-size metric). */
 #define REC_CALL_SHIFT 8
@@ -131,12 +132,12 @@ struct shm_bell {
 };
 
 enum shm_worker_state {
-	WS_SPAWNED = 0,      /* exec'd, not yet in setup */
-	WS_SETUP = 1,        /* running the plugin's setup */
-	WS_READY = 2,        /* taking tasks */
-	WS_SETUP_FAILED = 3, /* message holds the plugin's reason; the worker exits */
-	WS_CLEANUP = 4,      /* stop seen, running cleanup */
-	WS_DONE = 5,         /* cleanup succeeded; the worker exits 0 */
+	WS_SPAWNED = 0,        /* exec'd, not yet in setup */
+	WS_SETUP = 1,          /* running the plugin's setup */
+	WS_READY = 2,          /* taking tasks */
+	WS_SETUP_FAILED = 3,   /* message holds the plugin's reason; the worker exits */
+	WS_CLEANUP = 4,        /* stop seen, running cleanup */
+	WS_DONE = 5,           /* cleanup succeeded; the worker exits 0 */
 	WS_CLEANUP_FAILED = 6, /* message holds the reason; the worker exits */
 };
 
@@ -223,13 +224,14 @@ struct shm_header {
  * canary: a no-op result then takes two lines, and in a stream of them, with a
  * capacity that is a multiple of 128 bytes (the default 1 MiB, any power of two from 128
  * up), every canary line falls on one of those unused lines, never on a header the host
- * reads, so arming it does not pull a line out of the host's cache. Measured side by side (docs/benchmarks.md): the
- * 256-byte gap after every result cost 5% of the no-op rate; with no gap at all after
- * empty results the canaries fell on headers and far placement lost 20%. */#define SHM_CANARY UINT64_C(0xc0ffee5ca1ab1e5d)
+ * reads, so arming it does not pull a line out of the host's cache. Measured side by side
+ * (docs/benchmarks.md): the 256-byte gap after every result cost 5% of the no-op rate; with no gap
+ * at all after empty results the canaries fell on headers and far placement lost 20%. */
+#define SHM_CANARY UINT64_C(0xc0ffee5ca1ab1e5d)
 #define SHM_SLOT_GAP 256u
 #define SHM_EMPTY_GAP SHM_LINE
 
-_Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
+	_Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
 _Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, check) == 32, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, flags) == 20, "shm_rec layout");

@@ -72,7 +72,7 @@ struct worker {
 	 * runs long (its own line: the watcher reads it every HELD_NS) */
 	_Alignas(64) _Atomic uint64_t committed;
 	_Alignas(64) char committed_end;
-	bool waited;          /* the clock read last is stale: we waited since */
+	bool waited; /* the clock read last is stale: we waited since */
 	uint64_t published_ns;
 
 	/* task timing (TINY_NS) */
@@ -203,7 +203,8 @@ static struct shm_rec *next_task(struct worker *w, uint64_t *now)
 			publish(w, *now);
 		atomic_store_explicit(&w->rep->busy_since_ns, 0, memory_order_relaxed);
 		if (atomic_load_explicit(&w->feed->stop, memory_order_acquire)) {
-			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
+			w->task_head =
+				atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			if (w->task_head == w->task_tail)
 				return NULL;
 			continue;
@@ -249,7 +250,8 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 	while (n < w->batch) {
 		struct shm_rec *t = ring_peek(&w->tasks, &pos, w->task_head);
 		if (!t) {
-			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
+			w->task_head =
+				atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			if (w->task_head != pos)
 				continue;
 			if (!w->hdr->batch_wait_ns ||
@@ -263,8 +265,9 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 			if (w->pending)
 				publish(w, now);
 			w->waited = true;
-		wait_until(w->my_bell, more_tasks, w, deadline);
-			w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
+			wait_until(w->my_bell, more_tasks, w, deadline);
+			w->task_head =
+				atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			continue;
 		}
 		w->in[n++] = t;
@@ -326,13 +329,15 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 		 * words the host verifies. */
 		kind = REC_FAIL;
 		flags = REC_FLAG_BOUNDS;
-		size = (uint32_t)snprintf(ring_payload(r), SHM_MSG_MAX,
-					  "the plugin wrote %s its result buffer (capacity %u bytes)",
-					  breach == BREACH_BEFORE ? "before the start of" : "past the end of",
-					  max_result);
+		size = (uint32_t)snprintf(
+			ring_payload(r), SHM_MSG_MAX,
+			"the plugin wrote %s its result buffer (capacity %u bytes)",
+			breach == BREACH_BEFORE ? "before the start of" : "past the end of",
+			max_result);
 	} else if (task->failed || rc != 0) {
 		if (!err->message[0])
-			snprintf(err->message, sizeof err->message, "%s returned %d without a message",
+			snprintf(err->message, sizeof err->message,
+				 "%s returned %d without a message",
 				 slot ? "process_batch()" : "process()", rc);
 		kind = REC_FAIL;
 		size = (uint32_t)strnlen(err->message, sizeof err->message);
@@ -343,7 +348,8 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 			flags = REC_FLAG_FATAL;
 			memcpy(w->fatal, err->message, sizeof w->fatal);
 			if (!w->fatal[0])
-				snprintf(w->fatal, sizeof w->fatal, "gpud_task_fatal() without a message");
+				snprintf(w->fatal, sizeof w->fatal,
+					 "gpud_task_fatal() without a message");
 		}
 	} else if (task->result.size > max_result) {
 		kind = REC_FAIL;
@@ -404,7 +410,9 @@ static void run_tasks(struct worker *w)
 				.id = t->task_id,
 				.input = ring_payload(t),
 				.input_size = t->size,
-				.result = {.data = ring_payload(w->out[i]), .size = 0, .capacity = cap},
+				.result = {.data = ring_payload(w->out[i]),
+					   .size = 0,
+					   .capacity = cap},
 				.error = &w->err[i],
 				.attempt = (int)t->attempt,
 			};
@@ -422,7 +430,8 @@ static void run_tasks(struct worker *w)
 		atomic_store_explicit(&w->rep->run_from, call_from, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
-		int rc = slots ? w->process_batch(w->state, w->t, n) : w->process(w->state, &w->t[0]);
+		int rc = slots ? w->process_batch(w->state, w->t, n)
+			       : w->process(w->state, &w->t[0]);
 		leave_if_forked();
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
@@ -499,8 +508,8 @@ static int read_config(struct worker *w, const char **plugin)
  * a write running off either end faults instead of landing in other memory. */
 static void *map_guarded(int fd, uint64_t off, uint64_t len, int prot)
 {
-	uint8_t *area = mmap(NULL, len + 2 * SHM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-			     -1, 0);
+	uint8_t *area =
+		mmap(NULL, len + 2 * SHM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (area == MAP_FAILED)
 		return NULL;
 	void *m = mmap(area + SHM_PAGE, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
@@ -525,10 +534,10 @@ static int map_shm(struct worker *w, long index)
 	if (m == MAP_FAILED || madvise(m, (size_t)st.st_size, MADV_DONTFORK) < 0)
 		return -1;
 	const struct shm_header *h = w->hdr = m;
-	if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
-	    h->header_size != sizeof *h || h->feed_size != sizeof(struct shm_feed) ||
-	    h->report_size != sizeof(struct shm_report) ||
-	    h->total_size != (uint64_t)st.st_size || index < 0 || index >= h->n_workers ||
+	if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->header_size != sizeof *h ||
+	    h->feed_size != sizeof(struct shm_feed) ||
+	    h->report_size != sizeof(struct shm_report) || h->total_size != (uint64_t)st.st_size ||
+	    index < 0 || index >= h->n_workers ||
 	    h->feeds_off + (uint64_t)h->n_workers * sizeof(struct shm_feed) > h->total_size ||
 	    h->out_size != (uint64_t)out.st_size || h->out_size <= SHM_OUT_RING_OFF)
 		return -1;
@@ -540,21 +549,22 @@ static int map_shm(struct worker *w, long index)
 	w->rep = map_guarded(SHM_FD_OUT, 0, SHM_PAGE, PROT_READ | PROT_WRITE);
 	uint8_t *results = map_guarded(SHM_FD_OUT, SHM_OUT_RING_OFF, f->result_ring_cap,
 				       PROT_READ | PROT_WRITE);
-	_Atomic uint32_t *bell = mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
-				      SHM_FD_BELL, 0);
-	if (!w->rep || !results || bell == MAP_FAILED ||
-	    madvise(bell, SHM_PAGE, MADV_DONTFORK) < 0)
+	_Atomic uint32_t *bell =
+		mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, SHM_FD_BELL, 0);
+	if (!w->rep || !results || bell == MAP_FAILED || madvise(bell, SHM_PAGE, MADV_DONTFORK) < 0)
 		return -1;
 	close(SHM_FD_RUN);
 	close(SHM_FD_OUT);
 	close(SHM_FD_BELL);
 	w->tasks = (struct ring){(uint8_t *)m + f->task_ring_off, f->task_ring_cap, 0};
 	w->results = (struct ring){results, f->result_ring_cap, SHM_SLOT_GAP};
-	w->host_bell = (struct wait_bell){.bell = bell, .sleeping = (_Atomic uint32_t *)&h->host_sleeping};
+	w->host_bell =
+		(struct wait_bell){.bell = bell, .sleeping = (_Atomic uint32_t *)&h->host_sleeping};
 	/* Going to sleep, a worker rings the host's bell: if the host loop is stuck in a
 	 * generator call, its stand-in looks at once (standin.h). */
 	w->my_bell = (struct wait_bell){.bell = (_Atomic uint32_t *)&f->bell.bell,
-					.sleeping = &w->rep->sleeping, .tell = bell};
+					.sleeping = &w->rep->sleeping,
+					.tell = bell};
 	uint32_t res = h->max_result_bytes > SHM_MSG_MAX ? h->max_result_bytes : SHM_MSG_MAX;
 	w->result_need = ring_span(res) + SHM_SLOT_GAP;
 	w->task_tail = w->task_head = f->task_base;
@@ -663,12 +673,12 @@ static int run(long index, long host_pid)
 		finish(1);
 	}
 	int (*setup)(const struct gpud_worker_info *, void **, struct gpud_error *) =
-		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))
-			loader_sym(&w.plugin, "gpud_worker_setup");
-	w.process = (int (*)(void *, struct gpud_task *))loader_sym(&w.plugin,
-								     "gpud_worker_process");
-	w.cleanup = (int (*)(void *, struct gpud_error *))loader_sym(&w.plugin,
-								      "gpud_worker_cleanup");
+		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))loader_sym(
+			&w.plugin, "gpud_worker_setup");
+	w.process =
+		(int (*)(void *, struct gpud_task *))loader_sym(&w.plugin, "gpud_worker_process");
+	w.cleanup =
+		(int (*)(void *, struct gpud_error *))loader_sym(&w.plugin, "gpud_worker_cleanup");
 	w.process_batch = (int (*)(void *, struct gpud_task *, size_t))loader_sym(
 		&w.plugin, "gpud_worker_process_batch");
 	w.batch = w.process_batch && w.hdr->batch_size > 1 ? w.hdr->batch_size : 1;
@@ -699,7 +709,8 @@ static int run(long index, long host_pid)
 	leave_if_forked();
 	if (set_up != 0) {
 		if (!err.message[0])
-			snprintf(err.message, sizeof err.message, "setup() failed without a message");
+			snprintf(err.message, sizeof err.message,
+				 "setup() failed without a message");
 		set_state(&w, WS_SETUP_FAILED, err.message);
 		finish(1);
 	}
@@ -714,7 +725,8 @@ static int run(long index, long host_pid)
 	leave_if_forked();
 	if (cleaned != 0) {
 		if (!err.message[0])
-			snprintf(err.message, sizeof err.message, "cleanup() failed without a message");
+			snprintf(err.message, sizeof err.message,
+				 "cleanup() failed without a message");
 		set_state(&w, WS_CLEANUP_FAILED, err.message);
 	} else {
 		set_state(&w, WS_DONE, NULL);
@@ -734,7 +746,8 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 	/* auto: only when the plugin brought the CUDA runtime in with it, so a plugin that
 	 * does not use CUDA never pays for a CUDA context. */
 	for (size_t i = 0; i < sizeof names / sizeof *names && !lib; i++)
-		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | (mode == SHM_PIN_AUTO ? RTLD_NOLOAD : 0));
+		lib = dlopen(names[i],
+			     RTLD_NOW | RTLD_LOCAL | (mode == SHM_PIN_AUTO ? RTLD_NOLOAD : 0));
 	if (!lib) {
 		if (mode == SHM_PIN_AUTO)
 			return 0;
@@ -763,7 +776,8 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 		last(); /* leave no sticky error behind for the plugin */
 	if (mode == SHM_PIN_AUTO)
 		return 0;
-	snprintf(why, len, "pin_memory = on: cudaHostRegister of the task and result rings failed: %s (%s)",
+	snprintf(why, len,
+		 "pin_memory = on: cudaHostRegister of the task and result rings failed: %s (%s)",
 		 name ? name(rc) : "error", text ? text(rc) : "?");
 	return -1;
 }

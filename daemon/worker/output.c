@@ -54,7 +54,8 @@ static void *prefix_lines(void *arg)
 		}
 	}
 	if (have) {
-		int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker, (int)have, buf);
+		int len = snprintf(line, sizeof line, "[worker %d] %.*s\n", p->worker, (int)have,
+				   buf);
 		if (write(p->out, line, (size_t)len) < 0)
 			return NULL;
 	}
@@ -94,4 +95,3 @@ void output_prefix_finish(void)
 	ts.tv_sec += 1;
 	pthread_timedjoin_np(prefixer.thread, NULL, &ts);
 }
-

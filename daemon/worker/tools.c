@@ -21,7 +21,8 @@ int worker_check(const char *path)
 	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
 	       pl.info->version ? pl.info->version : "?");
 	/* The keys it declares (ABI 1.2): a line "keys", then one a line. */
-	const char *const *keys = pl.info->abi_minor >= 2 ? loader_sym(&pl, "gpud_plugin_keys") : NULL;
+	const char *const *keys =
+		pl.info->abi_minor >= 2 ? loader_sym(&pl, "gpud_plugin_keys") : NULL;
 	if (keys) {
 		printf("keys\n");
 		for (size_t i = 0; keys[i] && i < 4096; i++)
@@ -81,7 +82,8 @@ int worker_count_gpus(void)
 	/* Then each device's PCI bus id, in CUDA's numbering (the one `gpus` and
 	 * CUDA_VISIBLE_DEVICES use), for NVML, which numbers them otherwise. */
 	printf("%d\n", n);
-	int (*bus_id)(char *, int, int) = (int (*)(char *, int, int))dlsym(lib, "cudaDeviceGetPCIBusId");
+	int (*bus_id)(char *, int, int) =
+		(int (*)(char *, int, int))dlsym(lib, "cudaDeviceGetPCIBusId");
 	for (int i = 0; bus_id && i < n; i++) {
 		char id[64] = "";
 		printf("%s\n", bus_id(id, (int)sizeof id, i) == 0 ? id : "-");
@@ -123,4 +125,3 @@ int worker_describe(const char *path)
 	fprintf(stderr, "unknown plugin kind '%s'\n", info->kind);
 	return 2;
 }
-

@@ -93,12 +93,12 @@ struct gpud_plugin_info {
 #define GPUD_EXTERN_C
 #endif
 
-#define GPUD_PLUGIN(kind, name, version)                                                   \
-	GPUD_EXTERN_C GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {       \
+#define GPUD_PLUGIN(kind, name, version)                                                           \
+	GPUD_EXTERN_C GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {               \
 		GPUD_ABI_MAJOR, GPUD_ABI_MINOR, kind, name, version}
 
 /** Optional (ABI 1.1): a one-line description, shown by `gpud plugins`. */
-#define GPUD_PLUGIN_DESCRIPTION(text)                                                      \
+#define GPUD_PLUGIN_DESCRIPTION(text)                                                              \
 	GPUD_EXTERN_C GPUD_EXPORT const char gpud_plugin_description[] = text
 
 /** Optional (ABI 1.2): the keys the plugin's job-file section accepts. With it, gpud
@@ -106,11 +106,10 @@ struct gpud_plugin_info {
  *  accepted key ("did you mean"); a name ending in '*' accepts every key with that
  *  prefix. Without it, every key reaches the plugin unchecked.
  *    GPUD_PLUGIN_KEYS("path", "append", "include_input");  */
-#define GPUD_PLUGIN_KEYS(...)                                                              \
+#define GPUD_PLUGIN_KEYS(...)                                                                      \
 	GPUD_EXTERN_C GPUD_EXPORT const char *const gpud_plugin_keys[] = {__VA_ARGS__, NULL}
 /** (ABI 1.2) The plugin takes no keys at all: any key in its section is refused. */
-#define GPUD_PLUGIN_NO_KEYS                                                                \
-	GPUD_EXTERN_C GPUD_EXPORT const char *const gpud_plugin_keys[] = {NULL}
+#define GPUD_PLUGIN_NO_KEYS GPUD_EXTERN_C GPUD_EXPORT const char *const gpud_plugin_keys[] = {NULL}
 
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                              */
@@ -134,7 +133,8 @@ static inline const char *gpud_arg(const struct gpud_args *args, const char *key
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int gpud_fail(struct gpud_error *err, const char *fmt, ...)
+static inline int
+gpud_fail(struct gpud_error *err, const char *fmt, ...)
 {
 	if (err) {
 		va_list ap;
@@ -148,8 +148,8 @@ static inline int gpud_fail(struct gpud_error *err, const char *fmt, ...)
 /** Reads `key` as a whole decimal (or 0x hex) number into *out; *out = fallback when
  *  the key is absent or the value bad. Returns 0, or -1 with a message naming the key
  *  when the value is not a number or out of range. */
-static inline int gpud_arg_parse_long(const struct gpud_args *args, const char *key,
-				      long fallback, long *out, struct gpud_error *err)
+static inline int gpud_arg_parse_long(const struct gpud_args *args, const char *key, long fallback,
+				      long *out, struct gpud_error *err)
 {
 	const char *v = gpud_arg(args, key, NULL);
 	char *end = NULL;
@@ -191,8 +191,7 @@ static inline long gpud_arg_long(const struct gpud_args *args, const char *key, 
 	return gpud_arg_parse_long(args, key, fallback, &n, NULL) == 0 ? n : fallback;
 }
 
-static inline double gpud_arg_double(const struct gpud_args *args, const char *key,
-				     double fallback)
+static inline double gpud_arg_double(const struct gpud_args *args, const char *key, double fallback)
 {
 	double d = fallback;
 	return gpud_arg_parse_double(args, key, fallback, &d, NULL) == 0 ? d : fallback;
@@ -210,7 +209,7 @@ struct gpud_worker_info {
 	int gpu_id;
 	uint64_t seed;
 	const struct gpud_args *args;
-	uint64_t flags;    /* (ABI 1.1) GPUD_WORKER_* bits below */
+	uint64_t flags;      /* (ABI 1.1) GPUD_WORKER_* bits below */
 	unsigned batch_size; /* (ABI 1.1) most tasks a gpud_worker_process_batch call gets */
 	unsigned _pad;
 	void *reserved[2]; /* zero; room for later ABI minors */
@@ -255,7 +254,8 @@ static inline void gpud_task_failv_(struct gpud_task *task, const char *fmt, va_
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
+static inline int
+gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = GPUD_TASK_FATAL;
 	va_list ap;
@@ -271,7 +271,8 @@ static inline int gpud_task_fatal(struct gpud_task *task, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int gpud_task_reject(struct gpud_task *task, const char *fmt, ...)
+static inline int
+gpud_task_reject(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = GPUD_TASK_REJECT;
 	va_list ap;
@@ -285,7 +286,8 @@ static inline int gpud_task_reject(struct gpud_task *task, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
+static inline int
+gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 {
 	task->failed = 1;
 	va_list ap;
@@ -367,9 +369,9 @@ enum gpud_event_kind {
 struct gpud_event {
 	enum gpud_event_kind kind;
 	uint64_t task_id;
-	int worker_id; /* -1 when no worker was involved (an oversized generator item) */
-	int gpu_id;    /* -1 likewise */
-	int attempt;   /* 0 on the first run of a task */
+	int worker_id;     /* -1 when no worker was involved (an oversized generator item) */
+	int gpu_id;        /* -1 likewise */
+	int attempt;       /* 0 on the first run of a task */
 	const void *input; /* task events: the task's input (NULL when it was too large) */
 	size_t input_size;
 	const void *result; /* GPUD_TASK_OK */
@@ -388,11 +390,9 @@ struct gpud_stats {
 };
 
 /** Required. Opens the sink with its [sink] section. 0, or -1 with err. */
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err);
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err);
 /** Required. Receives one event. Returns 0, or -1 with err to abort the run. */
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err);
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err);
 /** Optional. Called exactly once at the end of every run that opened the sink, with the
  *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3). */
 GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,

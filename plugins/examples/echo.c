@@ -23,7 +23,8 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
 	(void)state;
 	if (task->input_size > task->result.capacity)
-		return gpud_task_fail(task, "echo: input of %zu bytes exceeds max_result_bytes (%zu)",
+		return gpud_task_fail(task,
+				      "echo: input of %zu bytes exceeds max_result_bytes (%zu)",
 				      task->input_size, task->result.capacity);
 	/* Copy in pieces below 1 MiB: on some CPUs glibc's memcpy switches to a much
 	 * slower strategy at exactly 1 MiB. */

@@ -49,7 +49,8 @@ static void block(struct sha256 *s, const uint8_t *p)
 	a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3];
 	e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
 	for (int i = 0; i < 64; i++) {
-		uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+		uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) +
+			      K[i] + w[i];
 		uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
 		h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
 	}

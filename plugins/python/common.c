@@ -23,8 +23,8 @@ PyObject *py_take_error(char *buf, size_t len)
 		return NULL;
 	PyObject *msg = value ? PyObject_Str(value) : NULL;
 	const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
-	size_t used = (size_t)snprintf(buf, len, "%s: %s", ((PyTypeObject *)type)->tp_name,
-				       m ? m : "");
+	size_t used =
+		(size_t)snprintf(buf, len, "%s: %s", ((PyTypeObject *)type)->tp_name, m ? m : "");
 	/* The last frames, where it happened. */
 	PyObject *tbmod = tb ? PyImport_ImportModule("traceback") : NULL;
 	PyObject *frames = tbmod ? PyObject_CallMethod(tbmod, "extract_tb", "O", tb) : NULL;
@@ -188,9 +188,11 @@ PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours)
 
 int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err)
 {
-	const char *script = gpud_arg(args, "script", NULL), *module = gpud_arg(args, "module", NULL);
+	const char *script = gpud_arg(args, "script", NULL),
+		   *module = gpud_arg(args, "module", NULL);
 	if (!script == !module)
-		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+		return gpud_fail(err,
+				 "python: give script = FILE.py or module = NAME (one of them)");
 	if (need && !gpud_arg(args, need, NULL))
 		return gpud_fail(err, "python: %s = NAME is required", need);
 	return script ? check_file_readable("python", script, err) : 0;

@@ -39,14 +39,17 @@ struct py_gen {
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 				    struct gpud_error *err)
 {
-	const char *script = gpud_arg(args, "script", NULL), *module = gpud_arg(args, "module", NULL);
+	const char *script = gpud_arg(args, "script", NULL),
+		   *module = gpud_arg(args, "module", NULL);
 	const char *fn_name = gpud_arg(args, "function", NULL);
 	const char *pypath = gpud_arg(args, "python_path", NULL);
 	char why[900];
 	if (!script == !module)
-		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+		return gpud_fail(err,
+				 "python: give script = FILE.py or module = NAME (one of them)");
 	if (!fn_name)
-		return gpud_fail(err, "python: function = NAME is required (the generator function)");
+		return gpud_fail(err,
+				 "python: function = NAME is required (the generator function)");
 	if (py_start(gpud_module_init, true, err) < 0)
 		return -1;
 	PyGILState_STATE gil = PyGILState_Ensure();
@@ -131,13 +134,16 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 	}
 	if (py_bytes_of(o, g->json_dumps, &b) < 0) {
 		Py_XDECREF(py_take_error(why, sizeof why));
-		rc = gpud_fail(err, "python: %s() yielded a %s that cannot be a task (bytes, str or "
-			       "JSON-able): %s", g->name, Py_TYPE(o)->tp_name, why);
+		rc = gpud_fail(err,
+			       "python: %s() yielded a %s that cannot be a task (bytes, str or "
+			       "JSON-able): %s",
+			       g->name, Py_TYPE(o)->tp_name, why);
 		goto out;
 	}
 	item->size = (size_t)b.n;
 	if ((size_t)b.n <= item->capacity)
-		memcpy(item->data, b.p, (size_t)b.n); /* larger: the host reports it, we write nothing */
+		memcpy(item->data, b.p,
+		       (size_t)b.n); /* larger: the host reports it, we write nothing */
 out:
 	py_bytes_release(&b);
 	Py_XDECREF(o);

@@ -38,7 +38,15 @@ static const char gpud_module_source[] =
 	"        pass\n";
 
 static struct PyModuleDef gpud_module_def = {
-	PyModuleDef_HEAD_INIT, "gpud", "gpud's worker-side helpers", -1, NULL, NULL, NULL, NULL, NULL,
+	PyModuleDef_HEAD_INIT,
+	"gpud",
+	"gpud's worker-side helpers",
+	-1,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
 };
 
 static PyObject *gpud_module_init(void)

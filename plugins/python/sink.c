@@ -36,7 +36,7 @@ static const char *const our_keys[] = {"script", "module", "class", "python_path
 enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON };
 
 enum { CB_SUCCESS, CB_ERROR, CB_TIMEOUT, CB_SETUP_FAIL, CB_TASK_START, CB_EXIT, CB_N };
-static const char *const cb_names[CB_N] = {"on_success", "on_error", "on_timeout",
+static const char *const cb_names[CB_N] = {"on_success",    "on_error",      "on_timeout",
 					   "on_setup_fail", "on_task_start", "on_exit"};
 
 struct py_sink {
@@ -54,15 +54,17 @@ static void release_all(struct py_sink *s)
 	free(s);
 }
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
-	const char *script = gpud_arg(args, "script", NULL), *module = gpud_arg(args, "module", NULL);
-	const char *cls_name = gpud_arg(args, "class", NULL), *res = gpud_arg(args, "result", "auto");
+	const char *script = gpud_arg(args, "script", NULL),
+		   *module = gpud_arg(args, "module", NULL);
+	const char *cls_name = gpud_arg(args, "class", NULL),
+		   *res = gpud_arg(args, "result", "auto");
 	const char *pypath = gpud_arg(args, "python_path", NULL);
 	char why[900];
 	if (!script == !module)
-		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+		return gpud_fail(err,
+				 "python: give script = FILE.py or module = NAME (one of them)");
 	struct py_sink *s = calloc(1, sizeof *s);
 	if (!s)
 		return gpud_fail(err, "python: out of memory");
@@ -76,7 +78,8 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 		s->result = RES_JSON;
 	else {
 		free(s);
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json", res);
+		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+				 res);
 	}
 	if (py_start(gpud_module_init, true, err) < 0) {
 		free(s);
@@ -94,7 +97,8 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 		PyObject *cls = PyObject_GetAttrString(mod, cls_name);
 		if (!cls) {
 			PyErr_Clear();
-			gpud_fail(err, "python: %s has no class %s", script ? script : module, cls_name);
+			gpud_fail(err, "python: %s has no class %s", script ? script : module,
+				  cls_name);
 			goto out;
 		}
 		PyObject *kwargs = py_kwargs(args, our_keys), *noargs = PyTuple_New(0);
@@ -121,9 +125,12 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 		any += s->cb[i] != NULL;
 	}
 	if (!any) {
-		gpud_fail(err, "python: %s defines none of on_success, on_error, on_timeout, "
+		gpud_fail(err,
+			  "python: %s defines none of on_success, on_error, on_timeout, "
 			  "on_setup_fail, on_task_start, on_exit",
-			  cls_name ? cls_name : script ? script : module);
+			  cls_name ? cls_name
+			  : script ? script
+				   : module);
 		goto out;
 	}
 	json = PyImport_ImportModule("json");
@@ -131,8 +138,9 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 	if (s->cb[CB_EXIT]) {
 		/* on_exit(stats) or on_exit(): as many arguments as it takes. */
 		inspect = PyImport_ImportModule("inspect");
-		PyObject *sig = inspect ? PyObject_CallMethod(inspect, "signature", "O", s->cb[CB_EXIT])
-					: NULL;
+		PyObject *sig =
+			inspect ? PyObject_CallMethod(inspect, "signature", "O", s->cb[CB_EXIT])
+				: NULL;
 		PyObject *params = sig ? PyObject_GetAttrString(sig, "parameters") : NULL;
 		s->exit_args = params && PyObject_Length(params) > 0;
 		PyErr_Clear();
@@ -161,16 +169,19 @@ out:
 GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err)
 {
 	const char *res = gpud_arg(args, "result", "auto");
-	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") && strcmp(res, "json"))
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json", res);
+	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") &&
+	    strcmp(res, "json"))
+		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+				 res);
 	return py_check_source(args, NULL, err);
 }
 
 GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 {
 	struct py_sink *s = state;
-	static const enum gpud_event_kind kinds[] = {GPUD_TASK_OK, GPUD_TASK_ERROR, GPUD_TASK_TIMEOUT,
-						     GPUD_SETUP_FAILED, GPUD_TASK_START};
+	static const enum gpud_event_kind kinds[] = {GPUD_TASK_OK, GPUD_TASK_ERROR,
+						     GPUD_TASK_TIMEOUT, GPUD_SETUP_FAILED,
+						     GPUD_TASK_START};
 	uint32_t mask = 0;
 	for (int i = 0; i < CB_EXIT; i++)
 		if (s->cb[i])
@@ -202,8 +213,7 @@ static PyObject *text(const char *m)
 	return PyUnicode_DecodeUTF8(m ? m : "", (Py_ssize_t)strlen(m ? m : ""), "replace");
 }
 
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct py_sink *s = state;
 	PyGILState_STATE gil = PyGILState_Ensure();
@@ -261,13 +271,13 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct
 	PyGILState_STATE gil = PyGILState_Ensure();
 	if (s->cb[CB_EXIT]) {
 		PyObject *stats = Py_BuildValue(
-			"{sKsKsKsKsKsKsIsIsd}", "generated", (unsigned long long)st->generated, "ok",
-			(unsigned long long)st->ok, "failed", (unsigned long long)st->failed,
+			"{sKsKsKsKsKsKsIsIsd}", "generated", (unsigned long long)st->generated,
+			"ok", (unsigned long long)st->ok, "failed", (unsigned long long)st->failed,
 			"timed_out", (unsigned long long)st->timed_out, "not_run",
 			(unsigned long long)st->not_run, "retried", (unsigned long long)st->retried,
-			"worker_restarts", st->worker_restarts, "setup_failures", st->setup_failures,
-			"elapsed", st->elapsed);
-		PyObject *r = !stats ? NULL
+			"worker_restarts", st->worker_restarts, "setup_failures",
+			st->setup_failures, "elapsed", st->elapsed);
+		PyObject *r = !stats         ? NULL
 			      : s->exit_args ? PyObject_CallOneArg(s->cb[CB_EXIT], stats)
 					     : PyObject_CallNoArgs(s->cb[CB_EXIT]);
 		if (!r) {

@@ -61,8 +61,7 @@ struct py_worker {
 /* ---- the input exporter: a buffer over shared memory that counts its exports ---- */
 
 typedef struct input_obj {
-	PyObject_HEAD
-	const void *data;
+	PyObject_HEAD const void *data;
 	Py_ssize_t len;
 	Py_ssize_t exports;
 } input_obj;
@@ -101,8 +100,7 @@ static PyTypeObject input_type = {
 
 /* ---- setup ---- */
 
-static const char *const our_keys[] = {"script", "module", "class", "python_path", "input",
-				       NULL};
+static const char *const our_keys[] = {"script", "module", "class", "python_path", "input", NULL};
 
 static int start_python(struct gpud_error *err)
 {
@@ -123,7 +121,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	char why[900];
 
 	if (!script == !module)
-		return gpud_fail(err, "python: give script = FILE.py or module = NAME (one of them)");
+		return gpud_fail(err,
+				 "python: give script = FILE.py or module = NAME (one of them)");
 	if (!cls_name)
 		return gpud_fail(err, "python: class = NAME is required (the worker class)");
 	struct py_worker *pw = calloc(1, sizeof *pw);
@@ -139,8 +138,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		pw->input = IN_JSON;
 	else {
 		free(pw);
-		return gpud_fail(err, "python: input = '%s': expected memoryview, bytes, str or json",
-				 in);
+		return gpud_fail(
+			err, "python: input = '%s': expected memoryview, bytes, str or json", in);
 	}
 	pw->batch = info->batch_size ? info->batch_size : 1;
 	if (start_python(err) < 0 || (pypath && py_prepend_path(pypath, err) < 0)) {
@@ -157,7 +156,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	if (!cls) {
 		PyErr_Clear();
 		free(pw);
-		return gpud_fail(err, "python: %s has no class %s", script ? script : module, cls_name);
+		return gpud_fail(err, "python: %s has no class %s", script ? script : module,
+				 cls_name);
 	}
 	pw->obj = PyObject_CallNoArgs(cls);
 	Py_DECREF(cls);
@@ -299,8 +299,10 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
 	}
 	if (py_bytes_of(r, pw->json_dumps, &b) < 0) {
 		Py_XDECREF(py_take_error(why, sizeof why));
-		gpud_task_fail(t, "python: process() returned a %s that cannot be a result (bytes, "
-			       "str, None or JSON-able): %s", Py_TYPE(r)->tp_name, why);
+		gpud_task_fail(t,
+			       "python: process() returned a %s that cannot be a result (bytes, "
+			       "str, None or JSON-able): %s",
+			       Py_TYPE(r)->tp_name, why);
 	} else if ((size_t)b.n > t->result.capacity) {
 		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", b.n,
 			       t->result.capacity);
@@ -327,9 +329,10 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	bool kept = kept_view(pw, data, in);
 	Py_DECREF(data);
 	if (kept)
-		gpud_task_fatal(t, "python: process() kept a view of its input past the call (a "
-			       "memoryview slice, np.frombuffer...), which would see later tasks' "
-			       "bytes; copy what you keep (bytes(data)). The worker is replaced.");
+		gpud_task_fatal(t,
+				"python: process() kept a view of its input past the call (a "
+				"memoryview slice, np.frombuffer...), which would see later tasks' "
+				"bytes; copy what you keep (bytes(data)). The worker is replaced.");
 }
 
 /* process_batch(items): a list in, a list of as many results out; an exception object
@@ -368,8 +371,10 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		PyErr_Clear();
 		for (size_t i = 0; i < n; i++)
 			if (made[i])
-				gpud_task_fail(&t[i], "python: process_batch() must return a list of "
-					       "%zu results, one per item", n);
+				gpud_task_fail(&t[i],
+					       "python: process_batch() must return a list of "
+					       "%zu results, one per item",
+					       n);
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			if (!made[i])
@@ -392,8 +397,9 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 			kept |= kept_view(pw, PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
 	if (kept)
 		for (size_t i = 0; i < n; i++)
-			gpud_task_fatal(&t[i], "python: process_batch() kept a view of an input past "
-				       "the call; copy what you keep. The worker is replaced.");
+			gpud_task_fatal(&t[i],
+					"python: process_batch() kept a view of an input past "
+					"the call; copy what you keep. The worker is replaced.");
 out:
 	Py_XDECREF(items);
 	free(ins);
@@ -434,9 +440,9 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	/* What print() left in Python's own buffers reaches the log now. The interpreter is
 	 * not finalized: threads a model library started could hang that, and the process
 	 * ends right after. */
-	PyObject *r = PyRun_String("import sys\nsys.stdout.flush()\nsys.stderr.flush()\n",
-				   Py_file_input, PyModule_GetDict(PyImport_AddModule("__main__")),
-				   NULL);
+	PyObject *r =
+		PyRun_String("import sys\nsys.stdout.flush()\nsys.stderr.flush()\n", Py_file_input,
+			     PyModule_GetDict(PyImport_AddModule("__main__")), NULL);
 	if (!r)
 		PyErr_Clear();
 	Py_XDECREF(r);

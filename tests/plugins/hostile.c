@@ -220,9 +220,11 @@ static void reach(struct gpud_task *task)
 		snprintf(fds, sizeof fds, "%s", verdict(fd_err));
 	int n = snprintf(task->result.data, task->result.capacity,
 			 "host=%d mem=%s fd=%s ptrace=%s self_dumpable=%d", (int)host,
-			 verdict(mem_err), fds, verdict(pt_err), prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
-	task->result.size = n < 0 ? 0 : (size_t)n < task->result.capacity ? (size_t)n
-									 : task->result.capacity;
+			 verdict(mem_err), fds, verdict(pt_err),
+			 prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
+	task->result.size = n < 0                               ? 0
+			    : (size_t)n < task->result.capacity ? (size_t)n
+								: task->result.capacity;
 }
 
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
@@ -247,8 +249,7 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 		else if (!strcmp(s->mode, "reach")) {
 			reach(task);
 			return 0;
-		}
-		else if (!strcmp(s->mode, "fork") && fork() == 0) {
+		} else if (!strcmp(s->mode, "fork") && fork() == 0) {
 			append_pid(s->pidfile, getpid());
 			setsid(); /* out of the worker's process group, too */
 			sleep(30);

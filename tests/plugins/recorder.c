@@ -28,8 +28,7 @@ struct rec {
 	int closed;
 };
 
-GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
-			       struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
 	const char *path = gpud_arg(args, "path", NULL);
 	if (!path)
@@ -46,8 +45,7 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state,
 	return 0;
 }
 
-GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev,
-				struct gpud_error *err)
+GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct rec *r = state;
 	switch (ev->kind) {

@@ -54,9 +54,11 @@ __global__ void dense_kernel(const float *__restrict__ w, const float *__restric
 	float acc = 0;
 	for (int k0 = 0; k0 < in_dim; k0 += TILE) {
 		int kx = k0 + threadIdx.x, kw = k0 + threadIdx.y;
-		xs[threadIdx.y][threadIdx.x] = (b < n && kx < in_dim) ? x[(size_t)b * in_dim + kx] : 0;
+		xs[threadIdx.y][threadIdx.x] =
+			(b < n && kx < in_dim) ? x[(size_t)b * in_dim + kx] : 0;
 		int wo = blockIdx.x * TILE + threadIdx.x;
-		ws[threadIdx.y][threadIdx.x] = (wo < out_dim && kw < in_dim) ? w[(size_t)wo * in_dim + kw] : 0;
+		ws[threadIdx.y][threadIdx.x] =
+			(wo < out_dim && kw < in_dim) ? w[(size_t)wo * in_dim + kw] : 0;
 		__syncthreads();
 		for (int k = 0; k < TILE; k++)
 			acc += xs[threadIdx.y][k] * ws[k][threadIdx.x];
@@ -74,7 +76,8 @@ __global__ void bad_store(float *p)
 
 static int cuda_fail(struct gpud_error *err, const char *what, cudaError_t e)
 {
-	return gpud_fail(err, "dense: %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+	return gpud_fail(err, "dense: %s: %s (%s)", what, cudaGetErrorName(e),
+			 cudaGetErrorString(e));
 }
 
 /* Errors after which the context is unusable: the process must go. */
@@ -190,12 +193,15 @@ int gpud_worker_process_batch(void *state, struct gpud_task *t, size_t n)
 	/* Tasks of the wrong size fail alone; the others are packed in order. */
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].input_size != in_bytes) {
-			gpud_task_fail(&t[i], "dense: input of %zu bytes, expected %zu (in_dim = %u floats)",
-				       t[i].input_size, in_bytes, d->in_dim);
+			gpud_task_fail(
+				&t[i],
+				"dense: input of %zu bytes, expected %zu (in_dim = %u floats)",
+				t[i].input_size, in_bytes, d->in_dim);
 			continue;
 		}
 		if (t[i].result.capacity < out_bytes) {
-			gpud_task_fail(&t[i], "dense: max_result_bytes must be at least %zu", out_bytes);
+			gpud_task_fail(&t[i], "dense: max_result_bytes must be at least %zu",
+				       out_bytes);
 			continue;
 		}
 		fault |= d->fault >= 0 && t[i].id == (uint64_t)d->fault;
@@ -219,14 +225,15 @@ int gpud_worker_process_batch(void *state, struct gpud_task *t, size_t n)
 	else {
 		for (size_t i = 0; i < good; i++)
 			memcpy(d->h_x + i * d->in_dim, ins[i], in_bytes);
-		e = cudaMemcpyAsync(d->d_x, d->h_x, good * in_bytes, cudaMemcpyHostToDevice, d->stream);
+		e = cudaMemcpyAsync(d->d_x, d->h_x, good * in_bytes, cudaMemcpyHostToDevice,
+				    d->stream);
 	}
 
 	if (e == cudaSuccess) {
 		dim3 block(TILE, TILE);
 		dim3 grid((d->out_dim + TILE - 1) / TILE, (unsigned)((good + TILE - 1) / TILE));
 		dense_kernel<<<grid, block, 0, d->stream>>>(d->d_w, d->d_x, d->d_y, (int)good,
-							     (int)d->in_dim, (int)d->out_dim);
+							    (int)d->in_dim, (int)d->out_dim);
 		if (fault)
 			bad_store<<<1, 32, 0, d->stream>>>((float *)(uintptr_t)0x10);
 		e = cudaGetLastError();
@@ -243,8 +250,8 @@ int gpud_worker_process_batch(void *state, struct gpud_task *t, size_t n)
 				e = cudaMemcpyAsync(outs[i], d->d_y + i * d->out_dim, out_bytes,
 						    cudaMemcpyDeviceToHost, d->stream);
 		else
-			e = cudaMemcpyAsync(d->h_y, d->d_y, good * out_bytes, cudaMemcpyDeviceToHost,
-					    d->stream);
+			e = cudaMemcpyAsync(d->h_y, d->d_y, good * out_bytes,
+					    cudaMemcpyDeviceToHost, d->stream);
 	}
 	if (e == cudaSuccess)
 		e = cudaStreamSynchronize(d->stream);
@@ -259,7 +266,8 @@ int gpud_worker_process_batch(void *state, struct gpud_task *t, size_t n)
 			gpud_task_fatal(ok[i], "dense: %s (%s): this worker's CUDA context is lost",
 					cudaGetErrorName(e), cudaGetErrorString(e));
 		else
-			gpud_task_fail(ok[i], "dense: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+			gpud_task_fail(ok[i], "dense: %s (%s)", cudaGetErrorName(e),
+				       cudaGetErrorString(e));
 	}
 	return 0;
 }

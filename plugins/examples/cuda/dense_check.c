@@ -15,7 +15,8 @@
 int main(int argc, char **argv)
 {
 	if (argc != 7) {
-		fprintf(stderr, "usage: %s DIR COUNT IN_DIM OUT_DIM BASE_SEED INPUT_SEED\n", argv[0]);
+		fprintf(stderr, "usage: %s DIR COUNT IN_DIM OUT_DIM BASE_SEED INPUT_SEED\n",
+			argv[0]);
 		return 2;
 	}
 	const char *dir = argv[1];
