@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "job/config.h"
 #include "fuzz.h"
 
 int fuzz_config_one(const uint8_t *data, size_t size)

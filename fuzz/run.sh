@@ -22,7 +22,7 @@ out=build-fuzz
 mkdir -p "$out"
 flags=(-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -DGPUD_LIBFUZZER -Iplugin_api -Idaemon/shared -Idaemon/host -Ifuzz)
-clang "${flags[@]}" fuzz/fuzz_config.c daemon/host/config.c -linih -o "$out/fuzz_config"
+clang "${flags[@]}" fuzz/fuzz_config.c daemon/host/job/config.c -linih -o "$out/fuzz_config"
 clang "${flags[@]}" fuzz/fuzz_ring.c daemon/shared/ring.c -o "$out/fuzz_ring"
 
 status=0

@@ -7,7 +7,7 @@
 
 #include <criterion/criterion.h>
 
-#include "config.h"
+#include "job/config.h"
 #include "helpers.h"
 
 static const char good[] = "; a full job\n"

@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
-#include "journal.h"
+#include "record/journal.h"
 
 /* How many lines of the jsonl text have task id `id`, and whether each is ok with the
  * input as result (the faulty worker echoes its input). */

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/* `gpud merge`: the ranks' --stats-json files as one summary that adds up. */
+#define _GNU_SOURCE
+#include "cluster/merge.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/textio.h"
+
+/* Largest stats file read: one of 4096 workers on 1024 GPUs is well under 1 MiB. */
+#define MERGE_MAX_FILE (8u << 20)
+
+/* The number after "key": in a --stats-json text (the first one: the totals come
+ * before the per-worker lists). 0 with *out set, -1 when missing or not finite (1e999
+ * is valid JSON but no figure of ours). */
+static int number(const char *text, const char *key, double *out)
+{
+	char want[64];
+	snprintf(want, sizeof want, "\"%s\": ", key);
+	const char *p = strstr(text, want);
+	if (!p)
+		return -1;
+	char *end;
+	double v = strtod(p + strlen(want), &end);
+	if (end == p + strlen(want) || !isfinite(v))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* A number for the output: JSON has no nan or inf, so an undefined figure is null. */
+static void put_num(const char *key, double v, int decimals, bool known)
+{
+	if (known && isfinite(v))
+		printf(", \"%s\": %.*f", key, decimals, v);
+	else
+		printf(", \"%s\": null", key);
+}
+
+/* The worst exit status of the ranks: aborted, then usage, then resumable, then some
+ * failed, then all ok. */
+static int worse(int a, int b)
+{
+	static const int rank_of[] = {0, 1, 4, 5, 3}; /* by status 0..4 */
+	int ra = a >= 0 && a <= 4 ? rank_of[a] : 6, rb = b >= 0 && b <= 4 ? rank_of[b] : 6;
+	return ra >= rb ? a : b;
+}
+
+/* What says which share of which job a file holds (absent in files of gpud before it
+ * wrote them: has_rank false). */
+struct share {
+	bool has_rank;
+	unsigned rank, ranks;
+	char job_id[24];
+	dev_t dev;
+	ino_t ino;
+};
+
+static void read_share(const char *text, struct share *s)
+{
+	double r, n;
+	s->has_rank = number(text, "rank", &r) == 0 && number(text, "ranks", &n) == 0 && r >= 0 &&
+		      n >= 1 && r < n && n <= 1e6;
+	if (s->has_rank) {
+		s->rank = (unsigned)r;
+		s->ranks = (unsigned)n;
+	}
+	const char *j = strstr(text, "\"job_id\": \"");
+	s->job_id[0] = '\0';
+	if (j)
+		sscanf(j + 11, "%16[0-9a-f]", s->job_id);
+}
+
+/* Refuses files that are not shares of one job, each once. 0, or 2 with one line. */
+static int check_shares(int argc, char **argv, const struct share *s)
+{
+	for (int i = 0; i < argc; i++) {
+		for (int j = 0; j < i; j++) {
+			if (s[i].dev == s[j].dev && s[i].ino == s[j].ino) {
+				fprintf(stderr,
+					"gpud: merge: %s and %s are the same file: each rank's "
+					"file is given once\n",
+					argv[j], argv[i]);
+				return 2;
+			}
+			if (!s[i].has_rank || !s[j].has_rank)
+				continue;
+			if (s[i].ranks != s[j].ranks) {
+				fprintf(stderr,
+					"gpud: merge: %s is of a run over %u ranks, %s of one "
+					"over %u: not one job\n",
+					argv[j], s[j].ranks, argv[i], s[i].ranks);
+				return 2;
+			}
+			if (s[i].job_id[0] && s[j].job_id[0] && strcmp(s[i].job_id, s[j].job_id)) {
+				fprintf(stderr,
+					"gpud: merge: %s and %s are of different jobs (job_id %s "
+					"and %s: the worker's or the generator's plugin or keys, "
+					"or base_seed, differ)\n",
+					argv[j], argv[i], s[j].job_id, s[i].job_id);
+				return 2;
+			}
+			if (s[i].rank == s[j].rank) {
+				fprintf(stderr,
+					"gpud: merge: %s and %s are both rank %u of %u: each "
+					"rank's file is given once\n",
+					argv[j], argv[i], s[i].rank, s[i].ranks);
+				return 2;
+			}
+		}
+	}
+	return 0;
+}
+
+/* The ranks of the job no file was given for, as `"missing_ranks": [...]`; says so on
+ * standard error. Returns how many. Unknown (null) when a file has no rank. */
+static unsigned put_missing(int argc, char **argv, const struct share *s)
+{
+	for (int i = 0; i < argc; i++) {
+		if (!s[i].has_rank) {
+			fprintf(stderr,
+				"gpud: merge: %s says no rank (an older gpud wrote it): "
+				"duplicate and missing ranks cannot be told\n",
+				argv[i]);
+			printf(", \"job_ranks\": null, \"missing_ranks\": null");
+			return 0;
+		}
+	}
+	unsigned n = s[0].ranks, missing = 0;
+	bool *seen = calloc(n, sizeof *seen);
+	if (!seen) {
+		fprintf(stderr, "gpud: merge: out of memory\n");
+		return n;
+	}
+	for (int i = 0; i < argc; i++)
+		seen[s[i].rank] = true;
+	printf(", \"job_ranks\": %u, \"missing_ranks\": [", n);
+	for (unsigned k = 0; k < n; k++)
+		if (!seen[k])
+			printf("%s%u", missing++ ? ", " : "", k);
+	printf("]");
+	if (missing) {
+		fprintf(stderr, "gpud: merge: %u of the job's %u ranks have no file:", missing, n);
+		unsigned said = 0;
+		for (unsigned k = 0; k < n && said < 20; k++)
+			if (!seen[k])
+				fprintf(stderr, "%s %u", said++ ? "," : "", k);
+		fprintf(stderr, "%s; the figures are theirs only\n", missing > said ? ", ..." : "");
+	}
+	free(seen);
+	return missing;
+}
+
+int merge_main(int argc, char **argv)
+{
+	static const char *const sums[] = {"generated",      "ok",
+					   "failed",         "timed_out",
+					   "not_run",        "retried",
+					   "setup_failures", "worker_restarts",
+					   "resumed",        "host_cpu_seconds"};
+	enum { N_SUMS = sizeof sums / sizeof *sums };
+	double total[N_SUMS] = {0}, start = 0, end = 0, expected = 0;
+	bool expected_known = true, have_start = false, have_end = false;
+	int status = 0;
+	if (argc < 1) {
+		fprintf(stderr,
+			"usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
+		return 2;
+	}
+	struct share *share = calloc((size_t)argc, sizeof *share);
+	if (!share) {
+		fprintf(stderr, "gpud: merge: out of memory\n");
+		return 2;
+	}
+	for (int i = 0; i < argc; i++) {
+		char why[200];
+		size_t size;
+		struct stat st;
+		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
+		if (!text || stat(argv[i], &st) < 0) {
+			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i],
+				text ? strerror(errno) : why);
+			free(text);
+			free(share);
+			return 2;
+		}
+		share[i].dev = st.st_dev;
+		share[i].ino = st.st_ino;
+		read_share(text, &share[i]);
+		double v, s, e, t, x;
+		for (int k = 0; k < N_SUMS; k++) {
+			int found = number(text, sums[k], &v);
+			if ((found < 0 && strcmp(sums[k], "resumed") != 0) ||
+			    (found == 0 && v < 0)) {
+				fprintf(stderr,
+					"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
+					"--stats-json file\n",
+					argv[i], sums[k]);
+				free(text);
+				free(share);
+				return 2;
+			}
+			total[k] += found == 0 ? v : 0;
+		}
+		if (number(text, "start_time", &s) == 0 && (!have_start || s < start)) {
+			start = s;
+			have_start = true;
+		}
+		if (number(text, "end_time", &e) == 0 && (!have_end || e > end)) {
+			end = e;
+			have_end = true;
+		}
+		if (number(text, "total", &t) < 0 || t < 0)
+			expected_known = false;
+		else
+			expected += t;
+		if (number(text, "exit_status", &x) == 0 && x >= 0 && x <= 255)
+			status = i == 0 ? (int)x : worse(status, (int)x);
+		free(text);
+	}
+	int rc = check_shares(argc, argv, share);
+	if (rc) {
+		free(share);
+		return rc;
+	}
+	double done = total[1] + total[2] + total[3];
+	bool timed = have_start && have_end && end >= start;
+	double elapsed = timed ? end - start : 0;
+	printf("{\"ranks\": %d", argc);
+	for (int k = 0; k < N_SUMS; k++)
+		put_num(sums[k], total[k], strcmp(sums[k], "host_cpu_seconds") ? 0 : 6, true);
+	put_num("total", expected_known ? expected : -1, 0, true);
+	put_num("start_time", start, 3, have_start);
+	put_num("end_time", end, 3, have_end);
+	put_num("elapsed", elapsed, 6, timed);
+	put_num("throughput", elapsed > 0 ? done / elapsed : 0, 1, true);
+	printf(", \"exit_status\": %d", status);
+	unsigned missing = put_missing(argc, argv, share);
+	printf(", \"files\": [");
+	for (int i = 0; i < argc; i++) {
+		printf("%s", i ? ", " : "");
+		io_json_string(stdout, argv[i]);
+	}
+	printf("]}\n");
+	free(share);
+	fprintf(stderr,
+		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
+		"not run (exit status %d)\n",
+		argc, total[0], total[1], total[2], total[3], total[4], status);
+	if (total[0] != done + total[4])
+		fprintf(stderr,
+			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
+			"outcomes %.0f)\n",
+			total[0], done + total[4]);
+	/* A summary without some ranks is not the job's: a script must not take it for one. */
+	return status == 2 || missing ? 2 : 0;
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "job/checks.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "job/keys.h"
+
+/* The folder part of `path` ("." when it has none), malloc'd. */
+static char *parent_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return strdup(".");
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+static int dir_writable(const char *dir, char *why, size_t len)
+{
+	struct stat st;
+	if (stat(dir, &st) < 0) {
+		snprintf(why, len, "no folder %s (%s)", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, len, "%s is not a folder", dir);
+		return -1;
+	}
+	if (access(dir, W_OK | X_OK) < 0) {
+		snprintf(why, len, "cannot write in %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int check_file_writable(const char *path, char *why, size_t len)
+{
+	struct stat st;
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			snprintf(why, len, "%s is a folder, not a file", path);
+			return -1;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			snprintf(why, len, "%s is not a regular file", path);
+			return -1;
+		}
+		if (access(path, W_OK) < 0) {
+			snprintf(why, len, "cannot write %s: %s", path, strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (errno != ENOENT) {
+		snprintf(why, len, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	char *dir = parent_of(path);
+	if (!dir) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	int rc = dir_writable(dir, why, len);
+	free(dir);
+	return rc;
+}
+
+int check_dir_usable(const char *dir, char *why, size_t len)
+{
+	struct stat st;
+	if (stat(dir, &st) == 0)
+		return dir_writable(dir, why, len);
+	if (errno != ENOENT) {
+		snprintf(why, len, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	char *parent = parent_of(dir);
+	if (!parent) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	char sub[300];
+	int rc = dir_writable(parent, sub, sizeof sub);
+	if (rc < 0)
+		snprintf(why, len, "cannot create %s: %s", dir, sub);
+	free(parent);
+	return rc;
+}
+
+/* The keys a host-side plugin declares, or NULL. */
+static const char *const *declared(const struct plugin *pl)
+{
+	if (!pl->handle || pl->info->abi_minor < 2)
+		return NULL;
+	return (const char *const *)loader_sym(pl, "gpud_plugin_keys");
+}
+
+/* The keys in the worker helper's answer: the lines after "keys", made into a
+ * NULL-terminated array pointing into `text` (which is cut into lines). NULL when the
+ * plugin declared none. */
+static const char **worker_keys(char *text)
+{
+	char *k = strstr(text, "\nkeys");
+	if (!k || (k[5] != '\n' && k[5] != '\0'))
+		return NULL;
+	size_t n = 0;
+	for (char *p = k + 5; *p; p++)
+		n += *p == '\n';
+	const char **keys = calloc(n + 1, sizeof *keys);
+	if (!keys)
+		return NULL;
+	size_t i = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(k + 5, "\n", &save); line && i < n;
+	     line = strtok_r(NULL, "\n", &save))
+		keys[i++] = line;
+	return keys;
+}
+
+int checks_keys(const struct host *h, const struct cfg *c, const char *worker_out)
+{
+	char err[2048];
+	char *copy = strdup(worker_out ? worker_out : "");
+	const char **wk = copy ? worker_keys(copy) : NULL;
+	int rc = 0;
+	if (keys_check(&c->worker, "worker", c->worker.plugin, wk, err, sizeof err) < 0 ||
+	    keys_check(&c->generator, "generator", c->generator.plugin, declared(&h->gen_pl), err,
+		       sizeof err) < 0 ||
+	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err, sizeof err) <
+		    0) {
+		ui_clean(err);
+		fprintf(stderr, "gpud: %s\n", err);
+		rc = -1;
+	}
+	free(wk);
+	free(copy);
+	return rc;
+}
+
+typedef int (*check_fn)(const struct gpud_args *, struct gpud_error *);
+
+/* A plugin's own check (ABI 1.2); says so on `out` when it has none. */
+static int plugin_check(const struct plugin *pl, const struct cfg_section *s, const char *kind,
+			const char *sym, FILE *out)
+{
+	check_fn fn = pl->info->abi_minor >= 2 ? (check_fn)loader_sym(pl, sym) : NULL;
+	if (!fn) {
+		fprintf(out,
+			"  %s %s: not checked further (it has no %s); a run checks its "
+			"arguments when it opens it\n",
+			kind, s->plugin, sym);
+		return 0;
+	}
+	struct gpud_error err;
+	err.message[0] = '\0';
+	if (fn(&s->args, &err) != 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: %s %s: %s\n", kind, s->plugin,
+			err.message[0] ? err.message : "its check failed without a message");
+		return -1;
+	}
+	return 0;
+}
+
+int checks_dry(const struct host *h, const struct cfg *c, FILE *out)
+{
+	char why[600];
+	if (plugin_check(&h->gen_pl, &c->generator, "generator", "gpud_generator_check", out) < 0 ||
+	    plugin_check(&h->sink_pl, &c->sink, "sink", "gpud_sink_check", out) < 0)
+		return -1;
+	if (c->log_dir && check_dir_usable(c->log_dir, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: [job] log_dir: %s\n", c->path, why);
+		return -1;
+	}
+	if (c->journal && check_file_writable(c->journal, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: [job] journal: %s (journal = off runs without one)\n",
+			c->path, why);
+		return -1;
+	}
+	if (c->metrics_file && check_file_writable(c->metrics_file, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: [ui] metrics_file: %s\n", c->path, why);
+		return -1;
+	}
+	if (c->metrics_host &&
+	    metrics_can_listen(c->metrics_host, c->metrics_port, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: [ui] metrics_listen: %s\n", c->path, why);
+		return -1;
+	}
+	return 0;
+}

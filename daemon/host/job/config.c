@@ -1,0 +1,1023 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "job/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#include "job/suggest.h"
+
+/* Longest job-file line accepted. inih's default (200 bytes) would cut long values. */
+#define CFG_MAX_LINE (1 << 20)
+
+/* One `key = value` as read, before validation. line < 0: it came from --set. */
+struct raw {
+	char *section, *key, *value;
+	int line;
+	const char *set; /* the --set argument it came from */
+};
+
+struct parse {
+	const char *path;
+	FILE *f;
+	char *linebuf;
+	size_t linecap;
+	int lineno;
+	size_t bytes; /* read so far */
+	struct raw *raw;
+	size_t n_raw, cap_raw;
+	size_t *slots; /* hash of (section, key) -> index in raw + 1; 0 = empty */
+	size_t n_slots;
+	struct {
+		char *name;
+		int line;
+	} * sections;
+	size_t n_sections, cap_sections;
+	char *err;
+	size_t errlen;
+	bool failed;
+};
+
+static void fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct parse *p, const char *fmt, ...)
+{
+	if (p->failed)
+		return; /* keep the first error: later ones tend to follow from it */
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->err, p->errlen, fmt, ap);
+	va_end(ap);
+	/* Values are echoed: a control byte in one must not reach the terminal raw. */
+	for (char *s = p->err; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+	p->failed = true;
+}
+
+static void *grow(void *arr, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return arr;
+	size_t nc = *cap ? *cap * 2 : 16;
+	void *a = realloc(arr, nc * elem);
+	if (!a) {
+		perror("gpud");
+		abort(); /* out of memory while reading a job file: nothing sensible left */
+	}
+	*cap = nc;
+	return a;
+}
+
+/* inih's reader: one line per call, so p->lineno is the line the handler sees. Lines
+ * longer than inih's buffer or holding NUL bytes are errors, not silently cut. */
+static char *reader(char *str, int num, void *stream)
+{
+	struct parse *p = stream;
+	ssize_t n = getline(&p->linebuf, &p->linecap, p->f);
+	if (n < 0)
+		return NULL;
+	p->lineno++;
+	/* A file that grew after it was measured. */
+	p->bytes += (size_t)n;
+	if (p->bytes > CFG_MAX_FILE) {
+		fail(p, "%s:%d: the job file grew past %u MiB while read", p->path, p->lineno,
+		     CFG_MAX_FILE >> 20);
+		return NULL;
+	}
+	if (memchr(p->linebuf, '\0', (size_t)n)) {
+		fail(p, "%s:%d: binary data (a NUL byte) in the job file", p->path, p->lineno);
+		n = 0;
+	} else if (n >= num - 1) {
+		fail(p, "%s:%d: line longer than %d bytes", p->path, p->lineno, num - 2);
+		n = 0;
+	}
+	memcpy(str, p->linebuf, (size_t)n);
+	str[n] = '\0';
+
+	/* Note section headers here: inih reports a section only with its first key,
+	 * so an empty or unknown [section] would otherwise pass unseen. */
+	const char *s = str;
+	while (isspace((unsigned char)*s))
+		s++;
+	if (*s == '[') {
+		const char *e = strchr(s, ']');
+		if (e) {
+			p->sections = grow(p->sections, &p->cap_sections, p->n_sections,
+					   sizeof *p->sections);
+			p->sections[p->n_sections].name = strndup(s + 1, (size_t)(e - s - 1));
+			p->sections[p->n_sections].line = p->lineno;
+			p->n_sections++;
+		}
+	}
+	return str;
+}
+
+static size_t hash_key(const char *section, const char *key)
+{
+	uint64_t h = UINT64_C(1469598103934665603);
+	for (const char *s = section; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	h = (h ^ 0xff) * UINT64_C(1099511628211);
+	for (const char *s = key; *s; s++)
+		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	return (size_t)(h ^ (h >> 29));
+}
+
+/* The slot of (section, key): where it is, or the empty slot where it would go. */
+static size_t *slot_of(struct parse *p, const char *section, const char *key)
+{
+	size_t mask = p->n_slots - 1;
+	for (size_t i = hash_key(section, key) & mask;; i = (i + 1) & mask) {
+		size_t *s = &p->slots[i];
+		if (*s == 0 || (strcmp(p->raw[*s - 1].section, section) == 0 &&
+				strcmp(p->raw[*s - 1].key, key) == 0))
+			return s;
+	}
+}
+
+/* The key as read so far, or NULL: one hash lookup, so a file of many keys is read in
+ * linear time. */
+static struct raw *find_raw(struct parse *p, const char *section, const char *key)
+{
+	if (!p->n_slots)
+		return NULL;
+	size_t *s = slot_of(p, section, key);
+	return *s ? &p->raw[*s - 1] : NULL;
+}
+
+static void add_raw(struct parse *p, struct raw r)
+{
+	if (2 * (p->n_raw + 1) > p->n_slots) {
+		size_t n = p->n_slots ? 2 * p->n_slots : 64;
+		size_t *slots = calloc(n, sizeof *slots);
+		if (!slots) {
+			perror("gpud");
+			abort();
+		}
+		free(p->slots);
+		p->slots = slots;
+		p->n_slots = n;
+		for (size_t i = 0; i < p->n_raw; i++)
+			*slot_of(p, p->raw[i].section, p->raw[i].key) = i + 1;
+	}
+	p->raw = grow(p->raw, &p->cap_raw, p->n_raw, sizeof *p->raw);
+	p->raw[p->n_raw++] = r;
+	*slot_of(p, r.section, r.key) = p->n_raw;
+}
+
+static int handler(void *user, const char *section, const char *key, const char *value)
+{
+	struct parse *p = user;
+	struct raw *old = find_raw(p, section, key);
+	if (old) {
+		fail(p, "%s:%d: [%s] %s is set twice (first on line %d)", p->path, p->lineno,
+		     section, key, old->line);
+		return 0;
+	}
+	if (*section == '\0') {
+		fail(p, "%s:%d: '%s' comes before any [section]", p->path, p->lineno, key);
+		return 0;
+	}
+	add_raw(p, (struct raw){strdup(section), strdup(key), strdup(value), p->lineno, NULL});
+	return 1;
+}
+
+/* Applies one "SECTION.KEY=VALUE" override. */
+static void apply_set(struct parse *p, const char *set)
+{
+	const char *dot = strchr(set, '.');
+	const char *eq = strchr(set, '=');
+	if (!dot || !eq || dot > eq || dot == set || eq == dot + 1) {
+		fail(p, "--set %s: expected SECTION.KEY=VALUE", set);
+		return;
+	}
+	char *section = strndup(set, (size_t)(dot - set));
+	char *key = strndup(dot + 1, (size_t)(eq - dot - 1));
+	const char *value = eq + 1;
+	struct raw *old = find_raw(p, section, key);
+	if (old) {
+		free(old->value);
+		old->value = strdup(value);
+		old->line = -1;
+		old->set = set;
+		free(section);
+		free(key);
+		return;
+	}
+	add_raw(p, (struct raw){section, key, strdup(value), -1, set});
+}
+
+/* "file:line" or "--set X" for messages. */
+static const char *where(const struct parse *p, const struct raw *r, char *buf, size_t len)
+{
+	if (r->line < 0)
+		snprintf(buf, len, "--set %s", r->set);
+	else
+		snprintf(buf, len, "%s:%d", p->path, r->line);
+	return buf;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int cfg_parse_size(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	uint64_t mult = 1;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		mult = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1ull << 30;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "ib") == 0))
+		end += 2;
+	else if (mult > 1 && (*end == 'B' || *end == 'b'))
+		end++;
+	if (*end || v > max / mult)
+		return -1;
+	*out = v * mult;
+	return 0;
+}
+
+static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
+{
+	if (strcmp(v, "all") == 0) {
+		c->gpus_all = true;
+		return 0;
+	}
+	if (strcmp(v, "auto") == 0) {
+		c->gpus_auto = true;
+		return 0;
+	}
+	const char *s = v;
+	for (;;) {
+		while (isspace((unsigned char)*s))
+			s++;
+		char *end;
+		if (!isdigit((unsigned char)*s)) {
+			snprintf(why, whylen,
+				 "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
+			return -1;
+		}
+		errno = 0;
+		long id = strtol(s, &end, 10);
+		if (errno || id > 65535) {
+			snprintf(why, whylen, "GPU id too large");
+			return -1;
+		}
+		for (size_t i = 0; i < c->n_gpus; i++) {
+			if (c->gpus[i] == id) {
+				snprintf(why, whylen, "GPU %ld is listed twice", id);
+				return -1;
+			}
+		}
+		if (c->n_gpus >= CFG_MAX_GPUS) {
+			snprintf(why, whylen, "more than %d GPUs", CFG_MAX_GPUS);
+			return -1;
+		}
+		c->gpus[c->n_gpus++] = (int)id;
+		s = end;
+		while (isspace((unsigned char)*s))
+			s++;
+		if (*s == '\0')
+			return 0;
+		if (*s != ',') {
+			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
+			return -1;
+		}
+		s++;
+	}
+}
+
+static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
+
+static const char *const job_keys[] = {"gpus",
+				       "workers_per_gpu",
+				       "queue_size",
+				       "task_timeout",
+				       "setup_timeout",
+				       "cleanup_timeout",
+				       "drain_timeout",
+				       "sink_timeout",
+				       "base_seed",
+				       "max_task_bytes",
+				       "max_result_bytes",
+				       "max_retries",
+				       "retry_on",
+				       "max_worker_restarts",
+				       "ordered",
+				       "log_dir",
+				       "batch_size",
+				       "batch_wait_ms",
+				       "pin_memory",
+				       "journal",
+				       "rank",
+				       "ranks",
+				       NULL};
+static const char *const ui_keys[] = {"refresh_rate",   "plain_interval",   "metrics_file",
+				      "metrics_listen", "metrics_interval", NULL};
+static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
+
+/* "unknown key 'x' in [s] (did you mean 'y'?; known: ...)" */
+static void unknown_key(struct parse *p, const struct raw *r, const char *const *known)
+{
+	char loc[512], list[512], hint[128] = "";
+	const char *near = suggest(r->key, known);
+	if (near)
+		snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
+	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc), r->key,
+	     r->section, hint, suggest_list(known, list, sizeof list));
+}
+
+/* retry_on = error,timeout,crash (any of them, comma-separated), or none. */
+static int parse_retry_on(const char *v, unsigned *out)
+{
+	static const char *const names[] = {"error", "timeout", "crash"};
+	unsigned bits = 0;
+	char *copy = strdup(v), *save = NULL;
+	int rc = 0;
+	if (!copy)
+		return -1;
+	if (strcmp(v, "none") == 0) {
+		*out = 0;
+		free(copy);
+		return 0;
+	}
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ' || *t == '\t')
+			t++;
+		size_t n = strlen(t);
+		while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
+			t[--n] = '\0';
+		unsigned bit = 0;
+		for (unsigned i = 0; i < 3; i++)
+			if (strcmp(t, names[i]) == 0)
+				bit = 1u << i;
+		if (!bit)
+			rc = -1;
+		bits |= bit;
+	}
+	free(copy);
+	if (rc == 0 && bits == 0)
+		rc = -1;
+	*out = bits;
+	return rc;
+}
+
+static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	char loc[512], why[128] = "";
+	const char *k = r->key, *v = r->value;
+	uint64_t u;
+	int bad = 0;
+
+	if (strcmp(k, "gpus") == 0) {
+		c->n_gpus = 0;
+		c->gpus_all = false;
+		c->gpus_auto = false;
+		if (parse_gpus(c, v, why, sizeof why) < 0)
+			bad = 1;
+	} else if (strcmp(k, "workers_per_gpu") == 0) {
+		if (parse_u64(v, 1, 256, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to 256");
+			bad = 1;
+		}
+		c->workers_per_gpu = (unsigned)u;
+	} else if (strcmp(k, "queue_size") == 0) {
+		if (parse_u64(v, 1, CFG_MAX_QUEUE, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to %u",
+				 CFG_MAX_QUEUE);
+			bad = 1;
+		}
+		c->queue_size = (unsigned)u;
+	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0 ||
+		   strcmp(k, "setup_timeout") == 0 || strcmp(k, "drain_timeout") == 0 ||
+		   strcmp(k, "sink_timeout") == 0) {
+		char *end;
+		errno = 0;
+		double d = strtod(v, &end);
+		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 1e7) {
+			snprintf(why, sizeof why, "expected seconds, 0 or more (0 = no limit)");
+			bad = 1;
+		}
+		if (strcmp(k, "task_timeout") == 0)
+			c->task_timeout = d;
+		else if (strcmp(k, "setup_timeout") == 0)
+			c->setup_timeout = d;
+		else if (strcmp(k, "drain_timeout") == 0)
+			c->drain_timeout = d;
+		else if (strcmp(k, "sink_timeout") == 0)
+			c->sink_timeout = d;
+		else
+			c->cleanup_timeout = d;
+	} else if (strcmp(k, "base_seed") == 0) {
+		if (parse_u64(v, 0, UINT64_MAX, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 2^64-1");
+			bad = 1;
+		}
+		c->base_seed = u;
+	} else if (strcmp(k, "max_task_bytes") == 0 || strcmp(k, "max_result_bytes") == 0) {
+		if (cfg_parse_size(v, CFG_MAX_BYTES, &u) < 0) {
+			snprintf(why, sizeof why,
+				 "expected a size from 0 to 1G, like 4096, 64K or 1M");
+			bad = 1;
+		}
+		if (strcmp(k, "max_task_bytes") == 0)
+			c->max_task_bytes = (uint32_t)u;
+		else
+			c->max_result_bytes = (uint32_t)u;
+	} else if (strcmp(k, "max_retries") == 0) {
+		if (parse_u64(v, 0, 1000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 1000");
+			bad = 1;
+		}
+		c->max_retries = (unsigned)u;
+	} else if (strcmp(k, "retry_on") == 0) {
+		if (parse_retry_on(v, &c->retry_on) < 0) {
+			snprintf(why, sizeof why,
+				 "expected a list of error, timeout and crash "
+				 "(like error,crash), or none");
+			bad = 1;
+		}
+	} else if (strcmp(k, "ordered") == 0) {
+		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") ||
+		    !strcmp(v, "on")) {
+			c->ordered = true;
+		} else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0") ||
+			   !strcmp(v, "off")) {
+			c->ordered = false;
+		} else {
+			snprintf(why, sizeof why, "expected true or false");
+			bad = 1;
+		}
+	} else if (strcmp(k, "batch_size") == 0) {
+		if (parse_u64(v, 1, CFG_MAX_BATCH, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 1 to %d",
+				 CFG_MAX_BATCH);
+			bad = 1;
+		}
+		c->batch_size = (unsigned)u;
+	} else if (strcmp(k, "batch_wait_ms") == 0) {
+		char *end;
+		errno = 0;
+		double d = strtod(v, &end);
+		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 60000) {
+			snprintf(why, sizeof why, "expected milliseconds from 0 to 60000");
+			bad = 1;
+		}
+		c->batch_wait_ms = d;
+	} else if (strcmp(k, "pin_memory") == 0) {
+		if (!strcmp(v, "auto"))
+			c->pin_memory = CFG_PIN_AUTO;
+		else if (!strcmp(v, "on") || !strcmp(v, "true"))
+			c->pin_memory = CFG_PIN_ON;
+		else if (!strcmp(v, "off") || !strcmp(v, "false"))
+			c->pin_memory = CFG_PIN_OFF;
+		else {
+			snprintf(why, sizeof why, "expected auto, on or off");
+			bad = 1;
+		}
+	} else if (strcmp(k, "rank") == 0 || strcmp(k, "ranks") == 0) {
+		if (parse_u64(v, strcmp(k, "ranks") == 0 ? 1 : 0, 1000000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number up to 1000000");
+			bad = 1;
+		}
+		if (strcmp(k, "rank") == 0)
+			c->job_rank = (unsigned)u;
+		else
+			c->job_ranks = (unsigned)u;
+	} else if (strcmp(k, "journal") == 0) {
+		free(c->journal);
+		c->journal = NULL;
+		c->journal_set = true;
+		c->journal_off = strcmp(v, "off") == 0;
+		free(c->journal_at);
+		c->journal_at = strdup(where(p, r, loc, sizeof loc));
+		if (!c->journal_off) {
+			if (!*v) {
+				snprintf(why, sizeof why, "expected a file name, or off");
+				bad = 1;
+			} else {
+				c->journal = resolve_from(p, c, r);
+			}
+		}
+	} else if (strcmp(k, "log_dir") == 0) {
+		free(c->log_dir);
+		c->log_dir = resolve_from(p, c, r);
+		free(c->log_dir_at);
+		c->log_dir_at = strdup(where(p, r, loc, sizeof loc));
+	} else if (strcmp(k, "max_worker_restarts") == 0) {
+		if (parse_u64(v, 0, 100000, &u) < 0) {
+			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
+			bad = 1;
+		}
+		c->max_worker_restarts = (unsigned)u;
+	} else {
+		unknown_key(p, r, job_keys);
+		return -1;
+	}
+	if (bad) {
+		fail(p, "%s: [job] %s = '%s': %s", where(p, r, loc, sizeof loc), k, v, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* metrics_listen = HOST:PORT, a numeric IPv4 address (127.0.0.1 by default). */
+static int parse_listen(const char *v, struct cfg *c)
+{
+	const char *colon = strrchr(v, ':');
+	const char *port = colon ? colon + 1 : v;
+	uint64_t u;
+	if (parse_u64(port, 1, 65535, &u) < 0)
+		return -1;
+	char host[64] = "127.0.0.1";
+	if (colon) {
+		size_t n = (size_t)(colon - v);
+		if (n == 0 || n >= sizeof host)
+			return -1;
+		memcpy(host, v, n);
+		host[n] = '\0';
+		if (strcmp(host, "localhost") == 0)
+			strcpy(host, "127.0.0.1");
+		unsigned a, b, d, e;
+		char tail;
+		if (sscanf(host, "%u.%u.%u.%u%c", &a, &b, &d, &e, &tail) != 4 || a > 255 ||
+		    b > 255 || d > 255 || e > 255)
+			return -1;
+	}
+	free(c->metrics_host);
+	c->metrics_host = strdup(host);
+	c->metrics_port = (unsigned)u;
+	return 0;
+}
+
+static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	char loc[512];
+	if (strcmp(r->key, "metrics_file") == 0) {
+		free(c->metrics_file);
+		c->metrics_file = resolve_from(p, c, r);
+		free(c->metrics_file_at);
+		c->metrics_file_at = strdup(where(p, r, loc, sizeof loc));
+		return 0;
+	}
+	if (strcmp(r->key, "metrics_listen") == 0) {
+		if (parse_listen(r->value, c) < 0) {
+			fail(p,
+			     "%s: [ui] metrics_listen = '%s': expected PORT or ADDRESS:PORT, "
+			     "like 127.0.0.1:9400 (a numeric IPv4 address, port 1 to 65535)",
+			     where(p, r, loc, sizeof loc), r->value);
+			return -1;
+		}
+		return 0;
+	}
+	double *dst = strcmp(r->key, "refresh_rate") == 0       ? &c->refresh_rate
+		      : strcmp(r->key, "plain_interval") == 0   ? &c->plain_interval
+		      : strcmp(r->key, "metrics_interval") == 0 ? &c->metrics_interval
+								: NULL;
+	if (!dst) {
+		unknown_key(p, r, ui_keys);
+		return -1;
+	}
+	char *end;
+	errno = 0;
+	double d = strtod(r->value, &end);
+	if (end == r->value || *end || errno || !isfinite(d) || d <= 0 || d > 1000) {
+		fail(p, "%s: [ui] %s = '%s': expected a number above 0 (%s)",
+		     where(p, r, loc, sizeof loc), r->key, r->value,
+		     dst == &c->refresh_rate ? "redraws a second" : "seconds");
+		return -1;
+	}
+	*dst = d;
+	return 0;
+}
+
+/* Whether a plugin-section value names a file, so a relative one is resolved: the
+ * key says so (plugin, path, dir, file, script, *_path, *_dir, *_file), or the value
+ * starts with ./ or ../ . */
+static bool is_path_key(const char *key, const char *value)
+{
+	static const char *const exact[] = {"plugin", "path", "dir", "file", "script"};
+	static const char *const suffix[] = {"_path", "_dir", "_file"};
+	if (strncmp(value, "./", 2) == 0 || strncmp(value, "../", 3) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+		if (strcmp(key, exact[i]) == 0)
+			return true;
+	size_t kl = strlen(key);
+	for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+		size_t sl = strlen(suffix[i]);
+		if (kl > sl && strcmp(key + kl - sl, suffix[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* A plugin value that is a name (`jsonl`), not a path. */
+static bool is_plugin_name(const char *v)
+{
+	return !strchr(v, '/') && !strstr(v, ".so");
+}
+
+static char *resolve(const char *base, const char *v)
+{
+	char *out;
+	while (v[0] == '.' && v[1] == '/')
+		v += 2;
+	if (v[0] == '/' || v[0] == '\0' || strcmp(v, "-") == 0)
+		return strdup(v);
+	if (asprintf(&out, "%s/%s", base, v) < 0)
+		return NULL;
+	return out;
+}
+
+/* A *_path value with colons is a list of folders (python_path = ./src:./vendor):
+ * each is resolved. Any other path value is one path. */
+static char *resolve_list(const char *base, const char *key, const char *v)
+{
+	size_t kl = strlen(key);
+	if (!strchr(v, ':') || kl < 5 || strcmp(key + kl - 5, "_path") != 0)
+		return resolve(base, v);
+	char *copy = strdup(v), *out = NULL, *save = NULL;
+	size_t len = 0;
+	FILE *f = copy ? open_memstream(&out, &len) : NULL;
+	if (!f) {
+		free(copy);
+		return NULL;
+	}
+	bool first = true;
+	for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+		char *r = resolve(base, t);
+		fprintf(f, "%s%s", first ? "" : ":", r ? r : t);
+		free(r);
+		first = false;
+	}
+	fclose(f);
+	free(copy);
+	return out;
+}
+
+/* A path value of the job file, resolved like plugin-section paths. */
+static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	(void)p;
+	char *cwd = r->line < 0 ? getcwd(NULL, 0) : NULL;
+	char *out = resolve(cwd ? cwd : c->dir, r->value);
+	free(cwd);
+	return out;
+}
+
+static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, const struct raw *r)
+{
+	char *cwd = NULL;
+	const char *base = c->dir;
+	if (r->line < 0)
+		base = cwd = getcwd(NULL, 0); /* --set values are typed relative to here */
+	if (!base)
+		base = ".";
+	bool path = is_path_key(r->key, r->value);
+	if (strcmp(r->key, "plugin") == 0) {
+		char loc[512];
+		if (r->value[0] == '\0') {
+			fail(p, "%s: [%s] plugin is empty", where(p, r, loc, sizeof loc),
+			     r->section);
+		} else {
+			s->plugin = is_plugin_name(r->value) ? strdup(r->value)
+							     : resolve(base, r->value);
+			s->plugin_line = r->line;
+		}
+	} else {
+		size_t cap = s->cap;
+		s->kv = grow(s->kv, &cap, s->count, sizeof *s->kv);
+		cap = s->cap;
+		s->where = grow(s->where, &cap, s->count, sizeof *s->where);
+		s->cap = cap;
+		char loc[512];
+		s->where[s->count] = strdup(where(p, r, loc, sizeof loc));
+		s->kv[s->count].key = strdup(r->key);
+		s->kv[s->count].value =
+			path ? resolve_list(base, r->key, r->value) : strdup(r->value);
+		s->count++;
+	}
+	if (!s->present || (r->line > 0 && r->line < s->line))
+		s->line = r->line;
+	s->present = true;
+	free(cwd);
+}
+
+static int validate(struct parse *p, struct cfg *c)
+{
+	for (size_t i = 0; i < p->n_sections; i++) {
+		const char *n = p->sections[i].name;
+		if (strcmp(n, "job") && strcmp(n, "worker") && strcmp(n, "generator") &&
+		    strcmp(n, "sink") && strcmp(n, "ui")) {
+			const char *near = suggest(n, section_names);
+			char hint[64] = "";
+			if (near)
+				snprintf(hint, sizeof hint, "did you mean [%s]? ", near);
+			fail(p,
+			     "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, ui)",
+			     p->path, p->sections[i].line, n, hint);
+			return -1;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(p->sections[j].name, n) == 0) {
+				fail(p, "%s:%d: section [%s] appears twice (first on line %d)",
+				     p->path, p->sections[i].line, n, p->sections[j].line);
+				return -1;
+			}
+		}
+	}
+	bool have_gpus = false;
+	for (size_t i = 0; i < p->n_raw && !p->failed; i++) {
+		struct raw *r = &p->raw[i];
+		char loc[512];
+		if (strcmp(r->section, "job") == 0) {
+			if (job_key(p, c, r) < 0)
+				return -1;
+			have_gpus |= strcmp(r->key, "gpus") == 0;
+		} else if (strcmp(r->section, "ui") == 0) {
+			if (ui_key(p, c, r) < 0)
+				return -1;
+		} else if (strcmp(r->section, "worker") == 0) {
+			section_add(p, c, &c->worker, r);
+		} else if (strcmp(r->section, "generator") == 0) {
+			section_add(p, c, &c->generator, r);
+		} else if (strcmp(r->section, "sink") == 0) {
+			section_add(p, c, &c->sink, r);
+		} else {
+			fail(p,
+			     "%s: unknown section [%s] (known: job, worker, generator, sink, ui)",
+			     where(p, r, loc, sizeof loc), r->section);
+			return -1;
+		}
+	}
+	if (p->failed)
+		return -1;
+	if (!have_gpus) {
+		fail(p, "%s: [job] gpus is required (a list of GPU ids like 0,1 or 'all')",
+		     p->path);
+		return -1;
+	}
+	if (!c->worker.plugin) {
+		fail(p, "%s: [worker] plugin is required (the worker plugin's .so)", p->path);
+		return -1;
+	}
+	if (!c->generator.plugin) {
+		fail(p,
+		     "%s: [generator] plugin is required (a built-in name like 'lines' or a .so)",
+		     p->path);
+		return -1;
+	}
+	if (!c->sink.plugin)
+		c->sink.plugin = strdup("jsonl");
+	bool has_rank = false, has_ranks = false;
+	for (size_t i = 0; i < p->n_raw; i++) {
+		if (strcmp(p->raw[i].section, "job") == 0) {
+			has_rank |= strcmp(p->raw[i].key, "rank") == 0;
+			has_ranks |= strcmp(p->raw[i].key, "ranks") == 0;
+		}
+	}
+	if (has_rank != has_ranks) {
+		fail(p,
+		     "%s: [job] rank and ranks go together (this process is rank `rank` of "
+		     "`ranks`)",
+		     p->path);
+		return -1;
+	}
+	if (has_ranks && c->job_rank >= c->job_ranks) {
+		fail(p, "%s: [job] rank = %u must be below ranks = %u", p->path, c->job_rank,
+		     c->job_ranks);
+		return -1;
+	}
+	/* The journal: beside the job file by default, named after it (job.ini ->
+	 * job.journal), so a plain run can always be resumed. */
+	if (!c->journal && !c->journal_off) {
+		const char *base = strrchr(c->path, '/');
+		base = base ? base + 1 : c->path;
+		size_t bl = strlen(base);
+		if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
+			bl -= 4;
+		if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
+			c->journal = NULL;
+	}
+	if (!c->gpus_all && !c->gpus_auto &&
+	    (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
+		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
+		     c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
+		return -1;
+	}
+	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
+	static const char *const sec_names[] = {"worker", "generator", "sink"};
+	for (size_t i = 0; i < 3; i++) {
+		if (secs[i]->count > CFG_MAX_KEYS) {
+			fail(p,
+			     "%s: [%s] has %zu keys; at most %d are allowed (the %d-th is at %s)",
+			     p->path, sec_names[i], secs[i]->count, CFG_MAX_KEYS, CFG_MAX_KEYS + 1,
+			     secs[i]->where[CFG_MAX_KEYS]);
+			return -1;
+		}
+		secs[i]->args.items = secs[i]->kv;
+		secs[i]->args.count = secs[i]->count;
+	}
+	return 0;
+}
+
+static char *dir_of(const char *path)
+{
+	char *copy = strdup(path), *slash = strrchr(copy, '/'), *dir;
+	if (!slash) {
+		free(copy);
+		return getcwd(NULL, 0);
+	}
+	if (slash == copy)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	dir = realpath(copy, NULL);
+	free(copy);
+	return dir;
+}
+
+static void parse_free(struct parse *p)
+{
+	for (size_t i = 0; i < p->n_raw; i++) {
+		free(p->raw[i].section);
+		free(p->raw[i].key);
+		free(p->raw[i].value);
+	}
+	for (size_t i = 0; i < p->n_sections; i++)
+		free(p->sections[i].name);
+	free(p->raw);
+	free(p->slots);
+	free(p->sections);
+	free(p->linebuf);
+}
+
+int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
+	     size_t errlen)
+{
+	struct parse p = {.path = path, .err = err, .errlen = errlen};
+	int rc = -1;
+
+	*c = (struct cfg){
+		.workers_per_gpu = 1,
+		.queue_size = 1024,
+		.base_seed = 42,
+		.max_task_bytes = 1u << 20,
+		.max_result_bytes = 1u << 20,
+		.max_worker_restarts = 3,
+		.cleanup_timeout = 30,
+		.setup_timeout = CFG_SETUP_TIMEOUT,
+		.drain_timeout = CFG_DRAIN_TIMEOUT,
+		.refresh_rate = 4,
+		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
+		.metrics_interval = 5,
+		.batch_size = 1,
+		.plain_interval = 5,
+	};
+	c->path = strdup(path);
+	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);
+
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s: is a folder; give the job file (an .ini file) itself",
+			 path);
+		goto out;
+	}
+	/* Before opening: opening a FIFO waits for a writer. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
+		goto out;
+	}
+	p.f = fopen(path, "r");
+	if (!p.f) {
+		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
+		goto out;
+	}
+	/* Checked on the open file, not the name: it is what will be read. */
+	if (fstat(fileno(p.f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
+		goto out;
+	}
+	if (st.st_size > (off_t)CFG_MAX_FILE) {
+		snprintf(err, errlen, "%s: %lld bytes, larger than the %u MiB a job file may have",
+			 path, (long long)st.st_size, CFG_MAX_FILE >> 20);
+		goto out;
+	}
+	c->dir = dir_of(path);
+	if (!c->dir) {
+		snprintf(err, errlen, "%s: cannot resolve its folder: %s", path, strerror(errno));
+		goto out;
+	}
+
+	/* Debian's inih takes its limits from these globals, not from INI_* macros. */
+	ini_use_stack = false;
+	ini_initial_alloc = CFG_MAX_LINE;
+	ini_max_line = CFG_MAX_LINE;
+	ini_allow_realloc = false;
+	ini_allow_multiline = false;
+	ini_stop_on_first_error = true;
+	int line = ini_parse_stream(reader, &p, handler, &p);
+	if (line != 0 && !p.failed) {
+		if (line > 0)
+			fail(&p, "%s:%d: not a valid line (expected [section] or key = value)",
+			     path, line);
+		else
+			fail(&p, "%s: cannot read the job file", path);
+	}
+	if (p.failed)
+		goto out;
+	for (size_t i = 0; i < n_sets && !p.failed; i++)
+		apply_set(&p, sets[i]);
+	if (p.failed || validate(&p, c) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (p.f)
+		fclose(p.f);
+	parse_free(&p);
+	if (rc < 0)
+		cfg_free(c);
+	return rc;
+}
+
+static void section_free(struct cfg_section *s)
+{
+	for (size_t i = 0; i < s->count; i++) {
+		free((char *)s->kv[i].key);
+		free((char *)s->kv[i].value);
+		free(s->where[i]);
+	}
+	free(s->kv);
+	free(s->where);
+	free(s->plugin);
+}
+
+void cfg_free(struct cfg *c)
+{
+	free(c->path);
+	free(c->dir);
+	free(c->gpus);
+	for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
+		free(c->gpu_tokens[i]);
+	free(c->gpu_tokens);
+	free(c->log_dir);
+	free(c->journal);
+	free(c->metrics_file);
+	free(c->journal_at);
+	free(c->log_dir_at);
+	free(c->metrics_file_at);
+	free(c->metrics_host);
+	section_free(&c->worker);
+	section_free(&c->generator);
+	section_free(&c->sink);
+	*c = (struct cfg){0};
+}

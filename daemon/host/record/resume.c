@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/* The journal in a run: opened or resumed before anything runs, the done tasks skipped
+ * (with the generator's and the sink's help where they offer it), sealed at the end;
+ * and `gpud status`. */
+#define _GNU_SOURCE
+#include "record/resume.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "run/events.h"
+#include "loader.h"
+#include "cluster/ranks.h"
+#include "view/ui.h"
+
+int resume_open(struct host *h, const struct run_opts *o)
+{
+	const struct cfg *c = h->cfg;
+	char why[1200];
+	if (c->journal_off || !c->journal) {
+		if (o->resume) {
+			fprintf(stderr,
+				"gpud: %s: --resume needs a journal ([job] journal is off)\n",
+				c->path);
+			return -1;
+		}
+		return 0;
+	}
+	uint64_t fp = journal_fingerprint(c);
+	struct journal_input *in;
+	size_t n_in;
+	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		return -1;
+	}
+	if (!o->resume) {
+		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
+		inputs_free(in, n_in);
+		if (rc < 0) {
+			fprintf(stderr,
+				"gpud: %s: %s (set [job] journal to a writable place, or "
+				"journal = off)\n",
+				c->path, why);
+			return -1;
+		}
+		return 0;
+	}
+	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force, o->retry_failed,
+				why, sizeof why);
+	inputs_free(in, n_in);
+	if (rc < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		return -1;
+	}
+	/* A sink that can tell what its output holds is asked even after the end: its
+	 * output may have lost lines since (a disk that lost its last writes). */
+	bool sink_tells =
+		h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
+	if (rc == 1) {
+		/* No journal, but maybe an earlier run's output (a journal deleted or kept
+		 * elsewhere): a sink that can tell what it holds keeps it, and those tasks
+		 * are not run again; one that cannot is opened as for a fresh run, and we
+		 * say so rather than let it empty its output unremarked. */
+		if (sink_tells) {
+			fprintf(stderr,
+				"gpud: no journal at %s yet: starting from the first task; "
+				"what the output of sink %s already holds, if anything, is "
+				"kept and not run again\n",
+				c->journal, c->sink.plugin);
+			h->resuming = true;
+		} else {
+			fprintf(stderr,
+				"gpud: no journal at %s yet: starting from the first task (sink "
+				"%s cannot tell what an earlier run's output holds: it is "
+				"opened as for a fresh run)\n",
+				c->journal, c->sink.plugin);
+		}
+		return 0;
+	}
+	if (h->journal.cut_bytes)
+		fprintf(stderr,
+			"gpud: the journal %s ended in %llu bytes of a record cut short "
+			"(a crash while writing); they were removed\n",
+			c->journal, (unsigned long long)h->journal.cut_bytes);
+	const char *stdin_key = inputs_stdin_key(c);
+	if (stdin_key)
+		fprintf(stderr,
+			"gpud: note: generator.%s is standard input or a pipe: it "
+			"cannot be compared ahead of the run; sampled tasks' inputs are "
+			"compared as it is read again, and the rest is known by its place "
+			"in it\n",
+			stdin_key);
+	if (h->journal.ended && !sink_tells) {
+		fprintf(stderr,
+			"gpud: %s: already finished: all %llu tasks have their outcome "
+			"(%llu failed; --retry-failed runs those again)\n",
+			c->path, (unsigned long long)h->journal.end_count,
+			(unsigned long long)h->journal.failed);
+		return 1;
+	}
+	h->resuming = true;
+	return 0;
+}
+
+/* Whether `id` can be one of this run's tasks: this rank's, and below the generator's
+ * count of them when it tells one. When it does not, the journal as loaded bounds them:
+ * the count its END record gave, else every id it knows plus RESUME_STRAY_SPAN (a run's
+ * records lost in a crash are never that many). So a file or a line that names some
+ * other number (res/20261124 in a 10-task job) is not counted done, and the done set,
+ * which spans every id up to the largest, stays in proportion to the job. */
+#define RESUME_STRAY_SPAN (UINT64_C(1) << 28) /* 268M ids: a 36 MiB window at most */
+static bool may_be_task(const struct host *h, uint64_t id)
+{
+	const struct cfg *c = h->cfg;
+	const struct journal *j = &h->journal;
+	if (!ranks_mine(id, c->rank, c->ranks))
+		return false;
+	if (h->total >= 0) /* this rank's share: the id's place among its tasks */
+		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->total;
+	if (j->end_count) /* this rank's count, as resume_finish writes it */
+		return ranks_share(id, c->rank, c->ranks) < j->end_count;
+	uint64_t known = (j->was_base + j->was_n) * 64;
+	if (known < j->was_low)
+		known = j->was_low;
+	return id < known + RESUME_STRAY_SPAN;
+}
+
+/* A task the sink's output already holds. */
+static void sink_holds(void *ctx, uint64_t id, int status)
+{
+	struct host *h = ctx;
+	if (!may_be_task(h, id)) {
+		if (h->sink_strays++ == 0)
+			h->sink_stray_eg = id;
+		return;
+	}
+	if (journal_sink_holds(&h->journal, id, status) < 0 && h->sink_unheld++ == 0)
+		h->sink_unheld_eg = id;
+}
+
+/* What sink_holds set aside, said once the sink has told all it holds. */
+static void say_strays(struct host *h)
+{
+	const struct cfg *c = h->cfg;
+	char bound[160];
+	if (h->sink_strays) {
+		if (h->total >= 0 && c->ranks > 1)
+			snprintf(bound, sizeof bound, "rank %u of %u has %lld of them", c->rank,
+				 c->ranks, (long long)h->total);
+		else if (h->total >= 0)
+			snprintf(bound, sizeof bound, "its tasks are 0 to %lld",
+				 (long long)h->total - 1);
+		else if (h->journal.end_count)
+			snprintf(bound, sizeof bound, "the journal ended with %llu tasks",
+				 (unsigned long long)h->journal.end_count);
+		else
+			snprintf(bound, sizeof bound,
+				 "generator %s does not count its tasks: ids "
+				 "far past the journal's are taken for strays",
+				 c->generator.plugin);
+		fprintf(stderr,
+			"gpud: %llu entr%s of the output of sink %s name%s no task of this "
+			"job (e.g. task %llu; %s): ignored\n",
+			(unsigned long long)h->sink_strays, h->sink_strays == 1 ? "y" : "ies",
+			c->sink.plugin, h->sink_strays == 1 ? "s" : "",
+			(unsigned long long)h->sink_stray_eg, bound);
+	}
+	if (h->sink_unheld)
+		fprintf(stderr,
+			"gpud: out of memory to hold what the output of sink %s holds: %llu "
+			"of its tasks (e.g. task %llu) run again\n",
+			c->sink.plugin, (unsigned long long)h->sink_unheld,
+			(unsigned long long)h->sink_unheld_eg);
+	h->sink_strays = h->sink_unheld = 0;
+}
+
+int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
+{
+	typedef int (*resume_fn)(const struct gpud_args *, void **, void (*)(void *, uint64_t, int),
+				 void *, struct gpud_error *);
+	resume_fn fn = h->sink_pl.info->abi_minor >= 2
+			       ? (resume_fn)loader_sym(&h->sink_pl, "gpud_sink_resume")
+			       : NULL;
+	if (!h->resuming || !fn)
+		return 1; /* the ordinary open */
+	/* Its output is what happened: what it holds is done, whatever the journal says
+	 * of successes (a crash may have lost output the journal had already counted).
+	 * Failures it does not write (it takes no such events) are the journal's word. */
+	journal_sink_begin(&h->journal);
+	int rc = fn(args, &h->sink, sink_holds, h, err);
+	say_strays(h);
+	if (rc == 1) {
+		/* Opened, but its output cannot be read back (standard output, a FIFO):
+		 * the journal as loaded decides what is done. */
+		journal_sink_cancel(&h->journal);
+		return 0;
+	}
+	/* A sink that takes failures writes them: a recorded one its output does not
+	 * hold was lost with the output (its buffer, a crash) and runs again. */
+	uint32_t (*events)(void *) =
+		(uint32_t(*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");
+	uint32_t mask = rc == 0 && events ? events(h->sink) : GPUD_EVENTS_ALL;
+	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
+	return rc;
+}
+
+int resume_skip_prefix(struct host *h, struct gpud_error *err)
+{
+	if (!h->resuming)
+		return 0;
+	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
+	uint64_t low = h->journal.low;
+	if (!h->gen_skip || low == 0)
+		return 0;
+	/* A stream cannot be compared ahead of the run: its done prefix is read through
+	 * (the generator would read it to skip it anyway), so the sampled inputs in it are
+	 * compared before anything new runs. */
+	if (inputs_stdin_key(h->cfg) && journal_samples_below(&h->journal, low))
+		return 0;
+	if (h->gen_skip(h->gen, low, err) != 0)
+		return -1;
+	h->next_id = low;
+	h->next_deliver = low;
+	h->resumed += ranks_share(low, h->cfg->rank, h->cfg->ranks);
+	return 0;
+}
+
+void resume_finish(struct host *h, bool complete)
+{
+	if (h->journal.fd < 0)
+		return;
+	/* The count of this rank's tasks (all of them, with one rank). A rank jumps to its
+	 * next chunk before the call that finds the end, so next_id may lie past the last
+	 * task; the ids it jumped are other ranks', so its share of next_id is exact. */
+	uint64_t count = ranks_share(h->next_id, h->cfg->rank, h->cfg->ranks);
+	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
+	if (rc < 0)
+		fprintf(stderr,
+			"gpud: cannot write the journal %s: %s; --resume may run some "
+			"finished tasks again\n",
+			h->journal.path, strerror(errno));
+}
+
+int run_status(struct cfg *c)
+{
+	char why[1200];
+	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (c->journal_off || !c->journal) {
+		fprintf(stderr, "gpud: %s: [job] journal is off: nothing to tell\n", c->path);
+		return 2;
+	}
+	if (journal_read(&j, c->journal, why, sizeof why) < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		journal_close(&j);
+		return 2;
+	}
+	printf("%s: journal %s\n", c->path, c->journal);
+	printf("  tasks with an outcome: %llu (%llu of them failed)\n", (unsigned long long)j.done,
+	       (unsigned long long)j.failed);
+	printf("  every task before %llu has its outcome\n", (unsigned long long)j.low);
+	if (j.ended)
+		printf("  finished: all %llu tasks (a --resume runs nothing%s)\n",
+		       (unsigned long long)j.end_count,
+		       j.failed ? "; --retry-failed runs the failed ones again" : "");
+	else
+		printf("  not finished: `gpud run %s --resume` goes on from there\n", c->path);
+	if (j.cut_bytes)
+		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
+		       (unsigned long long)j.cut_bytes);
+	struct journal_input *in;
+	size_t n_in;
+	char changed[900];
+	bool told = false;
+	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
+		told = inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed);
+		if (told)
+			printf("  %s: --resume refuses it without --force\n", changed);
+		inputs_free(in, n_in);
+	}
+	/* (A changed input file changes the fingerprint too: said once, above.) */
+	if (!told && j.fingerprint != journal_fingerprint(c))
+		printf("  written by another job (its worker, generator, keys or input files "
+		       "differ): --resume refuses it without --force\n");
+	journal_close(&j);
+	return 0;
+}

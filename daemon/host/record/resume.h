@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/* The journal in a run (resume.c): see journal.h for the file. */
+#ifndef GPUD_RESUME_H
+#define GPUD_RESUME_H
+
+#include "run/host.h"
+#include "run/run.h"
+
+/* Creates the journal, or with --resume loads it. 0 to run, 1 when the journal says the
+ * run already finished (nothing to do: exit 0), -1 with one line said (exit 2). */
+int resume_open(struct host *h, const struct run_opts *o);
+/* Opens the sink through gpud_sink_resume when resuming and it has one: what its
+ * output holds is done. 1 when the ordinary open is to be used; else open's result. */
+int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err);
+/* Jumps the generator past the done prefix when it can (gpud_generator_skip). 0, or -1
+ * with err. */
+int resume_skip_prefix(struct host *h, struct gpud_error *err);
+/* At the end: seals a complete run (an END record), or writes and syncs what is done. */
+void resume_finish(struct host *h, bool complete);
+
+#endif

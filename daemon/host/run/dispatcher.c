@@ -1,0 +1,519 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host loop: generator -> task rings -> workers -> result rings -> sink.
+ *
+ * One thread does everything, in passes: take in results (events, freeing task
+ * space), report task starts, feed the workers from the generator, then, when a pass
+ * did nothing, wait (spin, yield, sleep on the host's doorbell). The generator writes
+ * each task straight into a worker's task ring and the sink reads inputs and results
+ * where the workers left them, so nothing is copied on the way.
+ *
+ * Load balancing: each worker may hold at most `window` tasks, sized to about
+ * WINDOW_S of its own measured work, so a worker with slow tasks holds one or two
+ * while a fast one gets bursts of hundreds; queue_size bounds all of them together.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "run/dispatcher.h"
+#include "cluster/ranks.h"
+#include "run/events.h"
+#include "record/failures.h"
+#include "workers/lifecycle.h"
+#include "workers/memory.h"
+#include "run/standin.h"
+#include "view/ui.h"
+
+#define WINDOW_S 5e-3
+
+static const uint32_t result_kinds[] = {REC_OK, REC_FAIL, REC_SKIP, 0};
+
+/* Where worker w says it has got to in its task ring, kept inside what we gave it. */
+static uint64_t reported_tail(const struct host_worker *w)
+{
+	uint64_t upto = atomic_load_explicit(&w->rep->task_tail, memory_order_acquire);
+	if (upto - w->task_free > w->task_head - w->task_free)
+		return w->task_free;
+	return upto;
+}
+
+/* Reports GPUD_TASK_START for every task the worker has begun since the last call. */
+static unsigned emit_starts(struct host *h, struct host_worker *w)
+{
+	uint64_t upto = reported_tail(w);
+	unsigned n = 0;
+	while (w->tt_started != w->tt_head) {
+		const struct task_ent *t = &w->tt[w->tt_started & w->tt_mask];
+		/* Started means its record lies wholly before the reported tail. */
+		if (t->pos - w->task_free >= upto - w->task_free)
+			break;
+		struct gpud_event ev = {
+			.kind = GPUD_TASK_START,
+			.task_id = t->id,
+			.worker_id = w->index,
+			.gpu_id = w->gpu_id,
+			.attempt = (int)t->attempt,
+			.input = ring_payload(ring_at(&w->tasks, t->pos)),
+			.input_size = t->size,
+		};
+		events_deliver(h, &ev);
+		w->tt_started++;
+		n++;
+	}
+	return n;
+}
+
+static void update_window(struct host *h, struct host_worker *w)
+{
+	uint32_t max = (h->cfg->queue_size + h->n_workers - 1) / h->n_workers;
+	double per = w->task_seconds;
+	double want = per > 0 ? WINDOW_S / per : (double)max;
+	if (want < 1)
+		want = 1;
+	/* A batching worker may hold two batches: one running, the next one ready, so a
+	 * GPU does not wait for the host between batches. */
+	if (h->cfg->batch_size > 1 && want < 2.0 * h->cfg->batch_size)
+		want = 2.0 * h->cfg->batch_size;
+	w->window = want >= (double)max ? max : (uint32_t)want;
+}
+
+unsigned dispatch_drain(struct host *h, struct host_worker *w)
+{
+	if (!w->rep)
+		return 0;
+	uint64_t head = atomic_load_explicit(&w->rep->result_head, memory_order_acquire);
+	if (head == w->result_tail || w->corrupt)
+		return 0;
+	if (h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START))
+		emit_starts(h, w);
+
+	uint64_t max_payload =
+		h->hdr->max_result_bytes > SHM_MSG_MAX ? h->hdr->max_result_bytes : SHM_MSG_MAX;
+	unsigned n = 0;
+	struct shm_rec r, *rec;
+	const char *why = NULL;
+	int rc;
+	while ((rc = ring_check(&w->results, &w->result_tail, head, result_kinds, max_payload, &r,
+				&rec, &why)) == 1) {
+		if (r.kind == REC_SKIP) { /* the unused end of a batch's result slot */
+			w->result_tail += ring_span(r.size);
+			continue;
+		}
+		/* The result must be for the oldest task it holds, as we handed it out, with
+		 * a header nobody changed after the worker finished it. */
+		const struct task_ent *t = tasks_front(w);
+		uint64_t sec_bits;
+		memcpy(&sec_bits, &r.seconds, sizeof sec_bits);
+		if (!t || r.task_id != t->id || r.attempt != t->attempt) {
+			rc = -1;
+			why = "a result for a task it was not given";
+			break;
+		}
+		if (r.check != shm_rec_check(r.task_id, r.kind, r.size, r.attempt, r.flags,
+					     sec_bits, w->result_tail)) {
+			rc = -1;
+			why = "a result header changed after it was written";
+			break;
+		}
+		/* A small payload is copied, and delivered as copied if the header is still
+		 * the one checked: the worker may be writing its memory as we read. */
+		const void *payload = ring_payload(rec);
+		if (r.size <= SHM_COPIED_MAX) {
+			memcpy(h->result_copy, payload, r.size);
+			payload = h->result_copy;
+			atomic_thread_fence(memory_order_acquire); /* the copy, then the look */
+			if (__atomic_load_n(&rec->check, __ATOMIC_RELAXED) != r.check) {
+				rc = -1;
+				why = "a result changed while it was read";
+				break;
+			}
+		}
+		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
+		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
+		w->last_seconds = sec;
+		if (h->metrics)
+			metrics_task(h->metrics, sec, r.flags >> REC_CALL_SHIFT);
+		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
+		if (r.kind == REC_OK) {
+			w->ok++;
+			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
+		} else {
+			char msg[SHM_MSG_MAX + 1];
+			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;
+			memcpy(msg, payload, len);
+			msg[len] = '\0';
+			ui_clean(msg);
+			w->failed++;
+			events_outcome(h, w, t, input,
+				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL,
+				       0, msg, sec);
+		}
+		w->task_free = t->pos + ring_span(t->size);
+		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
+		tasks_pop(w);
+		h->in_flight--;
+		n++;
+	}
+	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
+	wait_ring_fast(shm_worker_bell(w));
+	update_window(h, w);
+	if (rc < 0)
+		lifecycle_corrupt(h, w, why);
+	return n;
+}
+
+/* Whether tasks waiting to run again may still start. After an abort, only when the
+ * generator failed (the tasks it yielded finish); after an interrupt, a failed sink or a
+ * kill, nothing new starts. */
+static bool requeued_may_run(const struct host *h)
+{
+	return !h->abort || (h->gen_failed && !h->interrupted && h->sink_open && !h->killing);
+}
+
+/* A feeding pass gives the rest of the loop a turn at least this often, so a slow
+ * generator cannot hold back results, timeouts or signals for more than one of its
+ * calls (the clock is read every few calls, more often once calls are slow). */
+#define FEED_SLICE_NS 1000000u
+
+/* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
+ * tasks given (and those dropped as done before: progress too); *slice_end is set when
+ * the pass ran out of time. */
+static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uint64_t *clock,
+			 bool *slice_end)
+{
+	const struct cfg *c = h->cfg;
+	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
+	unsigned n = 0;
+
+	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
+		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
+		if (!rq && (h->gen_done || h->abort || !gen_ok))
+			break;
+		/* With ordered output, queue_size also bounds the tasks from the oldest
+		 * undelivered one on, and so the outcomes held back. Tasks to run again are
+		 * inside that span already. */
+		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
+			break;
+		struct shm_rec *t =
+			ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
+		if (!t)
+			break;
+		struct task_ent ent;
+		if (rq) {
+			struct requeued *q = tasks_requeued_take(h);
+			memcpy(ring_payload(t), q->data, q->t.size);
+			ent = q->t;
+			free(q);
+		} else {
+			struct gpud_buf item = {ring_payload(t), 0, c->max_task_bytes};
+			struct gpud_error err;
+			err.message[0] = '\0';
+			/* What this ring has goes to the worker before the next call when
+			 * calls are slow, or when the worker sleeps for want of tasks: the
+			 * call may block. (Its sleeping flag's line changes only when it
+			 * falls asleep or wakes, so looking costs nothing while it works.) */
+			if (w->task_head != head0 &&
+			    (h->gen_check_mask == 0 ||
+			     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
+				atomic_store_explicit(&w->feed->task_head, w->task_head,
+						      memory_order_release);
+				wait_ring_fast(shm_worker_bell(w));
+				head0 = w->task_head;
+			}
+			/* Another rank's chunk ahead: a generator that can jump, jumps it. */
+			if (c->ranks > 1 && h->gen_skip &&
+			    !ranks_mine(h->next_id, c->rank, c->ranks)) {
+				uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
+				if (h->gen_skip(h->gen, to - h->next_id, &err) != 0) {
+					h->gen_done = h->gen_failed = true;
+					ui_clean(err.message);
+					host_abort(h,
+						   "the generator failed to skip to task %llu: %s",
+						   (unsigned long long)to,
+						   err.message[0] ? err.message
+								  : "gpud_generator_skip failed");
+					break;
+				}
+				h->next_id = to;
+			}
+			/* The ring this call writes into, for the stand-in to leave alone.
+			 * Only this thread writes it, and only here: the stand-in feeds
+			 * other rings meanwhile and must not move it. */
+			h->gate.filling = w;
+			gate_enter(&h->gate);
+			int rc = h->gen_next(h->gen, &item, &err);
+			if (gate_leave(h, &h->gate)) {
+				/* The stand-in ran the loop meanwhile (and may have published
+				 * this ring): this task goes in, then the loop looks again. */
+				*slice_end = true;
+				head0 = atomic_load_explicit(&w->feed->task_head,
+							     memory_order_relaxed);
+			}
+			uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
+			if ((calls & h->gen_check_mask) == 0) {
+				uint64_t now = wait_now_ns();
+				/* Calls slower than ~2 us: look at the clock after every one. */
+				h->gen_check_mask =
+					now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
+				if (now - h->feed_start_ns >= FEED_SLICE_NS)
+					*slice_end = true;
+				*clock = now;
+			}
+			if (rc == 0) {
+				h->gen_done = true;
+				/* It ends before a task the journaled run read: not its input. */
+				uint64_t seen =
+					h->resuming ? journal_sample_from(&h->journal, h->next_id)
+						    : UINT64_MAX;
+				if (seen != UINT64_MAX) {
+					h->input_changed = true;
+					host_abort(
+						h,
+						"the generator's input is not what the journaled "
+						"run read: it ended after %llu tasks, and that run read "
+						"task %llu; run without --resume to start over, or add "
+						"--force to resume anyway",
+						(unsigned long long)h->next_id,
+						(unsigned long long)seen);
+				}
+				break;
+			}
+			if (rc < 0) {
+				h->gen_done = true;
+				if (host_interrupts)
+					break; /* a read cut short by Ctrl-C or SIGTERM: not a
+						  failure */
+				h->gen_failed = true;
+				ui_clean(err.message);
+				host_abort(h, "the generator failed after %llu tasks: %s",
+					   (unsigned long long)h->next_id,
+					   err.message[0] ? err.message
+							  : "gpud_generator_next returned -1");
+				break;
+			}
+			uint64_t id = h->next_id++;
+			/* Another rank's (a generator that cannot jump): dropped likewise. */
+			if (c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks)) {
+				n++;
+				if (*slice_end)
+					break;
+				continue;
+			}
+			/* A sampled task's input, recorded, or compared with what the
+			 * journaled run read when resuming. */
+			if (h->journal.fd >= 0 &&
+			    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)),
+					     0) &&
+			    journal_sample(&h->journal, id, item.data,
+					   item.size < c->max_task_bytes ? item.size
+									 : c->max_task_bytes) < 0) {
+				h->gen_done = true;
+				h->input_changed = true;
+				host_abort(
+					h,
+					"the generator's input is not what the journaled run "
+					"read: task %llu came with other bytes (the input changed, "
+					"or it starts elsewhere); run without --resume to start "
+					"over, or add --force to resume anyway",
+					(unsigned long long)id);
+				break;
+			}
+			/* Finished by an earlier run: dropped before it touches a ring (the
+			 * slot just written is reserved again for the next item). */
+			if (h->resuming && journal_is_done(&h->journal, id)) {
+				events_skip(h, id);
+				n++; /* progress: the loop must not sleep between slices */
+				if (*slice_end)
+					break;
+				continue;
+			}
+			h->stats.generated++;
+			if (h->resuming && !h->first_new_ns)
+				h->first_new_ns = wait_now_ns(); /* the skipping is over */
+			if (item.size > c->max_task_bytes) {
+				char msg[200];
+				snprintf(msg, sizeof msg,
+					 "task input of %zu bytes exceeds max_task_bytes (%u)",
+					 item.size, c->max_task_bytes);
+				h->stats.failed++;
+				failures_add(h, id, 0, NULL, false, msg, false);
+				ui_say(h, UI_FAILURE, "task %llu failed: %s",
+				       (unsigned long long)id, msg);
+				struct gpud_event ev = {.kind = GPUD_TASK_ERROR,
+							.task_id = id,
+							.worker_id = -1,
+							.gpu_id = -1,
+							.message = msg};
+				events_deliver_outcome(h, &ev);
+				if (*slice_end)
+					break;
+				continue;
+			}
+			ent = (struct task_ent){.id = id, .size = (uint32_t)item.size};
+		}
+		ent.pos = w->task_head;
+		t->task_id = ent.id;
+		t->size = ent.size;
+		t->attempt = ent.attempt;
+		t->flags = 0;
+		t->kind = REC_TASK;
+		tasks_push(w, &ent);
+		w->task_head += ring_span(ent.size);
+		h->in_flight++;
+		n++;
+		if (*slice_end)
+			break;
+	}
+	if (w->task_head != head0) {
+		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+		wait_ring_fast(shm_worker_bell(w));
+	}
+	return n;
+}
+
+static unsigned feed(struct host *h, bool gen_ok)
+{
+	unsigned n = 0;
+	bool slice_end = false;
+	uint64_t clock = h->feed_start_ns = wait_now_ns();
+	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
+		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
+		/* The stand-in leaves alone the ring the stuck call writes into. */
+		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
+			n += feed_one(h, w, gen_ok, &clock, &slice_end);
+	}
+	h->rr++;
+	return n;
+}
+
+/* The host's wait condition: a result, a task start to report, a state to notice. */
+static bool host_ready(void *ctx)
+{
+	struct host *h = ctx;
+	/* host_interrupts counts: only one not yet seen is news (once it was nonzero the
+	 * loop spun through the whole drain). */
+	if (host_sigchld || host_interrupts != h->interrupts_seen || host_sigtstp || host_sigcont)
+		return true;
+	/* Standing in: the stuck generator call has returned. */
+	if (atomic_load_explicit(&h->gate.taken, memory_order_relaxed) &&
+	    !atomic_load_explicit(&h->gate.in_call, memory_order_relaxed))
+		return true;
+	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_GONE || !w->rep)
+			continue;
+		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) !=
+		    w->result_tail)
+			return true;
+		uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_relaxed);
+		if (w->state == HW_STARTING && s != WS_SETUP && s != WS_SPAWNED)
+			return true;
+		if (starts && w->tt_started != w->tt_head) {
+			uint64_t pos = w->tt[w->tt_started & w->tt_mask].pos;
+			if (pos - w->task_free < reported_tail(w) - w->task_free)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Timeouts are looked at whenever the loop would sleep, and at least this often while
+ * it is busy. */
+#define BUSY_CHECK_NS 2000000u
+
+/* A second interrupt this soon after the first is the same one sent twice (timeout(1)
+ * signals its child and then its process group; a launcher may signal the process and
+ * its group): only one a person could have sent stops the running tasks at once. */
+#define SAME_INTERRUPT_NS 50000000u
+
+void dispatch_signals(struct host *h)
+{
+	if (host_interrupts != h->interrupts_seen) {
+		bool first = !h->interrupted;
+		h->interrupts_seen = host_interrupts;
+		if (first) {
+			ui_say(h, UI_EVENT,
+			       "interrupted: finishing the running tasks "
+			       "(interrupt again to stop at once)");
+			h->interrupted = true;
+			h->interrupt_ns = wait_now_ns();
+			host_abort(h, "interrupted");
+		} else if (!h->killing &&
+			   wait_since(wait_now_ns(), h->interrupt_ns) >= SAME_INTERRUPT_NS) {
+			lifecycle_kill_all(h);
+		}
+	}
+	if (host_sigtstp || host_sigcont)
+		lifecycle_job_control(h);
+}
+
+/* One pass of the loop (and its wait, when it found nothing to do); true when the run
+ * is over. gen_ok = false: the stand-in runs it, and the generator is not called. */
+bool dispatch_pass(struct host *h, bool gen_ok)
+{
+	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
+	unsigned progress = 0;
+
+	dispatch_signals(h);
+	if (host_sigchld)
+		lifecycle_reap(h);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->exited) {
+			/* Its last results first: they are outcomes, not lost tasks. */
+			dispatch_drain(h, w);
+			lifecycle_exited(h, w);
+		} else {
+			if (w->state == HW_STARTING)
+				lifecycle_poll(h, w);
+			if (w->state == HW_READY || w->state == HW_STOPPING)
+				progress += dispatch_drain(h, w);
+			if (starts && w->state == HW_READY && w->rep)
+				progress += emit_starts(h, w);
+			/* Given tasks by a generator call that returned after the worker
+			 * had left for good. */
+			if (w->state == HW_GONE && w->pid <= 0 && tasks_held(w))
+				lifecycle_take_back(h, w);
+		}
+	}
+	if (!h->stopping && !h->killing)
+		progress += feed(h, gen_ok);
+
+	if (tasks_requeued_any(h) && !requeued_may_run(h))
+		tasks_drop_requeued(h);
+
+	if (!h->stopping && h->in_flight == 0 && !tasks_requeued_any(h) &&
+	    (h->gen_done || h->abort))
+		lifecycle_stop_all(h);
+	if (lifecycle_live(h) == 0) {
+		if (tasks_requeued_any(h) || h->in_flight || (!h->stopping && !h->gen_done)) {
+			tasks_drop_requeued(h);
+			host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
+						    : "no worker could be set up");
+		}
+		return true;
+	}
+	uint64_t now = wait_now_ns();
+	if (progress && wait_since(now, h->last_check_ns) < BUSY_CHECK_NS)
+		return false;
+	uint64_t deadline = lifecycle_timeouts(h, now);
+	if (!progress)
+		wait_until(h->bell, host_ready, h, deadline);
+	return false;
+}
+
+int dispatch(struct host *h)
+{
+	h->last_check_ns = wait_now_ns();
+	if (standin_start(h) < 0)
+		ui_say(h, UI_EVENT,
+		       "cannot start the loop's stand-in thread: a generator call that "
+		       "blocks holds up the run");
+	while (!dispatch_pass(h, true))
+		;
+	/* The stand-in goes on watching the sink's calls through the end of the run (the
+	 * last held outcomes, the close): finish_run stops it. */
+	return h->abort ? 3 : 0;
+}

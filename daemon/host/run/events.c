@@ -1,0 +1,336 @@
+/* SPDX-License-Identifier: MIT */
+/* Outcomes: what the sink hears, what the stats count, what runs again. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/events.h"
+#include "record/failures.h"
+#include "view/ui.h"
+
+void host_abort(struct host *h, const char *fmt, ...)
+{
+	if (h->abort)
+		return; /* the first reason is the one to tell */
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(h->abort_msg, sizeof h->abort_msg, fmt, ap);
+	va_end(ap);
+	h->abort = 3;
+}
+
+static bool is_outcome(enum gpud_event_kind kind)
+{
+	return kind == GPUD_TASK_OK || kind == GPUD_TASK_ERROR || kind == GPUD_TASK_TIMEOUT;
+}
+
+/* The outcome of `ev` reached its end (the sink took it, or does not want its kind):
+ * the journal records it now, and only now, so that a run that ends before the sink
+ * took an outcome (a sink that failed, or whose call never returned) runs that task
+ * again on --resume. */
+static void taken(struct host *h, const struct gpud_event *ev)
+{
+	if (h->journal.fd < 0)
+		return;
+	if (ev->kind == GPUD_TASK_OK)
+		journal_mark_ok(&h->journal, ev->task_id);
+	else
+		journal_mark(&h->journal, ev->task_id, ev->kind == GPUD_TASK_TIMEOUT ? 2 : 1);
+}
+
+/* Marks the gate for a sink call about to be made from the loop's thread (kind, task
+ * and attempt say which event, for the stand-in's notes and the end of a stuck run),
+ * and enters it: a call that does not return leaves the run in control (standin.h).
+ * false when the stand-in runs the loop (a generator call is stuck): it calls the sink
+ * itself, unwatched, and the gate is not entered. */
+static bool sink_gate_enter(struct host *h, int kind, uint64_t task, int attempt)
+{
+	struct gate *g = &h->gate;
+	if (atomic_load_explicit(&g->taken, memory_order_relaxed) || !h->standin_running)
+		return false;
+	g->sink_kind = kind;
+	g->sink_task = task;
+	g->sink_attempt = attempt;
+	atomic_store_explicit(&g->sink, 1, memory_order_relaxed);
+	gate_enter(g);
+	return true;
+}
+
+static void sink_gate_leave(struct host *h)
+{
+	gate_leave(h, &h->gate);
+	atomic_store_explicit(&h->gate.sink, 0, memory_order_relaxed);
+}
+
+static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
+{
+	bool gated = sink_gate_enter(h, ev->kind, ev->task_id, ev->attempt);
+	int rc = h->sink_event(h->sink, ev, err);
+	if (gated)
+		sink_gate_leave(h);
+	return rc;
+}
+
+int events_close_sink(struct host *h, struct gpud_error *err)
+{
+	bool gated = sink_gate_enter(h, EVENTS_SINK_CLOSE, UINT64_MAX, 0);
+	int rc = h->sink_close(h->sink, &h->stats, err);
+	if (gated)
+		sink_gate_leave(h);
+	return rc;
+}
+
+void events_deliver(struct host *h, const struct gpud_event *ev)
+{
+	bool outcome = is_outcome(ev->kind);
+	if (!(h->sink_mask & GPUD_EVENT_BIT(ev->kind))) {
+		if (outcome)
+			taken(h, ev);
+		return;
+	}
+	if (!h->sink_open) {
+		/* The sink failed earlier: this outcome cannot be written. */
+		if (outcome)
+			h->sink_lost++;
+		return;
+	}
+	struct gpud_error err;
+	err.message[0] = '\0';
+	if (sink_call(h, ev, &err) != 0) {
+		h->sink_open = false;
+		if (outcome)
+			h->sink_lost++;
+		host_abort(h, "the sink failed: %s",
+			   err.message[0] ? err.message : "gpud_sink_event returned an error");
+	} else if (outcome) {
+		taken(h, ev);
+	}
+}
+
+static struct held_outcome *hold(const struct gpud_event *ev)
+{
+	size_t msg = ev->message ? strlen(ev->message) + 1 : 0;
+	struct held_outcome *o = malloc(sizeof *o + ev->input_size + ev->result_size + msg);
+	if (!o) {
+		perror("gpud: cannot hold an outcome for ordered delivery");
+		abort();
+	}
+	o->ev = *ev;
+	uint8_t *p = o->data;
+	if (ev->input_size)
+		memcpy(p, ev->input, ev->input_size);
+	o->ev.input = ev->input ? p : NULL;
+	p += ev->input_size;
+	if (ev->result_size)
+		memcpy(p, ev->result, ev->result_size);
+	o->ev.result = ev->result ? p : NULL;
+	p += ev->result_size;
+	if (msg)
+		memcpy(p, ev->message, msg);
+	o->ev.message = msg ? (const char *)p : NULL;
+	return o;
+}
+
+/* A held slot for a task an earlier run finished: nothing to deliver, only to pass. */
+static struct held_outcome skipped;
+
+static void deliver_held(struct host *h)
+{
+	unsigned q = h->cfg->queue_size;
+	struct held_outcome *o;
+	while ((o = h->held[h->next_deliver % q])) {
+		h->held[h->next_deliver % q] = NULL;
+		if (o != &skipped) {
+			events_deliver(h, &o->ev);
+			free(o);
+		}
+		h->next_deliver++;
+	}
+}
+
+void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
+{
+	unsigned q = h->cfg->queue_size;
+	if (!h->held) {
+		events_deliver(h, ev);
+		return;
+	}
+	if (ev->task_id != h->next_deliver) {
+		h->held[ev->task_id % q] = hold(ev);
+		return;
+	}
+	events_deliver(h, ev);
+	h->next_deliver++;
+	deliver_held(h);
+}
+
+void events_skip(struct host *h, uint64_t id)
+{
+	h->resumed++;
+	if (!h->held)
+		return;
+	if (id != h->next_deliver) {
+		h->held[id % h->cfg->queue_size] = &skipped;
+		return;
+	}
+	h->next_deliver++;
+	deliver_held(h);
+}
+
+void events_flush_held(struct host *h)
+{
+	unsigned q = h->cfg->queue_size;
+	if (!h->held)
+		return;
+	for (; h->next_deliver < h->next_id; h->next_deliver++) {
+		struct held_outcome *o = h->held[h->next_deliver % q];
+		if (o) {
+			h->held[h->next_deliver % q] = NULL;
+			if (o != &skipped) {
+				events_deliver(h, &o->ev);
+				free(o);
+			}
+		}
+	}
+}
+
+void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
+		   const char *message)
+{
+	struct gpud_event ev = {
+		.kind = kind,
+		.task_id = UINT64_MAX,
+		.worker_id = w->index,
+		.gpu_id = w->gpu_id,
+		.message = message,
+	};
+	events_deliver(h, &ev);
+}
+
+/* Whether a failure of this cause runs again, attempts allowing. */
+static bool retried(const struct host *h, enum cause cause)
+{
+	switch (cause) {
+	case CAUSE_ERROR:
+		return h->cfg->retry_on & CFG_RETRY_ERROR;
+	case CAUSE_TIMEOUT:
+		return h->cfg->retry_on & CFG_RETRY_TIMEOUT;
+	case CAUSE_CRASH:
+		return h->cfg->retry_on & CFG_RETRY_CRASH;
+	default:
+		return false;
+	}
+}
+
+void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
+		    const void *input, enum cause cause, const void *result, size_t result_size,
+		    const char *message, double seconds)
+{
+	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
+				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
+							     : GPUD_TASK_ERROR;
+	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing &&
+	    retried(h, cause)) {
+		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
+		struct task_ent again = *t;
+		again.attempt++;
+		h->stats.retried++;
+		tasks_requeue(h, &again, input, w ? w->index : -1);
+		return;
+	}
+	switch (kind) {
+	case GPUD_TASK_OK:
+		h->stats.ok++;
+		break;
+	case GPUD_TASK_TIMEOUT:
+		h->stats.timed_out++;
+		break;
+	default:
+		h->stats.failed++;
+		break;
+	}
+	if (kind != GPUD_TASK_OK) {
+		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, false);
+		if (w)
+			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
+			       (unsigned long long)t->id,
+			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index,
+			       w->gpu_id, message ? message : "");
+		else
+			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
+			       message ? message : "");
+	}
+	/* A sink that does not want this kind (the null sink wants none): nothing to
+	 * build, unless ordered delivery must account for it; the journal has it now. */
+	if (!(h->sink_mask & GPUD_EVENT_BIT(kind)) && !h->held) {
+		taken(h, &(struct gpud_event){.kind = kind, .task_id = t->id});
+		return;
+	}
+	struct gpud_event ev = {
+		.kind = kind,
+		.task_id = t->id,
+		.worker_id = w ? w->index : -1,
+		.gpu_id = w ? w->gpu_id : -1,
+		.attempt = (int)t->attempt,
+		.input = input,
+		.input_size = input ? t->size : 0,
+		.result = result,
+		.result_size = result_size,
+		.message = message,
+		.seconds = seconds,
+	};
+	events_deliver_outcome(h, &ev);
+}
+
+/* An outcome the sink never took: it is not counted, so the task counts as not run (and
+ * runs again on --resume: the journal has no record of it). */
+static void uncount(struct host *h, int kind)
+{
+	uint64_t *n = kind == GPUD_TASK_OK        ? &h->stats.ok
+		      : kind == GPUD_TASK_TIMEOUT ? &h->stats.timed_out
+						  : &h->stats.failed;
+	if (*n)
+		(*n)--;
+	h->sink_lost++;
+}
+
+/* Whether a worker still holds this run of the task (failures_not_run_held lists it). */
+static bool held_by_a_worker(const struct host *h, uint64_t id, int attempt)
+{
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *w = &h->w[i];
+		for (uint64_t k = w->tt_tail; w->tt && k != w->tt_head; k++)
+			if (w->tt[k & w->tt_mask].id == id &&
+			    (int)w->tt[k & w->tt_mask].attempt == attempt)
+				return true;
+	}
+	return false;
+}
+
+void events_undelivered(struct host *h)
+{
+	const struct gate *g = &h->gate;
+	if (is_outcome(g->sink_kind)) {
+		uncount(h, g->sink_kind);
+		if (!held_by_a_worker(h, g->sink_task, g->sink_attempt))
+			failures_not_run(h, g->sink_task, (unsigned)g->sink_attempt);
+	}
+	if (!h->held)
+		return;
+	unsigned q = h->cfg->queue_size;
+	for (uint64_t id = h->next_deliver; id < h->next_id; id++) {
+		struct held_outcome *o = h->held[id % q];
+		if (!o || o == &skipped)
+			continue;
+		h->held[id % q] = NULL;
+		if (is_outcome(o->ev.kind) && h->sink_mask & GPUD_EVENT_BIT(o->ev.kind)) {
+			uncount(h, o->ev.kind);
+			failures_not_run(h, o->ev.task_id, (unsigned)o->ev.attempt);
+		} else {
+			taken(h, &o->ev); /* nothing the sink wants: done */
+		}
+		free(o);
+	}
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* Outcomes and events: what the sink hears and the stats count (events.c). */
+#ifndef GPUD_EVENTS_H
+#define GPUD_EVENTS_H
+
+#include "run/host.h"
+
+void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void events_deliver(struct host *h, const struct gpud_event *ev);
+/* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
+void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
+/* Task `id` is not run: an earlier run finished it (--resume). */
+void events_skip(struct host *h, uint64_t id);
+/* End of run: delivers every held outcome in task order, past the gaps of tasks that
+ * did not run. */
+void events_flush_held(struct host *h);
+void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
+		   const char *message);
+/* Why a task ended: the event it makes, and whether it runs again. */
+enum cause {
+	CAUSE_OK,      /* GPUD_TASK_OK */
+	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
+	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
+	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
+	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
+	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
+};
+
+/* The final outcome of task t, or a retry when attempts are left and retry_on allows.
+ * `input` is its bytes. */
+void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
+		    const void *input, enum cause cause, const void *result, size_t result_size,
+		    const char *message, double seconds);
+
+/* The run ends while a sink call has not returned: the outcome in that call and those
+ * held for ordered delivery were never taken. Each counts as not run (the stats, the
+ * failures list, sink_lost) and has no journal record, so --resume runs it again. */
+void events_undelivered(struct host *h);
+
+/* The gate's sink_kind while the sink's close runs. */
+#define EVENTS_SINK_CLOSE (-1)
+/* Closes the sink with the final stats, watched by the stand-in as its other calls are.
+ * 0, or -1 with err. */
+int events_close_sink(struct host *h, struct gpud_error *err);
+
+#endif

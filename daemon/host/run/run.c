@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/* One run, start to end: plugins found and checked, shared memory made, workers
+ * started, the dispatcher run, everything closed in reverse order, stats reported. */
+#define _GNU_SOURCE
+#include "run/run.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "workers/capacity.h"
+#include "job/checks.h"
+#include "run/dispatcher.h"
+#include "run/events.h"
+#include "record/failures.h"
+#include "record/files.h"
+#include "run/host.h"
+#include "workers/lifecycle.h"
+#include "workers/memory.h"
+#include "workers/spawner.h"
+#include "paths.h"
+#include "record/resume.h"
+#include "cluster/ranks.h"
+#include "run/stats.h"
+#include "view/ui.h"
+#include "wait.h"
+
+#define ERRLEN 2048
+
+/* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
+ * Listed ids: checked against the devices where CUDA works; where it does not, they
+ * stay as given (simulated GPUs: the plugin decides what an id means). */
+static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
+{
+	char err[ERRLEN];
+	int n = spawn_count_gpus(worker_exe, h->bus_ids, CFG_MAX_GPUS, err, sizeof err);
+	if (c->gpus_auto)
+		return 0; /* the launcher's tokens, taken as they are */
+	if (!c->gpus_all) {
+		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
+			if (c->gpus[i] >= n) {
+				fprintf(stderr,
+					"gpud: %s: [job] gpus lists GPU %d, but this machine has "
+					"%d CUDA device%s (0 to %d)\n",
+					c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
+				return -1;
+			}
+		}
+		return 0;
+	}
+	if (n < 0) {
+		fprintf(stderr, "gpud: %s: %s\n", c->path, err);
+		return -1;
+	}
+	for (int i = 0; i < n && i < CFG_MAX_GPUS; i++)
+		c->gpus[i] = i;
+	c->n_gpus = (size_t)n;
+	return 0;
+}
+
+static int load_host_plugin(struct plugin *pl, const struct cfg_section *s, enum loader_kind k)
+{
+	char err[ERRLEN];
+	char *path = loader_find(s->plugin, k, err, sizeof err);
+	if (!path || loader_open(pl, path, k, err, sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		free(path);
+		return -1;
+	}
+	free(path);
+	return 0;
+}
+
+/* Everything `gpud check` checks; fills the host's plugin fields. */
+static int prepare(struct host *h, struct cfg *c)
+{
+	char err[ERRLEN];
+	h->worker_exe = paths_worker_exe();
+	if (!h->worker_exe) {
+		fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
+			paths_exe_dir() ? paths_exe_dir() : "gpud");
+		return -1;
+	}
+	h->worker_plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
+	if (!h->worker_plugin) {
+		fprintf(stderr, "gpud: %s\n", err);
+		return -1;
+	}
+	static char out[64 << 10]; /* the worker plugin's name and keys */
+	out[0] = '\0';
+	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, out, sizeof out, err,
+				      sizeof err) < 0) {
+		fprintf(stderr, "gpud: %s\n", err);
+		return -1;
+	}
+	if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0 ||
+	    load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0)
+		return -1;
+	if (checks_keys(h, c, out) < 0)
+		return -1;
+	h->bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->bus_ids);
+	if (!h->bus_ids) {
+		fprintf(stderr, "gpud: out of memory\n");
+		return -1;
+	}
+	if (resolve_gpus(h, c, h->worker_exe) < 0)
+		return -1;
+	return 0;
+}
+
+static void release(struct host *h)
+{
+	metrics_stop(h, -1);
+	journal_close(&h->journal);
+	files_close_logs(h);
+	if (h->failures)
+		fclose(h->failures);
+	shm_destroy(h);
+	tasks_free(h);
+	loader_close(&h->gen_pl);
+	loader_close(&h->sink_pl);
+	free(h->worker_exe);
+	free(h->worker_plugin);
+	free(h->w);
+	free(h->restarts);
+	free(h->held);
+	free(h->log_dir);
+	free(h->retired);
+	free(h->bus_ids);
+}
+
+int run_check(struct cfg *c)
+{
+	struct host h = HOST_INIT(c);
+	char *notes = NULL;
+	size_t notes_len = 0;
+	FILE *nf = open_memstream(&notes, &notes_len);
+	int rc = !nf || prepare(&h, c) < 0 || capacity_check(&h, c, false, nf) < 0 ||
+				 checks_dry(&h, c, nf) < 0
+			 ? 2
+			 : 0;
+	if (nf)
+		fclose(nf);
+	if (rc == 0) {
+		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
+		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin, h.gen_pl.path,
+		       h.sink_pl.path);
+		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
+			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
+			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
+			       c->gpu_tokens[i]);
+		fputs(notes ? notes : "", stdout);
+	}
+	free(notes);
+	release(&h);
+	return rc;
+}
+
+/* Whether standard output is a pipe or socket whose reader has gone. */
+static bool stdout_reader_gone(void)
+{
+	struct stat st;
+	if (fstat(1, &st) < 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		return false;
+	struct pollfd pf = {1, POLLOUT, 0};
+	return poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR);
+}
+
+static void count_not_run(struct host *h)
+{
+	/* Whatever was generated and has no outcome did not run. */
+	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
+	if (done < h->stats.generated)
+		h->stats.not_run += h->stats.generated - done;
+}
+
+static void say_sink_not_closed(const char *what)
+{
+	fprintf(stderr,
+		"gpud: the sink's %s had not returned when the run ended; it was not "
+		"closed\n",
+		what);
+}
+
+/* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
+ * ordered delivery, or the sink's close) after an interrupt or sink_timeout: what the
+ * sink never took counts as not run, the summary is said, and the journal is left as
+ * last flushed (what the sink took since may come again on --resume: at least once). */
+static int finish_stuck(struct host *h)
+{
+	bool closing = h->gate.sink_kind == EVENTS_SINK_CLOSE;
+	if (!closing) {
+		events_undelivered(h);
+		count_not_run(h);
+	}
+	say_sink_not_closed(closing ? "close" : "last call");
+	int status = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	stats_print(h, stderr);
+	failures_close(h, stderr);
+	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
+		fprintf(stderr, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
+			strerror(errno));
+	fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+	if (status == RUN_EXIT_RESUMABLE)
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+	return status;
+}
+
+/* The rest of a run after the loop: children reaped, held outcomes flushed, the sink
+ * closed, the stats reported; returns the exit status. The loop's stand-in calls it
+ * when the run ends while a generator or sink call is stuck, and then exits; the
+ * stand-in still watches the sink's calls here (a close that blocks). */
+static int finish_run(struct host *h)
+{
+	if (h->finishing)
+		return finish_stuck(h); /* the stand-in, while we are stuck in the sink */
+	h->finishing = true;
+	bool on_standin = h->standin_running && pthread_equal(pthread_self(), h->standin);
+	/* Every child is waited for, and whatever the workers left behind is killed:
+	 * nothing outlives the run or holds its output open. */
+	for (unsigned k = 0; k < h->n_workers; k++) {
+		/* One reaped already (exited) is not: its pid may be another's by now. */
+		if (h->w[k].pid > 0 && !h->w[k].exited) {
+			int st;
+			spawn_kill(h->w[k].pid, SIGKILL);
+			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
+				;
+			/* Reaped: its pid may be another process's from now on, and the
+			 * stand-in, still watching the sink, must not signal it. */
+			h->w[k].pid = -1;
+		}
+	}
+	lifecycle_sweep();
+	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
+	ui_stop(h->ui);
+	h->ui = NULL;
+	failures_not_run_held(h);
+	if (h->sink_stuck)
+		events_undelivered(h);
+	else
+		events_flush_held(h);
+	count_not_run(h);
+
+	struct gpud_error err = {{0}};
+	if (h->sink_stuck)
+		say_sink_not_closed("last call");
+	else if (h->sink_close && events_close_sink(h, &err) != 0)
+		host_abort(h, "the sink failed to close: %s",
+			   err.message[0] ? err.message : "gpud_sink_close returned an error");
+	if (!on_standin)
+		standin_stop(h);
+	if (h->gen_stuck)
+		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
+				"ended; it was not closed\n");
+	else if (h->gen_close)
+		h->gen_close(h->gen);
+
+	/* Every task generated has its outcome and the generator is done: the journal says
+	 * the run finished, so a --resume has nothing left to do. */
+	bool complete = !h->abort && h->gen_done && !h->stats.not_run;
+	resume_finish(h, complete);
+	stats_print(h, stderr);
+	if (h->resumed)
+		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
+			(unsigned long long)h->resumed);
+	failures_close(h, stderr);
+	/* Stopped by a signal with a journal: resumable, which a batch script can tell. */
+	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
+	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
+	/* An input found changed before anything new ran: refused, as a changed file is. */
+	if (h->input_changed && !h->stats.generated)
+		stopped = 2;
+	int status = h->abort ? stopped : failed ? 1 : 0;
+	metrics_stop(h, status);
+	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
+		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json,
+			   strerror(errno));
+	if (h->abort && !h->sink_open && h->sink_open_ever && stdout_reader_gone()) {
+		/* `gpud run ... | head`: like any filter whose reader left, we stop, and say
+		 * in one line what that left undone. */
+		fprintf(stderr,
+			"gpud: stopped: the reader of standard output went away; %llu "
+			"results were not written",
+			(unsigned long long)h->sink_lost);
+		if (!h->gen_done)
+			fprintf(stderr, ", tasks from %llu on were not generated",
+				(unsigned long long)h->next_id);
+		fputc('\n', stderr);
+		return status;
+	}
+	if (h->abort) {
+		if (h->sink_lost)
+			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
+				h->abort_msg, (unsigned long long)h->sink_lost);
+		else
+			fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+		if (!h->gen_done && h->total > (int64_t)h->next_id)
+			fprintf(stderr, "gpud: tasks %llu to %lld were not generated\n",
+				(unsigned long long)h->next_id, (long long)h->total - 1);
+		else if (!h->gen_done)
+			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
+				(unsigned long long)h->next_id);
+		if (status == RUN_EXIT_RESUMABLE)
+			fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		return status;
+	}
+	return status;
+}
+
+typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
+
+/* Set while the generator's and the sink's code may run in this process (the run's host,
+ * alive in run_job's frame meanwhile). gpud itself never calls exit() then (it returns
+ * from main; the stand-in uses _exit), so an exit() seen now is a plugin's: a C
+ * generator or sink, or code they loaded (ctypes). It would end the run with the
+ * plugin's status, 0 included, as if the run had succeeded. */
+static struct host *volatile plugins_running;
+
+static void exit_during_run(int status, void *arg)
+{
+	struct host *h = plugins_running;
+	(void)arg;
+	if (!h)
+		return;
+	plugins_running = NULL;
+	fflush(NULL); /* what a sink wrote through stdio so far, as a normal exit would */
+	fprintf(stderr,
+		"gpud: aborted: a plugin called exit(%d) inside the gpud process (the "
+		"generator, the sink or code they loaded): the run ended at once, its "
+		"running tasks without an outcome and the sink not closed\n",
+		status);
+	if (h->journal.fd >= 0)
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+	_exit(3);
+}
+
+/* Arms (h) or disarms (NULL) exit_during_run. */
+static void watch_plugin_exits(struct host *h)
+{
+	static bool registered;
+	if (h && !registered)
+		registered = on_exit(exit_during_run, NULL) == 0;
+	plugins_running = h;
+}
+
+int run_job(struct cfg *c, const struct run_opts *opts)
+{
+	struct host h = HOST_INIT(c);
+	struct gpud_error err = {{0}};
+	int rc = 2;
+
+	if (prepare(&h, c) < 0)
+		goto out;
+	if (c->n_gpus == 0) {
+		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
+		goto out;
+	}
+	if (capacity_check(&h, c, true, stderr) < 0)
+		goto out; /* before the journal, the sink or any worker */
+	h.opts = opts;
+	int jr = resume_open(&h, opts);
+	if (jr != 0) {
+		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
+		goto out;
+	}
+
+	/* The generator and the sink: a failure to open is a job error, nothing ran. */
+	open_fn gen_open = (open_fn)loader_sym(&h.gen_pl, "gpud_generator_open");
+	h.gen_next = (int (*)(void *, struct gpud_buf *, struct gpud_error *))loader_sym(
+		&h.gen_pl, "gpud_generator_next");
+	h.gen_close = (void (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_close");
+	watch_plugin_exits(&h);
+	if (gen_open(&c->generator.args, &h.gen, &err) != 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
+			err.message[0] ? err.message : "open failed");
+		goto out;
+	}
+	int64_t (*total)(void *) =
+		(int64_t(*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
+	if (total)
+		h.total = total(h.gen);
+	if (h.total >= 0) /* this rank's share of them */
+		h.total = (int64_t)ranks_share((uint64_t)h.total, c->rank, c->ranks);
+	if (h.gen_pl.info->abi_minor >= 2)
+		h.gen_skip = (int (*)(void *, uint64_t, struct gpud_error *))loader_sym(
+			&h.gen_pl, "gpud_generator_skip");
+
+	open_fn sink_open = (open_fn)loader_sym(&h.sink_pl, "gpud_sink_open");
+	h.sink_event = (int (*)(void *, const struct gpud_event *, struct gpud_error *))loader_sym(
+		&h.sink_pl, "gpud_sink_event");
+	h.sink_close = (int (*)(void *, const struct gpud_stats *, struct gpud_error *))loader_sym(
+		&h.sink_pl, "gpud_sink_close");
+	err.message[0] = '\0';
+	int so = resume_sink_open(&h, &c->sink.args, &err);
+	if (so == 1)
+		so = sink_open(&c->sink.args, &h.sink, &err);
+	if (so != 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
+			err.message[0] ? err.message : "open failed");
+		if (h.gen_close)
+			h.gen_close(h.gen);
+		goto out;
+	}
+	h.sink_open = true;
+	h.sink_open_ever = true;
+	uint32_t (*events)(void *) =
+		(uint32_t(*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
+	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
+	err.message[0] = '\0';
+	if (resume_skip_prefix(&h, &err) < 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
+			c->generator.plugin, (unsigned long long)h.journal.low,
+			err.message[0] ? err.message : "gpud_generator_skip failed");
+		goto close_plugins;
+	}
+
+	h.ui_mode = opts->ui;
+	h.finish = finish_run;
+	pthread_mutex_init(&h.notes.lock, NULL);
+
+	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
+	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	h.w = calloc(h.n_workers, sizeof *h.w);
+	h.restarts = calloc(c->n_gpus, sizeof *h.restarts);
+	h.retired = calloc(c->n_gpus, sizeof *h.retired);
+	if (!h.w || !h.restarts || !h.retired) {
+		fprintf(stderr, "gpud: out of memory for %u workers\n", h.n_workers);
+		goto close_plugins;
+	}
+	for (unsigned k = 0; k < h.n_workers; k++) {
+		h.w[k].index = (int)k;
+		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+		h.w[k].log_fd = -1;
+		h.w[k].out_fd = -1;
+		h.w[k].pid = -1;
+	}
+	if (tasks_init(&h, (c->queue_size + h.n_workers - 1) / h.n_workers) < 0) {
+		fprintf(stderr, "gpud: out of memory for the task table\n");
+		goto close_plugins;
+	}
+	files_open_run(&h); /* said why if not; the run goes on */
+	if (h.ui_mode == UI_DASHBOARD && files_open_logs(&h) < 0)
+		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
+	/* Ordering only matters to a sink that receives outcomes. */
+	if (c->ordered &&
+	    (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
+		h.held = calloc(c->queue_size, sizeof *h.held);
+	h.t_start_ns = wait_now_ns();
+	if (metrics_start(&h) < 0) /* said why: a port asked for and not had */
+		goto close_plugins;
+	if (shm_create(&h) < 0) {
+		host_abort(&h, "cannot create the shared memory");
+	} else {
+		host_install_signals(&h);
+		/* Whatever a worker starts and leaves behind becomes our child, so it can
+		 * be found and ended with the run. */
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+		h.ui = ui_start(&h);
+		for (unsigned k = 0; k < h.n_workers; k++) {
+			int e = spawn_worker(&h, &h.w[k]);
+			if (e < 0) {
+				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
+					h.worker_exe, strerror(-e));
+				h.w[k].state = HW_GONE;
+			}
+		}
+		dispatch(&h);
+	}
+
+	rc = finish_run(&h);
+	goto out;
+
+close_plugins: /* nothing ran */
+	err.message[0] = '\0';
+	if (h.sink_close)
+		h.sink_close(h.sink, &h.stats, &err);
+	if (h.gen_close)
+		h.gen_close(h.gen);
+out:
+	release(&h);
+	watch_plugin_exits(NULL);
+	return rc;
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "run/stats.h"
+#include "util/textio.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "record/files.h"
+#include "run/host.h"
+
+void stats_print(const struct host *h, FILE *f)
+{
+	const struct gpud_stats *s = &h->stats;
+	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
+	fprintf(f, "gpud: %llu tasks: %llu ok, %llu failed, %llu timed out, %llu not run",
+		(unsigned long long)s->generated, (unsigned long long)s->ok,
+		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
+		(unsigned long long)s->not_run);
+	if (s->retried)
+		fprintf(f, ", %llu retried", (unsigned long long)s->retried);
+	if (s->worker_restarts)
+		fprintf(f, ", %u worker restarts", s->worker_restarts);
+	if (s->setup_failures)
+		fprintf(f, ", %u setup failures", s->setup_failures);
+	fprintf(f, " in %.3f s (%.0f tasks/s)\n", s->elapsed, rate);
+}
+
+int stats_write_json(const struct host *h, const char *path, int exit_status)
+{
+	const struct gpud_stats *s = &h->stats;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	time_t end = time(NULL);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru); /* the host alone: workers are children */
+	double host_cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+			  (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
+	fprintf(f,
+		"{\"generated\": %llu, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
+		"\"not_run\": %llu, \"retried\": %llu, \"setup_failures\": %u, "
+		"\"worker_restarts\": %u, \"start_time\": %.3f, \"end_time\": %.3f, "
+		"\"elapsed\": %.6f, \"throughput\": %.1f, \"host_cpu_seconds\": %.6f, "
+		"\"workers\": [",
+		(unsigned long long)s->generated, (unsigned long long)s->ok,
+		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
+		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
+		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate,
+		host_cpu);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *w = &h->w[i];
+		fprintf(f,
+			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
+			"\"timed_out\": %llu, \"restarts\": %u}",
+			i ? ", " : "", w->index, w->gpu_id, (unsigned long long)w->ok,
+			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
+			w->restarts);
+	}
+	fprintf(f, "], \"gpus\": [");
+	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
+		uint64_t ok = 0, failed = 0, timed_out = 0;
+		for (unsigned i = 0; i < h->n_workers; i++) {
+			if (h->w[i].gpu_id != h->cfg->gpus[g])
+				continue;
+			ok += h->w[i].ok;
+			failed += h->w[i].failed;
+			timed_out += h->w[i].timeouts;
+		}
+		fprintf(f,
+			"%s{\"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
+			"\"restarts\": %u, \"retired\": %s}",
+			g ? ", " : "", h->cfg->gpus[g], (unsigned long long)ok,
+			(unsigned long long)failed, (unsigned long long)timed_out,
+			h->restarts ? h->restarts[g] : 0,
+			h->retired && h->retired[g] ? "true" : "false");
+	}
+	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
+	 * names the ranks it was not given. */
+	fprintf(f, "], \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
+		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
+	fprintf(f,
+		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
+		"\"journal\": ",
+		(long long)h->total, (unsigned long long)h->resumed,
+		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
+	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);
+	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
+	io_json_string(f, h->abort ? h->abort_msg : NULL);
+	fprintf(f, ", \"failures_file\": ");
+	char list[4200];
+	if (h->log_dir && (h->failures_listed || h->not_run_listed))
+		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
+	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list : NULL);
+	fprintf(f, "}\n");
+	if (ferror(f)) {
+		int e = errno;
+		fclose(f);
+		errno = e;
+		return -1;
+	}
+	return fclose(f);
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* The task table (tasks.h): per-worker FIFOs of handed-out tasks, and the queue of
+ * tasks waiting to run again. */
+#include "run/tasks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/host.h"
+#include "record/failures.h"
+
+int tasks_init(struct host *h, uint32_t per_worker)
+{
+	uint32_t cap = 2;
+	while (cap < per_worker + 1)
+		cap <<= 1;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		w->tt = calloc(cap, sizeof *w->tt);
+		if (!w->tt)
+			return -1;
+		w->tt_mask = cap - 1;
+		w->tt_head = w->tt_tail = w->tt_started = 0;
+	}
+	h->rq_tail = &h->rq_head;
+	return 0;
+}
+
+void tasks_free(struct host *h)
+{
+	for (unsigned i = 0; h->w && i < h->n_workers; i++) {
+		free(h->w[i].tt);
+		h->w[i].tt = NULL;
+	}
+	while (h->rq_head) {
+		struct requeued *q = h->rq_head;
+		h->rq_head = q->next;
+		free(q);
+	}
+	h->rq_tail = &h->rq_head;
+}
+
+void tasks_overfull(const struct host_worker *w)
+{
+	fprintf(stderr, "gpud: internal error: worker %d holds more tasks than its table\n",
+		w->index);
+	abort();
+}
+
+void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid)
+{
+	struct requeued *q = malloc(sizeof *q + t->size);
+	if (!q) {
+		perror("gpud: cannot keep a task to run again");
+		abort();
+	}
+	q->next = NULL;
+	q->t = *t;
+	q->avoid = avoid;
+	memcpy(q->data, input, t->size);
+	*h->rq_tail = q;
+	h->rq_tail = &q->next;
+}
+
+bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
+{
+	const struct host_worker *failed_on = &h->w[h->rq_head->avoid];
+	bool other_gpu = false, other_worker = false;
+	if (w->gpu_id != failed_on->gpu_id)
+		return true;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		const struct host_worker *o = &h->w[i];
+		if (o->state != HW_READY || o == failed_on)
+			continue;
+		if (o->gpu_id != failed_on->gpu_id)
+			other_gpu = true;
+		else
+			other_worker = true;
+	}
+	if (other_gpu)
+		return false; /* it waits for that one */
+	return w != failed_on || !other_worker;
+}
+
+struct requeued *tasks_requeued_take(struct host *h)
+{
+	struct requeued *q = h->rq_head;
+	h->rq_head = q->next;
+	if (!h->rq_head)
+		h->rq_tail = &h->rq_head;
+	return q;
+}
+
+void tasks_drop_requeued(struct host *h)
+{
+	while (h->rq_head) {
+		struct requeued *q = h->rq_head;
+		h->rq_head = q->next;
+		h->stats.not_run++;
+		failures_not_run(h, q->t.id, q->t.attempt);
+		free(q);
+	}
+	h->rq_tail = &h->rq_head;
+}

@@ -1,0 +1,684 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "view/ui.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "record/files.h"
+#include "run/host.h"
+#include "view/nvml.h"
+#include "wait.h"
+
+/* Throughput "now" is measured over about this window. */
+#define RECENT_S 5.0
+#define SAMPLES 64
+/* Plain mode shows at most this many failures per interval, then a count. */
+#define PLAIN_FAILURES 20
+/* The dashboard shows this many of the last messages. */
+#define DASH_NOTES 6
+#define UI_WIDE 92 /* columns the full worker table needs */
+
+/* The worker table's columns: in full, and below UI_WIDE columns narrowed, without the
+ * timings, so the outcome columns always show. */
+struct columns {
+	int gpu, worker, status, task, ok, to, restarts;
+	bool timings;
+	const char *worker_name, *restarts_name;
+};
+static const struct columns wide_columns = {4, 6, 12, 10, 9, 5, 8, true, "WORKER", "RESTARTS"};
+static const struct columns narrow_columns = {3, 3, 10, 8, 8, 4, 3, false, "WKR", "RST"};
+
+struct ui {
+	struct host *h;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	bool stop;
+	bool color;
+	int prev_lines; /* dashboard: lines of the last frame, to draw over */
+	double t_samples[SAMPLES];
+	uint64_t done_samples[SAMPLES];
+	unsigned n_samples;
+	double last_plain;
+	unsigned failures_shown; /* plain: in this interval */
+	struct nvml *nvml;
+};
+
+int ui_mode_parse(const char *word)
+{
+	if (!strcmp(word, "off"))
+		return UI_OFF;
+	if (!strcmp(word, "plain"))
+		return UI_PLAIN;
+	if (!strcmp(word, "dashboard"))
+		return UI_DASHBOARD;
+	if (!strcmp(word, "auto"))
+		return isatty(2) ? UI_DASHBOARD : UI_PLAIN;
+	return -1;
+}
+
+static double seconds_since(uint64_t t0)
+{
+	return (double)(wait_now_ns() - t0) * 1e-9;
+}
+
+void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (h->ui_mode == UI_OFF) {
+		if (kind == UI_EVENT)
+			fprintf(stderr, "gpud: %s\n", line);
+		return;
+	}
+	bool is_error = kind == UI_FAILURE;
+	pthread_mutex_lock(&h->notes.lock);
+	if (h->ui_mode == UI_PLAIN && h->notes.count - h->notes.printed >= HOST_NOTES) {
+		/* The printer is a whole ring behind: this one waits in the failures list. */
+		h->notes.hidden++;
+		pthread_mutex_unlock(&h->notes.lock);
+		return;
+	}
+	unsigned k = (unsigned)(h->notes.count % HOST_NOTES);
+	memcpy(h->notes.text[k], line, sizeof line);
+	h->notes.error[k] = is_error;
+	__atomic_store_n(&h->notes.count, h->notes.count + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&h->notes.lock);
+}
+
+/* ---- a line of at most `width` visible columns, with optional colour ---- */
+
+struct line {
+	char buf[1024];
+	size_t len;
+	int visible, width;
+	bool color;
+};
+
+static void l_text(struct line *l, const char *s)
+{
+	for (; *s && l->visible < l->width && l->len + 8 < sizeof l->buf; s++) {
+		l->buf[l->len++] = *s;
+		/* Count columns, not bytes: continuation bytes of UTF-8 take none. */
+		if (((unsigned char)*s & 0xc0) != 0x80)
+			l->visible++;
+	}
+}
+
+static void l_fmt(struct line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void l_fmt(struct line *l, const char *fmt, ...)
+{
+	char tmp[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	l_text(l, tmp);
+}
+
+static void l_color(struct line *l, const char *sgr)
+{
+	size_t n = strlen(sgr);
+	if (l->color && l->len + n + 8 < sizeof l->buf) {
+		memcpy(l->buf + l->len, sgr, n);
+		l->len += n;
+	}
+}
+
+#define C_RESET "\033[0m"
+#define C_BOLD "\033[1m"
+#define C_DIM "\033[2m"
+#define C_RED "\033[31m"
+#define C_GREEN "\033[32m"
+#define C_YELLOW "\033[33m"
+#define C_BLUE "\033[34m"
+#define C_CYAN "\033[36m"
+
+static void fmt_duration(char *buf, size_t len, double s)
+{
+	if (s < 0)
+		s = 0;
+	unsigned long t = (unsigned long)(s + 0.5);
+	if (t >= 3600)
+		snprintf(buf, len, "%lu:%02lu:%02lu", t / 3600, t / 60 % 60, t % 60);
+	else
+		snprintf(buf, len, "%lu:%02lu", t / 60, t % 60);
+}
+
+static void fmt_short(char *buf, size_t len, double s)
+{
+	if (s < 1e-3)
+		snprintf(buf, len, "%.0fus", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, len, "%.0fms", s * 1e3);
+	else if (s < 100)
+		snprintf(buf, len, "%.1fs", s);
+	else
+		fmt_duration(buf, len, s);
+}
+
+/* ---- figures ---- */
+
+struct figures {
+	uint64_t generated, ok, failed, timed_out, not_run, done, in_flight, retried, resumed;
+	unsigned restarts, setup_failures;
+	int64_t total;
+	double elapsed, rate_all, rate_now, eta; /* eta < 0: unknown */
+};
+
+static void take_figures(struct ui *u, struct figures *f)
+{
+	struct host *h = u->h;
+	f->generated = UI_READ(h->stats.generated);
+	f->ok = UI_READ(h->stats.ok);
+	f->failed = UI_READ(h->stats.failed);
+	f->timed_out = UI_READ(h->stats.timed_out);
+	f->not_run = UI_READ(h->stats.not_run);
+	f->retried = UI_READ(h->stats.retried);
+	f->restarts = UI_READ(h->stats.worker_restarts);
+	f->setup_failures = UI_READ(h->stats.setup_failures);
+	f->in_flight = UI_READ(h->in_flight);
+	f->total = h->total;
+	f->done = f->ok + f->failed + f->timed_out;
+	f->resumed = UI_READ(h->resumed); /* done by earlier runs: part of the whole job */
+	f->elapsed = seconds_since(h->t_start_ns);
+	f->rate_all = f->elapsed > 0 ? (double)f->done / f->elapsed : 0;
+
+	/* The recent rate: done-count samples over about RECENT_S. */
+	unsigned k = u->n_samples % SAMPLES;
+	u->t_samples[k] = f->elapsed;
+	u->done_samples[k] = f->done;
+	u->n_samples++;
+	unsigned oldest = u->n_samples > SAMPLES ? u->n_samples - SAMPLES : 0;
+	unsigned j = u->n_samples - 1;
+	while (j > oldest && f->elapsed - u->t_samples[(j - 1) % SAMPLES] <= RECENT_S)
+		j--;
+	double dt = f->elapsed - u->t_samples[j % SAMPLES];
+	/* (done goes down at the end of a run whose sink is stuck: the outcomes it never
+	 * took, held ones included, count as not run then.) */
+	uint64_t was = u->done_samples[j % SAMPLES];
+	f->rate_now = dt > 0 ? (double)(f->done > was ? f->done - was : 0) / dt : f->rate_all;
+
+	f->eta = -1;
+	if (f->total >= 0) {
+		double rate = f->rate_now > 0 ? f->rate_now : f->rate_all;
+		uint64_t all = f->done + f->resumed;
+		uint64_t left = (uint64_t)f->total > all ? (uint64_t)f->total - all : 0;
+		if (rate > 0)
+			f->eta = (double)left / rate;
+		else if (!left)
+			f->eta = 0;
+	}
+}
+
+/* A worker's status word and colour, from the host's and the worker's own state. */
+static const char *worker_status(struct host_worker *w, const char **color)
+{
+	enum hw_state s = UI_READ(w->state);
+	switch (s) {
+	case HW_STARTING:
+		*color = C_YELLOW;
+		return UI_READ(w->restarts) ? "restarting" : "initializing";
+	case HW_READY:
+		if (atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed)) {
+			*color = C_GREEN;
+			return "processing";
+		}
+		*color = C_DIM;
+		return "idle";
+	case HW_STOPPING:
+		*color = C_CYAN;
+		return "finishing";
+	case HW_GONE:
+	default:
+		if (UI_READ(w->end) == END_ERROR) {
+			*color = C_RED;
+			return "error";
+		}
+		*color = C_BLUE;
+		return "finished";
+	}
+}
+
+/* ---- dashboard ---- */
+
+static int term_width(void)
+{
+	struct winsize ws;
+	if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 10)
+		return ws.ws_col;
+	return 100;
+}
+
+static int term_height(void)
+{
+	struct winsize ws;
+	if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 5)
+		return ws.ws_row;
+	return 40;
+}
+
+struct frame {
+	char *buf;
+	size_t len, cap;
+	int lines;
+};
+
+static void frame_add(struct frame *fr, struct line *l)
+{
+	if (fr->len + l->len + 16 > fr->cap) {
+		size_t cap = fr->cap ? fr->cap * 2 : 16384;
+		while (fr->len + l->len + 16 > cap)
+			cap *= 2;
+		char *b = realloc(fr->buf, cap);
+		if (!b)
+			return;
+		fr->buf = b;
+		fr->cap = cap;
+	}
+	memcpy(fr->buf + fr->len, "\033[2K", 4); /* clear the old line under it */
+	fr->len += 4;
+	memcpy(fr->buf + fr->len, l->buf, l->len);
+	fr->len += l->len;
+	if (l->color) {
+		memcpy(fr->buf + fr->len, C_RESET, sizeof C_RESET - 1);
+		fr->len += sizeof C_RESET - 1;
+	}
+	fr->buf[fr->len++] = '\n';
+	fr->lines++;
+}
+
+static void new_line(struct line *l, const struct ui *u, int width)
+{
+	l->len = 0;
+	l->visible = 0;
+	l->width = width - 1; /* never the last column: no automatic wrap */
+	l->color = u->color;
+}
+
+static void draw_dashboard(struct ui *u, bool final)
+{
+	struct host *h = u->h;
+	struct figures f;
+	struct frame fr = {0};
+	struct line l;
+	char a[32], b[32];
+	int width = term_width(), height = term_height();
+
+	take_figures(u, &f);
+
+	/* Title: the job, the workers, elapsed, ETA. */
+	new_line(&l, u, width);
+	l_color(&l, C_BOLD);
+	l_text(&l, "gpud ");
+	l_color(&l, C_RESET);
+	fmt_duration(a, sizeof a, f.elapsed);
+	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->n_workers,
+	      h->cfg->n_gpus, a);
+	if (h->cfg->ranks > 1)
+		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
+	if (f.eta >= 0 && !final) {
+		fmt_duration(b, sizeof b, f.eta);
+		l_fmt(&l, "  |  ETA %s", b);
+	}
+	if (final)
+		l_text(&l, h->abort ? "  |  aborted" : "  |  done");
+	frame_add(&fr, &l);
+
+	/* Progress. */
+	new_line(&l, u, width);
+	if (f.total > 0) {
+		int bar = width - 40;
+		if (bar > 50)
+			bar = 50;
+		if (bar < 10)
+			bar = 10;
+		double frac = (double)(f.done + f.resumed) / (double)f.total;
+		if (frac > 1)
+			frac = 1;
+		int full = (int)(frac * bar);
+		l_text(&l, "[");
+		l_color(&l, C_GREEN);
+		for (int i = 0; i < full; i++)
+			l_text(&l, "#");
+		l_color(&l, C_DIM);
+		for (int i = full; i < bar; i++)
+			l_text(&l, "-");
+		l_color(&l, C_RESET);
+		l_fmt(&l, "] %llu/%lld  %.1f%%", (unsigned long long)(f.done + f.resumed),
+		      (long long)f.total, frac * 100);
+		if (f.resumed)
+			l_fmt(&l, "  (%llu done before this run)", (unsigned long long)f.resumed);
+	} else {
+		l_fmt(&l, "%llu done (total unknown)", (unsigned long long)f.done);
+	}
+	frame_add(&fr, &l);
+
+	/* Outcomes, speed, queue. */
+	new_line(&l, u, width);
+	l_color(&l, C_GREEN);
+	l_fmt(&l, "ok %llu", (unsigned long long)f.ok);
+	l_color(&l, f.failed ? C_RED : C_RESET);
+	l_fmt(&l, "  failed %llu", (unsigned long long)f.failed);
+	l_color(&l, f.timed_out ? C_YELLOW : C_RESET);
+	l_fmt(&l, "  timed out %llu", (unsigned long long)f.timed_out);
+	l_color(&l, C_RESET);
+	if (f.not_run)
+		l_fmt(&l, "  not run %llu", (unsigned long long)f.not_run);
+	if (f.retried)
+		l_fmt(&l, "  retried %llu", (unsigned long long)f.retried);
+	l_fmt(&l, "  |  %.0f/s now, %.0f/s overall  |  queue %llu/%u", f.rate_now, f.rate_all,
+	      (unsigned long long)f.in_flight, h->cfg->queue_size);
+	frame_add(&fr, &l);
+
+	/* One row per worker, as many as the terminal holds. Below UI_WIDE columns the
+	 * timings go and the rest narrows, so the outcome columns always show. */
+	const struct columns *k = width < UI_WIDE ? &narrow_columns : &wide_columns;
+	new_line(&l, u, width);
+	l_color(&l, C_BOLD);
+	l_fmt(&l, "%*s %*s  %-*s %*s", k->gpu, "GPU", k->worker, k->worker_name, k->status,
+	      "STATUS", k->task, "TASK");
+	if (k->timings)
+		l_fmt(&l, " %9s %9s", "RUNNING", "LAST");
+	l_fmt(&l, " %*s %6s %*s %*s", k->ok, "OK", "FAILED", k->to, "T/O", k->restarts,
+	      k->restarts_name);
+	if (u->nvml)
+		l_fmt(&l, " %5s %15s", "UTIL", "MEMORY");
+	frame_add(&fr, &l);
+	int room = height - 10;
+	unsigned shown = 0;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if ((int)shown >= room && i + 1 < h->n_workers) {
+			new_line(&l, u, width);
+			l_fmt(&l, "  ... %u more workers (a taller terminal shows them)",
+			      h->n_workers - i);
+			frame_add(&fr, &l);
+			break;
+		}
+		const char *color;
+		const char *status = worker_status(w, &color);
+		new_line(&l, u, width);
+		l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
+		l_color(&l, color);
+		l_fmt(&l, "%-*.*s", k->status, k->status, status);
+		l_color(&l, C_RESET);
+		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+		bool busy = UI_READ(w->state) == HW_READY && since;
+		if (busy)
+			l_fmt(&l, " %*llu", k->task,
+			      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
+								       memory_order_relaxed));
+		else
+			l_fmt(&l, " %*s", k->task, "-");
+		if (k->timings) {
+			double last = UI_READ(w->last_seconds);
+			if (busy)
+				fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
+			else
+				snprintf(a, sizeof a, "-");
+			if (last > 0)
+				fmt_short(b, sizeof b, last);
+			else
+				snprintf(b, sizeof b, "-");
+			l_fmt(&l, " %9s %9s", a, b);
+		}
+		uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
+		l_fmt(&l, " %*llu", k->ok, (unsigned long long)UI_READ(w->ok));
+		l_color(&l, wf ? C_RED : C_RESET);
+		l_fmt(&l, " %6llu", (unsigned long long)wf);
+		l_color(&l, wt ? C_YELLOW : C_RESET);
+		l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
+		l_color(&l, C_RESET);
+		l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
+		struct nvml_sample ns;
+		if (u->nvml && nvml_sample(u->nvml, host_bus_id(h, w->gpu_id), w->gpu_id, &ns) == 0)
+			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9,
+			      ns.mem_total / 1e9);
+		frame_add(&fr, &l);
+		shown++;
+	}
+
+	/* The last messages: failures, worker deaths. */
+	pthread_mutex_lock(&h->notes.lock);
+	uint64_t count = h->notes.count;
+	uint64_t first = count > DASH_NOTES ? count - DASH_NOTES : 0;
+	if (count) {
+		new_line(&l, u, width);
+		l_color(&l, C_BOLD);
+		l_text(&l, "recent:");
+		frame_add(&fr, &l);
+	}
+	for (uint64_t k = first; k < count && (int)(fr.lines) < height - 2; k++) {
+		new_line(&l, u, width);
+		l_color(&l, h->notes.error[k % HOST_NOTES] ? C_RED : C_YELLOW);
+		l_fmt(&l, "  %s", h->notes.text[k % HOST_NOTES]);
+		frame_add(&fr, &l);
+	}
+	pthread_mutex_unlock(&h->notes.lock);
+
+	if (h->log_dir) {
+		new_line(&l, u, width);
+		l_color(&l, C_DIM);
+		l_fmt(&l, "worker output: %s/worker-<id>.log", h->log_dir);
+		frame_add(&fr, &l);
+	}
+
+	/* One write: back over the last frame, the new one, then clear what it left. */
+	char head[64];
+	int n = 0;
+	if (u->prev_lines)
+		n = snprintf(head, sizeof head, "\033[?25l\r\033[%dA", u->prev_lines);
+	else
+		n = snprintf(head, sizeof head, "\033[?25l");
+	char *out = malloc((size_t)n + fr.len + 32);
+	if (out) {
+		size_t len = 0;
+		memcpy(out, head, (size_t)n);
+		len = (size_t)n;
+		memcpy(out + len, fr.buf, fr.len);
+		len += fr.len;
+		len += (size_t)snprintf(out + len, 32, "\033[J%s", final ? "\033[?25h" : "");
+		for (size_t off = 0; off < len;) {
+			ssize_t w = write(2, out + off, len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				break;
+			off += (size_t)w;
+		}
+		free(out);
+	}
+	u->prev_lines = fr.lines;
+	free(fr.buf);
+}
+
+/* ---- plain mode ---- */
+
+static void plain_progress(struct ui *u, bool final)
+{
+	struct figures f;
+	char a[32], b[32];
+	take_figures(u, &f);
+	fmt_duration(a, sizeof a, f.elapsed);
+	uint64_t all = f.done + f.resumed;
+	if (f.total >= 0)
+		fprintf(stderr, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)all,
+			(long long)f.total,
+			f.total ? 100.0 * (double)all / (double)f.total : 100.0);
+	else
+		fprintf(stderr, "gpud: [%s] %llu done", a, (unsigned long long)all);
+	if (f.resumed)
+		fprintf(stderr, " (%llu before this run)", (unsigned long long)f.resumed);
+	fprintf(stderr,
+		" ok %llu failed %llu timed out %llu | %.0f/s now, %.0f/s overall | queue %llu",
+		(unsigned long long)f.ok, (unsigned long long)f.failed,
+		(unsigned long long)f.timed_out, f.rate_now, f.rate_all,
+		(unsigned long long)f.in_flight);
+	if (f.eta >= 0 && !final) {
+		fmt_duration(b, sizeof b, f.eta);
+		fprintf(stderr, " | ETA %s", b);
+	}
+	pthread_mutex_lock(&u->h->notes.lock);
+	uint64_t hidden = u->h->notes.hidden;
+	u->h->notes.hidden = 0;
+	pthread_mutex_unlock(&u->h->notes.lock);
+	if (hidden && u->h->failures)
+		fprintf(stderr, " | %llu more messages not shown: every failure is in %s/%s",
+			(unsigned long long)hidden, u->h->log_dir, FILES_FAILURES);
+	else if (hidden)
+		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
+	fputc('\n', stderr);
+	u->failures_shown = 0;
+}
+
+/* Plain mode: failures as lines, in order, at most PLAIN_FAILURES an interval; the
+ * rest are counted, and the progress line says where they all are. */
+static void plain_failures(struct ui *u)
+{
+	struct host *h = u->h;
+	pthread_mutex_lock(&h->notes.lock);
+	for (; h->notes.printed < h->notes.count; h->notes.printed++) {
+		if (u->failures_shown >= PLAIN_FAILURES) {
+			h->notes.hidden++;
+			continue;
+		}
+		fprintf(stderr, "gpud: %s\n", h->notes.text[h->notes.printed % HOST_NOTES]);
+		u->failures_shown++;
+	}
+	pthread_mutex_unlock(&h->notes.lock);
+}
+
+static void *ui_main(void *arg)
+{
+	struct ui *u = arg;
+	struct host *h = u->h;
+	double period = h->ui_mode == UI_DASHBOARD ? 1.0 / h->cfg->refresh_rate : 0.1;
+	pthread_mutex_lock(&u->lock);
+	while (!u->stop) {
+		pthread_mutex_unlock(&u->lock);
+		if (h->ui_mode == UI_DASHBOARD) {
+			draw_dashboard(u, false);
+		} else {
+			plain_failures(u);
+			double now = seconds_since(h->t_start_ns);
+			if (now - u->last_plain >= h->cfg->plain_interval) {
+				plain_progress(u, false);
+				u->last_plain = now;
+			}
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		long ns = ts.tv_nsec + (long)(period * 1e9);
+		ts.tv_sec += ns / 1000000000L;
+		ts.tv_nsec = ns % 1000000000L;
+		pthread_mutex_lock(&u->lock);
+		if (!u->stop)
+			pthread_cond_timedwait(&u->wake, &u->lock, &ts);
+	}
+	pthread_mutex_unlock(&u->lock);
+	return NULL;
+}
+
+/* The dashboard hides the cursor: a crash of the host must not leave it hidden. */
+static void on_crash(int sig)
+{
+	static const char show[] = "\033[?25h\n";
+	if (write(2, show, sizeof show - 1) < 0) {
+		/* nothing more to do */
+	}
+	raise(sig); /* SA_RESETHAND: now with the default action */
+}
+
+static void cursor_on_crash(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_crash;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		struct sigaction old;
+		/* One already handled (a sanitizer's) stays. */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+struct ui *ui_start(struct host *h)
+{
+	if (h->ui_mode == UI_OFF)
+		return NULL;
+	struct ui *u = calloc(1, sizeof *u);
+	if (!u)
+		return NULL;
+	u->h = h;
+	const char *term = getenv("TERM");
+	u->color = h->ui_mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(2) && term &&
+		   strcmp(term, "dumb") != 0;
+	if (h->ui_mode == UI_DASHBOARD) {
+		u->nvml = nvml_open();
+		cursor_on_crash();
+	}
+	pthread_mutex_init(&u->lock, NULL);
+	pthread_cond_init(&u->wake, NULL);
+	/* Signals are the host loop's: the drawing thread never takes one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int started = pthread_create(&u->thread, NULL, ui_main, u);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (started != 0) {
+		nvml_close(u->nvml);
+		free(u);
+		return NULL;
+	}
+	return u;
+}
+
+void ui_stop(struct ui *u)
+{
+	if (!u)
+		return;
+	pthread_mutex_lock(&u->lock);
+	u->stop = true;
+	pthread_cond_signal(&u->wake);
+	pthread_mutex_unlock(&u->lock);
+	pthread_join(u->thread, NULL);
+	if (u->h->ui_mode == UI_DASHBOARD) {
+		draw_dashboard(u, true);
+	} else {
+		plain_failures(u);
+		plain_progress(u, true);
+	}
+	nvml_close(u->nvml);
+	pthread_mutex_destroy(&u->lock);
+	pthread_cond_destroy(&u->wake);
+	free(u);
+}
+
+void ui_clean(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
+void ui_suspend(struct host *h, bool stopping)
+{
+	static const char show[] = "\033[?25h\n";
+	if (stopping && h->ui_mode == UI_DASHBOARD && write(2, show, sizeof show - 1) < 0)
+		return;
+}

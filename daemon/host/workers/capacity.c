@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "workers/capacity.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "workers/memory.h"
+#include "util/textio.h"
+
+static const char *human(uint64_t v, char *buf, size_t len)
+{
+	static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	double d = (double)v;
+	size_t u = 0;
+	while (d >= 1024 && u + 1 < sizeof unit / sizeof *unit) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", d, unit[u]);
+	return buf;
+}
+
+static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
+{
+	struct rlimit rl;
+	uint64_t need = (uint64_t)n * CAPACITY_FDS_PER_WORKER + CAPACITY_FDS_BASE;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    need <= rl.rlim_cur)
+		return 0;
+	if (rl.rlim_max != RLIM_INFINITY && need > rl.rlim_max) {
+		fprintf(stderr,
+			"gpud: %s: %u workers (%zu GPU%s x workers_per_gpu %u) need about "
+			"%llu open files, and this process may open %llu (ulimit -n, hard "
+			"limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
+			"or raise the limit\n",
+			c->path, n, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+			(unsigned long long)need, (unsigned long long)rl.rlim_cur,
+			(unsigned long long)rl.rlim_max);
+		return -1;
+	}
+	/* As daemons do: the soft limit is a default, the hard one the real bound. */
+	rlim_t to = rl.rlim_max == RLIM_INFINITY ? (rlim_t)need : rl.rlim_max;
+	if (!raise) {
+		fprintf(notes,
+			"  open files: the run raises its limit from %llu to %llu for %u "
+			"workers\n",
+			(unsigned long long)rl.rlim_cur, (unsigned long long)to, n);
+		return 0;
+	}
+	rl.rlim_cur = to;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		fprintf(stderr,
+			"gpud: %s: %u workers need about %llu open files; raising the "
+			"limit to %llu failed: %s\n",
+			c->path, n, (unsigned long long)need, (unsigned long long)to,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The memory this process may have: the machine's, or its cgroup's (v2) when lower. */
+static uint64_t memory_limit(const char **what)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+	*what = "this machine's memory";
+	char why[64], *cg = NULL, *max = NULL, path[4200];
+	size_t size;
+	cg = io_read_small("/proc/self/cgroup", 1 << 16, &size, why, sizeof why);
+	const char *line = cg ? strstr(cg, "0::/") : NULL;
+	if (line && (line == cg || line[-1] == '\n')) {
+		size_t l = strcspn(line + 3, "\n");
+		snprintf(path, sizeof path, "/sys/fs/cgroup%.*s/memory.max", (int)l, line + 3);
+		max = io_read_small(path, 1 << 10, &size, why, sizeof why);
+		char *end;
+		unsigned long long v = max ? strtoull(max, &end, 10) : 0;
+		if (max && end != max && v < limit) {
+			limit = v;
+			*what = "the memory its cgroup may use (memory.max)";
+		}
+	}
+	free(cg);
+	free(max);
+	return limit;
+}
+
+static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
+{
+	struct shm_plan p;
+	const char *what;
+	char a[32], b[32], d[32], e[32];
+	int bad = shm_plan(h, n, &p);
+	uint64_t limit = memory_limit(&what);
+	if (bad == 0 && p.all <= limit)
+		return 0;
+	/* The key that makes it large: the task rings (task size x batch, or the queue's
+	 * share per worker), or the result rings. */
+	uint64_t tasks = (uint64_t)n * p.task_cap, results = (uint64_t)n * p.out_size;
+	char key[160];
+	if (results > tasks)
+		snprintf(key, sizeof key, "max_result_bytes (%s)",
+			 human(c->max_result_bytes, a, sizeof a));
+	else if (2 * p.task_need * c->batch_size >= p.task_cap / 2)
+		snprintf(key, sizeof key, "max_task_bytes (%s)",
+			 human(c->max_task_bytes, a, sizeof a));
+	else
+		snprintf(key, sizeof key, "queue_size (%u)", c->queue_size);
+	char batch[48] = "";
+	if (c->batch_size > 1)
+		snprintf(batch, sizeof batch, " or batch_size (%u)", c->batch_size);
+	if (bad)
+		fprintf(stderr,
+			"gpud: %s: the shared memory for %u workers is too large to count: "
+			"lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
+			c->path, n, key, batch);
+	else
+		fprintf(stderr,
+			"gpud: %s: the run's shared memory would take %s (%u workers x %s "
+			"of task ring and %s of results), more than %s (%s): lower [job] "
+			"%s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
+			c->path, human(p.all, a, sizeof a), n, human(p.task_cap, b, sizeof b),
+			human(p.out_size, d, sizeof d), what, human(limit, e, sizeof e), key,
+			batch);
+	return -1;
+}
+
+int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes)
+{
+	unsigned n = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	if (n == 0)
+		return 0; /* no GPU: said by the run */
+	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
+}

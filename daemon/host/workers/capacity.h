@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* What a run needs of the machine, known before any worker starts (capacity.c): open
+ * files for its workers, and memory for its shared-memory plan. Found by `gpud check`
+ * and by `gpud run` before anything is touched, so a run that cannot be had is a job
+ * error (exit 2) naming the key to change, not an abort after setup (exit 3). */
+#ifndef GPUD_CAPACITY_H
+#define GPUD_CAPACITY_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "run/host.h"
+
+/* Host descriptors each worker holds (its out memfd, its dashboard log), and those the
+ * run holds whatever its size (standard streams, the run memfd and its twin, the bell,
+ * pipes, journal, failures list, sink and generator files, metrics, NVML, Python). */
+#define CAPACITY_FDS_PER_WORKER 2
+#define CAPACITY_FDS_BASE 64
+
+/* Checks the open-file limit against the workers of c (c->n_gpus known: after
+ * prepare) and the shared memory they need against the machine's memory (or the
+ * cgroup's limit). With `raise`, a soft open-file limit below what is needed goes up to
+ * the hard limit when that suffices; without, that is said on `notes`. Needs
+ * h->worker_plugin. 0, or -1 with one line on standard error. */
+int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes);
+
+#endif

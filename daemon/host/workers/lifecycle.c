@@ -1,0 +1,780 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Worker lifecycles seen from the host: setup results, deaths (noticed at once through
+ * SIGCHLD, whose handler rings the host's bell), host-enforced bounds on every wait
+ * (task_timeout, setup_timeout, tasks held but never started, cleanup), restarts within
+ * a per-GPU budget, job control, and the orderly stop at the end of a run.
+ *
+ * Each worker leads its own process group: whatever it starts dies with it, and
+ * signals meant for the job (Ctrl-C, SIGTERM to the group) reach only the host, which
+ * decides. The host is a child subreaper, so what escapes a group still ends below it.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run/events.h"
+#include "record/failures.h"
+#include "workers/lifecycle.h"
+#include "workers/memory.h"
+#include "workers/spawner.h"
+#include "view/ui.h"
+
+/* While a task limit is set, the host looks at least this often for a task that began
+ * while it slept (it is not woken for task starts unless its sink wants them). */
+#define TIMEOUT_POLL_NS 20000000u
+/* A worker that holds tasks, runs none and waits for no batch this long is stuck
+ * (stopped, or wedged outside any task): its tasks go to another worker. */
+#define STILL_NS 3000000000u
+/* The loop looks at its clocks at least this often, even with nothing to time, so that
+ * the time since it last looked tells whether the job was stopped: a gap of
+ * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
+#define LIFECYCLE_LOOK_NS 50000000u
+#define LIFECYCLE_STOP_MIN_NS 200000000u
+#define LIFECYCLE_HOLD_NS 20000000u
+
+volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
+static _Atomic uint32_t *sig_bell;
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+	if (sig == SIGCHLD)
+		host_sigchld = 1;
+	else if (sig == SIGTSTP)
+		host_sigtstp = 1;
+	else if (sig == SIGCONT)
+		host_sigcont = 1, host_conts++;
+	else
+		host_interrupts++;
+	if (sig_bell) {
+		atomic_fetch_add(sig_bell, 1);
+		wait_futex_wake(sig_bell);
+	}
+	errno = saved;
+}
+
+void host_install_signals(struct host *h)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sig_bell = h->host_bell;
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGCONT, &sa, NULL);
+	/* No SA_RESTART: a generator blocked in read() gets EINTR and can give up. */
+	sa.sa_flags = 0;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGTSTP, &sa, NULL);
+	/* A closed standard output shows up as a write error in the sink. */
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* A worker reaped already (exited) is never signalled: its pid may name another
+ * process by now. */
+static void signal_workers(struct host *h, int sig)
+{
+	for (unsigned i = 0; i < h->n_workers; i++)
+		if (h->w[i].pid > 0 && !h->w[i].exited)
+			spawn_kill(h->w[i].pid, sig);
+}
+
+/* Moves a clock on by the `gap` the job was stopped, but never past `now`: no elapsed
+ * time computed from it can wrap, and one started during the stop's uncertain start (the
+ * loop looked at its clocks last `gap` ago) or on continuing loses nothing. */
+static void shift(uint64_t *clock, uint64_t now, uint64_t gap)
+{
+	if (*clock)
+		*clock = *clock + gap < now ? *clock + gap : now;
+}
+
+/* Credits `gap` ns, up to `now`, during which the job was stopped to every clock that
+ * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
+static void credit(struct host *h, uint64_t gap, uint64_t now)
+{
+	h->stopped_ns += gap;
+	if (h->interrupted)
+		shift(&h->interrupt_ns, now, gap); /* nor against drain_timeout */
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		/* The task running now, which may have begun after we last looked: its
+		 * clock gets the credit, at most what it has run. */
+		uint64_t since = w->rep ? atomic_load(&w->rep->busy_since_ns) : 0;
+		if (since != w->seen_since) {
+			w->seen_since = since;
+			w->grace_ns = 0;
+		}
+		if (since && since < now)
+			w->grace_ns += gap < now - since ? gap : now - since;
+		shift(&w->spawned_ns, now, gap);
+		shift(&w->still_ns, now, gap);
+	}
+	if (h->stopping)
+		shift(&h->stop_ns, now, gap);
+}
+
+void lifecycle_job_control(struct host *h)
+{
+	if (host_sigtstp) {
+		/* Ctrl-Z: the workers (in their own groups) stop with us. */
+		host_sigtstp = 0;
+		uint64_t stopped = wait_now_ns();
+		signal_workers(h, SIGSTOP);
+		ui_suspend(h, true);
+		kill(getpid(), SIGSTOP);
+		/* We were stopped until now (SIGSTOP to ourselves takes effect before kill()
+		 * returns): credited at once, for exactly as long as it lasted, and not when
+		 * the SIGCONT handler, which may run on another thread a moment later, has
+		 * said so; the clocks are not looked at before. */
+		uint64_t now = wait_now_ns();
+		credit(h, now - stopped, now);
+		h->last_check_ns = now;
+		ui_suspend(h, false);
+		signal_workers(h, SIGCONT);
+	}
+	if (host_sigcont) {
+		/* Continued after a stop from outside (SIGSTOP to the job, a batch system's
+		 * suspend): the workers may have been stopped by us. The time it lasted is
+		 * credited by lifecycle_timeouts, which notices the gap itself, whichever
+		 * thread this handler ran on and when. A SIGCONT that stopped nothing
+		 * (Slurm sends one with SIGTERM) changes no clock. */
+		host_sigcont = 0;
+		signal_workers(h, SIGCONT);
+	}
+}
+
+static const char *how_it_ended(int status, char *buf, size_t len)
+{
+	if (WIFSIGNALED(status)) {
+		const char *abbrev = sigabbrev_np(WTERMSIG(status));
+		if (abbrev)
+			snprintf(buf, len, "killed by SIG%s", abbrev);
+		else
+			snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+	} else {
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+	}
+	return buf;
+}
+
+/* The worker's message (setup, cleanup, fatal), read once, bounded and made printable. */
+static const char *worker_message(const struct host_worker *w, char *buf, size_t len,
+				  const char *none)
+{
+	size_t n = w->rep ? strnlen(w->rep->message, sizeof w->rep->message) : 0;
+	if (n >= len)
+		n = len - 1;
+	if (n)
+		memcpy(buf, w->rep->message, n);
+	buf[n] = '\0';
+	ui_clean(buf);
+	if (!buf[0])
+		snprintf(buf, len, "%s", none);
+	return buf;
+}
+
+static void setup_failed(struct host *h, struct host_worker *w, const char *why)
+{
+	h->stats.setup_failures++;
+	ui_say(h, UI_EVENT, "worker %d (GPU %d) setup failed: %s", w->index, w->gpu_id, why);
+	events_worker(h, GPUD_SETUP_FAILED, w, why);
+	w->end = END_ERROR;
+	w->state = HW_GONE;
+}
+
+void lifecycle_poll(struct host *h, struct host_worker *w)
+{
+	char msg[SHM_MSG_MAX];
+	uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_acquire);
+	if (s == WS_READY) {
+		w->state = HW_READY;
+		h->ever_ready = true;
+		w->window = 1; /* until its first results tell how long its tasks take */
+	} else if (s == WS_SETUP_FAILED) {
+		setup_failed(h, w,
+			     worker_message(w, msg, sizeof msg, "setup failed without a message"));
+	}
+}
+
+static void kill_worker(struct host_worker *w)
+{
+	if (w->pid > 0 && !w->exited)
+		spawn_kill(w->pid, SIGKILL);
+}
+
+void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
+{
+	if (w->corrupt || w->pid <= 0 || w->timed_out)
+		return;
+	w->corrupt = true;
+	snprintf(w->corrupt_why, sizeof w->corrupt_why, "%s", why);
+	/* A plugin that corrupts its memory on every task would say this thousands of
+	 * times: the first few are told, then that the rest are not. */
+	if (++h->corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d) corrupted its shared memory (%s); "
+		       "restarting it%s",
+		       w->index, w->gpu_id, why,
+		       h->corruptions == LIFECYCLE_CORRUPTIONS_TOLD
+			       ? " (further corruptions are not told; the tasks they fail are "
+				 "in the failures list)"
+			       : "");
+	if (!w->exited) /* reaped already: its process group is gone */
+		kill_worker(w);
+}
+
+/* Where the dead worker said its current call began and ended, kept inside what it held. */
+static void reported_call(const struct host_worker *w, uint64_t *from, uint64_t *to)
+{
+	uint64_t started = atomic_load(&w->rep->task_tail);
+	uint64_t run_from = atomic_load(&w->rep->run_from);
+	if (started - w->task_free > w->task_head - w->task_free)
+		started = w->task_free;
+	if (run_from - w->task_free > started - w->task_free)
+		run_from = started;
+	*from = run_from;
+	*to = started;
+}
+
+/* A worker died while it held tasks: the call it was running gets the blame (an error,
+ * a timeout if we killed it for one, a strike if we killed it for corrupting its
+ * memory), the others go back to the queue. */
+static void crashed(struct host *h, struct host_worker *w, int status)
+{
+	char how[64], msg[SHM_MSG_MAX + 256];
+	uint64_t from, to;
+	uint64_t since = atomic_load(&w->rep->busy_since_ns);
+	bool busy = since != 0;
+
+	how_it_ended(status, how, sizeof how);
+	reported_call(w, &from, &to);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
+		w->corrupt = true;
+		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
+	}
+	while (tasks_held(w)) {
+		struct task_ent t = *tasks_front(w);
+		const void *input = ring_payload(ring_at(&w->tasks, t.pos));
+		/* The call it was in: [from, to), one task or a whole batch. Tasks before it
+		 * finished, but their results never reached us: they run again. */
+		bool in_call = t.pos - w->task_free >= from - w->task_free &&
+			       t.pos - w->task_free < to - w->task_free;
+		tasks_pop(w);
+		h->in_flight--;
+		if (h->killing) {
+			h->stats.not_run++;
+			failures_not_run(h, t.id, t.attempt);
+		} else if (in_call && w->corrupt) {
+			/* Which task did it is not known for sure: a strike, and it runs again,
+			 * unless this keeps happening to it. */
+			if (++t.strikes >= TASK_MAX_STRIKES) {
+				w->failed++;
+				snprintf(msg, sizeof msg,
+					 "its worker was killed %u times while running it "
+					 "(last: worker %d (GPU %d) %s)",
+					 t.strikes, w->index, w->gpu_id, w->corrupt_why);
+				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
+			} else {
+				tasks_requeue(h, &t, input, -1);
+			}
+		} else if (in_call && (busy || w->timed_out)) {
+			if (w->timed_out) {
+				w->timeouts++;
+				snprintf(msg, sizeof msg,
+					 "timed out after %g s on worker %d (GPU %d)",
+					 h->cfg->task_timeout, w->index, w->gpu_id);
+				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
+					       h->cfg->task_timeout);
+			} else {
+				uint64_t now = wait_now_ns();
+				enum cause cause = CAUSE_CRASH;
+				w->failed++;
+				/* A task that crashed a worker before is the likely culprit:
+				 * this restart is its, not the GPU's. */
+				if (t.crashes++ > 0)
+					w->free_restart = true;
+				if (t.crashes > h->cfg->max_retries && t.crashes > 1) {
+					cause = CAUSE_FINAL;
+					snprintf(msg, sizeof msg,
+						 "poison task: %u workers died while "
+						 "running it (last: worker %d (GPU %d) %s)",
+						 t.crashes, w->index, w->gpu_id, how);
+				} else {
+					snprintf(msg, sizeof msg,
+						 "worker %d (GPU %d) %s while running "
+						 "task %llu",
+						 w->index, w->gpu_id, how,
+						 (unsigned long long)t.id);
+				}
+				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
+					       (double)wait_since(now, since) * 1e-9);
+			}
+		} else {
+			tasks_requeue(h, &t, input, -1);
+		}
+	}
+	w->task_free = w->task_head;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d): its plugin wrote before a result buffer; "
+		       "restarted",
+		       w->index, w->gpu_id);
+	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
+		 worker_message(w, msg, sizeof msg, "")[0])
+		/* A plugin that calls exit(70) itself leaves no message: that is an exit
+		 * like any other, told below. */
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
+		       w->index, w->gpu_id, msg);
+	else if (!w->timed_out && !h->killing && !w->corrupt && !w->held_still)
+		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
+}
+
+void lifecycle_take_back(struct host *h, struct host_worker *w)
+{
+	while (tasks_held(w)) {
+		struct task_ent t = *tasks_front(w);
+		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
+		tasks_pop(w);
+		h->in_flight--;
+	}
+	w->task_free = w->task_head;
+}
+
+static void restart(struct host *h, struct host_worker *w)
+{
+	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
+	if (h->killing || h->stopping || h->interrupted || h->retired[slot]) {
+		w->state = HW_GONE;
+		return;
+	}
+	bool free_restart = w->free_restart;
+	w->free_restart = false;
+	if (!free_restart && h->restarts[slot] >= h->cfg->max_worker_restarts) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "GPU %d retired: its workers were restarted %u times "
+			 "(max_worker_restarts = %u)",
+			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
+		w->state = HW_GONE;
+		w->end = END_ERROR;
+		h->retired[slot] = true;
+		/* Its other workers finish what they hold, then leave too. */
+		for (unsigned i = 0; i < h->n_workers; i++) {
+			struct host_worker *o = &h->w[i];
+			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
+				o->state = HW_STOPPING;
+				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
+				wait_ring(shm_worker_bell(o));
+			}
+		}
+		ui_say(h, UI_EVENT, "%s", msg);
+		events_worker(h, GPUD_GPU_RETIRED, w, msg);
+		return;
+	}
+	if (!free_restart)
+		h->restarts[slot]++;
+	h->stats.worker_restarts++;
+	w->restarts++;
+	int rc = shm_renew_worker(h, w);
+	if (rc == 0)
+		rc = spawn_worker(h, w);
+	if (rc < 0) {
+		ui_say(h, UI_EVENT, "cannot restart worker %d: %s", w->index, strerror(-rc));
+		w->end = END_ERROR;
+		w->state = HW_GONE;
+	}
+}
+
+void lifecycle_exited(struct host *h, struct host_worker *w)
+{
+	char how[64], msg[SHM_MSG_MAX + 128], wmsg[SHM_MSG_MAX];
+	int status = w->exit_status;
+	uint32_t s = atomic_load(&w->rep->state);
+
+	w->exited = false;
+	w->pid = -1;
+	how_it_ended(status, how, sizeof how);
+	switch (w->state) {
+	case HW_GONE:
+		return;
+	case HW_STARTING:
+		if (w->setup_timed_out) {
+			snprintf(msg, sizeof msg,
+				 "worker %d (GPU %d): setup did not finish within "
+				 "%g s (setup_timeout); killed",
+				 w->index, w->gpu_id, h->cfg->setup_timeout);
+			setup_failed(h, w, msg);
+		} else if (s == WS_SETUP_FAILED) {
+			setup_failed(h, w,
+				     worker_message(w, wmsg, sizeof wmsg,
+						    "setup failed without a message"));
+		} else {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
+				 w->gpu_id, how);
+			setup_failed(h, w, msg);
+		}
+		return;
+	case HW_STOPPING:
+		if (tasks_held(w))
+			crashed(h, w, status);
+		/* Told to stop while still in setup (the run ended first): how it ended
+		 * belongs to setup, not cleanup. */
+		if (s == WS_SETUP_FAILED) {
+			setup_failed(h, w,
+				     worker_message(w, wmsg, sizeof wmsg,
+						    "setup failed without a message"));
+		} else if (w->cancelled) {
+			/* Killed in setup because the run had ended: nothing to report. */
+		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
+				 w->gpu_id, how);
+			setup_failed(h, w, msg);
+		} else if (s == WS_CLEANUP_FAILED) {
+			w->end = END_ERROR;
+			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
+			ui_say(h, UI_EVENT, "worker %d (GPU %d) cleanup failed: %s", w->index,
+			       w->gpu_id, wmsg);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
+		} else if (s != WS_DONE && w->timed_out) {
+			w->end = END_ERROR;
+			snprintf(msg, sizeof msg,
+				 "worker %d (GPU %d): cleanup did not finish within "
+				 "%g s; killed",
+				 w->index, w->gpu_id, h->cfg->cleanup_timeout);
+			ui_say(h, UI_EVENT, "%s", msg);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+		} else if (s != WS_DONE && !h->killing) {
+			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
+				 w->gpu_id, how);
+			ui_say(h, UI_EVENT, "%s", msg);
+			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+		}
+		if (w->end == END_NONE)
+			w->end = END_FINISHED;
+		w->state = HW_GONE;
+		return;
+	case HW_READY:
+		crashed(h, w, status);
+		restart(h, w);
+		return;
+	}
+}
+
+static struct host_worker *worker_by_pid(struct host *h, pid_t pid)
+{
+	for (unsigned i = 0; i < h->n_workers; i++)
+		if (h->w[i].pid == pid && !h->w[i].exited)
+			return &h->w[i];
+	return NULL;
+}
+
+void lifecycle_reap(struct host *h)
+{
+	siginfo_t si;
+	host_sigchld = 0;
+	for (;;) {
+		si.si_pid = 0;
+		/* Look before reaping: while the dead worker is a zombie its process group
+		 * still exists, so whatever it left behind in it can be killed safely. */
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+			break;
+		pid_t pid = si.si_pid;
+		struct host_worker *w = worker_by_pid(h, pid);
+		if (w)
+			kill(-pid, SIGKILL);
+		int status;
+		if (waitpid(pid, &status, 0) < 0)
+			break;
+		if (w) {
+			w->exit_status = status;
+			w->exited = true;
+		}
+		/* Anything else is a process a worker left behind, handed to us as the
+		 * subreaper: reaped, nothing more. */
+	}
+}
+
+/* Workers told to stop get cleanup_timeout to exit; then they are killed. */
+static uint64_t cleanup_deadline(struct host *h, uint64_t now)
+{
+	double limit = h->cfg->cleanup_timeout;
+	if (!h->stopping || h->killing || limit <= 0)
+		return 0;
+	uint64_t deadline = h->stop_ns + (uint64_t)(limit * 1e9);
+	if (now < deadline)
+		return deadline;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_STOPPING && w->pid > 0 && !w->timed_out && !w->cancelled) {
+			w->timed_out = true;
+			kill_worker(w);
+		}
+	}
+	return 0;
+}
+
+static uint64_t earlier(uint64_t a, uint64_t b)
+{
+	return !a ? b : !b ? a : a < b ? a : b;
+}
+
+/* A worker holding tasks it does not start, while not in a call and not waiting to
+ * fill a batch, is stopped or wedged: its tasks go elsewhere. */
+static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
+{
+	/* While a sink call is stuck, nothing is taken from the workers or given to them:
+	 * one that holds tasks it has not started waits for the host (backpressure, as
+	 * with result rings sized otherwise or batches), it is not wedged. */
+	if (atomic_load_explicit(&h->sink_stuck_ns, memory_order_relaxed)) {
+		w->still_ns = 0;
+		return 0;
+	}
+	uint64_t tail = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
+	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
+	/* Unstarted: it has not reported reaching the end of what we published. */
+	if (tail != w->seen_tail || busy || tail == w->task_head) {
+		w->seen_tail = tail;
+		w->still_ns = 0;
+		return 0;
+	}
+	uint64_t limit = STILL_NS + h->hdr->batch_wait_ns;
+	if (!w->still_ns) {
+		w->still_ns = now;
+	} else if (wait_since(now, w->still_ns) >= limit) {
+		ui_say(h, UI_EVENT,
+		       "worker %d (GPU %d) held %u tasks for %.1f s without starting "
+		       "one; giving them to another worker",
+		       w->index, w->gpu_id, tasks_held(w),
+		       (double)wait_since(now, w->still_ns) * 1e-9);
+		w->held_still = true;
+		kill_worker(w);
+		return 0;
+	}
+	return w->still_ns + limit;
+}
+
+/* The resolution of CLOCK_MONOTONIC_COARSE (1 to 10 ms, by the kernel's HZ). */
+static uint64_t coarse_tick_ns(void)
+{
+	static uint64_t tick;
+	if (!tick) {
+		struct timespec res;
+		bool ok = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 &&
+			  res.tv_nsec > 0;
+		tick = ok ? (uint64_t)res.tv_nsec : 10000000u;
+	}
+	return tick;
+}
+
+uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
+{
+	double limit_s = h->cfg->task_timeout;
+	/* The loop looks at least every LIFECYCLE_LOOK_NS when it can. A longer gap since
+	 * it last did was a stop of the job (SIGSTOP from outside, a batch system's
+	 * suspend), which counts against nothing, when a SIGCONT came with it; without one
+	 * it was the host being busy (a slow sink call, a starved CPU), which counts. The
+	 * SIGCONT's handler may run on another thread a moment after the loop wakes: a gap
+	 * with no SIGCONT yet is held for one more look, 20 ms on, before anything is
+	 * enforced. (Ctrl-Z is credited where it is handled.) */
+	uint64_t gap = wait_since(now, h->last_check_ns);
+	bool cont = host_conts != h->conts_seen;
+	h->conts_seen = host_conts;
+	if (h->held_gap) {
+		if (cont)
+			credit(h, h->held_gap, now);
+		h->held_gap = 0;
+	} else if (h->last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
+		if (!cont) {
+			h->held_gap = gap;
+			h->last_check_ns = now;
+			return now + LIFECYCLE_HOLD_NS;
+		}
+		credit(h, gap, now);
+	}
+	h->last_check_ns = now;
+	uint64_t deadline = cleanup_deadline(h, now);
+	/* The journal catches up every JOURNAL_FLUSH_NS. */
+	if (h->journal.fd >= 0) {
+		if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
+		    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
+			h->journal_failed = true;
+			ui_say(h, UI_EVENT,
+			       "cannot write the journal %s: %s; --resume may run "
+			       "finished tasks again",
+			       h->journal.path, strerror(errno));
+		}
+		deadline = earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
+	}
+	/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so
+	 * a batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
+	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {
+		uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
+		if (wait_since(now, h->interrupt_ns) >= drain) {
+			ui_say(h, UI_EVENT,
+			       "drain_timeout (%g s) passed: stopping the running tasks "
+			       "(they count as not run)",
+			       h->cfg->drain_timeout);
+			lifecycle_kill_all(h);
+		} else {
+			deadline = earlier(deadline, h->interrupt_ns + drain);
+		}
+	}
+	if (h->stopping)
+		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
+	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
+	 * stretch of them began, which may be up to a tick before the task now running
+	 * (worker/main.c, TINY_NS). */
+	uint64_t limit = (uint64_t)(limit_s * 1e9) + coarse_tick_ns();
+	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
+	if (limit_s > 0)
+		deadline = earlier(deadline, now + TIMEOUT_POLL_NS);
+	else
+		deadline = earlier(deadline, now + LIFECYCLE_LOOK_NS);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
+			continue;
+		if (w->state == HW_STARTING && setup_limit) {
+			if (wait_since(now, w->spawned_ns) >= setup_limit) {
+				w->setup_timed_out = true;
+				kill_worker(w);
+			} else {
+				deadline = earlier(deadline, w->spawned_ns + setup_limit);
+			}
+			continue;
+		}
+		/* A worker told to stop while the run goes on (its GPU was retired) finishes
+		 * what it holds, under the same task_timeout. */
+		if (w->state != HW_READY && w->state != HW_STOPPING)
+			continue;
+		if (w->state == HW_READY)
+			deadline = earlier(deadline, check_still(h, w, now));
+		if (limit_s <= 0)
+			continue;
+		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+		if (since != w->seen_since) {
+			w->seen_since = since;
+			w->grace_ns = 0;
+		}
+		/* A task may have begun after `now` was read: that is not a long one (and
+		 * now - since would wrap around). */
+		if (!since || since >= now)
+			continue;
+		uint64_t ran = now - since;
+		ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
+		if (ran >= limit) {
+			/* A plugin stuck in a kernel or a C loop cannot be interrupted from
+			 * inside: the worker goes, a fresh one takes its place. */
+			w->timed_out = true;
+			kill_worker(w);
+		} else {
+			deadline = earlier(deadline, now + (limit - ran));
+		}
+	}
+	return deadline;
+}
+
+void lifecycle_stop_all(struct host *h)
+{
+	h->stopping = true;
+	h->stop_ns = wait_now_ns();
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->state == HW_STARTING && w->pid > 0) {
+			/* Every task has its outcome: a setup still running can only delay
+			 * the end (it may be minutes of model loading). */
+			w->state = HW_STOPPING;
+			w->cancelled = true;
+			kill_worker(w);
+			continue;
+		}
+		if (w->state != HW_READY)
+			continue;
+		w->state = HW_STOPPING;
+		atomic_store_explicit(&w->feed->stop, 1, memory_order_release);
+		wait_ring(shm_worker_bell(w));
+	}
+}
+
+void lifecycle_kill_all(struct host *h)
+{
+	h->killing = true;
+	h->stopping = true;
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct host_worker *w = &h->w[i];
+		if (w->pid > 0) {
+			if (w->state == HW_READY || w->state == HW_STARTING)
+				w->state = HW_STOPPING;
+			kill_worker(w);
+		}
+	}
+}
+
+unsigned lifecycle_live(const struct host *h)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < h->n_workers; i++)
+		n += h->w[i].state != HW_GONE || h->w[i].exited;
+	return n;
+}
+
+/* The pids whose parent is us, from /proc; up to `max`. */
+static unsigned our_children(pid_t *out, unsigned max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	unsigned n = 0;
+	pid_t self = getpid();
+	if (!d)
+		return 0;
+	while (n < max && (e = readdir(d))) {
+		char path[300], buf[512];
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		/* "pid (comm) state ppid ...": comm may hold anything, so parse after the
+		 * last ')'. */
+		char *p = strrchr(buf, ')');
+		int ppid;
+		char state;
+		if (p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+			out[n++] = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+unsigned lifecycle_sweep(void)
+{
+	pid_t kids[256];
+	unsigned total = 0, n;
+	/* Each round kills what is below us now; their own children come to us as
+	 * orphans for the next round. */
+	for (int round = 0; round < 64 && (n = our_children(kids, 256)) > 0; round++) {
+		for (unsigned i = 0; i < n; i++)
+			kill(kids[i], SIGKILL);
+		for (unsigned i = 0; i < n; i++)
+			while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR)
+				;
+		total += n;
+	}
+	return total;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/* Worker lifecycles seen from the host (lifecycle.c). */
+#ifndef GPUD_LIFECYCLE_H
+#define GPUD_LIFECYCLE_H
+
+#include <signal.h>
+
+#include "run/host.h"
+
+/* How many workers killed for corrupting their memory are told of, per run. */
+#define LIFECYCLE_CORRUPTIONS_TOLD 5
+
+/* A worker in setup: notices when it is ready or has failed. */
+void lifecycle_poll(struct host *h, struct host_worker *w);
+/* Reaps every child that exited; a worker's exit is marked (w->exited) for
+ * lifecycle_exited, once the dispatcher has taken in its last results. */
+void lifecycle_reap(struct host *h);
+void lifecycle_exited(struct host *h, struct host_worker *w);
+/* Enforces task_timeout, setup_timeout, the bound on unstarted tasks and the cleanup
+ * bound; returns the next deadline to wake up for (0: none). */
+uint64_t lifecycle_timeouts(struct host *h, uint64_t now);
+/* Kills worker w and its whole process group for writing something invalid: its
+ * unconsumed results are not trusted, its current call gets a strike. */
+void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why);
+void lifecycle_stop_all(struct host *h);
+void lifecycle_kill_all(struct host *h);
+/* Requeues every task w holds: it is gone for good and runs none of them. */
+void lifecycle_take_back(struct host *h, struct host_worker *w);
+unsigned lifecycle_live(const struct host *h);
+/* End of run: kills and reaps every process left below the host (children of workers
+ * that outlived them); returns how many. */
+unsigned lifecycle_sweep(void);
+
+/* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts, counted), SIGTSTP (stop the job),
+ * SIGCONT (the job goes on; counted in host_conts, which tells a stop from outside from
+ * a busy host in lifecycle_timeouts: time stopped does not count against any bound). */
+extern volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
+void host_install_signals(struct host *h);
+/* Applies a pending SIGTSTP or SIGCONT (dispatcher loop). */
+void lifecycle_job_control(struct host *h);
+
+#endif
