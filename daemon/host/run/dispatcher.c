@@ -176,6 +176,173 @@ static bool requeued_may_run(const struct host *h)
  * calls (the clock is read every few calls, more often once calls are slow). */
 #define FEED_SLICE_NS 1000000u
 
+/* What became of one generator call (generate()). */
+enum fed {
+	FED_TASK,    /* a task for the ring: *ent */
+	FED_DROPPED, /* an item used up without a task: another rank's, or done before */
+	FED_REFUSED, /* an item failed without running (larger than max_task_bytes) */
+	FED_STOP,    /* no more from the generator in this pass: the end, a failure */
+};
+
+/* Publishes what `w`'s ring holds and rings its bell. */
+static void publish_tasks(struct host_worker *w)
+{
+	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+	wait_ring_fast(shm_worker_bell(w));
+}
+
+/* The generator returned 0: the end. Resuming, it must not end before a task the
+ * journaled run read, or it is not that run's input. */
+static void generator_ended(struct host *h)
+{
+	h->gen_done = true;
+	uint64_t seen = h->resuming ? journal_sample_from(&h->journal, h->next_id) : UINT64_MAX;
+	if (seen == UINT64_MAX)
+		return;
+	h->input_changed = true;
+	host_abort(h,
+		   "the generator's input is not what the journaled run read: it ended after "
+		   "%llu tasks, and that run read task %llu; run without --resume to start over, "
+		   "or add --force to resume anyway",
+		   (unsigned long long)h->next_id, (unsigned long long)seen);
+}
+
+/* The generator returned -1. */
+static void generator_failed(struct host *h, struct gpud_error *err)
+{
+	h->gen_done = true;
+	if (host_interrupts)
+		return; /* a read cut short by Ctrl-C or SIGTERM: not a failure */
+	h->gen_failed = true;
+	ui_clean(err->message);
+	host_abort(h, "the generator failed after %llu tasks: %s", (unsigned long long)h->next_id,
+		   err->message[0] ? err->message : "gpud_generator_next returned -1");
+}
+
+/* Another rank's chunk ahead: a generator that can jump, jumps it. false when the jump
+ * failed (the run is aborted). */
+static bool skip_other_ranks(struct host *h, struct gpud_error *err)
+{
+	const struct cfg *c = h->cfg;
+	if (c->ranks <= 1 || !h->gen_skip || ranks_mine(h->next_id, c->rank, c->ranks))
+		return true;
+	uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
+	if (h->gen_skip(h->gen, to - h->next_id, err) != 0) {
+		h->gen_done = h->gen_failed = true;
+		ui_clean(err->message);
+		host_abort(h, "the generator failed to skip to task %llu: %s",
+			   (unsigned long long)to,
+			   err->message[0] ? err->message : "gpud_generator_skip failed");
+		return false;
+	}
+	h->next_id = to;
+	return true;
+}
+
+/* Task `id`, just generated into `item`: another rank's, one an earlier run finished,
+ * one too large, or a task for the ring (*ent). */
+static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
+		      struct task_ent *ent)
+{
+	const struct cfg *c = h->cfg;
+	/* Another rank's (a generator that cannot jump): dropped likewise. */
+	if (c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks))
+		return FED_DROPPED;
+	/* A sampled task's input, recorded, or compared with what the journaled run read
+	 * when resuming. */
+	if (h->journal.fd >= 0 &&
+	    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)), 0) &&
+	    journal_sample(&h->journal, id, item->data,
+			   item->size < c->max_task_bytes ? item->size : c->max_task_bytes) < 0) {
+		h->gen_done = true;
+		h->input_changed = true;
+		host_abort(h,
+			   "the generator's input is not what the journaled run read: task %llu "
+			   "came with other bytes (the input changed, or it starts elsewhere); run "
+			   "without --resume to start over, or add --force to resume anyway",
+			   (unsigned long long)id);
+		return FED_STOP;
+	}
+	/* Finished by an earlier run: dropped before it touches a ring (the slot just
+	 * written is reserved again for the next item). */
+	if (h->resuming && journal_is_done(&h->journal, id)) {
+		events_skip(h, id);
+		return FED_DROPPED; /* progress: the loop must not sleep between slices */
+	}
+	h->stats.generated++;
+	if (h->resuming && !h->first_new_ns)
+		h->first_new_ns = wait_now_ns(); /* the skipping is over */
+	if (item->size > c->max_task_bytes) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "task input of %zu bytes exceeds max_task_bytes (%u)",
+			 item->size, c->max_task_bytes);
+		h->stats.failed++;
+		failures_add(h, id, 0, NULL, false, msg, false);
+		ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
+		struct gpud_event ev = {.kind = GPUD_TASK_ERROR,
+					.task_id = id,
+					.worker_id = -1,
+					.gpu_id = -1,
+					.message = msg};
+		events_deliver_outcome(h, &ev);
+		return FED_REFUSED;
+	}
+	*ent = (struct task_ent){.id = id, .size = (uint32_t)item->size};
+	return FED_TASK;
+}
+
+/* One generator call, writing into the reserved record `t` of `w`'s ring; *head0 is
+ * what was last published of that ring. */
+static enum fed generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *head0,
+			 uint64_t *clock, bool *slice_end, struct task_ent *ent)
+{
+	struct gpud_buf item = {ring_payload(t), 0, h->cfg->max_task_bytes};
+	struct gpud_error err;
+	err.message[0] = '\0';
+	/* What this ring has goes to the worker before the next call when calls are slow,
+	 * or when the worker sleeps for want of tasks: the call may block. (Its sleeping
+	 * flag's line changes only when it falls asleep or wakes, so looking costs nothing
+	 * while it works.) */
+	if (w->task_head != *head0 &&
+	    (h->gen_check_mask == 0 ||
+	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
+		publish_tasks(w);
+		*head0 = w->task_head;
+	}
+	if (!skip_other_ranks(h, &err))
+		return FED_STOP;
+	/* The ring this call writes into, for the stand-in to leave alone. Only this thread
+	 * writes it, and only here: the stand-in feeds other rings meanwhile and must not
+	 * move it. */
+	h->gate.filling = w;
+	gate_enter(&h->gate);
+	int rc = h->gen_next(h->gen, &item, &err);
+	if (gate_leave(h, &h->gate)) {
+		/* The stand-in ran the loop meanwhile (and may have published this ring):
+		 * this task goes in, then the loop looks again. */
+		*slice_end = true;
+		*head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
+	}
+	uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
+	if ((calls & h->gen_check_mask) == 0) {
+		uint64_t now = wait_now_ns();
+		/* Calls slower than ~2 us: look at the clock after every one. */
+		h->gen_check_mask = now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
+		if (now - h->feed_start_ns >= FEED_SLICE_NS)
+			*slice_end = true;
+		*clock = now;
+	}
+	if (rc == 0) {
+		generator_ended(h);
+		return FED_STOP;
+	}
+	if (rc < 0) {
+		generator_failed(h, &err);
+		return FED_STOP;
+	}
+	return admit(h, h->next_id++, &item, ent);
+}
+
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
  * tasks given (and those dropped as done before: progress too); *slice_end is set when
  * the pass ran out of time. */
@@ -206,151 +373,15 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			ent = q->t;
 			free(q);
 		} else {
-			struct gpud_buf item = {ring_payload(t), 0, c->max_task_bytes};
-			struct gpud_error err;
-			err.message[0] = '\0';
-			/* What this ring has goes to the worker before the next call when
-			 * calls are slow, or when the worker sleeps for want of tasks: the
-			 * call may block. (Its sleeping flag's line changes only when it
-			 * falls asleep or wakes, so looking costs nothing while it works.) */
-			if (w->task_head != head0 &&
-			    (h->gen_check_mask == 0 ||
-			     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
-				atomic_store_explicit(&w->feed->task_head, w->task_head,
-						      memory_order_release);
-				wait_ring_fast(shm_worker_bell(w));
-				head0 = w->task_head;
-			}
-			/* Another rank's chunk ahead: a generator that can jump, jumps it. */
-			if (c->ranks > 1 && h->gen_skip &&
-			    !ranks_mine(h->next_id, c->rank, c->ranks)) {
-				uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
-				if (h->gen_skip(h->gen, to - h->next_id, &err) != 0) {
-					h->gen_done = h->gen_failed = true;
-					ui_clean(err.message);
-					host_abort(h,
-						   "the generator failed to skip to task %llu: %s",
-						   (unsigned long long)to,
-						   err.message[0] ? err.message
-								  : "gpud_generator_skip failed");
-					break;
-				}
-				h->next_id = to;
-			}
-			/* The ring this call writes into, for the stand-in to leave alone.
-			 * Only this thread writes it, and only here: the stand-in feeds
-			 * other rings meanwhile and must not move it. */
-			h->gate.filling = w;
-			gate_enter(&h->gate);
-			int rc = h->gen_next(h->gen, &item, &err);
-			if (gate_leave(h, &h->gate)) {
-				/* The stand-in ran the loop meanwhile (and may have published
-				 * this ring): this task goes in, then the loop looks again. */
-				*slice_end = true;
-				head0 = atomic_load_explicit(&w->feed->task_head,
-							     memory_order_relaxed);
-			}
-			uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
-			if ((calls & h->gen_check_mask) == 0) {
-				uint64_t now = wait_now_ns();
-				/* Calls slower than ~2 us: look at the clock after every one. */
-				h->gen_check_mask =
-					now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
-				if (now - h->feed_start_ns >= FEED_SLICE_NS)
-					*slice_end = true;
-				*clock = now;
-			}
-			if (rc == 0) {
-				h->gen_done = true;
-				/* It ends before a task the journaled run read: not its input. */
-				uint64_t seen =
-					h->resuming ? journal_sample_from(&h->journal, h->next_id)
-						    : UINT64_MAX;
-				if (seen != UINT64_MAX) {
-					h->input_changed = true;
-					host_abort(
-						h,
-						"the generator's input is not what the journaled "
-						"run read: it ended after %llu tasks, and that run read "
-						"task %llu; run without --resume to start over, or add "
-						"--force to resume anyway",
-						(unsigned long long)h->next_id,
-						(unsigned long long)seen);
-				}
+			enum fed f = generate(h, w, t, &head0, clock, slice_end, &ent);
+			if (f == FED_STOP)
 				break;
-			}
-			if (rc < 0) {
-				h->gen_done = true;
-				if (host_interrupts)
-					break; /* a read cut short by Ctrl-C or SIGTERM: not a
-						  failure */
-				h->gen_failed = true;
-				ui_clean(err.message);
-				host_abort(h, "the generator failed after %llu tasks: %s",
-					   (unsigned long long)h->next_id,
-					   err.message[0] ? err.message
-							  : "gpud_generator_next returned -1");
-				break;
-			}
-			uint64_t id = h->next_id++;
-			/* Another rank's (a generator that cannot jump): dropped likewise. */
-			if (c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks)) {
-				n++;
+			if (f != FED_TASK) {
+				n += f == FED_DROPPED;
 				if (*slice_end)
 					break;
 				continue;
 			}
-			/* A sampled task's input, recorded, or compared with what the
-			 * journaled run read when resuming. */
-			if (h->journal.fd >= 0 &&
-			    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)),
-					     0) &&
-			    journal_sample(&h->journal, id, item.data,
-					   item.size < c->max_task_bytes ? item.size
-									 : c->max_task_bytes) < 0) {
-				h->gen_done = true;
-				h->input_changed = true;
-				host_abort(
-					h,
-					"the generator's input is not what the journaled run "
-					"read: task %llu came with other bytes (the input changed, "
-					"or it starts elsewhere); run without --resume to start "
-					"over, or add --force to resume anyway",
-					(unsigned long long)id);
-				break;
-			}
-			/* Finished by an earlier run: dropped before it touches a ring (the
-			 * slot just written is reserved again for the next item). */
-			if (h->resuming && journal_is_done(&h->journal, id)) {
-				events_skip(h, id);
-				n++; /* progress: the loop must not sleep between slices */
-				if (*slice_end)
-					break;
-				continue;
-			}
-			h->stats.generated++;
-			if (h->resuming && !h->first_new_ns)
-				h->first_new_ns = wait_now_ns(); /* the skipping is over */
-			if (item.size > c->max_task_bytes) {
-				char msg[200];
-				snprintf(msg, sizeof msg,
-					 "task input of %zu bytes exceeds max_task_bytes (%u)",
-					 item.size, c->max_task_bytes);
-				h->stats.failed++;
-				failures_add(h, id, 0, NULL, false, msg, false);
-				ui_say(h, UI_FAILURE, "task %llu failed: %s",
-				       (unsigned long long)id, msg);
-				struct gpud_event ev = {.kind = GPUD_TASK_ERROR,
-							.task_id = id,
-							.worker_id = -1,
-							.gpu_id = -1,
-							.message = msg};
-				events_deliver_outcome(h, &ev);
-				if (*slice_end)
-					break;
-				continue;
-			}
-			ent = (struct task_ent){.id = id, .size = (uint32_t)item.size};
 		}
 		ent.pos = w->task_head;
 		t->task_id = ent.id;
@@ -365,10 +396,8 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		if (*slice_end)
 			break;
 	}
-	if (w->task_head != head0) {
-		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
-		wait_ring_fast(shm_worker_bell(w));
-	}
+	if (w->task_head != head0)
+		publish_tasks(w);
 	return n;
 }
 
