@@ -535,8 +535,10 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 
 int dispatch(struct host *h)
 {
+	static const struct standin_loop loop = {.pass = dispatch_pass,
+						 .signals = dispatch_signals};
 	h->last_check_ns = wait_now_ns();
-	if (standin_start(h) < 0)
+	if (standin_start(h, &loop) < 0)
 		ui_say(h, UI_EVENT,
 		       "cannot start the loop's stand-in thread: a generator call that "
 		       "blocks holds up the run");

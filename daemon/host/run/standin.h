@@ -56,13 +56,23 @@ struct gate {
 	uint64_t sink_task;
 	int sink_attempt;
 	bool fence;                          /* no membarrier: fence on every call */
+	const struct standin_loop *loop;     /* set once, before the thread starts */
 	_Alignas(64) _Atomic uint32_t taken; /* the stand-in runs the loop */
 	_Atomic uint32_t ending;             /* the loop is done: the stand-in leaves */
 	_Alignas(64) char _end;
 };
 
+/* What the stand-in runs of the loop, given by the loop (dispatcher.c): the two know
+ * each other only through this and the gate. */
+struct standin_loop {
+	/* One pass of the loop without generator calls; true when the run is over. */
+	bool (*pass)(struct host *h, bool gen_ok);
+	/* Takes in Ctrl-C, SIGTERM, SIGHUP and job control. */
+	void (*signals)(struct host *h);
+};
+
 /* Starts the stand-in (at the start of the loop). 0, or -errno. */
-int standin_start(struct host *h);
+int standin_start(struct host *h, const struct standin_loop *loop);
 /* Ends it (the loop's thread, at the end of the loop). */
 void standin_stop(struct host *h);
 
