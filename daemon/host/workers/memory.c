@@ -167,23 +167,12 @@ int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 	return 0;
 }
 
-int shm_create(struct host *h)
+/* The run memfd (plan->run_size bytes), mapped here read-write, and its read-only
+ * descriptor for workers. 0, or -1 said. */
+static int map_run_memory(struct host *h, const struct shm_plan *plan)
 {
 	const struct cfg *c = h->cfg;
-	unsigned n = h->n_workers;
-	struct shm_plan plan;
-	if (shm_plan(h, n, &plan) < 0) {
-		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n",
-			n);
-		return -1;
-	}
-	h->task_need = plan.task_need;
-	uint64_t task_cap = plan.task_cap, result_cap = plan.result_cap;
-	size_t blob = plan.blob;
-	uint64_t feeds_off = plan.feeds_off, config_off = plan.config_off;
-	uint64_t rings_off = plan.rings_off, total = plan.run_size;
-	h->out_size = plan.out_size;
-
+	uint64_t total = plan->run_size;
 	int fd = sealed_memfd("gpud-run", total);
 	if (fd < 0) {
 		fprintf(stderr, "gpud: cannot create %llu bytes of shared memory: %s\n",
@@ -196,8 +185,8 @@ int shm_create(struct host *h)
 		fprintf(stderr,
 			"gpud: cannot map %llu bytes of shared memory (%u workers, "
 			"max_task_bytes %u, max_result_bytes %u): %s\n",
-			(unsigned long long)total, n, c->max_task_bytes, c->max_result_bytes,
-			strerror(errno));
+			(unsigned long long)total, h->n_workers, c->max_task_bytes,
+			c->max_result_bytes, strerror(errno));
 		return -1;
 	}
 	h->hdr = m;
@@ -212,7 +201,14 @@ int shm_create(struct host *h)
 			strerror(errno));
 		return -1;
 	}
-	fd = sealed_memfd("gpud-bell", SHM_PAGE);
+	return 0;
+}
+
+/* The host's wake-up page, and the pipe whose end tells workers the host is gone. 0, or
+ * -1 said. */
+static int make_bell_and_pipe(struct host *h)
+{
+	int fd = sealed_memfd("gpud-bell", SHM_PAGE);
 	void *b = fd < 0 ? MAP_FAILED
 			 : mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (b == MAP_FAILED) {
@@ -230,17 +226,23 @@ int shm_create(struct host *h)
 	}
 	h->host_pipe[0] = fd_high(h->host_pipe[0]);
 	h->host_pipe[1] = fd_high(h->host_pipe[1]);
+	return 0;
+}
 
+/* The header workers read first: the layout and the job's settings for them. */
+static void write_header(struct host *h, const struct shm_plan *plan)
+{
+	const struct cfg *c = h->cfg;
 	*h->hdr = (struct shm_header){
 		.magic = SHM_MAGIC,
 		.version = SHM_VERSION,
 		.header_size = sizeof(struct shm_header),
-		.total_size = total,
-		.n_workers = n,
+		.total_size = plan->run_size,
+		.n_workers = h->n_workers,
 		.feed_size = sizeof(struct shm_feed),
-		.feeds_off = feeds_off,
-		.config_off = config_off,
-		.config_len = blob,
+		.feeds_off = plan->feeds_off,
+		.config_off = plan->config_off,
+		.config_len = plan->blob,
 		.n_args = (uint32_t)c->worker.count,
 		.max_task_bytes = c->max_task_bytes,
 		.max_result_bytes = c->max_result_bytes,
@@ -251,29 +253,51 @@ int shm_create(struct host *h)
 		.out_size = h->out_size,
 	};
 	h->bell = (struct wait_bell){.bell = h->host_bell, .sleeping = &h->hdr->host_sleeping};
-	config_blob(h, (char *)m + config_off);
+	config_blob(h, (char *)h->hdr + plan->config_off);
+}
 
-	struct shm_feed *feed = (struct shm_feed *)((uint8_t *)m + feeds_off);
-	for (unsigned k = 0; k < n; k++) {
-		struct host_worker *w = &h->w[k];
-		uint64_t t_off = rings_off + (uint64_t)k * task_cap;
-		w->feed = &feed[k];
-		w->out_fd = -1;
-		w->tasks = (struct ring){(uint8_t *)m + t_off, task_cap, 0};
-		feed[k].worker_id = w->index;
-		feed[k].gpu_id = w->gpu_id;
-		feed[k].seed = c->base_seed + (uint64_t)w->index;
-		feed[k].task_ring_off = t_off;
-		feed[k].task_ring_cap = task_cap;
-		feed[k].result_ring_cap = result_cap;
-		int e = shm_renew_worker(h, w);
-		if (e < 0) {
-			fprintf(stderr,
-				"gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
-				k, (unsigned long long)h->out_size, strerror(-e));
-			return -1;
-		}
+/* Worker k's feed (its id, GPU, seed and task ring) and its result memory. 0, or -1
+ * said. */
+static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned k)
+{
+	uint8_t *m = (uint8_t *)h->hdr;
+	struct shm_feed *feed = (struct shm_feed *)(m + plan->feeds_off) + k;
+	struct host_worker *w = &h->w[k];
+	uint64_t t_off = plan->rings_off + (uint64_t)k * plan->task_cap;
+	w->feed = feed;
+	w->out_fd = -1;
+	w->tasks = (struct ring){m + t_off, plan->task_cap, 0};
+	feed->worker_id = w->index;
+	feed->gpu_id = w->gpu_id;
+	feed->seed = h->cfg->base_seed + (uint64_t)w->index;
+	feed->task_ring_off = t_off;
+	feed->task_ring_cap = plan->task_cap;
+	feed->result_ring_cap = plan->result_cap;
+	int e = shm_renew_worker(h, w);
+	if (e < 0) {
+		fprintf(stderr, "gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
+			k, (unsigned long long)h->out_size, strerror(-e));
+		return -1;
 	}
+	return 0;
+}
+
+int shm_create(struct host *h)
+{
+	struct shm_plan plan;
+	if (shm_plan(h, h->n_workers, &plan) < 0) {
+		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n",
+			h->n_workers);
+		return -1;
+	}
+	h->task_need = plan.task_need;
+	h->out_size = plan.out_size;
+	if (map_run_memory(h, &plan) < 0 || make_bell_and_pipe(h) < 0)
+		return -1;
+	write_header(h, &plan);
+	for (unsigned k = 0; k < h->n_workers; k++)
+		if (lay_out_worker(h, &plan, k) < 0)
+			return -1;
 	return 0;
 }
 
