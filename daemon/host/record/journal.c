@@ -563,6 +563,117 @@ int journal_create(struct journal *j, const char *path, uint64_t fingerprint,
 	return 0;
 }
 
+/* Takes in one valid record (the good-th). 0, or -1 with why. */
+static int take_record(struct journal *j, const struct jrec *r, uint64_t good, char *why,
+		       size_t len)
+{
+	if (r->kind == REC_DONE) {
+		for (uint64_t m = r->b; m; m &= m - 1) {
+			if (set_done(j, r->a + (uint64_t)__builtin_ctzll(m), false) < 0) {
+				snprintf(why, len,
+					 "out of memory for the journal %s (it records task %llu "
+					 "done)",
+					 j->path, (unsigned long long)r->a);
+				return -1;
+			}
+		}
+	} else if (r->kind == REC_FAILED) {
+		/* status 0: a failure that later ended ok (kept, then dropped). */
+		if (push_u64(&j->fail_ids, &j->n_fail, &j->cap_fail, r->a << 1 | (r->status != 0)) <
+		    0)
+			goto oom;
+	} else if (r->kind == REC_SAMPLE) {
+		if (j->n_samples == j->cap_samples) {
+			size_t cap = j->cap_samples ? 2 * j->cap_samples : 64;
+			struct journal_sample *sm = realloc(j->samples, cap * sizeof *sm);
+			if (!sm)
+				goto oom;
+			j->samples = sm;
+			j->cap_samples = cap;
+		}
+		j->samples[j->n_samples++] = (struct journal_sample){r->a, r->b, good};
+	} else if (r->kind == REC_INPUT) {
+		struct journal_input *in = realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
+		if (!in)
+			goto oom;
+		j->inputs = in;
+		in[j->n_inputs++] = (struct journal_input){.tag = r->status, .a = r->a, .b = r->b};
+	} else {
+		j->ended = true;
+		j->end_count = r->a;
+	}
+	return 0;
+oom:
+	snprintf(why, len, "out of memory");
+	return -1;
+}
+
+/* Reads the n records after the header up to the first bad one: *good is how many were
+ * valid. 0, or -1 with why. */
+static int read_records(struct journal *j, uint64_t n, uint64_t *good, char *why, size_t len)
+{
+	struct jrec buf[1024];
+	*good = 0;
+	while (*good < n) {
+		size_t want = n - *good < 1024 ? (size_t)(n - *good) : 1024;
+		ssize_t got =
+			pread(j->fd, buf, want * REC_SIZE, (off_t)(HDR_SIZE + *good * REC_SIZE));
+		if (got < (ssize_t)(want * REC_SIZE)) {
+			snprintf(why, len, "cannot read the journal %s: %s", j->path,
+				 got < 0 ? strerror(errno) : "short read");
+			return -1;
+		}
+		for (size_t i = 0; i < want; i++) {
+			struct jrec *r = &buf[i];
+			if (r->check != rec_check(r, *good) || r->kind < REC_DONE ||
+			    r->kind > REC_SAMPLE || (r->kind == REC_DONE && r->a % 64))
+				return 0;
+			if (take_record(j, r, *good, why, len) < 0)
+				return -1;
+			++*good;
+		}
+	}
+	return 0;
+}
+
+/* The last word about each failed id holds: (id, place in the file) sorted, the last of
+ * each id kept when it says failed. O(n log n): a job whose every task failed has as
+ * many records. 0, or -1 out of memory. */
+static int settle_failures(struct journal *j)
+{
+	size_t k = 0;
+	if (j->n_fail) {
+		struct fail_word *fw = malloc(j->n_fail * sizeof *fw);
+		if (!fw)
+			return -1;
+		for (size_t i = 0; i < j->n_fail; i++)
+			fw[i] = (struct fail_word){j->fail_ids[i] >> 1, i, j->fail_ids[i] & 1};
+		qsort(fw, j->n_fail, sizeof *fw, cmp_fail_word);
+		for (size_t i = 0; i < j->n_fail; i++)
+			if ((i + 1 == j->n_fail || fw[i + 1].id != fw[i].id) && fw[i].failed)
+				j->fail_ids[k++] = fw[i].id;
+		free(fw);
+	}
+	j->n_fail = k; /* sorted by id, each once */
+	j->failed = j->n_fail;
+	return 0;
+}
+
+/* Samples by id; of two for one id (a run resumed with --force), the later. */
+static void settle_samples(struct journal *j)
+{
+	if (!j->n_samples)
+		return;
+	qsort(j->samples, j->n_samples, sizeof *j->samples, cmp_sample);
+	size_t k = 0;
+	for (size_t i = 0; i < j->n_samples; i++) {
+		if (k && j->samples[k - 1].id == j->samples[i].id)
+			k--;
+		j->samples[k++] = j->samples[i];
+	}
+	j->n_samples = k;
+}
+
 /* Reads the header and every record; the records past the first bad one are cut when
  * `cut`. 0, or -1 with why. */
 static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, size_t len)
@@ -581,74 +692,9 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	}
 	*fingerprint = h.fingerprint;
 	j->fingerprint = h.fingerprint;
-	uint64_t n = ((uint64_t)st.st_size - HDR_SIZE) / REC_SIZE, good = 0;
-	struct jrec buf[1024];
-	bool bad = false;
-	while (good < n && !bad) {
-		size_t want = n - good < 1024 ? (size_t)(n - good) : 1024;
-		ssize_t got =
-			pread(j->fd, buf, want * REC_SIZE, (off_t)(HDR_SIZE + good * REC_SIZE));
-		if (got < (ssize_t)(want * REC_SIZE)) {
-			snprintf(why, len, "cannot read the journal %s: %s", j->path,
-				 got < 0 ? strerror(errno) : "short read");
-			return -1;
-		}
-		for (size_t i = 0; i < want; i++) {
-			struct jrec *r = &buf[i];
-			if (r->check != rec_check(r, good) || r->kind < REC_DONE ||
-			    r->kind > REC_SAMPLE || (r->kind == REC_DONE && r->a % 64)) {
-				bad = true;
-				break;
-			}
-			if (r->kind == REC_DONE) {
-				for (uint64_t m = r->b; m; m &= m - 1) {
-					if (set_done(j, r->a + (uint64_t)__builtin_ctzll(m),
-						     false) < 0) {
-						snprintf(why, len,
-							 "out of memory for the journal %s "
-							 "(it records task %llu done)",
-							 j->path, (unsigned long long)r->a);
-						return -1;
-					}
-				}
-			} else if (r->kind == REC_FAILED) {
-				/* status 0: a failure that later ended ok (kept, then dropped). */
-				if (push_u64(&j->fail_ids, &j->n_fail, &j->cap_fail,
-					     r->a << 1 | (r->status != 0)) < 0) {
-					snprintf(why, len, "out of memory");
-					return -1;
-				}
-			} else if (r->kind == REC_SAMPLE) {
-				if (j->n_samples == j->cap_samples) {
-					size_t cap = j->cap_samples ? 2 * j->cap_samples : 64;
-					struct journal_sample *sm =
-						realloc(j->samples, cap * sizeof *sm);
-					if (!sm) {
-						snprintf(why, len, "out of memory");
-						return -1;
-					}
-					j->samples = sm;
-					j->cap_samples = cap;
-				}
-				j->samples[j->n_samples++] =
-					(struct journal_sample){r->a, r->b, good};
-			} else if (r->kind == REC_INPUT) {
-				struct journal_input *in =
-					realloc(j->inputs, (j->n_inputs + 1) * sizeof *in);
-				if (!in) {
-					snprintf(why, len, "out of memory");
-					return -1;
-				}
-				j->inputs = in;
-				in[j->n_inputs++] = (struct journal_input){
-					.tag = r->status, .a = r->a, .b = r->b};
-			} else {
-				j->ended = true;
-				j->end_count = r->a;
-			}
-			good++;
-		}
-	}
+	uint64_t good;
+	if (read_records(j, ((uint64_t)st.st_size - HDR_SIZE) / REC_SIZE, &good, why, len) < 0)
+		return -1;
 	uint64_t end = HDR_SIZE + good * REC_SIZE;
 	if (end < (uint64_t)st.st_size) {
 		j->cut_bytes = (uint64_t)st.st_size - end;
@@ -660,37 +706,11 @@ static int load(struct journal *j, uint64_t *fingerprint, bool cut, char *why, s
 	}
 	j->records = good;
 	j->records_loaded = good;
-	/* The last word about each failed id holds: (id, place in the file) sorted, the
-	 * last of each id kept when it says failed. O(n log n): a job whose every task
-	 * failed has as many records. */
-	size_t k = 0;
-	if (j->n_fail) {
-		struct fail_word *fw = malloc(j->n_fail * sizeof *fw);
-		if (!fw) {
-			snprintf(why, len, "out of memory");
-			return -1;
-		}
-		for (size_t i = 0; i < j->n_fail; i++)
-			fw[i] = (struct fail_word){j->fail_ids[i] >> 1, i, j->fail_ids[i] & 1};
-		qsort(fw, j->n_fail, sizeof *fw, cmp_fail_word);
-		for (size_t i = 0; i < j->n_fail; i++)
-			if ((i + 1 == j->n_fail || fw[i + 1].id != fw[i].id) && fw[i].failed)
-				j->fail_ids[k++] = fw[i].id;
-		free(fw);
+	if (settle_failures(j) < 0) {
+		snprintf(why, len, "out of memory");
+		return -1;
 	}
-	j->n_fail = k; /* sorted by id, each once */
-	j->failed = j->n_fail;
-	/* Samples by id; of two for one id (a run resumed with --force), the later. */
-	if (j->n_samples) {
-		qsort(j->samples, j->n_samples, sizeof *j->samples, cmp_sample);
-		k = 0;
-		for (size_t i = 0; i < j->n_samples; i++) {
-			if (k && j->samples[k - 1].id == j->samples[i].id)
-				k--;
-			j->samples[k++] = j->samples[i];
-		}
-		j->n_samples = k;
-	}
+	settle_samples(j);
 	return 0;
 }
 
