@@ -578,16 +578,15 @@ static uint64_t coarse_tick_ns(void)
 	return tick;
 }
 
-uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
+/* The loop looks at least every LIFECYCLE_LOOK_NS when it can. A longer gap since it
+ * last did was a stop of the job (SIGSTOP from outside, a batch system's suspend), which
+ * counts against nothing, when a SIGCONT came with it; without one it was the host being
+ * busy (a slow sink call, a starved CPU), which counts. The SIGCONT's handler may run on
+ * another thread a moment after the loop wakes: a gap with no SIGCONT yet is held for one
+ * more look, 20 ms on, before anything is enforced (true: look again then). (Ctrl-Z is
+ * credited where it is handled.) */
+static bool credit_stops(struct host *h, uint64_t now)
 {
-	double limit_s = h->cfg->task_timeout;
-	/* The loop looks at least every LIFECYCLE_LOOK_NS when it can. A longer gap since
-	 * it last did was a stop of the job (SIGSTOP from outside, a batch system's
-	 * suspend), which counts against nothing, when a SIGCONT came with it; without one
-	 * it was the host being busy (a slow sink call, a starved CPU), which counts. The
-	 * SIGCONT's handler may run on another thread a moment after the loop wakes: a gap
-	 * with no SIGCONT yet is held for one more look, 20 ms on, before anything is
-	 * enforced. (Ctrl-Z is credited where it is handled.) */
 	uint64_t gap = wait_since(now, h->last_check_ns);
 	bool cont = host_conts != h->conts_seen;
 	h->conts_seen = host_conts;
@@ -599,90 +598,106 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		if (!cont) {
 			h->held_gap = gap;
 			h->last_check_ns = now;
-			return now + LIFECYCLE_HOLD_NS;
+			return true;
 		}
 		credit(h, gap, now);
 	}
 	h->last_check_ns = now;
+	return false;
+}
+
+/* The journal catches up every JOURNAL_FLUSH_NS. */
+static uint64_t flush_journal(struct host *h, uint64_t now, uint64_t deadline)
+{
+	if (h->journal.fd < 0)
+		return deadline;
+	if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
+	    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
+		h->journal_failed = true;
+		ui_say(h, UI_EVENT,
+		       "cannot write the journal %s: %s; --resume may run finished tasks again",
+		       h->journal.path, strerror(errno));
+	}
+	return earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
+}
+
+/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so a
+ * batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
+static uint64_t enforce_drain(struct host *h, uint64_t now, uint64_t deadline)
+{
+	if (!h->interrupted || h->killing || h->stopping || h->cfg->drain_timeout <= 0)
+		return deadline;
+	uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
+	if (wait_since(now, h->interrupt_ns) < drain)
+		return earlier(deadline, h->interrupt_ns + drain);
+	ui_say(h, UI_EVENT,
+	       "drain_timeout (%g s) passed: stopping the running tasks (they count as not "
+	       "run)",
+	       h->cfg->drain_timeout);
+	lifecycle_kill_all(h);
+	return deadline;
+}
+
+/* Worker w's setup_timeout, the tasks it holds without starting them, and its
+ * task_timeout (limit ns, 0 none); the next time to look. */
+static uint64_t enforce_worker(struct host *h, struct host_worker *w, uint64_t now, uint64_t limit,
+			       uint64_t setup_limit, uint64_t deadline)
+{
+	if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
+		return deadline;
+	if (w->state == HW_STARTING && setup_limit) {
+		if (wait_since(now, w->spawned_ns) < setup_limit)
+			return earlier(deadline, w->spawned_ns + setup_limit);
+		w->setup_timed_out = true;
+		kill_worker(w);
+		return deadline;
+	}
+	/* A worker told to stop while the run goes on (its GPU was retired) finishes what
+	 * it holds, under the same task_timeout. */
+	if (w->state != HW_READY && w->state != HW_STOPPING)
+		return deadline;
+	if (w->state == HW_READY)
+		deadline = earlier(deadline, check_still(h, w, now));
+	if (!limit)
+		return deadline;
+	uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+	if (since != w->seen_since) {
+		w->seen_since = since;
+		w->grace_ns = 0;
+	}
+	/* A task may have begun after `now` was read: that is not a long one (and now -
+	 * since would wrap around). */
+	if (!since || since >= now)
+		return deadline;
+	uint64_t ran = now - since;
+	ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
+	if (ran < limit)
+		return earlier(deadline, now + (limit - ran));
+	/* A plugin stuck in a kernel or a C loop cannot be interrupted from inside: the
+	 * worker goes, a fresh one takes its place. */
+	w->timed_out = true;
+	kill_worker(w);
+	return deadline;
+}
+
+uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
+{
+	double limit_s = h->cfg->task_timeout;
+	if (credit_stops(h, now))
+		return now + LIFECYCLE_HOLD_NS;
 	uint64_t deadline = cleanup_deadline(h, now);
-	/* The journal catches up every JOURNAL_FLUSH_NS. */
-	if (h->journal.fd >= 0) {
-		if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
-		    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
-			h->journal_failed = true;
-			ui_say(h, UI_EVENT,
-			       "cannot write the journal %s: %s; --resume may run "
-			       "finished tasks again",
-			       h->journal.path, strerror(errno));
-		}
-		deadline = earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
-	}
-	/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so
-	 * a batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
-	if (h->interrupted && !h->killing && !h->stopping && h->cfg->drain_timeout > 0) {
-		uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
-		if (wait_since(now, h->interrupt_ns) >= drain) {
-			ui_say(h, UI_EVENT,
-			       "drain_timeout (%g s) passed: stopping the running tasks "
-			       "(they count as not run)",
-			       h->cfg->drain_timeout);
-			lifecycle_kill_all(h);
-		} else {
-			deadline = earlier(deadline, h->interrupt_ns + drain);
-		}
-	}
+	deadline = flush_journal(h, now, deadline);
+	deadline = enforce_drain(h, now, deadline);
 	if (h->stopping)
 		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
 	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
 	 * stretch of them began, which may be up to a tick before the task now running
 	 * (worker/main.c, TINY_NS). */
-	uint64_t limit = (uint64_t)(limit_s * 1e9) + coarse_tick_ns();
+	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
-	if (limit_s > 0)
-		deadline = earlier(deadline, now + TIMEOUT_POLL_NS);
-	else
-		deadline = earlier(deadline, now + LIFECYCLE_LOOK_NS);
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
-		if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
-			continue;
-		if (w->state == HW_STARTING && setup_limit) {
-			if (wait_since(now, w->spawned_ns) >= setup_limit) {
-				w->setup_timed_out = true;
-				kill_worker(w);
-			} else {
-				deadline = earlier(deadline, w->spawned_ns + setup_limit);
-			}
-			continue;
-		}
-		/* A worker told to stop while the run goes on (its GPU was retired) finishes
-		 * what it holds, under the same task_timeout. */
-		if (w->state != HW_READY && w->state != HW_STOPPING)
-			continue;
-		if (w->state == HW_READY)
-			deadline = earlier(deadline, check_still(h, w, now));
-		if (limit_s <= 0)
-			continue;
-		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
-		if (since != w->seen_since) {
-			w->seen_since = since;
-			w->grace_ns = 0;
-		}
-		/* A task may have begun after `now` was read: that is not a long one (and
-		 * now - since would wrap around). */
-		if (!since || since >= now)
-			continue;
-		uint64_t ran = now - since;
-		ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
-		if (ran >= limit) {
-			/* A plugin stuck in a kernel or a C loop cannot be interrupted from
-			 * inside: the worker goes, a fresh one takes its place. */
-			w->timed_out = true;
-			kill_worker(w);
-		} else {
-			deadline = earlier(deadline, now + (limit - ran));
-		}
-	}
+	deadline = earlier(deadline, now + (limit_s > 0 ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
+	for (unsigned i = 0; i < h->n_workers; i++)
+		deadline = enforce_worker(h, &h->w[i], now, limit, setup_limit, deadline);
 	return deadline;
 }
 
