@@ -272,14 +272,19 @@ static const char *const section_names[] = {"job", "worker", "generator", "sink"
 /* "unknown key 'x' in [s] (did you mean 'y'?; known: ...)" */
 static void unknown_key(struct parse *p, const struct raw *r)
 {
-	const char *known[64];
+	const char **known = calloc(cfg_n_keys + 1, sizeof *known);
 	char loc[512], list[512], hint[128] = "";
-	cfg_key_names(r->section, known, sizeof known / sizeof *known);
+	if (!known) {
+		perror("gpud");
+		abort(); /* as grow(): out of memory while reading a job file */
+	}
+	cfg_key_names(r->section, known, cfg_n_keys + 1);
 	const char *near = suggest(r->key, known);
 	if (near)
 		snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
 	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc), r->key,
 	     r->section, hint, suggest_list(known, list, sizeof list));
+	free(known);
 }
 
 /* A [job] or [ui] key: its row's parser, or unknown. */
