@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 
 #include "job/config.h"
+#include "job/keys.h"
 #include "helpers.h"
 
 static const char good[] = "; a full job\n"
@@ -276,4 +277,219 @@ Test(config, missing_file)
 	struct cfg c;
 	cr_expect_eq(cfg_load(&c, "/nonexistent/job.ini", NULL, 0, err, sizeof err), -1);
 	cr_expect(strstr(err, "/nonexistent/job.ini: cannot open job file"), "%s", err);
+}
+
+/* The table of [job] and [ui] keys, walked: each row's example is accepted and lands in
+ * the row's field, each bounded row takes its bounds and refuses what lies just outside
+ * them with the key's file:line, each named value is accepted, an empty value refused. */
+
+/* A job file with `key = value` of row k on line 2, and what it needs to load. */
+static int load_key(const struct cfg_key *k, const char *value, struct cfg *c, char *loc,
+		    size_t loclen)
+{
+	/* rank and ranks go together: each gets the other, at its widest. */
+	const char *other = strcmp(k->name, "rank") == 0    ? "ranks = 1000000\n"
+			    : strcmp(k->name, "ranks") == 0 ? "rank = 0\n"
+							    : "";
+	char *text;
+	if (strcmp(k->section, "job") == 0)
+		cr_assert(asprintf(&text, "[job]\n%s = %s\n%s%s" BASE, k->name, value, other,
+				   strcmp(k->name, "gpus") ? "gpus = 0\n" : "") > 0);
+	else
+		cr_assert(asprintf(&text, "[%s]\n%s = %s\n[job]\ngpus = 0\n" BASE, k->section,
+				   k->name, value) > 0);
+	static const char *dir;
+	if (!dir)
+		dir = t_tmpdir(); /* one for the whole walk: the file is rewritten each time */
+	char *path = t_write(dir, "job.ini", text);
+	snprintf(loc, loclen, "%s:2: [%s] %s = '%s': ", path, k->section, k->name, value);
+	int rc = cfg_load(c, path, NULL, 0, err, sizeof err);
+	free(path);
+	free(text);
+	return rc;
+}
+
+static void accepts(const struct cfg_key *k, const char *value)
+{
+	struct cfg c;
+	char loc[1024];
+	int rc = load_key(k, value, &c, loc, sizeof loc);
+	/* rank must be below ranks, whose largest is rank's largest too. */
+	if (strcmp(k->name, "rank") == 0 && strcmp(value, "1000000") == 0) {
+		cr_expect_eq(rc, -1);
+		cr_expect(strstr(err, "rank = 1000000 must be below ranks = 1000000"), "%s", err);
+		return;
+	}
+	cr_expect_eq(rc, 0, "[%s] %s = %s refused: %s", k->section, k->name, value, err);
+	if (rc == 0)
+		cfg_free(&c);
+}
+
+static void refuses(const struct cfg_key *k, const char *value)
+{
+	struct cfg c;
+	char loc[1024];
+	cr_expect_eq(load_key(k, value, &c, loc, sizeof loc), -1, "[%s] %s = %s accepted",
+		     k->section, k->name, value);
+	cr_expect(strncmp(err, loc, strlen(loc)) == 0 && strstr(err, "': expected"),
+		  "[%s] %s = %s: message '%s' does not start '%sexpected'", k->section, k->name,
+		  value, err, loc);
+}
+
+/* The row's field read back as a whole number. */
+static uint64_t field_u64(const struct cfg *c, const struct cfg_key *k)
+{
+	const char *f = (const char *)c + k->off;
+	if (k->width == 8)
+		return *(const uint64_t *)f;
+	if (k->width == 4)
+		return *(const uint32_t *)f;
+	return *(const uint8_t *)f;
+}
+
+Test(config, every_key_of_the_table_takes_its_example_into_its_field)
+{
+	cr_assert_gt(cfg_n_keys, 20);
+	for (size_t i = 0; i < cfg_n_keys; i++) {
+		const struct cfg_key *k = &cfg_keys[i];
+		cr_assert(k->example && k->doc && *k->doc, "[%s] %s lacks an example or a doc",
+			  k->section, k->name);
+		cr_expect_eq(cfg_key_find(k->section, k->name), k, "[%s] %s is in two rows",
+			     k->section, k->name);
+		for (size_t j = 0; j < i && k->kind != CFG_CUSTOM; j++)
+			cr_expect(cfg_keys[j].kind == CFG_CUSTOM || cfg_keys[j].off != k->off,
+				  "[%s] %s and %s fill one field", k->section, k->name,
+				  cfg_keys[j].name);
+		struct cfg c;
+		char loc[1024];
+		int rc = load_key(k, k->example, &c, loc, sizeof loc);
+		cr_expect_eq(rc, 0, "[%s] %s = %s refused: %s", k->section, k->name, k->example,
+			     err);
+		if (rc < 0)
+			continue;
+		uint64_t want;
+		switch (k->kind) {
+		case CFG_UINT:
+			cr_expect_eq(field_u64(&c, k), strtoull(k->example, NULL, 10), "%s",
+				     k->name);
+			break;
+		case CFG_SIZE:
+			cr_assert_eq(cfg_parse_size(k->example, k->max, &want), 0);
+			cr_expect_eq(field_u64(&c, k), want, "%s", k->name);
+			break;
+		case CFG_REAL:
+			cr_expect_float_eq(*(const double *)((const char *)&c + k->off),
+					   strtod(k->example, NULL), 1e-12, "%s", k->name);
+			break;
+		case CFG_PATH: {
+			const char *got = *(char *const *)((const char *)&c + k->off);
+			const char *at = *(char *const *)((const char *)&c + k->at_off);
+			cr_expect(got && got[0] == '/' && strstr(got, k->example), "%s = %s",
+				  k->name, got);
+			cr_expect(at && strstr(at, "job.ini:2"), "%s set at %s", k->name, at);
+			break;
+		}
+		default:
+			break;
+		}
+		cfg_free(&c);
+	}
+}
+
+Test(config, bounded_keys_take_their_bounds_and_refuse_one_past_them)
+{
+	char v[64];
+	size_t bounded = 0;
+	for (size_t i = 0; i < cfg_n_keys; i++) {
+		const struct cfg_key *k = &cfg_keys[i];
+		switch (k->kind) {
+		case CFG_UINT:
+		case CFG_SIZE:
+			bounded++;
+			snprintf(v, sizeof v, "%llu", (unsigned long long)k->min);
+			accepts(k, v);
+			snprintf(v, sizeof v, "%llu", (unsigned long long)k->max);
+			accepts(k, v);
+			if (k->min > 0)
+				snprintf(v, sizeof v, "%llu", (unsigned long long)k->min - 1);
+			else
+				snprintf(v, sizeof v, "-1");
+			refuses(k, v);
+			if (k->max == UINT64_MAX)
+				snprintf(v, sizeof v, "18446744073709551616");
+			else
+				snprintf(v, sizeof v, "%llu", (unsigned long long)k->max + 1);
+			refuses(k, v);
+			break;
+		case CFG_REAL:
+			bounded++;
+			snprintf(v, sizeof v, "%.17g", k->lo_open ? k->lo : k->lo - 1);
+			refuses(k, v);
+			if (k->lo_open)
+				snprintf(v, sizeof v, "%.17g", k->lo + 1e-3);
+			else
+				snprintf(v, sizeof v, "%.17g", k->lo);
+			accepts(k, v);
+			snprintf(v, sizeof v, "%.17g", k->hi);
+			accepts(k, v);
+			snprintf(v, sizeof v, "%.17g", k->hi + 1);
+			refuses(k, v);
+			break;
+		case CFG_BOOL:
+		case CFG_ENUM:
+		case CFG_FLAGS:
+			for (const struct cfg_name *n = k->names; n && n->name; n++)
+				accepts(k, n->name);
+			refuses(k, "bogus");
+			break;
+		default:
+			break;
+		}
+		if (k->kind != CFG_PATH)
+			refuses(k, "");
+	}
+	cr_expect_gt(bounded, 15);
+}
+
+/* The README's job file (## The job file) shows every [job] and [ui] key of the table,
+ * and no other. */
+Test(config, readme_lists_the_keys_of_the_table)
+{
+	char *path;
+	cr_assert(asprintf(&path, "%s/README.md", t_env("SRCDIR")) > 0);
+	char *text = t_read(path);
+	cr_assert(text, "cannot read %s", path);
+	char *s = strstr(text, "## The job file");
+	cr_assert(s, "README has no '## The job file'");
+	s = strstr(s, "```ini\n");
+	cr_assert(s);
+	s += 7;
+	char *end = strstr(s, "```");
+	cr_assert(end);
+	*end = '\0';
+	char section[32] = "", *save = NULL;
+	size_t listed = 0;
+	bool seen[256] = {0};
+	cr_assert_lt(cfg_n_keys, 256);
+	for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[64];
+		if (sscanf(line, "[%31[a-z]]", section) == 1)
+			continue;
+		if (strcmp(section, "job") && strcmp(section, "ui"))
+			continue;
+		if (sscanf(line, "%63[a-z_] =", name) != 1)
+			continue;
+		const struct cfg_key *k = cfg_key_find(section, name);
+		cr_expect(k, "README shows [%s] %s, which is not a key", section, name);
+		if (k && !seen[k - cfg_keys]) {
+			seen[k - cfg_keys] = true;
+			listed++;
+		}
+	}
+	for (size_t i = 0; i < cfg_n_keys; i++)
+		cr_expect(seen[i], "README's job file lacks [%s] %s", cfg_keys[i].section,
+			  cfg_keys[i].name);
+	cr_expect_eq(listed, cfg_n_keys);
+	free(text);
+	free(path);
 }

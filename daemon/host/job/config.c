@@ -15,6 +15,7 @@
 
 #include <ini.h>
 
+#include "job/keys.h"
 #include "job/suggest.h"
 
 /* Longest job-file line accepted. inih's default (200 bytes) would cut long values. */
@@ -227,19 +228,6 @@ static const char *where(const struct parse *p, const struct raw *r, char *buf, 
 	return buf;
 }
 
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	if (!isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 int cfg_parse_size(const char *s, uint64_t max, uint64_t *out)
 {
 	char *end;
@@ -279,358 +267,43 @@ int cfg_parse_size(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int parse_gpus(struct cfg *c, const char *v, char *why, size_t whylen)
-{
-	if (strcmp(v, "all") == 0) {
-		c->gpus_all = true;
-		return 0;
-	}
-	if (strcmp(v, "auto") == 0) {
-		c->gpus_auto = true;
-		return 0;
-	}
-	const char *s = v;
-	for (;;) {
-		while (isspace((unsigned char)*s))
-			s++;
-		char *end;
-		if (!isdigit((unsigned char)*s)) {
-			snprintf(why, whylen,
-				 "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
-			return -1;
-		}
-		errno = 0;
-		long id = strtol(s, &end, 10);
-		if (errno || id > 65535) {
-			snprintf(why, whylen, "GPU id too large");
-			return -1;
-		}
-		for (size_t i = 0; i < c->n_gpus; i++) {
-			if (c->gpus[i] == id) {
-				snprintf(why, whylen, "GPU %ld is listed twice", id);
-				return -1;
-			}
-		}
-		if (c->n_gpus >= CFG_MAX_GPUS) {
-			snprintf(why, whylen, "more than %d GPUs", CFG_MAX_GPUS);
-			return -1;
-		}
-		c->gpus[c->n_gpus++] = (int)id;
-		s = end;
-		while (isspace((unsigned char)*s))
-			s++;
-		if (*s == '\0')
-			return 0;
-		if (*s != ',') {
-			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
-			return -1;
-		}
-		s++;
-	}
-}
-
-static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r);
-
-static const char *const job_keys[] = {"gpus",
-				       "workers_per_gpu",
-				       "queue_size",
-				       "task_timeout",
-				       "setup_timeout",
-				       "cleanup_timeout",
-				       "drain_timeout",
-				       "sink_timeout",
-				       "base_seed",
-				       "max_task_bytes",
-				       "max_result_bytes",
-				       "max_retries",
-				       "retry_on",
-				       "max_worker_restarts",
-				       "ordered",
-				       "log_dir",
-				       "batch_size",
-				       "batch_wait_ms",
-				       "pin_memory",
-				       "journal",
-				       "rank",
-				       "ranks",
-				       NULL};
-static const char *const ui_keys[] = {"refresh_rate",   "plain_interval",   "metrics_file",
-				      "metrics_listen", "metrics_interval", NULL};
 static const char *const section_names[] = {"job", "worker", "generator", "sink", "ui", NULL};
 
 /* "unknown key 'x' in [s] (did you mean 'y'?; known: ...)" */
-static void unknown_key(struct parse *p, const struct raw *r, const char *const *known)
+static void unknown_key(struct parse *p, const struct raw *r)
 {
+	const char **known = calloc(cfg_n_keys + 1, sizeof *known);
 	char loc[512], list[512], hint[128] = "";
+	if (!known) {
+		perror("gpud");
+		abort(); /* as grow(): out of memory while reading a job file */
+	}
+	cfg_key_names(r->section, known, cfg_n_keys + 1);
 	const char *near = suggest(r->key, known);
 	if (near)
 		snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
 	fail(p, "%s: unknown key '%s' in [%s] (%sknown: %s)", where(p, r, loc, sizeof loc), r->key,
 	     r->section, hint, suggest_list(known, list, sizeof list));
+	free(known);
 }
 
-/* retry_on = error,timeout,crash (any of them, comma-separated), or none. */
-static int parse_retry_on(const char *v, unsigned *out)
+/* A [job] or [ui] key: its row's parser, or unknown. */
+static int key(struct parse *p, struct cfg *c, const struct raw *r)
 {
-	static const char *const names[] = {"error", "timeout", "crash"};
-	unsigned bits = 0;
-	char *copy = strdup(v), *save = NULL;
-	int rc = 0;
-	if (!copy)
+	const struct cfg_key *k = cfg_key_find(r->section, r->key);
+	if (!k) {
+		unknown_key(p, r);
 		return -1;
-	if (strcmp(v, "none") == 0) {
-		*out = 0;
-		free(copy);
-		return 0;
 	}
-	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		while (*t == ' ' || *t == '\t')
-			t++;
-		size_t n = strlen(t);
-		while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
-			t[--n] = '\0';
-		unsigned bit = 0;
-		for (unsigned i = 0; i < 3; i++)
-			if (strcmp(t, names[i]) == 0)
-				bit = 1u << i;
-		if (!bit)
-			rc = -1;
-		bits |= bit;
-	}
-	free(copy);
-	if (rc == 0 && bits == 0)
-		rc = -1;
-	*out = bits;
+	char loc[512], why[256] = "";
+	/* --set values are typed relative to the current folder. */
+	char *cwd = r->line < 0 ? getcwd(NULL, 0) : NULL;
+	struct cfg_val v = {r->value, where(p, r, loc, sizeof loc), cwd ? cwd : c->dir};
+	int rc = cfg_key_set(c, k, &v, why, sizeof why);
+	free(cwd);
+	if (rc < 0)
+		fail(p, "%s: [%s] %s = '%s': %s", loc, r->section, r->key, r->value, why);
 	return rc;
-}
-
-static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
-{
-	char loc[512], why[128] = "";
-	const char *k = r->key, *v = r->value;
-	uint64_t u;
-	int bad = 0;
-
-	if (strcmp(k, "gpus") == 0) {
-		c->n_gpus = 0;
-		c->gpus_all = false;
-		c->gpus_auto = false;
-		if (parse_gpus(c, v, why, sizeof why) < 0)
-			bad = 1;
-	} else if (strcmp(k, "workers_per_gpu") == 0) {
-		if (parse_u64(v, 1, 256, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 1 to 256");
-			bad = 1;
-		}
-		c->workers_per_gpu = (unsigned)u;
-	} else if (strcmp(k, "queue_size") == 0) {
-		if (parse_u64(v, 1, CFG_MAX_QUEUE, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 1 to %u",
-				 CFG_MAX_QUEUE);
-			bad = 1;
-		}
-		c->queue_size = (unsigned)u;
-	} else if (strcmp(k, "task_timeout") == 0 || strcmp(k, "cleanup_timeout") == 0 ||
-		   strcmp(k, "setup_timeout") == 0 || strcmp(k, "drain_timeout") == 0 ||
-		   strcmp(k, "sink_timeout") == 0) {
-		char *end;
-		errno = 0;
-		double d = strtod(v, &end);
-		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 1e7) {
-			snprintf(why, sizeof why, "expected seconds, 0 or more (0 = no limit)");
-			bad = 1;
-		}
-		if (strcmp(k, "task_timeout") == 0)
-			c->task_timeout = d;
-		else if (strcmp(k, "setup_timeout") == 0)
-			c->setup_timeout = d;
-		else if (strcmp(k, "drain_timeout") == 0)
-			c->drain_timeout = d;
-		else if (strcmp(k, "sink_timeout") == 0)
-			c->sink_timeout = d;
-		else
-			c->cleanup_timeout = d;
-	} else if (strcmp(k, "base_seed") == 0) {
-		if (parse_u64(v, 0, UINT64_MAX, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 0 to 2^64-1");
-			bad = 1;
-		}
-		c->base_seed = u;
-	} else if (strcmp(k, "max_task_bytes") == 0 || strcmp(k, "max_result_bytes") == 0) {
-		if (cfg_parse_size(v, CFG_MAX_BYTES, &u) < 0) {
-			snprintf(why, sizeof why,
-				 "expected a size from 0 to 1G, like 4096, 64K or 1M");
-			bad = 1;
-		}
-		if (strcmp(k, "max_task_bytes") == 0)
-			c->max_task_bytes = (uint32_t)u;
-		else
-			c->max_result_bytes = (uint32_t)u;
-	} else if (strcmp(k, "max_retries") == 0) {
-		if (parse_u64(v, 0, 1000, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 0 to 1000");
-			bad = 1;
-		}
-		c->max_retries = (unsigned)u;
-	} else if (strcmp(k, "retry_on") == 0) {
-		if (parse_retry_on(v, &c->retry_on) < 0) {
-			snprintf(why, sizeof why,
-				 "expected a list of error, timeout and crash "
-				 "(like error,crash), or none");
-			bad = 1;
-		}
-	} else if (strcmp(k, "ordered") == 0) {
-		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") ||
-		    !strcmp(v, "on")) {
-			c->ordered = true;
-		} else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0") ||
-			   !strcmp(v, "off")) {
-			c->ordered = false;
-		} else {
-			snprintf(why, sizeof why, "expected true or false");
-			bad = 1;
-		}
-	} else if (strcmp(k, "batch_size") == 0) {
-		if (parse_u64(v, 1, CFG_MAX_BATCH, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 1 to %d",
-				 CFG_MAX_BATCH);
-			bad = 1;
-		}
-		c->batch_size = (unsigned)u;
-	} else if (strcmp(k, "batch_wait_ms") == 0) {
-		char *end;
-		errno = 0;
-		double d = strtod(v, &end);
-		if (end == v || *end || errno || !isfinite(d) || d < 0 || d > 60000) {
-			snprintf(why, sizeof why, "expected milliseconds from 0 to 60000");
-			bad = 1;
-		}
-		c->batch_wait_ms = d;
-	} else if (strcmp(k, "pin_memory") == 0) {
-		if (!strcmp(v, "auto"))
-			c->pin_memory = CFG_PIN_AUTO;
-		else if (!strcmp(v, "on") || !strcmp(v, "true"))
-			c->pin_memory = CFG_PIN_ON;
-		else if (!strcmp(v, "off") || !strcmp(v, "false"))
-			c->pin_memory = CFG_PIN_OFF;
-		else {
-			snprintf(why, sizeof why, "expected auto, on or off");
-			bad = 1;
-		}
-	} else if (strcmp(k, "rank") == 0 || strcmp(k, "ranks") == 0) {
-		if (parse_u64(v, strcmp(k, "ranks") == 0 ? 1 : 0, 1000000, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number up to 1000000");
-			bad = 1;
-		}
-		if (strcmp(k, "rank") == 0)
-			c->job_rank = (unsigned)u;
-		else
-			c->job_ranks = (unsigned)u;
-	} else if (strcmp(k, "journal") == 0) {
-		free(c->journal);
-		c->journal = NULL;
-		c->journal_set = true;
-		c->journal_off = strcmp(v, "off") == 0;
-		free(c->journal_at);
-		c->journal_at = strdup(where(p, r, loc, sizeof loc));
-		if (!c->journal_off) {
-			if (!*v) {
-				snprintf(why, sizeof why, "expected a file name, or off");
-				bad = 1;
-			} else {
-				c->journal = resolve_from(p, c, r);
-			}
-		}
-	} else if (strcmp(k, "log_dir") == 0) {
-		free(c->log_dir);
-		c->log_dir = resolve_from(p, c, r);
-		free(c->log_dir_at);
-		c->log_dir_at = strdup(where(p, r, loc, sizeof loc));
-	} else if (strcmp(k, "max_worker_restarts") == 0) {
-		if (parse_u64(v, 0, 100000, &u) < 0) {
-			snprintf(why, sizeof why, "expected a whole number from 0 to 100000");
-			bad = 1;
-		}
-		c->max_worker_restarts = (unsigned)u;
-	} else {
-		unknown_key(p, r, job_keys);
-		return -1;
-	}
-	if (bad) {
-		fail(p, "%s: [job] %s = '%s': %s", where(p, r, loc, sizeof loc), k, v, why);
-		return -1;
-	}
-	return 0;
-}
-
-/* metrics_listen = HOST:PORT, a numeric IPv4 address (127.0.0.1 by default). */
-static int parse_listen(const char *v, struct cfg *c)
-{
-	const char *colon = strrchr(v, ':');
-	const char *port = colon ? colon + 1 : v;
-	uint64_t u;
-	if (parse_u64(port, 1, 65535, &u) < 0)
-		return -1;
-	char host[64] = "127.0.0.1";
-	if (colon) {
-		size_t n = (size_t)(colon - v);
-		if (n == 0 || n >= sizeof host)
-			return -1;
-		memcpy(host, v, n);
-		host[n] = '\0';
-		if (strcmp(host, "localhost") == 0)
-			strcpy(host, "127.0.0.1");
-		unsigned a, b, d, e;
-		char tail;
-		if (sscanf(host, "%u.%u.%u.%u%c", &a, &b, &d, &e, &tail) != 4 || a > 255 ||
-		    b > 255 || d > 255 || e > 255)
-			return -1;
-	}
-	free(c->metrics_host);
-	c->metrics_host = strdup(host);
-	c->metrics_port = (unsigned)u;
-	return 0;
-}
-
-static int ui_key(struct parse *p, struct cfg *c, const struct raw *r)
-{
-	char loc[512];
-	if (strcmp(r->key, "metrics_file") == 0) {
-		free(c->metrics_file);
-		c->metrics_file = resolve_from(p, c, r);
-		free(c->metrics_file_at);
-		c->metrics_file_at = strdup(where(p, r, loc, sizeof loc));
-		return 0;
-	}
-	if (strcmp(r->key, "metrics_listen") == 0) {
-		if (parse_listen(r->value, c) < 0) {
-			fail(p,
-			     "%s: [ui] metrics_listen = '%s': expected PORT or ADDRESS:PORT, "
-			     "like 127.0.0.1:9400 (a numeric IPv4 address, port 1 to 65535)",
-			     where(p, r, loc, sizeof loc), r->value);
-			return -1;
-		}
-		return 0;
-	}
-	double *dst = strcmp(r->key, "refresh_rate") == 0       ? &c->refresh_rate
-		      : strcmp(r->key, "plain_interval") == 0   ? &c->plain_interval
-		      : strcmp(r->key, "metrics_interval") == 0 ? &c->metrics_interval
-								: NULL;
-	if (!dst) {
-		unknown_key(p, r, ui_keys);
-		return -1;
-	}
-	char *end;
-	errno = 0;
-	double d = strtod(r->value, &end);
-	if (end == r->value || *end || errno || !isfinite(d) || d <= 0 || d > 1000) {
-		fail(p, "%s: [ui] %s = '%s': expected a number above 0 (%s)",
-		     where(p, r, loc, sizeof loc), r->key, r->value,
-		     dst == &c->refresh_rate ? "redraws a second" : "seconds");
-		return -1;
-	}
-	*dst = d;
-	return 0;
 }
 
 /* Whether a plugin-section value names a file, so a relative one is resolved: the
@@ -660,7 +333,7 @@ static bool is_plugin_name(const char *v)
 	return !strchr(v, '/') && !strstr(v, ".so");
 }
 
-static char *resolve(const char *base, const char *v)
+char *cfg_resolve(const char *base, const char *v)
 {
 	char *out;
 	while (v[0] == '.' && v[1] == '/')
@@ -678,7 +351,7 @@ static char *resolve_list(const char *base, const char *key, const char *v)
 {
 	size_t kl = strlen(key);
 	if (!strchr(v, ':') || kl < 5 || strcmp(key + kl - 5, "_path") != 0)
-		return resolve(base, v);
+		return cfg_resolve(base, v);
 	char *copy = strdup(v), *out = NULL, *save = NULL;
 	size_t len = 0;
 	FILE *f = copy ? open_memstream(&out, &len) : NULL;
@@ -688,23 +361,13 @@ static char *resolve_list(const char *base, const char *key, const char *v)
 	}
 	bool first = true;
 	for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
-		char *r = resolve(base, t);
+		char *r = cfg_resolve(base, t);
 		fprintf(f, "%s%s", first ? "" : ":", r ? r : t);
 		free(r);
 		first = false;
 	}
 	fclose(f);
 	free(copy);
-	return out;
-}
-
-/* A path value of the job file, resolved like plugin-section paths. */
-static char *resolve_from(struct parse *p, struct cfg *c, const struct raw *r)
-{
-	(void)p;
-	char *cwd = r->line < 0 ? getcwd(NULL, 0) : NULL;
-	char *out = resolve(cwd ? cwd : c->dir, r->value);
-	free(cwd);
 	return out;
 }
 
@@ -724,7 +387,7 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, c
 			     r->section);
 		} else {
 			s->plugin = is_plugin_name(r->value) ? strdup(r->value)
-							     : resolve(base, r->value);
+							     : cfg_resolve(base, r->value);
 			s->plugin_line = r->line;
 		}
 	} else {
@@ -746,7 +409,8 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, c
 	free(cwd);
 }
 
-static int validate(struct parse *p, struct cfg *c)
+/* Every [section] header names a known section, once. */
+static int check_sections(struct parse *p)
 {
 	for (size_t i = 0; i < p->n_sections; i++) {
 		const char *n = p->sections[i].name;
@@ -769,16 +433,18 @@ static int validate(struct parse *p, struct cfg *c)
 			}
 		}
 	}
-	bool have_gpus = false;
+	return 0;
+}
+
+/* Every key, file order then --set's: [job] and [ui] through their rows, the plugin
+ * sections as they are. */
+static int read_keys(struct parse *p, struct cfg *c)
+{
 	for (size_t i = 0; i < p->n_raw && !p->failed; i++) {
 		struct raw *r = &p->raw[i];
 		char loc[512];
-		if (strcmp(r->section, "job") == 0) {
-			if (job_key(p, c, r) < 0)
-				return -1;
-			have_gpus |= strcmp(r->key, "gpus") == 0;
-		} else if (strcmp(r->section, "ui") == 0) {
-			if (ui_key(p, c, r) < 0)
+		if (strcmp(r->section, "job") == 0 || strcmp(r->section, "ui") == 0) {
+			if (key(p, c, r) < 0)
 				return -1;
 		} else if (strcmp(r->section, "worker") == 0) {
 			section_add(p, c, &c->worker, r);
@@ -793,9 +459,12 @@ static int validate(struct parse *p, struct cfg *c)
 			return -1;
 		}
 	}
-	if (p->failed)
-		return -1;
-	if (!have_gpus) {
+	return p->failed ? -1 : 0;
+}
+
+static int check_required(struct parse *p, struct cfg *c)
+{
+	if (!find_raw(p, "job", "gpus")) {
 		fail(p, "%s: [job] gpus is required (a list of GPU ids like 0,1 or 'all')",
 		     p->path);
 		return -1;
@@ -812,13 +481,12 @@ static int validate(struct parse *p, struct cfg *c)
 	}
 	if (!c->sink.plugin)
 		c->sink.plugin = strdup("jsonl");
-	bool has_rank = false, has_ranks = false;
-	for (size_t i = 0; i < p->n_raw; i++) {
-		if (strcmp(p->raw[i].section, "job") == 0) {
-			has_rank |= strcmp(p->raw[i].key, "rank") == 0;
-			has_ranks |= strcmp(p->raw[i].key, "ranks") == 0;
-		}
-	}
+	return 0;
+}
+
+static int check_ranks(struct parse *p, struct cfg *c)
+{
+	bool has_rank = find_raw(p, "job", "rank"), has_ranks = find_raw(p, "job", "ranks");
 	if (has_rank != has_ranks) {
 		fail(p,
 		     "%s: [job] rank and ranks go together (this process is rank `rank` of "
@@ -831,17 +499,27 @@ static int validate(struct parse *p, struct cfg *c)
 		     c->job_ranks);
 		return -1;
 	}
-	/* The journal: beside the job file by default, named after it (job.ini ->
-	 * job.journal), so a plain run can always be resumed. */
-	if (!c->journal && !c->journal_off) {
-		const char *base = strrchr(c->path, '/');
-		base = base ? base + 1 : c->path;
-		size_t bl = strlen(base);
-		if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
-			bl -= 4;
-		if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
-			c->journal = NULL;
-	}
+	return 0;
+}
+
+/* The journal: beside the job file by default, named after it (job.ini ->
+ * job.journal), so a plain run can always be resumed. */
+static void default_journal(struct cfg *c)
+{
+	if (c->journal || c->journal_off)
+		return;
+	const char *base = strrchr(c->path, '/');
+	base = base ? base + 1 : c->path;
+	size_t bl = strlen(base);
+	if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
+		bl -= 4;
+	if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
+		c->journal = NULL;
+}
+
+/* The worker count and the plugin sections' sizes; then the plugins' views of them. */
+static int check_sizes(struct parse *p, struct cfg *c)
+{
 	if (!c->gpus_all && !c->gpus_auto &&
 	    (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
 		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
@@ -862,6 +540,17 @@ static int validate(struct parse *p, struct cfg *c)
 		secs[i]->args.count = secs[i]->count;
 	}
 	return 0;
+}
+
+/* Each key's own value is checked by its row (keys.c); what is left here are the rules
+ * across keys and sections. */
+static int validate(struct parse *p, struct cfg *c)
+{
+	if (check_sections(p) < 0 || read_keys(p, c) < 0 || check_required(p, c) < 0 ||
+	    check_ranks(p, c) < 0)
+		return -1;
+	default_journal(c);
+	return check_sizes(p, c);
 }
 
 static char *dir_of(const char *path)

@@ -107,4 +107,8 @@ void cfg_free(struct cfg *c);
  * GiB and lower case accepted). Returns 0, or -1 when malformed or above `max`. */
 int cfg_parse_size(const char *s, uint64_t max, uint64_t *out);
 
+/* `v` resolved against the folder `base` (a leading ./ dropped; an absolute path, "" and
+ * "-" kept as they are). Returns a malloc'd string, or NULL when out of memory. */
+char *cfg_resolve(const char *base, const char *v);
+
 #endif /* GPUD_CONFIG_H */
