@@ -183,6 +183,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			 bool *slice_end)
 {
 	const struct cfg *c = h->cfg;
+	const struct gen_ops *gen = h->gen_ops;
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
@@ -222,10 +223,10 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				head0 = w->task_head;
 			}
 			/* Another rank's chunk ahead: a generator that can jump, jumps it. */
-			if (c->ranks > 1 && h->gen_skip &&
+			if (c->ranks > 1 && gen->skip &&
 			    !ranks_mine(h->next_id, c->rank, c->ranks)) {
 				uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
-				if (h->gen_skip(h->gen, to - h->next_id, &err) != 0) {
+				if (gen->skip(h->gen, to - h->next_id, &err) != 0) {
 					h->gen_done = h->gen_failed = true;
 					ui_clean(err.message);
 					host_abort(h,
@@ -242,7 +243,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			 * other rings meanwhile and must not move it. */
 			h->gate.filling = w;
 			gate_enter(&h->gate);
-			int rc = h->gen_next(h->gen, &item, &err);
+			int rc = gen->next(h->gen, &item, &err);
 			if (gate_leave(h, &h->gate)) {
 				/* The stand-in ran the loop meanwhile (and may have published
 				 * this ring): this task goes in, then the loop looks again. */
