@@ -103,6 +103,8 @@ static int prepare(struct host *h, struct cfg *c)
 	if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0 ||
 	    load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0)
 		return -1;
+	h->gen_ops = &h->gen_pl.gen;
+	h->sink_ops = &h->sink_pl.sink;
 	if (checks_keys(h, c, out) < 0)
 		return -1;
 	h->bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->bus_ids);
@@ -253,7 +255,7 @@ static int finish_run(struct host *h)
 	struct gpud_error err = {{0}};
 	if (h->sink_stuck)
 		say_sink_not_closed("last call");
-	else if (h->sink_close && events_close_sink(h, &err) != 0)
+	else if (h->sink_ops->close && events_close_sink(h, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");
 	if (!on_standin)
@@ -261,8 +263,8 @@ static int finish_run(struct host *h)
 	if (h->gen_stuck)
 		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
 				"ended; it was not closed\n");
-	else if (h->gen_close)
-		h->gen_close(h->gen);
+	else if (h->gen_ops->close)
+		h->gen_ops->close(h->gen);
 
 	/* Every task generated has its outcome and the generator is done: the journal says
 	 * the run finished, so a --resume has nothing left to do. */
@@ -316,8 +318,6 @@ static int finish_run(struct host *h)
 	}
 	return status;
 }
-
-typedef int (*open_fn)(const struct gpud_args *, void **, struct gpud_error *);
 
 /* Set while the generator's and the sink's code may run in this process (the run's host,
  * alive in run_job's frame meanwhile). gpud itself never calls exit() then (it returns
@@ -375,49 +375,35 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 
 	/* The generator and the sink: a failure to open is a job error, nothing ran. */
-	open_fn gen_open = (open_fn)loader_sym(&h.gen_pl, "gpud_generator_open");
-	h.gen_next = (int (*)(void *, struct gpud_buf *, struct gpud_error *))loader_sym(
-		&h.gen_pl, "gpud_generator_next");
-	h.gen_close = (void (*)(void *))loader_sym(&h.gen_pl, "gpud_generator_close");
+	const struct gen_ops *gen = h.gen_ops;
+	const struct sink_ops *sink = h.sink_ops;
 	watch_plugin_exits(&h);
-	if (gen_open(&c->generator.args, &h.gen, &err) != 0) {
+	if (gen->open(&c->generator.args, &h.gen, &err) != 0) {
 		ui_clean(err.message);
 		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
 			err.message[0] ? err.message : "open failed");
 		goto out;
 	}
-	int64_t (*total)(void *) =
-		(int64_t(*)(void *))loader_sym(&h.gen_pl, "gpud_generator_total");
-	if (total)
-		h.total = total(h.gen);
+	if (gen->total)
+		h.total = gen->total(h.gen);
 	if (h.total >= 0) /* this rank's share of them */
 		h.total = (int64_t)ranks_share((uint64_t)h.total, c->rank, c->ranks);
-	if (h.gen_pl.info->abi_minor >= 2)
-		h.gen_skip = (int (*)(void *, uint64_t, struct gpud_error *))loader_sym(
-			&h.gen_pl, "gpud_generator_skip");
 
-	open_fn sink_open = (open_fn)loader_sym(&h.sink_pl, "gpud_sink_open");
-	h.sink_event = (int (*)(void *, const struct gpud_event *, struct gpud_error *))loader_sym(
-		&h.sink_pl, "gpud_sink_event");
-	h.sink_close = (int (*)(void *, const struct gpud_stats *, struct gpud_error *))loader_sym(
-		&h.sink_pl, "gpud_sink_close");
 	err.message[0] = '\0';
 	int so = resume_sink_open(&h, &c->sink.args, &err);
 	if (so == 1)
-		so = sink_open(&c->sink.args, &h.sink, &err);
+		so = sink->open(&c->sink.args, &h.sink, &err);
 	if (so != 0) {
 		ui_clean(err.message);
 		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
 			err.message[0] ? err.message : "open failed");
-		if (h.gen_close)
-			h.gen_close(h.gen);
+		if (gen->close)
+			gen->close(h.gen);
 		goto out;
 	}
 	h.sink_open = true;
 	h.sink_open_ever = true;
-	uint32_t (*events)(void *) =
-		(uint32_t(*)(void *))loader_sym(&h.sink_pl, "gpud_sink_events");
-	h.sink_mask = events ? events(h.sink) : GPUD_EVENTS_ALL;
+	h.sink_mask = sink->events ? sink->events(h.sink) : GPUD_EVENTS_ALL;
 	err.message[0] = '\0';
 	if (resume_skip_prefix(&h, &err) < 0) {
 		ui_clean(err.message);
@@ -486,10 +472,10 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 
 close_plugins: /* nothing ran */
 	err.message[0] = '\0';
-	if (h.sink_close)
-		h.sink_close(h.sink, &h.stats, &err);
-	if (h.gen_close)
-		h.gen_close(h.gen);
+	if (sink->close)
+		sink->close(h.sink, &h.stats, &err);
+	if (gen->close)
+		gen->close(h.gen);
 out:
 	release(&h);
 	watch_plugin_exits(NULL);
