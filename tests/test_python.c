@@ -257,7 +257,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
 		cr_skip_test(
-			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
 	/* Extension modules need libpython's symbols global: `import numpy` in a plugin
 	 * loaded RTLD_LOCAL fails with an undefined symbol unless the plugin sees to it. */
 	py_job(dir,
@@ -269,7 +269,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	       "        if bytes(data) == b'77': self.keep = a\n"
 	       "        if bytes(data) == b'78': return np.arange(6, dtype=np.uint8)[::2] + 65\n"
 	       "        return str(int(a.astype(np.int64).sum()))\n",
-	       100, "max_worker_restarts = 10", "input = memoryview");
+	       100, "max_worker_restarts = 10\npython = /usr/bin/python3", "input = memoryview");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 100, "%s", err);
@@ -422,12 +422,12 @@ Test(python, the_numpy_example_checks_every_result, .timeout = 120)
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
 		cr_skip_test(
-			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
 	char job[600];
 	snprintf(job, sizeof job, "%s/docs/examples/python/dense.ini", t_env("SRCDIR"));
 	cr_expect_eq(t_gpud(dir,
 			    "run '%s' --ui off --set sink.report_file=%s/report "
-			    "--set job.journal=off",
+			    "--set job.journal=off --set job.python=/usr/bin/python3",
 			    job, dir),
 		     0);
 	char *report = t_read_in(dir, "report"), *err = t_read_in(dir, "err");

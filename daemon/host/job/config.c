@@ -353,6 +353,7 @@ static const char *const job_keys[] = {"gpus",
 				       "journal",
 				       "rank",
 				       "ranks",
+				       "python",
 				       NULL};
 static const char *const ui_keys[] = {"refresh_rate",   "plain_interval",   "metrics_file",
 				      "metrics_listen", "metrics_interval", NULL};
@@ -541,8 +542,24 @@ static int job_key(struct parse *p, struct cfg *c, const struct raw *r)
 				c->journal = resolve_from(p, c, r);
 			}
 		}
+	} else if (strcmp(k, "python") == 0) {
+		/* An interpreter or an environment folder; a bare name is looked up on PATH
+		 * (job/python.c). */
+		free(c->python);
+		c->python = NULL;
+		if (!*v) {
+			snprintf(why, sizeof why,
+				 "expected a Python interpreter or environment folder");
+			bad = 1;
+		} else {
+			c->python = strchr(v, '/') ? resolve_from(p, c, r) : strdup(v);
+		}
+		free(c->python_at);
+		c->python_at = strdup(where(p, r, loc, sizeof loc));
 	} else if (strcmp(k, "log_dir") == 0) {
 		free(c->log_dir);
+		free(c->python);
+		free(c->python_at);
 		c->log_dir = resolve_from(p, c, r);
 		free(c->log_dir_at);
 		c->log_dir_at = strdup(where(p, r, loc, sizeof loc));
@@ -1010,6 +1027,8 @@ void cfg_free(struct cfg *c)
 		free(c->gpu_tokens[i]);
 	free(c->gpu_tokens);
 	free(c->log_dir);
+	free(c->python);
+	free(c->python_at);
 	free(c->journal);
 	free(c->metrics_file);
 	free(c->journal_at);
