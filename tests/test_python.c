@@ -949,3 +949,42 @@ Test(python, plugins_and_check_name_the_python, .timeout = 120)
 	free(out);
 	free(py);
 }
+
+/* One script named by the generator and the sink is one module in the host: state the
+ * generator keeps is there for the callbacks. */
+Test(python, generator_and_callbacks_of_one_script_share_its_module, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "both.py",
+		     "names = {}\n"
+		     "import sys\n"
+		     "sys.loads_of_both = getattr(sys, 'loads_of_both', 0) + 1\n"
+		     "def items(**kw):\n"
+		     "    for i in range(5):\n"
+		     "        names[i] = 'name%d' % i\n"
+		     "        yield str(i)\n"
+		     "class Cb:\n"
+		     "    def __init__(self, path):\n"
+		     "        self.out = open(path, 'w')\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        self.out.write('%d=%s\\n' % (task_id, names.get(task_id)))\n"
+		     "    def on_exit(self):\n"
+		     "        self.out.write('loaded %d\\n' % sys.loads_of_both)\n"
+		     "        self.out.close()\n"));
+	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n"
+		    "[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = python\nscript = both.py\nfunction = items\n"
+		    "[sink]\nplugin = python\nscript = ./both.py\nclass = Cb\npath = names.txt\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *names = t_read_in(dir, "names.txt"), *err = t_read_in(dir, "err");
+	cr_assert(names, "%s", err);
+	for (int i = 0; i < 5; i++) {
+		char want[32];
+		snprintf(want, sizeof want, "%d=name%d\n", i, i);
+		cr_expect(strstr(names, want), "want %s in\n%s", want, names);
+	}
+	cr_expect(strstr(names, "loaded 1\n"), "the script ran once:\n%s", names);
+	free(names);
+	free(err);
+}

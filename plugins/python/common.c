@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,32 @@ int py_prepend_path(const char *list, struct gpud_error *err)
 	return 0;
 }
 
+/* The module already loaded from `script` in this process (a new reference), or NULL:
+ * the one in sys.modules whose __gpud_script__ is the file's real path. */
+static PyObject *loaded_script(const char *script)
+{
+	char real[PATH_MAX];
+	if (!realpath(script, real))
+		return NULL;
+	/* A copy: a module's __getattr__ may import, changing sys.modules. */
+	PyObject *mods = PyDict_Values(PyImport_GetModuleDict()), *found = NULL;
+	Py_ssize_t n = mods ? PyList_Size(mods) : 0;
+	for (Py_ssize_t i = 0; i < n && !found; i++) {
+		PyObject *mod = PyList_GetItem(mods, i); /* borrowed */
+		PyObject *key = PyObject_GetAttrString(mod, "__gpud_script__");
+		const char *k = key && PyUnicode_Check(key) ? py_utf8(key, NULL) : NULL;
+		if (k && strcmp(k, real) == 0) {
+			found = mod;
+			Py_INCREF(found);
+		}
+		PyErr_Clear();
+		Py_XDECREF(key);
+	}
+	Py_XDECREF(mods);
+	PyErr_Clear();
+	return found;
+}
+
 /* The module holding the class: a script loaded from its file, or a module imported. */
 PyObject *py_load_module(const char *script, const char *module, const char *name,
 			 struct gpud_error *err)
@@ -164,6 +191,11 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 	char why[900];
 	PyObject *mod = NULL;
 	if (script) {
+		/* One file is one module: the generator and the sink of one script share
+		 * its globals (state the generator keeps is there for the callbacks). */
+		mod = loaded_script(script);
+		if (mod)
+			return mod;
 		/* Its folder first on sys.path, as `python script.py` would have it. */
 		const char *slash = strrchr(script, '/');
 		char dir[4096];
@@ -186,6 +218,12 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 			PyObject *sys_modules = PyImport_GetModuleDict();
 			PyDict_SetItemString(sys_modules, name, mod);
 			PyObject *loader = PyObject_GetAttrString(spec, "loader");
+			char real[PATH_MAX];
+			PyObject *key =
+				PyUnicode_DecodeFSDefault(realpath(script, real) ? real : script);
+			if (!key || PyObject_SetAttrString(mod, "__gpud_script__", key) < 0)
+				PyErr_Clear();
+			Py_XDECREF(key);
 			PyObject *r = loader ? PyObject_CallMethod(loader, "exec_module", "O", mod)
 					     : NULL;
 			if (!r)
