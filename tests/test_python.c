@@ -2,9 +2,12 @@
 /* The python worker plugin: a Python worker class on embedded CPython. Every test
  * skips with one line where the plugin was not built (no python3-embed). */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -257,7 +260,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
 		cr_skip_test(
-			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
 	/* Extension modules need libpython's symbols global: `import numpy` in a plugin
 	 * loaded RTLD_LOCAL fails with an undefined symbol unless the plugin sees to it. */
 	py_job(dir,
@@ -269,7 +272,7 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	       "        if bytes(data) == b'77': self.keep = a\n"
 	       "        if bytes(data) == b'78': return np.arange(6, dtype=np.uint8)[::2] + 65\n"
 	       "        return str(int(a.astype(np.int64).sum()))\n",
-	       100, "max_worker_restarts = 10", "input = memoryview");
+	       100, "max_worker_restarts = 10\npython = /usr/bin/python3", "input = memoryview");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 100, "%s", err);
@@ -422,12 +425,12 @@ Test(python, the_numpy_example_checks_every_result, .timeout = 120)
 	const char *dir = t_tmpdir();
 	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
 		cr_skip_test(
-			"NumPy is not installed for the embedded Python (Debian: python3-numpy)");
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
 	char job[600];
 	snprintf(job, sizeof job, "%s/docs/examples/python/dense.ini", t_env("SRCDIR"));
 	cr_expect_eq(t_gpud(dir,
 			    "run '%s' --ui off --set sink.report_file=%s/report "
-			    "--set job.journal=off",
+			    "--set job.journal=off --set job.python=/usr/bin/python3",
 			    job, dir),
 		     0);
 	char *report = t_read_in(dir, "report"), *err = t_read_in(dir, "err");
@@ -647,4 +650,341 @@ Test(python, exits_in_the_host_are_refused_and_reported, .timeout = 120)
 			  "%s", err);
 		free(err);
 	}
+}
+
+/* ---- the Python the job chooses: each one found, a venv of it, and refusals ---- */
+
+/* The interpreter of CPython 3.<minor>: Debian's /usr/bin/python3.<minor> (debian) or
+ * pyenv's ~/.pyenv/versions/3.<minor>.* (malloc'd); skips the test with one line when
+ * this machine has none. */
+static char *find_python(int minor, bool debian)
+{
+	char *p = NULL;
+	if (debian) {
+		cr_assert(asprintf(&p, "/usr/bin/python3.%d", minor) > 0);
+	} else {
+		const char *home = getenv("HOME") ? getenv("HOME") : "/root";
+		char *cmd;
+		cr_assert(asprintf(&cmd,
+				   "ls -d %s/.pyenv/versions/3.%d.*/bin/python3.%d 2>/dev/null | "
+				   "grep -v -- -dev | sort -V | tail -n 1",
+				   home, minor, minor) > 0);
+		FILE *f = popen(cmd, "r");
+		char line[1024] = "";
+		if (f && fgets(line, sizeof line, f))
+			line[strcspn(line, "\n")] = '\0';
+		if (f)
+			pclose(f);
+		free(cmd);
+		p = *line ? strdup(line) : NULL;
+	}
+	if (!p || access(p, X_OK) != 0)
+		cr_skip_test("no %s Python 3.%d on this machine (%s)", debian ? "Debian" : "pyenv",
+			     minor,
+			     debian ? "apt-get install python3.X" : "looked in ~/.pyenv/versions");
+	return p;
+}
+
+/* Writes a job with the python worker, generator and sink, each saying which Python
+ * it runs on and whether it sees the module only the venv has. */
+static void which_python_job(const char *dir, const char *job_extra)
+{
+	static const char probe[] =
+		"import sys\n"
+		"try:\n"
+		"    import onlyvenv\n"
+		"    SEEN = onlyvenv.WHERE\n"
+		"except ImportError:\n"
+		"    SEEN = 'none'\n"
+		"def me():\n"
+		"    return '%d.%d|%s|%s|%s' % (sys.version_info[0], sys.version_info[1],\n"
+		"                               sys.prefix, sys.executable, SEEN)\n";
+	char *text;
+	cr_assert(asprintf(&text,
+			   "%s"
+			   "class W:\n"
+			   "    def setup(self, gpu_id, seed, **kw):\n"
+			   "        print('setup on', me())\n"
+			   "    def process(self, data):\n"
+			   "        return bytes(data).decode() + ' worker=' + me()\n",
+			   probe) > 0);
+	free(t_write(dir, "w.py", text));
+	free(text);
+	cr_assert(asprintf(&text,
+			   "%s"
+			   "def items(**kw):\n"
+			   "    for i in range(4):\n"
+			   "        yield 'gen=' + me()\n",
+			   probe) > 0);
+	free(t_write(dir, "gen.py", text));
+	free(text);
+	cr_assert(asprintf(&text,
+			   "%s"
+			   "class Cb:\n"
+			   "    def __init__(self, path):\n"
+			   "        self.out = open(path, 'w')\n"
+			   "    def on_success(self, task_id, result, worker_id):\n"
+			   "        self.out.write(result + '\\n')\n"
+			   "    def on_exit(self, stats):\n"
+			   "        self.out.write('host=' + me() + '\\n')\n"
+			   "        self.out.close()\n",
+			   probe) > 0);
+	free(t_write(dir, "cb.py", text));
+	free(text);
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\njournal = off\n%s\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+	       "[generator]\nplugin = python\nscript = gen.py\nfunction = items\n"
+	       "[sink]\nplugin = python\nscript = cb.py\nclass = Cb\npath = seen.txt\n",
+	       job_extra);
+}
+
+/* Runs the job and checks that the worker, the generator and the host all said `want`
+ * ("3.12|PREFIX|EXECUTABLE|SEEN"), and that gpud named it. */
+static void expect_ran_on(const char *dir, const char *want, const char *how)
+{
+	char line[4200];
+	snprintf(line, sizeof line, "%s/seen.txt", dir);
+	unlink(line);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0, "%s", how);
+	char *seen = t_read_in(dir, "seen.txt"), *err = t_read_in(dir, "err");
+	cr_assert(seen, "%s: no seen.txt\n%s", how, err);
+	/* Each task: the generator's item, then what the worker said. */
+	snprintf(line, sizeof line, "gen=%s worker=%s\n", want, want);
+	cr_expect_eq(t_count_lines(seen, line), 4, "%s: want 4 x %s in\n%s\n%s", how, line, seen,
+		     err);
+	snprintf(line, sizeof line, "host=%s\n", want);
+	cr_expect(strstr(seen, line), "%s: want %s in\n%s", how, line, seen);
+	/* The summary names it: version and executable. */
+	char said[1200];
+	snprintf(said, sizeof said, "gpud: python: Python %.*s.", (int)strcspn(want, "|"), want);
+	cr_expect(strstr(err, said), "%s: want '%s' in\n%s", how, said, err);
+	free(seen);
+	free(err);
+}
+
+/* The Python `py` (3.<minor>), then a venv made from it, chosen three ways. */
+static void runs_on(const char *py, int minor)
+{
+	const char *dir = t_tmpdir();
+	char want[2048], job[1200], venv[600], cmd[1600];
+	/* The base interpreter, by [job] python: its own prefix, no venv module. */
+	snprintf(cmd, sizeof cmd, "'%s' -c 'import sys; print(sys.prefix)' > prefix.txt", py);
+	cr_assert_eq(t_sh(dir, cmd), 0);
+	char *prefix = t_read_in(dir, "prefix.txt");
+	prefix[strcspn(prefix, "\n")] = '\0';
+	snprintf(job, sizeof job, "python = %s", py);
+	which_python_job(dir, job);
+	snprintf(want, sizeof want, "3.%d|%s|%s|none", minor, prefix, py);
+	expect_ran_on(dir, want, "[job] python = the interpreter");
+
+	/* A venv of it, with a module only the venv has. */
+	snprintf(venv, sizeof venv, "%s/venv", dir);
+	snprintf(cmd, sizeof cmd,
+		 "'%s' -m venv --without-pip venv && "
+		 "echo \"WHERE = 'venv'\" > venv/lib/python3.%d/site-packages/onlyvenv.py",
+		 py, minor);
+	cr_assert_eq(t_sh(dir, cmd), 0, "cannot make a venv with %s", py);
+	snprintf(want, sizeof want, "3.%d|%s|%s/bin/python3|venv", minor, venv, venv);
+	snprintf(job, sizeof job, "python = %s", venv);
+	which_python_job(dir, job);
+	expect_ran_on(dir, want, "[job] python = the venv folder");
+
+	/* $VIRTUAL_ENV, as `source venv/bin/activate` leaves it (without PATH: the venv is
+	 * chosen by the variable, not by which python3 comes first). */
+	setenv("VIRTUAL_ENV", venv, 1);
+	which_python_job(dir, "");
+	expect_ran_on(dir, want, "$VIRTUAL_ENV");
+	/* [job] python comes first. */
+	snprintf(job, sizeof job, "python = %s", py);
+	which_python_job(dir, job);
+	snprintf(want, sizeof want, "3.%d|%s|%s|none", minor, prefix, py);
+	expect_ran_on(dir, want, "[job] python over $VIRTUAL_ENV");
+	unsetenv("VIRTUAL_ENV");
+	free(prefix);
+}
+
+Test(python, debian_3_11_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(11, true);
+	runs_on(py, 11);
+	free(py);
+}
+
+Test(python, pyenv_3_9_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(9, false);
+	runs_on(py, 9);
+	free(py);
+}
+
+Test(python, pyenv_3_10_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(10, false);
+	runs_on(py, 10);
+	free(py);
+}
+
+Test(python, pyenv_3_11_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(11, false);
+	runs_on(py, 11);
+	free(py);
+}
+
+Test(python, pyenv_3_12_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(12, false);
+	runs_on(py, 12);
+	free(py);
+}
+
+Test(python, pyenv_3_13_and_a_venv_of_it, .timeout = 180)
+{
+	need_python();
+	char *py = find_python(13, false);
+	runs_on(py, 13);
+	free(py);
+}
+
+/* A Python gpud cannot use is refused before anything runs: exit 2, one line naming
+ * what was found and what to do, and no worker started. */
+static void expect_refused(const char *dir, const char *python, const char *found)
+{
+	char job[1200];
+	snprintf(job, sizeof job, "python = %s", python);
+	which_python_job(dir, job);
+	for (int run = 0; run < 2; run++) {
+		char seen_path[600];
+		snprintf(seen_path, sizeof seen_path, "%s/seen.txt", dir);
+		unlink(seen_path);
+		cr_expect_eq(t_gpud(dir, "%s '%s/job.ini' --ui plain", run ? "run" : "check", dir),
+			     2, "%s", python);
+		char *err = t_read_in(dir, "err"), *seen = t_read_in(dir, "seen.txt");
+		cr_expect(strstr(err, found), "want '%s' in:\n%s", found, err);
+		cr_expect_eq(t_count_lines(err, "gpud: "), 1, "one line:\n%s", err);
+		cr_expect(strstr(err, "python = ") || strstr(err, "--enable-shared"),
+			  "what to do:\n%s", err);
+		cr_expect(!strstr(err, "setup on") && !seen, "nothing runs:\n%s", err);
+		free(err);
+		free(seen);
+	}
+}
+
+Test(python, pythons_that_cannot_be_used_are_refused, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	const char *home = getenv("HOME") ? getenv("HOME") : "/root";
+	static const char *const old[] = {"2.7", "3.6", "3.8"};
+	for (size_t i = 0; i < sizeof old / sizeof *old; i++) {
+		char cmd[600], *found = NULL;
+		snprintf(cmd, sizeof cmd,
+			 "ls -d %s/.pyenv/versions/%s.*/bin/python%s 2>/dev/null | tail -n 1 > "
+			 "old.txt",
+			 home, old[i], old[i]);
+		t_sh(dir, cmd);
+		char *p = t_read_in(dir, "old.txt");
+		if (p && *p) {
+			p[strcspn(p, "\n")] = '\0';
+			cr_assert(asprintf(&found, "is Python %s.", old[i]) > 0);
+			expect_refused(dir, p, found);
+		} else {
+			cr_log_warn("no pyenv Python %s here: its refusal is not tried", old[i]);
+		}
+		free(found);
+		free(p);
+	}
+	/* Not a Python: a text file, a program that is not one, a folder without one. */
+	free(t_write(dir, "notes.txt", "hello\n"));
+	char path[600];
+	snprintf(path, sizeof path, "%s/notes.txt", dir);
+	expect_refused(dir, path, "is not an executable file: not a Python interpreter");
+	expect_refused(dir, "/bin/echo", "/bin/echo is not a Python interpreter (asked with -c");
+	expect_refused(dir, dir, "is a folder without bin/python3 or bin/python");
+	/* A Python without a shared libpython (a static build): one that says so. */
+	free(t_write(
+		dir, "static-python",
+		"#!/bin/sh\n"
+		"printf 'gpud-python-ask\\nexecutable=%s\\nprefix=/nowhere\\nbase_prefix=/nowhere\\n"
+		"version=3.11.4\\nimplementation=cpython\\nlibdir=/nowhere/lib\\n"
+		"ldlibrary=libpython3.11.a\\ninstsoname=libpython3.11.a\\nabiflags=\\n' \"$0\"\n"));
+	snprintf(path, sizeof path, "%s/static-python", dir);
+	chmod(path, 0755);
+	expect_refused(dir, path,
+		       "is Python 3.11.4 without a shared libpython (none in /nowhere/lib)");
+}
+
+Test(python, plugins_and_check_name_the_python, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	char *py = find_python(11, true);
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "'%s' -m venv --without-pip venv", py);
+	cr_assert_eq(t_sh(dir, cmd), 0);
+	char venv[600];
+	snprintf(venv, sizeof venv, "%s/venv", dir);
+	setenv("VIRTUAL_ENV", venv, 1);
+	cr_expect_eq(t_gpud(dir, "plugins"), 0);
+	char *out = t_read_in(dir, "out");
+	char want[2048];
+	/* The micro version is the machine's: compared around. */
+	cr_expect(strstr(out, "python plugins run on: Python 3.11."), "%s", out);
+	snprintf(want, sizeof want, "(%s/bin/python3, venv %s; from $VIRTUAL_ENV)", venv, venv);
+	cr_expect(strstr(out, want), "want %s in\n%s", want, out);
+	free(out);
+	which_python_job(dir, "");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
+	out = t_read_in(dir, "out");
+	snprintf(want, sizeof want, "  python: Python 3.11.");
+	cr_expect(strstr(out, want), "%s", out);
+	snprintf(want, sizeof want, "(%s/bin/python3, venv %s; from $VIRTUAL_ENV)", venv, venv);
+	cr_expect(strstr(out, want), "want %s in\n%s", want, out);
+	free(out);
+	free(py);
+}
+
+/* One script named by the generator and the sink is one module in the host: state the
+ * generator keeps is there for the callbacks. */
+Test(python, generator_and_callbacks_of_one_script_share_its_module, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "both.py",
+		     "names = {}\n"
+		     "import sys\n"
+		     "sys.loads_of_both = getattr(sys, 'loads_of_both', 0) + 1\n"
+		     "def items(**kw):\n"
+		     "    for i in range(5):\n"
+		     "        names[i] = 'name%d' % i\n"
+		     "        yield str(i)\n"
+		     "class Cb:\n"
+		     "    def __init__(self, path):\n"
+		     "        self.out = open(path, 'w')\n"
+		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        self.out.write('%d=%s\\n' % (task_id, names.get(task_id)))\n"
+		     "    def on_exit(self):\n"
+		     "        self.out.write('loaded %d\\n' % sys.loads_of_both)\n"
+		     "        self.out.close()\n"));
+	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n"
+		    "[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = python\nscript = both.py\nfunction = items\n"
+		    "[sink]\nplugin = python\nscript = ./both.py\nclass = Cb\npath = names.txt\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *names = t_read_in(dir, "names.txt"), *err = t_read_in(dir, "err");
+	cr_assert(names, "%s", err);
+	for (int i = 0; i < 5; i++) {
+		char want[32];
+		snprintf(want, sizeof want, "%d=name%d\n", i, i);
+		cr_expect(strstr(names, want), "want %s in\n%s", want, names);
+	}
+	cr_expect(strstr(names, "loaded 1\n"), "the script ran once:\n%s", names);
+	free(names);
+	free(err);
 }

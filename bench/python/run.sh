@@ -13,7 +13,7 @@ B=$(cd "${1:-build-release}" && pwd)
 R=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 gpud="$B/daemon/gpud"
-py=/usr/bin/python3   # the Python the plugins embed (Debian's), not whatever is on PATH
+py=/usr/bin/python3   # the Python the plugins run on ([job] python in every job): Debian's
 [ -f "$B/plugins/worker-python.so" ] || { echo "no python plugins in $B (libpython3.11-dev)" >&2; exit 2; }
 export GPUD_PLUGIN_PATH="$B/bench"
 tmp=$(mktemp -d)
@@ -38,8 +38,8 @@ gpud_rate() {
 
 small=$'max_task_bytes = 64\nmax_result_bytes = 64'
 job() { # job GPUS WORKER GENERATOR SINK [JOB-EXTRA]
-  printf '[job]\ngpus = %s\nqueue_size = 1024\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n' \
-    "$1" "${5:-$small}" "$2" "$3" "$4"
+  printf '[job]\ngpus = %s\npython = %s\nqueue_size = 1024\n%s\n[worker]\n%s\n[generator]\n%s\n[sink]\n%s\n' \
+    "$1" "$py" "${5:-$small}" "$2" "$3" "$4"
 }
 noop_worker=$'plugin = python\nscript = '"$tmp"$'/noop.py\nclass = Noop'
 

@@ -4,11 +4,10 @@
 #define _GNU_SOURCE
 #include "common.h"
 
-#include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include "../check.h"
 
 /* The pending exception as one line, "Type: message (traceback, innermost last:
  * file:line in function <- ...)", into buf; clears it. Returns the exception's type (a
@@ -22,9 +21,12 @@ PyObject *py_take_error(char *buf, size_t len)
 	if (!type)
 		return NULL;
 	PyObject *msg = value ? PyObject_Str(value) : NULL;
-	const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
-	size_t used =
-		(size_t)snprintf(buf, len, "%s: %s", ((PyTypeObject *)type)->tp_name, m ? m : "");
+	const char *m = msg ? py_utf8(msg, NULL) : NULL;
+	PyObject *tname = PyObject_GetAttrString(type, "__name__");
+	const char *tn = tname ? py_utf8(tname, NULL) : NULL;
+	PyErr_Clear();
+	size_t used = (size_t)snprintf(buf, len, "%s: %s", tn ? tn : "?", m ? m : "");
+	Py_XDECREF(tname);
 	/* The last frames, where it happened. */
 	PyObject *tbmod = tb ? PyImport_ImportModule("traceback") : NULL;
 	PyObject *frames = tbmod ? PyObject_CallMethod(tbmod, "extract_tb", "O", tb) : NULL;
@@ -34,8 +36,8 @@ PyObject *py_take_error(char *buf, size_t len)
 		PyObject *file = PyObject_GetAttrString(f, "filename");
 		PyObject *line = PyObject_GetAttrString(f, "lineno");
 		PyObject *name = PyObject_GetAttrString(f, "name");
-		const char *fs = file ? PyUnicode_AsUTF8(file) : NULL;
-		const char *ns = name ? PyUnicode_AsUTF8(name) : NULL;
+		const char *fs = file ? py_utf8(file, NULL) : NULL;
+		const char *ns = name ? py_utf8(name, NULL) : NULL;
 		long ln = line ? PyLong_AsLong(line) : 0;
 		used += (size_t)snprintf(buf + used, len - used, "%s%s:%ld in %s",
 					 k == n - 1 ? " (at " : " <- ", fs ? fs : "?", ln,
@@ -55,32 +57,47 @@ PyObject *py_take_error(char *buf, size_t len)
 	return type;
 }
 
-/* Extension modules (NumPy's .so files) look up libpython's symbols globally; a plugin
- * loaded RTLD_LOCAL keeps them local. Re-open libpython RTLD_GLOBAL before starting. */
-static void libpython_global(void)
+/* Which Python: the one whose libpython the stub loaded (stub.c), started as its own
+ * executable. Its getpath then finds what `python` would: the venv's pyvenv.cfg next to
+ * a venv's bin/python, the installation's standard library, site-packages. */
+static int name_the_program(struct gpud_error *err)
 {
-	Dl_info info;
-	if (dladdr((void *)Py_Initialize, &info) && info.dli_fname)
-		dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+	static wchar_t *program; /* Python keeps the pointer: for the process's life */
+	const char *exe = getenv("GPUD_PYTHON_EXECUTABLE");
+	if (!exe || !*exe)
+		return gpud_fail(err, "python: no Python was chosen for this process "
+				      "(GPUD_PYTHON_EXECUTABLE is not set)");
+	if (!program)
+		program = Py_DecodeLocale(exe, NULL);
+	if (!program)
+		return gpud_fail(err, "python: cannot decode the executable's name %s", exe);
+		/* Deprecated from 3.11 for PyConfig, which the stable ABI does not have; present
+		 * in 3.9 to 3.13 and part of the stable ABI. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	Py_SetProgramName(program);
+#pragma GCC diagnostic pop
+	return 0;
 }
 
 int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err)
 {
 	if (Py_IsInitialized())
 		return 0; /* the generator's and the sink's plugins share one interpreter */
-	libpython_global();
+	if (name_the_program(err) < 0)
+		return -1;
 	if (module_init && PyImport_AppendInittab("gpud", module_init) < 0)
 		return gpud_fail(err, "python: cannot register the gpud module");
-	PyConfig config;
-	PyConfig_InitPythonConfig(&config);
-	config.install_signal_handlers = 0; /* gpud's handling stays in charge */
-	config.buffered_stdio = 0;          /* print() shows up as it happens */
-	config.parse_argv = 0;
-	PyStatus st = Py_InitializeFromConfig(&config);
-	PyConfig_Clear(&config);
-	if (PyStatus_Exception(st))
-		return gpud_fail(err, "python: cannot start the interpreter: %s",
-				 st.err_msg ? st.err_msg : "?");
+	Py_InitializeEx(0); /* 0: gpud's signal handling stays in charge */
+	if (!Py_IsInitialized())
+		return gpud_fail(err, "python: cannot start the interpreter");
+	/* print() shows up as it happens (PyConfig's buffered_stdio is not in the stable
+	 * ABI): each line is written through. */
+	if (py_run("import sys\n"
+		   "for s in (sys.stdout, sys.stderr):\n"
+		   "    if s is not None and hasattr(s, 'reconfigure'):\n"
+		   "        s.reconfigure(line_buffering=True, write_through=True)\n") < 0)
+		return gpud_fail(err, "python: cannot set up sys.stdout");
 	if (host) {
 		/* gpud's signals and the process's exit stay gpud's (guard.c). */
 		int guarded = py_guard_host(err);
@@ -91,6 +108,33 @@ int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err)
 			return -1;
 	}
 	return 0;
+}
+
+int py_run(const char *src)
+{
+	PyObject *main = PyImport_AddModule("__main__"); /* borrowed */
+	PyObject *globals = main ? PyModule_GetDict(main) : NULL;
+	PyObject *code = globals ? Py_CompileString(src, "<gpud>", Py_file_input) : NULL;
+	PyObject *r = code ? PyEval_EvalCode(code, globals, globals) : NULL;
+	Py_XDECREF(code);
+	if (!r) {
+		PyErr_Clear();
+		return -1;
+	}
+	Py_DECREF(r);
+	return 0;
+}
+
+const char *py_type_name(PyObject *o, char *buf, size_t len)
+{
+	PyObject *t = PyObject_Type(o);
+	PyObject *n = t ? PyObject_GetAttrString(t, "__name__") : NULL;
+	const char *s = n ? py_utf8(n, NULL) : NULL;
+	snprintf(buf, len, "%s", s ? s : "?");
+	PyErr_Clear();
+	Py_XDECREF(n);
+	Py_XDECREF(t);
+	return buf;
 }
 
 /* Prepends each folder of a colon-separated list to sys.path (in order). */
@@ -114,6 +158,32 @@ int py_prepend_path(const char *list, struct gpud_error *err)
 	return 0;
 }
 
+/* The module already loaded from `script` in this process (a new reference), or NULL:
+ * the one in sys.modules whose __gpud_script__ is the file's real path. */
+static PyObject *loaded_script(const char *script)
+{
+	char real[PATH_MAX];
+	if (!realpath(script, real))
+		return NULL;
+	/* A copy: a module's __getattr__ may import, changing sys.modules. */
+	PyObject *mods = PyDict_Values(PyImport_GetModuleDict()), *found = NULL;
+	Py_ssize_t n = mods ? PyList_Size(mods) : 0;
+	for (Py_ssize_t i = 0; i < n && !found; i++) {
+		PyObject *mod = PyList_GetItem(mods, i); /* borrowed */
+		PyObject *key = PyObject_GetAttrString(mod, "__gpud_script__");
+		const char *k = key && PyUnicode_Check(key) ? py_utf8(key, NULL) : NULL;
+		if (k && strcmp(k, real) == 0) {
+			found = mod;
+			Py_INCREF(found);
+		}
+		PyErr_Clear();
+		Py_XDECREF(key);
+	}
+	Py_XDECREF(mods);
+	PyErr_Clear();
+	return found;
+}
+
 /* The module holding the class: a script loaded from its file, or a module imported. */
 PyObject *py_load_module(const char *script, const char *module, const char *name,
 			 struct gpud_error *err)
@@ -121,6 +191,11 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 	char why[900];
 	PyObject *mod = NULL;
 	if (script) {
+		/* One file is one module: the generator and the sink of one script share
+		 * its globals (state the generator keeps is there for the callbacks). */
+		mod = loaded_script(script);
+		if (mod)
+			return mod;
 		/* Its folder first on sys.path, as `python script.py` would have it. */
 		const char *slash = strrchr(script, '/');
 		char dir[4096];
@@ -143,6 +218,12 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 			PyObject *sys_modules = PyImport_GetModuleDict();
 			PyDict_SetItemString(sys_modules, name, mod);
 			PyObject *loader = PyObject_GetAttrString(spec, "loader");
+			char real[PATH_MAX];
+			PyObject *key =
+				PyUnicode_DecodeFSDefault(realpath(script, real) ? real : script);
+			if (!key || PyObject_SetAttrString(mod, "__gpud_script__", key) < 0)
+				PyErr_Clear();
+			Py_XDECREF(key);
 			PyObject *r = loader ? PyObject_CallMethod(loader, "exec_module", "O", mod)
 					     : NULL;
 			if (!r)
@@ -186,23 +267,11 @@ PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours)
 	return kwargs;
 }
 
-int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err)
-{
-	const char *script = gpud_arg(args, "script", NULL),
-		   *module = gpud_arg(args, "module", NULL);
-	if (!script == !module)
-		return gpud_fail(err,
-				 "python: give script = FILE.py or module = NAME (one of them)");
-	if (need && !gpud_arg(args, need, NULL))
-		return gpud_fail(err, "python: %s = NAME is required", need);
-	return script ? check_file_readable("python", script, err) : 0;
-}
-
 int py_bytes_of(PyObject *o, PyObject *json_dumps, struct py_bytes *b)
 {
 	*b = (struct py_bytes){0};
 	if (PyUnicode_Check(o)) {
-		b->p = PyUnicode_AsUTF8AndSize(o, &b->n);
+		b->p = py_utf8(o, &b->n);
 	} else if (PyObject_CheckBuffer(o)) {
 		if (PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS) == 0) {
 			b->have_view = true;
@@ -213,14 +282,14 @@ int py_bytes_of(PyObject *o, PyObject *json_dumps, struct py_bytes *b)
 			PyErr_Clear();
 			b->text = PyBytes_FromObject(o);
 			if (b->text) {
-				b->p = PyBytes_AS_STRING(b->text);
-				b->n = PyBytes_GET_SIZE(b->text);
+				b->p = PyBytes_AsString(b->text);
+				b->n = PyBytes_Size(b->text);
 			}
 		}
 	} else {
-		b->text = PyObject_CallOneArg(json_dumps, o);
+		b->text = py_call1(json_dumps, o);
 		if (b->text)
-			b->p = PyUnicode_AsUTF8AndSize(b->text, &b->n);
+			b->p = py_utf8(b->text, &b->n);
 	}
 	return b->p ? 0 : -1;
 }

@@ -1,21 +1,61 @@
 /* SPDX-License-Identifier: MIT */
-/* What the python worker, generator and sink plugins share (common.c). */
+/* What the python worker, generator and sink glue share (common.c). */
 #ifndef GPUD_PY_COMMON_H
 #define GPUD_PY_COMMON_H
 
+/* One build of the glue runs on CPython 3.9 to 3.13: the stable ABI of 3.9. */
+#define Py_LIMITED_API 0x03090000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+/*
+ * What the 3.9 limited API leaves out and the glue needs: the buffer protocol (in the
+ * limited API from 3.11) and a str's UTF-8 without a copy (from 3.10). libpython 3.9
+ * and 3.10 export these functions all the same, with these signatures, and Py_buffer's
+ * layout is the one 3.11 made stable; the type slots' numbers are the stable ABI's.
+ */
+#if Py_LIMITED_API + 0 < 0x030b0000
+typedef struct {
+	void *buf;
+	PyObject *obj;
+	Py_ssize_t len;
+	Py_ssize_t itemsize;
+	int readonly;
+	int ndim;
+	char *format;
+	Py_ssize_t *shape;
+	Py_ssize_t *strides;
+	Py_ssize_t *suboffsets;
+	void *internal;
+} Py_buffer;
+PyAPI_FUNC(int) PyObject_CheckBuffer(PyObject *obj);
+PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
+PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
+PyAPI_FUNC(int) PyBuffer_FillInfo(Py_buffer *view, PyObject *o, void *buf, Py_ssize_t len,
+				  int readonly, int flags);
+#define PyBUF_ND 0x0008
+#define PyBUF_STRIDES (0x0010 | PyBUF_ND)
+#define PyBUF_C_CONTIGUOUS (0x0020 | PyBUF_STRIDES)
+#ifndef Py_bf_getbuffer
+#define Py_bf_getbuffer 1
+#define Py_bf_releasebuffer 2
+#endif
+#endif
+#if Py_LIMITED_API + 0 < 0x030a0000
+PyAPI_FUNC(const char *) PyUnicode_AsUTF8AndSize(PyObject *unicode, Py_ssize_t *size);
+#endif
 
 #include <stdbool.h>
 
 #include <gpud/plugin.h>
 
-/* Starts the interpreter once per process: libpython's symbols made global (so
- * extension modules like NumPy's load), no signal handlers of Python's (gpud's stay in
- * charge), unbuffered print(). `module_init` adds an importable `gpud` module (NULL:
- * none). `host`: the gpud host process (generator, sink): gpud's signals and the
- * process's exit are guarded (py_guard_host), and the GIL is let go of after starting
- * (called from more than one thread, host plugins take it per call). 0, or -1 with err. */
+/* Starts the interpreter once per process (the libpython the stub loaded): named as
+ * the chosen executable (GPUD_PYTHON_EXECUTABLE), so sys.executable, sys.prefix and a
+ * venv's site-packages are that Python's; no signal handlers of Python's (gpud's stay
+ * in charge); print() written through at each line. `module_init` adds an importable `gpud` module
+ * (NULL: none). `host`: the gpud host process (generator, sink): gpud's signals and the process's
+ * exit are guarded (py_guard_host), and the GIL is let go of after starting (called from more than
+ * one thread, host plugins take it per call). 0, or -1 with err. */
 int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err);
 /* In the host, with the GIL held, once: signal.signal() and the other Python calls that
  * would take gpud's signals leave them alone (with a RuntimeWarning); os._exit() and
@@ -30,9 +70,6 @@ PyObject *py_load_module(const char *script, const char *module, const char *nam
 /* The pending exception as one line, "Type: message (at file:line in function <- ...)"
  * into buf, cleared; returns its type (a new reference) or NULL. */
 PyObject *py_take_error(char *buf, size_t len);
-/* gpud check: script or module given (one), `need` (function, class; NULL: none) given,
- * the script readable. The user's code is not imported: that would run it. */
-int py_check_source(const struct gpud_args *args, const char *need, struct gpud_error *err);
 /* The bytes of a Python object as a task input or a result: a buffer as it is (a strided
  * one laid out by bytes()), a str as UTF-8, anything else as JSON text (json_dumps).
  * 0 with p and n set, valid until py_bytes_release; -1 with the exception pending. */
@@ -45,6 +82,21 @@ struct py_bytes {
 };
 int py_bytes_of(PyObject *o, PyObject *json_dumps, struct py_bytes *b);
 void py_bytes_release(struct py_bytes *b);
+/* A str's UTF-8 (NULL with the exception pending); n may be NULL. */
+static inline const char *py_utf8(PyObject *s, Py_ssize_t *n)
+{
+	return PyUnicode_AsUTF8AndSize(s, n);
+}
+/* o's type's name, into buf. */
+const char *py_type_name(PyObject *o, char *buf, size_t len);
+/* f(arg): one positional argument (PyObject_CallOneArg is not in the stable ABI). */
+static inline PyObject *py_call1(PyObject *f, PyObject *arg)
+{
+	return PyObject_CallFunctionObjArgs(f, arg, NULL);
+}
+/* Runs `src` (statements) in __main__'s namespace; 0, or -1 with the exception
+ * cleared. */
+int py_run(const char *src);
 /* The section's keys but `ours` (NULL-terminated) as a dict of str, for **kwargs. */
 PyObject *py_kwargs(const struct gpud_args *a, const char *const *ours);
 

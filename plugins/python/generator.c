@@ -23,9 +23,7 @@
 
 #include <string.h>
 
-GPUD_PLUGIN("generator", "python", "1.0");
-GPUD_PLUGIN_DESCRIPTION("the items of a Python generator function (script or module, "
-			"function) on embedded CPython " PY_VERSION);
+/* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
 
 static const char *const our_keys[] = {"script", "module", "function", "python_path", NULL};
 
@@ -110,11 +108,6 @@ out:
 	return rc;
 }
 
-GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
-{
-	return py_check_source(args, "function", err);
-}
-
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct py_gen *g = state;
@@ -133,11 +126,12 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		goto out;
 	}
 	if (py_bytes_of(o, g->json_dumps, &b) < 0) {
+		char tn[128];
 		Py_XDECREF(py_take_error(why, sizeof why));
 		rc = gpud_fail(err,
 			       "python: %s() yielded a %s that cannot be a task (bytes, str or "
 			       "JSON-able): %s",
-			       g->name, Py_TYPE(o)->tp_name, why);
+			       g->name, py_type_name(o, tn, sizeof tn), why);
 		goto out;
 	}
 	item->size = (size_t)b.n;

@@ -4,8 +4,7 @@
 #ifndef GPUD_PY_MODULE_H
 #define GPUD_PY_MODULE_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "common.h"
 
 static PyObject *gpud_worker_fatal;  /* gpud.WorkerFatal */
 static PyObject *gpud_task_rejected; /* gpud.TaskRejected */
@@ -57,7 +56,9 @@ static PyObject *gpud_module_init(void)
 	PyObject *d = PyModule_GetDict(m); /* borrowed */
 	if (PyDict_SetItemString(d, "__builtins__", PyEval_GetBuiltins()) < 0)
 		goto fail;
-	PyObject *r = PyRun_String(gpud_module_source, Py_file_input, d, d);
+	PyObject *code = Py_CompileString(gpud_module_source, "<gpud module>", Py_file_input);
+	PyObject *r = code ? PyEval_EvalCode(code, d, d) : NULL;
+	Py_XDECREF(code);
 	if (!r)
 		goto fail;
 	Py_DECREF(r);

@@ -27,9 +27,7 @@
 
 #include <string.h>
 
-GPUD_PLUGIN("sink", "python", "1.0");
-GPUD_PLUGIN_DESCRIPTION("Python callbacks (script or module, class): on_success, on_error, "
-			"on_timeout, on_setup_fail, on_task_start, on_exit; CPython " PY_VERSION);
+/* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
 
 static const char *const our_keys[] = {"script", "module", "class", "python_path", "result", NULL};
 
@@ -166,16 +164,6 @@ out:
 	return rc;
 }
 
-GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error *err)
-{
-	const char *res = gpud_arg(args, "result", "auto");
-	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") &&
-	    strcmp(res, "json"))
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
-				 res);
-	return py_check_source(args, NULL, err);
-}
-
 GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 {
 	struct py_sink *s = state;
@@ -203,7 +191,7 @@ static PyObject *result_object(struct py_sink *s, const struct gpud_event *ev)
 	}
 	if (!str || s->result != RES_JSON)
 		return str;
-	PyObject *v = PyObject_CallOneArg(s->json_loads, str);
+	PyObject *v = py_call1(s->json_loads, str);
 	Py_DECREF(str);
 	return v;
 }
@@ -278,8 +266,8 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct
 			"worker_restarts", st->worker_restarts, "setup_failures",
 			st->setup_failures, "elapsed", st->elapsed);
 		PyObject *r = !stats         ? NULL
-			      : s->exit_args ? PyObject_CallOneArg(s->cb[CB_EXIT], stats)
-					     : PyObject_CallNoArgs(s->cb[CB_EXIT]);
+			      : s->exit_args ? py_call1(s->cb[CB_EXIT], stats)
+					     : PyObject_CallObject(s->cb[CB_EXIT], NULL);
 		if (!r) {
 			char why[900];
 			Py_XDECREF(py_take_error(why, sizeof why));
@@ -289,11 +277,7 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct
 		Py_XDECREF(stats);
 	}
 	/* print() output of the callbacks reaches the terminal now. */
-	PyObject *r = PyRun_String("import sys\nsys.stdout.flush()\n", Py_file_input,
-				   PyModule_GetDict(PyImport_AddModule("__main__")), NULL);
-	if (!r)
-		PyErr_Clear();
-	Py_XDECREF(r);
+	py_run("import sys\nsys.stdout.flush()\n");
 	release_all(s);
 	PyGILState_Release(gil);
 	return rc;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Worker `python`: runs a Python worker class inside the worker process, on embedded
- * CPython (the one this plugin was built against; `gpud plugins` names it).
+ * Worker `python`: runs a Python worker class inside the worker process, on the
+ * embedded CPython the run chose ([job] python, $VIRTUAL_ENV, ...: stub.c loads it;
+ * `gpud check` names it).
  *
  *   [worker]
  *   plugin = python
@@ -25,8 +26,7 @@
  * None as empty, anything else as JSON text.
  */
 #define _GNU_SOURCE
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "common.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,9 +37,7 @@
 #include "common.h"
 #include "gpud_module.h"
 
-GPUD_PLUGIN("worker", "python", "1.0");
-GPUD_PLUGIN_DESCRIPTION("a Python worker class (script or module, class) on embedded "
-			"CPython " PY_VERSION);
+/* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
 /* script/module, class, python_path and input are ours; every other key is the class's
  * (setup's keywords), so none can be refused here. */
 
@@ -86,15 +84,23 @@ static void input_releasebuffer(PyObject *self, Py_buffer *view)
 	((input_obj *)self)->exports--;
 }
 
-static PyBufferProcs input_as_buffer = {input_getbuffer, input_releasebuffer};
+static void input_dealloc(PyObject *self)
+{
+	PyTypeObject *type = Py_TYPE(self); /* a heap type: its instances hold it */
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
 
-static PyTypeObject input_type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpud.Input",
-	.tp_basicsize = sizeof(input_obj),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_as_buffer = &input_as_buffer,
-	.tp_new = NULL,
+/* A heap type (the stable ABI has no static ones). */
+static PyType_Slot input_slots[] = {
+	{Py_bf_getbuffer, (void *)input_getbuffer},
+	{Py_bf_releasebuffer, (void *)input_releasebuffer},
+	{Py_tp_dealloc, (void *)input_dealloc},
+	{0, NULL},
 };
+static PyType_Spec input_spec = {"gpud.Input", sizeof(input_obj), 0, Py_TPFLAGS_DEFAULT,
+				 input_slots};
+static PyTypeObject *input_type;
 
 /* ---- messages ---- */
 
@@ -106,7 +112,9 @@ static int start_python(struct gpud_error *err)
 {
 	if (py_start(gpud_module_init, false, err) < 0)
 		return -1;
-	if (PyType_Ready(&input_type) < 0)
+	if (!input_type)
+		input_type = (PyTypeObject *)PyType_FromSpec(&input_spec);
+	if (!input_type)
 		return gpud_fail(err, "python: cannot make the input type");
 	return 0;
 }
@@ -159,7 +167,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(err, "python: %s has no class %s", script ? script : module,
 				 cls_name);
 	}
-	pw->obj = PyObject_CallNoArgs(cls);
+	pw->obj = PyObject_CallObject(cls, NULL);
 	Py_DECREF(cls);
 	PyObject *json = PyImport_ImportModule("json");
 	PyObject *kwargs = py_kwargs(a, our_keys);
@@ -212,7 +220,7 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 		input_obj *in = pw->spare;
 		pw->spare = NULL;
 		if (!in)
-			in = PyObject_New(input_obj, &input_type);
+			in = PyObject_New(input_obj, input_type);
 		if (!in)
 			break;
 		in->data = t->input;
@@ -239,7 +247,7 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 		}
 		if (pw->input == IN_STR)
 			return s;
-		PyObject *v = PyObject_CallOneArg(pw->json_loads, s);
+		PyObject *v = py_call1(pw->json_loads, s);
 		Py_DECREF(s);
 		if (!v) {
 			Py_XDECREF(py_take_error(why, sizeof why));
@@ -260,7 +268,7 @@ static bool kept_view(struct py_worker *pw, PyObject *mv, input_obj *in)
 		return false;
 	/* Our own reference to the memoryview goes: only views taken from it by the call
 	 * (np.frombuffer, a slice stored on self) keep exports alive. */
-	PyObject *r = PyObject_CallMethodNoArgs(mv, pw->release_name);
+	PyObject *r = PyObject_CallMethodObjArgs(mv, pw->release_name, NULL);
 	if (!r)
 		PyErr_Clear();
 	Py_XDECREF(r);
@@ -298,11 +306,12 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
 		return;
 	}
 	if (py_bytes_of(r, pw->json_dumps, &b) < 0) {
+		char tn[128];
 		Py_XDECREF(py_take_error(why, sizeof why));
 		gpud_task_fail(t,
 			       "python: process() returned a %s that cannot be a result (bytes, "
 			       "str, None or JSON-able): %s",
-			       Py_TYPE(r)->tp_name, why);
+			       py_type_name(r, tn, sizeof tn), why);
 	} else if ((size_t)b.n > t->result.capacity) {
 		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", b.n,
 			       t->result.capacity);
@@ -319,7 +328,7 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	PyObject *data = make_input(pw, t, &in);
 	if (!data)
 		return;
-	PyObject *r = PyObject_CallOneArg(pw->process, data);
+	PyObject *r = py_call1(pw->process, data);
 	if (!r) {
 		task_error(t);
 	} else {
@@ -351,10 +360,10 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		PyObject *d = make_input(pw, &t[i], &ins[i]);
 		made[i] = d != NULL;
 		Py_INCREF(d ? d : Py_None);
-		PyList_SET_ITEM(items, (Py_ssize_t)i, d ? d : Py_None);
+		PyList_SetItem(items, (Py_ssize_t)i, d ? d : Py_None); /* steals */
 		Py_XDECREF(d);
 	}
-	PyObject *r = PyObject_CallOneArg(pw->process_batch, items);
+	PyObject *r = py_call1(pw->process_batch, items);
 	if (!r) {
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
@@ -394,7 +403,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 	bool kept = false;
 	for (size_t i = 0; i < n; i++)
 		if (made[i])
-			kept |= kept_view(pw, PyList_GET_ITEM(items, (Py_ssize_t)i), ins[i]);
+			kept |= kept_view(pw, PyList_GetItem(items, (Py_ssize_t)i), ins[i]);
 	if (kept)
 		for (size_t i = 0; i < n; i++)
 			gpud_task_fatal(&t[i],
@@ -428,7 +437,7 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	if (!cleanup) {
 		PyErr_Clear();
 	} else {
-		PyObject *r = PyObject_CallNoArgs(cleanup);
+		PyObject *r = PyObject_CallObject(cleanup, NULL);
 		if (!r) {
 			char why[900];
 			Py_XDECREF(py_take_error(why, sizeof why));
@@ -440,11 +449,6 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	/* What print() left in Python's own buffers reaches the log now. The interpreter is
 	 * not finalized: threads a model library started could hang that, and the process
 	 * ends right after. */
-	PyObject *r =
-		PyRun_String("import sys\nsys.stdout.flush()\nsys.stderr.flush()\n", Py_file_input,
-			     PyModule_GetDict(PyImport_AddModule("__main__")), NULL);
-	if (!r)
-		PyErr_Clear();
-	Py_XDECREF(r);
+	py_run("import sys\nsys.stdout.flush()\nsys.stderr.flush()\n");
 	return rc;
 }

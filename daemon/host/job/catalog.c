@@ -10,9 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job/python.h"
 #include "run/host.h"
 #include "workers/spawner.h"
 #include "paths.h"
+
+static bool python_listed; /* a python plugin was listed: say which Python it gets */
 
 static int by_name(const void *a, const void *b)
 {
@@ -64,6 +67,8 @@ static int list_dir(const char *worker_exe, const char *dir, const char *origin)
 				snprintf(said, sizeof said, " (it calls itself '%s')", name);
 			bool kind_ok = kind && strncmp(names[i], kind, strlen(kind)) == 0 &&
 				       names[i][strlen(kind)] == '-';
+			if (strcmp(use, "python") == 0)
+				python_listed = true;
 			printf("  %-9s  %-10s  %-6s  %s%s%s\n", kind ? kind : "?", use,
 			       version ? version : "?", desc ? desc : "", said,
 			       kind_ok ? "" : "  [file name says another kind: not found by name]");
@@ -96,5 +101,15 @@ int catalog_list(void)
 	for (const char *const *d = paths_plugin_dirs(); *d; d++)
 		list_dir(worker_exe, *d, "built-in");
 	free(worker_exe);
+	if (python_listed) {
+		/* The one a job without [job] python would get. */
+		char err[2048], py[2048];
+		const struct python_choice *p = python_choose(NULL, err, sizeof err);
+		if (p)
+			python_describe(p, py, sizeof py);
+		printf("python plugins run on: %s\n  ([job] python = PATH chooses another: "
+		       "an interpreter or a venv folder)\n",
+		       p ? py : err);
+	}
 	return 0;
 }

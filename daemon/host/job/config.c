@@ -699,6 +699,8 @@ void cfg_free(struct cfg *c)
 		free(c->gpu_tokens[i]);
 	free(c->gpu_tokens);
 	free(c->log_dir);
+	free(c->python);
+	free(c->python_at);
 	free(c->journal);
 	free(c->metrics_file);
 	free(c->journal_at);

@@ -73,6 +73,7 @@ struct cfg {
 	/* Where journal, log_dir and metrics_file were set: "file:line" or "--set ...";
 	 * NULL when not set (owned). */
 	char *journal_at, *log_dir_at, *metrics_file_at;
+	char *python, *python_at; /* [job] python and where it was set (job/python.h) */
 	/* Ranks (ranks.h): [job] rank/ranks as given (job_ranks 0: not given), and the
 	 * rank this process is, with where that came from. */
 	unsigned job_rank, job_ranks;

@@ -21,6 +21,8 @@ static int set_journal(struct cfg *c, const struct cfg_key *k, const struct cfg_
 		       size_t whylen);
 static int set_listen(struct cfg *c, const struct cfg_key *k, const struct cfg_val *v, char *why,
 		      size_t whylen);
+static int set_python(struct cfg *c, const struct cfg_key *k, const struct cfg_val *v, char *why,
+		      size_t whylen);
 
 static const struct cfg_name retry_names[] = {{"none", 0},
 					      {"error", CFG_RETRY_ERROR},
@@ -96,6 +98,11 @@ const struct cfg_key cfg_keys[] = {
 	{"job", "ranks", CFG_UINT, FIELD(job_ranks), .min = 1, .max = 1000000,
 	 .expect = "expected a whole number up to 1000000", .example = "1",
 	 .doc = "with rank: how many ranks the job has"},
+	{"job", "python", CFG_CUSTOM, set_python,
+	 .expect = "expected a Python interpreter or environment folder",
+	 .example = "/usr/bin/python3",
+	 .doc = "the Python the python plugins run on: an interpreter, a name on PATH or an "
+		"environment folder (default: $VIRTUAL_ENV, $CONDA_PREFIX, python3 on PATH)"},
 
 	UI_REAL(refresh_rate, "redraws a second", "dashboard redraws a second"),
 	UI_REAL(plain_interval, "seconds", "seconds between plain-mode progress lines"),
@@ -368,6 +375,23 @@ static int set_journal(struct cfg *c, const struct cfg_key *k, const struct cfg_
 		return -1;
 	}
 	c->journal = cfg_resolve(v->base, v->text);
+	return 0;
+}
+
+/* python = an interpreter or an environment folder; a bare name is looked up on PATH
+ * (job/python.c), a path is taken from the job file's folder. */
+static int set_python(struct cfg *c, const struct cfg_key *k, const struct cfg_val *v, char *why,
+		      size_t whylen)
+{
+	free(c->python);
+	c->python = NULL;
+	free(c->python_at);
+	c->python_at = strdup(v->at);
+	if (!*v->text) {
+		snprintf(why, whylen, "%s", k->expect);
+		return -1;
+	}
+	c->python = strchr(v->text, '/') ? cfg_resolve(v->base, v->text) : strdup(v->text);
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "workers/capacity.h"
 #include "job/checks.h"
+#include "job/python.h"
 #include "run/dispatcher.h"
 #include "run/events.h"
 #include "record/failures.h"
@@ -93,6 +94,12 @@ static int prepare(struct host *h, struct cfg *c)
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
 	}
+	/* The Python the python plugins run on, in the host and every worker: chosen and
+	 * checked before any of them is loaded (job/python.h). */
+	if (python_needed(c) && !python_choose(c, err, sizeof err)) {
+		fprintf(stderr, "gpud: %s\n", err);
+		return -1;
+	}
 	static char out[64 << 10]; /* the worker plugin's name and keys */
 	out[0] = '\0';
 	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, out, sizeof out, err,
@@ -160,6 +167,11 @@ int run_check(struct cfg *c)
 		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
 			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
 			       c->gpu_tokens[i]);
+		if (python_chosen()) {
+			char py[2048];
+			python_describe(python_chosen(), py, sizeof py);
+			printf("  python: %s\n", py);
+		}
 		fputs(notes ? notes : "", stdout);
 	}
 	free(notes);

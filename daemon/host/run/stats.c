@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "job/python.h"
 #include "record/files.h"
 #include "run/host.h"
 
@@ -31,6 +32,11 @@ void stats_print(const struct host *h, FILE *f)
 	if (s->setup_failures)
 		fprintf(f, ", %u setup failures", s->setup_failures);
 	fprintf(f, " in %.3f s (%.0f tasks/s)\n", s->elapsed, rate);
+	if (python_chosen()) {
+		char py[2048];
+		python_describe(python_chosen(), py, sizeof py);
+		fprintf(f, "gpud: python: %s\n", py);
+	}
 }
 
 int stats_write_json(const struct host *h, const char *path, int exit_status)

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "job/python.h"
 #include "record/files.h"
 #include "run/host.h"
 #include "view/nvml.h"
@@ -328,6 +329,9 @@ static void draw_dashboard(struct ui *u, bool final)
 	      h->cfg->n_gpus, a);
 	if (h->cfg->ranks > 1)
 		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
+	if (python_chosen())
+		l_fmt(&l, "  |  Python %s %s", python_chosen()->version,
+		      python_chosen()->executable);
 	if (f.eta >= 0 && !final) {
 		fmt_duration(b, sizeof b, f.eta);
 		l_fmt(&l, "  |  ETA %s", b);

@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Choosing the Python the python plugins run on. The interpreter is asked what it is
+ * (as reticulate and PyCall do): it runs once with a small -c script that prints its
+ * sys.executable, prefixes, version and where its shared libpython is, so a pyenv shim,
+ * a venv's symlink or a conda environment is what it says it is, never a guess from
+ * its path. The plugins then load that libpython (plugins/python/stub.c) and start it
+ * with that executable as the program name, which gives the embedded interpreter the
+ * same sys.prefix, standard library and site-packages (a venv's included).
+ */
+#define _GNU_SOURCE
+#include "job/python.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef GPUD_BUILT_PYTHON
+#define GPUD_BUILT_PYTHON ""
+#endif
+
+/* Runs on Python 2 as well, so that what is refused can be named. */
+static const char ask_script[] =
+	"import sys\n"
+	"try:\n"
+	"    import sysconfig\n"
+	"    g = sysconfig.get_config_var\n"
+	"    site = sysconfig.get_paths().get('purelib')\n"
+	"except Exception:\n"
+	"    g = lambda k: None\n"
+	"    site = None\n"
+	"impl = getattr(getattr(sys, 'implementation', None), 'name', 'cpython')\n"
+	"out = [('executable', sys.executable), ('prefix', sys.prefix),\n"
+	"       ('base_prefix', getattr(sys, 'base_prefix', sys.prefix)),\n"
+	"       ('version', '%d.%d.%d' % tuple(sys.version_info[:3])),\n"
+	"       ('implementation', impl), ('libdir', g('LIBDIR')), ('ldlibrary', g('LDLIBRARY')),\n"
+	"       ('instsoname', g('INSTSONAME')), ('abiflags', getattr(sys, 'abiflags', '')),\n"
+	"       ('gil_disabled', g('Py_GIL_DISABLED')), ('site', site)]\n"
+	"sys.stdout.write('gpud-python-ask\\n')\n"
+	"for k, v in out:\n"
+	"    sys.stdout.write('%s=%s\\n' % (k, v))\n";
+
+enum {
+	F_EXE,
+	F_PREFIX,
+	F_BASE,
+	F_VERSION,
+	F_IMPL,
+	F_LIBDIR,
+	F_LDLIB,
+	F_SONAME,
+	F_ABI,
+	F_NOGIL,
+	F_SITE,
+	F_N
+};
+static const char *const field_names[F_N] = {
+	"executable",     "prefix",       "base_prefix", "version",
+	"implementation", "libdir",       "ldlibrary",   "instsoname",
+	"abiflags",       "gil_disabled", "site"};
+
+static struct python_choice chosen;
+static bool have_chosen;
+static char *owned[F_N + 4]; /* what chosen's strings point into */
+
+const struct python_choice *python_chosen(void)
+{
+	return have_chosen ? &chosen : NULL;
+}
+
+static bool is_python_spec(const char *spec, const char *kind)
+{
+	if (!spec)
+		return false;
+	if (strcmp(spec, "python") == 0)
+		return true;
+	const char *base = strrchr(spec, '/');
+	base = base ? base + 1 : spec;
+	size_t k = strlen(kind);
+	return strncmp(base, kind, k) == 0 && strcmp(base + k, "-python.so") == 0;
+}
+
+bool python_needed(const struct cfg *c)
+{
+	return is_python_spec(c->worker.plugin, "worker") ||
+	       is_python_spec(c->generator.plugin, "generator") ||
+	       is_python_spec(c->sink.plugin, "sink");
+}
+
+static bool is_file(const char *p, bool exec)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && (!exec || access(p, X_OK) == 0);
+}
+
+/* `name` looked up on PATH (malloc'd), or NULL. */
+static char *on_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	char *copy = strdup(path ? path : "/usr/bin:/bin"), *save = NULL, *found = NULL;
+	for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+		char *p;
+		if (asprintf(&p, "%s/%s", *d ? d : ".", name) < 0)
+			break;
+		if (is_file(p, true))
+			found = p;
+		else
+			free(p);
+	}
+	free(copy);
+	return found;
+}
+
+/* The interpreter of an environment folder (a venv, a conda env, an installation
+ * prefix): bin/python3, else bin/python (malloc'd); NULL when it has neither. */
+static char *in_folder(const char *dir)
+{
+	static const char *const names[] = {"bin/python3", "bin/python", NULL};
+	for (const char *const *n = names; *n; n++) {
+		char *p;
+		if (asprintf(&p, "%s/%s", dir, *n) < 0)
+			return NULL;
+		if (is_file(p, true))
+			return p;
+		free(p);
+	}
+	return NULL;
+}
+
+/* Runs `exe -c ask_script` (30 s at most); its standard output and error, malloc'd, and
+ * its wait status in *status; NULL with err when it could not run. */
+static char *ask(const char *exe, int *status, char *err, size_t errlen)
+{
+	int fd[2];
+	if (pipe2(fd, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "cannot make a pipe: %s", strerror(errno));
+		return NULL;
+	}
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+	char *argv[] = {(char *)exe, "-c", (char *)ask_script, NULL};
+	extern char **environ;
+	pid_t pid;
+	int rc = posix_spawn(&pid, exe, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(fd[1]);
+	if (rc != 0) {
+		close(fd[0]);
+		snprintf(err, errlen, "cannot run it: %s", strerror(rc));
+		return NULL;
+	}
+	size_t cap = 1 << 16, n = 0;
+	char *out = malloc(cap + 1);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bool timed_out = false;
+	while (out) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long left = 30000 - ((now.tv_sec - t0.tv_sec) * 1000 +
+				     (now.tv_nsec - t0.tv_nsec) / 1000000);
+		struct pollfd p = {.fd = fd[0], .events = POLLIN};
+		int r = left > 0 ? poll(&p, 1, (int)left) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			timed_out = r == 0;
+			break;
+		}
+		ssize_t got = read(fd[0], out + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		n += (size_t)got;
+		if (n == cap)
+			break; /* more than any Python says: what came is enough to judge */
+	}
+	close(fd[0]);
+	if (timed_out || !out)
+		kill(pid, SIGKILL);
+	while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+		;
+	if (!out) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (timed_out) {
+		free(out);
+		snprintf(err, errlen, "it did not answer within 30 s");
+		return NULL;
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/* The shared libpython an interpreter's answer names, malloc'd; NULL when it has none. */
+static char *find_library(char *const *f, int major, int minor)
+{
+	const char *libdir = f[F_LIBDIR], *abi = f[F_ABI] ? f[F_ABI] : "";
+	char *cand[8] = {0};
+	int n = 0;
+	if (libdir && strcmp(libdir, "None") != 0) {
+		if (f[F_SONAME] && strcmp(f[F_SONAME], "None") != 0 && strstr(f[F_SONAME], ".so"))
+			asprintf(&cand[n++], "%s/%s", libdir, f[F_SONAME]);
+		if (f[F_LDLIB] && strstr(f[F_LDLIB], ".so"))
+			asprintf(&cand[n++], "%s/%s", libdir, f[F_LDLIB]);
+		asprintf(&cand[n++], "%s/libpython%d.%d%s.so.1.0", libdir, major, minor, abi);
+		asprintf(&cand[n++], "%s/libpython%d.%d%s.so", libdir, major, minor, abi);
+	}
+	/* conda's and some relocated builds: LIBDIR names the build machine's folder. */
+	asprintf(&cand[n++], "%s/lib/libpython%d.%d%s.so.1.0", f[F_BASE], major, minor, abi);
+	asprintf(&cand[n++], "%s/lib/libpython%d.%d%s.so", f[F_BASE], major, minor, abi);
+	char *found = NULL;
+	for (int i = 0; i < n; i++) {
+		if (!found && cand[i] && is_file(cand[i], false))
+			found = cand[i];
+		else
+			free(cand[i]);
+	}
+	return found;
+}
+
+static void forget(void)
+{
+	for (size_t i = 0; i < sizeof owned / sizeof *owned; i++) {
+		free(owned[i]);
+		owned[i] = NULL;
+	}
+	have_chosen = false;
+	chosen = (struct python_choice){0};
+}
+
+/* Asks `exe` and keeps its answer as the choice; -1 with err (after "what: "). */
+static int take(const char *exe, const char *what, const char *source, char *err, size_t errlen)
+{
+	char why[512];
+	int status = 0;
+	char *out = ask(exe, &status, why, sizeof why);
+	if (!out) {
+		snprintf(err, errlen, "%s: %s: %s; %s is not a Python interpreter gpud can use",
+			 what, exe, why, exe);
+		return -1;
+	}
+	char *f[F_N] = {0};
+	char *body = strstr(out, "gpud-python-ask\n");
+	if (!body || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		/* Its first line says what it is instead. */
+		char *line = out;
+		while (*line == '\n')
+			line++;
+		line[strcspn(line, "\n")] = '\0';
+		char how[64];
+		if (WIFEXITED(status))
+			snprintf(how, sizeof how, "exited %d", WEXITSTATUS(status));
+		else
+			snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(status));
+		snprintf(err, errlen,
+			 "%s: %s is not a Python interpreter (asked with -c, it %s%s%.60s%s); "
+			 "give an interpreter (.../bin/python3) or an environment folder (a "
+			 "venv, a conda env)",
+			 what, exe, how, *line ? ": \"" : "", line, *line ? "...\"" : "");
+		free(out);
+		return -1;
+	}
+	for (char *save = NULL, *l = strtok_r(body, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(l, '=');
+		if (!eq)
+			continue;
+		*eq = '\0';
+		for (int i = 0; i < F_N; i++)
+			if (strcmp(l, field_names[i]) == 0)
+				f[i] = eq + 1;
+	}
+	int major = 0, minor = 0;
+	if (!f[F_EXE] || !f[F_PREFIX] || !f[F_BASE] || !f[F_VERSION] ||
+	    sscanf(f[F_VERSION], "%d.%d", &major, &minor) != 2) {
+		snprintf(err, errlen, "%s: %s answered like no Python gpud knows", what, exe);
+		free(out);
+		return -1;
+	}
+	const char *fix = "choose one with [job] python = PATH (an interpreter or a venv "
+			  "folder), $VIRTUAL_ENV or $CONDA_PREFIX";
+	if (f[F_IMPL] && strcmp(f[F_IMPL], "cpython") != 0) {
+		snprintf(
+			err, errlen,
+			"%s: %s is %s %s, not CPython: the python plugins embed CPython 3.9 to 3.13; %s",
+			what, exe, f[F_IMPL], f[F_VERSION], fix);
+		free(out);
+		return -1;
+	}
+	if (major != 3 || minor < 9 || minor > 13) {
+		snprintf(err, errlen,
+			 "%s: %s is Python %s: the python plugins need CPython 3.9 to 3.13 "
+			 "(with a shared libpython); %s",
+			 what, exe, f[F_VERSION], fix);
+		free(out);
+		return -1;
+	}
+	if ((f[F_ABI] && strchr(f[F_ABI], 't')) || (f[F_NOGIL] && strcmp(f[F_NOGIL], "1") == 0)) {
+		snprintf(err, errlen,
+			 "%s: %s is Python %s built free-threaded (no GIL), which has no stable "
+			 "ABI for the python plugins; use the regular build of it",
+			 what, exe, f[F_VERSION]);
+		free(out);
+		return -1;
+	}
+	char *lib = find_library(f, major, minor);
+	if (!lib) {
+		snprintf(err, errlen,
+			 "%s: %s is Python %s without a shared libpython (none in %s): the "
+			 "python plugins load it into gpud; use a Python built with "
+			 "--enable-shared (pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared; "
+			 "conda, uv and Debian's libpython%d.%d have one)",
+			 what, exe, f[F_VERSION], f[F_LIBDIR] ? f[F_LIBDIR] : f[F_BASE], major,
+			 minor);
+		free(out);
+		return -1;
+	}
+	forget();
+	char *env;
+	if (strcmp(f[F_PREFIX], f[F_BASE]) != 0)
+		asprintf(&env, "venv %s", f[F_PREFIX]);
+	else if (getenv("CONDA_PREFIX") && strcmp(getenv("CONDA_PREFIX"), f[F_PREFIX]) == 0)
+		asprintf(&env, "conda env %s", f[F_PREFIX]);
+	else
+		asprintf(&env, "no venv, prefix %s", f[F_PREFIX]);
+	owned[0] = strdup(f[F_EXE]);
+	owned[1] = strdup(f[F_VERSION]);
+	owned[2] = strdup(f[F_PREFIX]);
+	owned[3] = strdup(f[F_BASE]);
+	owned[4] = lib;
+	owned[5] = strdup(f[F_SITE] ? f[F_SITE] : "");
+	owned[6] = env;
+	owned[7] = strdup(source);
+	free(out);
+	for (int i = 0; i < 8; i++)
+		if (!owned[i]) {
+			forget();
+			snprintf(err, errlen, "%s: out of memory", what);
+			return -1;
+		}
+	chosen = (struct python_choice){owned[0], owned[1], owned[2], owned[3],
+					owned[4], owned[5], owned[6], owned[7]};
+	have_chosen = true;
+	return 0;
+}
+
+/* An interpreter path or an environment folder, as the user gave it: its interpreter
+ * (malloc'd), or NULL with err. */
+static char *interpreter_of(const char *given, const char *what, char *err, size_t errlen)
+{
+	struct stat st;
+	if (!strchr(given, '/')) {
+		char *p = on_path(given);
+		if (!p)
+			snprintf(err, errlen, "%s: no %s on PATH", what, given);
+		return p;
+	}
+	if (stat(given, &st) < 0) {
+		snprintf(err, errlen,
+			 "%s: %s: %s; give a Python interpreter (.../bin/python3) or an "
+			 "environment folder (a venv, a conda env)",
+			 what, given, strerror(errno));
+		return NULL;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		char *p = in_folder(given);
+		if (!p)
+			snprintf(err, errlen,
+				 "%s: %s is a folder without bin/python3 or bin/python: not a "
+				 "Python environment (a venv, a conda env)",
+				 what, given);
+		return p;
+	}
+	if (!S_ISREG(st.st_mode) || access(given, X_OK) != 0) {
+		snprintf(err, errlen, "%s: %s is not an executable file: not a Python interpreter",
+			 what, given);
+		return NULL;
+	}
+	return strdup(given);
+}
+
+const struct python_choice *python_choose(const struct cfg *c, char *err, size_t errlen)
+{
+	char what[1024];
+	const char *given = NULL;
+	if (c && c->python) {
+		snprintf(what, sizeof what, "[job] python = %s (%s)", c->python,
+			 c->python_at ? c->python_at : c->path);
+		given = c->python;
+	} else if (getenv("VIRTUAL_ENV") && *getenv("VIRTUAL_ENV")) {
+		snprintf(what, sizeof what, "$VIRTUAL_ENV");
+		given = getenv("VIRTUAL_ENV");
+	} else if (getenv("CONDA_PREFIX") && *getenv("CONDA_PREFIX")) {
+		snprintf(what, sizeof what, "$CONDA_PREFIX");
+		given = getenv("CONDA_PREFIX");
+	}
+	char *exe = NULL;
+	if (given) {
+		exe = interpreter_of(given, what, err, errlen);
+		if (!exe)
+			return NULL;
+	} else if ((exe = on_path("python3"))) {
+		snprintf(what, sizeof what, "python3 on PATH");
+	} else if (*GPUD_BUILT_PYTHON && is_file(GPUD_BUILT_PYTHON, true)) {
+		snprintf(what, sizeof what, "the Python gpud was built with");
+		exe = strdup(GPUD_BUILT_PYTHON);
+	} else {
+		snprintf(err, errlen,
+			 "the python plugins need a Python and none was found: no [job] python, "
+			 "$VIRTUAL_ENV, $CONDA_PREFIX or python3 on PATH%s%s",
+			 *GPUD_BUILT_PYTHON ? ", and not " : "", GPUD_BUILT_PYTHON);
+		return NULL;
+	}
+	int rc = take(exe, what, what, err, errlen);
+	free(exe);
+	if (rc < 0)
+		return NULL;
+	/* The plugins in this process and in every worker (which inherit the environment)
+	 * load this one: plugins/python/stub.c. */
+	if (setenv("GPUD_PYTHON_LIBRARY", chosen.library, 1) < 0 ||
+	    setenv("GPUD_PYTHON_EXECUTABLE", chosen.executable, 1) < 0) {
+		snprintf(err, errlen, "cannot set the environment: %s", strerror(errno));
+		forget();
+		return NULL;
+	}
+	return &chosen;
+}
+
+void python_describe(const struct python_choice *p, char *buf, size_t len)
+{
+	snprintf(buf, len, "Python %s (%s, %s; from %s)", p->version, p->executable, p->env,
+		 p->source);
+}
