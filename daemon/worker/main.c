@@ -621,19 +621,16 @@ static void *watch_host(void *arg)
 
 static int pin_rings(struct worker *w, char *why, size_t len);
 
-static int run(long index, long host_pid)
+/* Ties this process to the host: dies with it, leaves the job's signals to it, and
+ * starts the thread that watches it. 0, or -1 (the host is gone, or no thread). */
+static int attach_to_host(long host_pid)
 {
-	struct worker w = {0};
-	struct gpud_error err = {{0}};
-	const char *plugin_path;
-	char msg[1200];
 	pthread_t watcher;
 	sigset_t all, old;
-
 	/* Die with the host, and catch the case where it died before this line. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != (pid_t)host_pid)
-		return 1;
+		return -1;
 	/* Signals meant for the job (Ctrl-C, a batch system's SIGTERM to every process,
 	 * a closed terminal, Ctrl-Z) are the host's to act on. */
 	signal(SIGINT, SIG_IGN);
@@ -647,12 +644,93 @@ static int run(long index, long host_pid)
 	int watching = pthread_create(&watcher, NULL, watch_host, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (watching != 0)
-		return 1;
-
+		return -1;
 	if (pthread_atfork(NULL, NULL, on_fork_child) != 0) {
 		fprintf(stderr, "gpud-worker: cannot register the fork handler\n");
-		return 1;
+		return -1;
 	}
+	return 0;
+}
+
+/* The plugin loaded and a batch's buffers allocated; on failure the setup is reported
+ * failed and the process ends. */
+static void load_plugin(struct worker *w, const char *plugin_path)
+{
+	char msg[1200];
+	if (loader_open(&w->plugin, plugin_path, LOADER_WORKER, msg, sizeof msg) < 0) {
+		set_state(w, WS_SETUP_FAILED, msg);
+		finish(1);
+	}
+	const struct worker_ops *ops = &w->plugin.worker;
+	w->batch = ops->process_batch && w->hdr->batch_size > 1 ? w->hdr->batch_size : 1;
+	w->t = calloc(w->batch, sizeof *w->t);
+	w->in = calloc(w->batch, sizeof *w->in);
+	w->out = calloc(w->batch, sizeof *w->out);
+	w->out_pos = calloc(w->batch, sizeof *w->out_pos);
+	w->err = malloc(w->batch * sizeof *w->err);
+	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err) {
+		set_state(w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
+		finish(1);
+	}
+}
+
+/* The plugin's setup, with the rings pinned first when asked; on failure the setup is
+ * reported failed and the process ends. */
+static void set_up_plugin(struct worker *w)
+{
+	char msg[1200];
+	struct gpud_error err = {{0}};
+	int pinned = pin_rings(w, msg, sizeof msg);
+	if (pinned < 0) {
+		set_state(w, WS_SETUP_FAILED, msg);
+		finish(1);
+	}
+	struct gpud_worker_info info = {
+		.worker_id = w->feed->worker_id,
+		.gpu_id = w->feed->gpu_id,
+		.seed = w->feed->seed,
+		.args = &w->args,
+		.flags = pinned ? GPUD_WORKER_PINNED : 0,
+		.batch_size = w->batch,
+	};
+	int set_up = w->plugin.worker.setup(&info, &w->state, &err);
+	leave_if_forked();
+	if (set_up != 0) {
+		if (!err.message[0])
+			snprintf(err.message, sizeof err.message,
+				 "setup() failed without a message");
+		set_state(w, WS_SETUP_FAILED, err.message);
+		finish(1);
+	}
+}
+
+/* The plugin's cleanup, reported; then the process ends. */
+static _Noreturn void clean_up_plugin(struct worker *w)
+{
+	const struct worker_ops *ops = &w->plugin.worker;
+	struct gpud_error err = {{0}};
+	set_state(w, WS_CLEANUP, NULL);
+	int cleaned = ops->cleanup ? ops->cleanup(w->state, &err) : 0;
+	leave_if_forked();
+	if (cleaned != 0) {
+		if (!err.message[0])
+			snprintf(err.message, sizeof err.message,
+				 "cleanup() failed without a message");
+		set_state(w, WS_CLEANUP_FAILED, err.message);
+	} else {
+		set_state(w, WS_DONE, NULL);
+	}
+	/* No dlclose: a plugin's threads or atexit handlers may still need its code. */
+	finish(0);
+}
+
+static int run(long index, long host_pid)
+{
+	struct worker w = {0};
+	const char *plugin_path;
+
+	if (attach_to_host(host_pid) < 0)
+		return 1;
 	output_prefix_start((int)index);
 	if (map_shm(&w, index) < 0) {
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
@@ -665,63 +743,12 @@ static int run(long index, long host_pid)
 		finish(1);
 	}
 	set_state(&w, WS_SETUP, NULL);
-	if (loader_open(&w.plugin, plugin_path, LOADER_WORKER, msg, sizeof msg) < 0) {
-		set_state(&w, WS_SETUP_FAILED, msg);
-		finish(1);
-	}
-	const struct worker_ops *ops = &w.plugin.worker;
-	w.batch = ops->process_batch && w.hdr->batch_size > 1 ? w.hdr->batch_size : 1;
-	w.t = calloc(w.batch, sizeof *w.t);
-	w.in = calloc(w.batch, sizeof *w.in);
-	w.out = calloc(w.batch, sizeof *w.out);
-	w.out_pos = calloc(w.batch, sizeof *w.out_pos);
-	w.err = malloc(w.batch * sizeof *w.err);
-	if (!w.t || !w.in || !w.out || !w.out_pos || !w.err) {
-		set_state(&w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
-		finish(1);
-	}
-	int pinned = pin_rings(&w, msg, sizeof msg);
-	if (pinned < 0) {
-		set_state(&w, WS_SETUP_FAILED, msg);
-		finish(1);
-	}
-
-	struct gpud_worker_info info = {
-		.worker_id = w.feed->worker_id,
-		.gpu_id = w.feed->gpu_id,
-		.seed = w.feed->seed,
-		.args = &w.args,
-		.flags = pinned ? GPUD_WORKER_PINNED : 0,
-		.batch_size = w.batch,
-	};
-	int set_up = ops->setup(&info, &w.state, &err);
-	leave_if_forked();
-	if (set_up != 0) {
-		if (!err.message[0])
-			snprintf(err.message, sizeof err.message,
-				 "setup() failed without a message");
-		set_state(&w, WS_SETUP_FAILED, err.message);
-		finish(1);
-	}
+	load_plugin(&w, plugin_path);
+	set_up_plugin(&w);
 	set_state(&w, WS_READY, NULL);
-
 	__atomic_store_n(&watched, &w, __ATOMIC_RELEASE);
 	run_tasks(&w);
-
-	set_state(&w, WS_CLEANUP, NULL);
-	err.message[0] = '\0';
-	int cleaned = ops->cleanup ? ops->cleanup(w.state, &err) : 0;
-	leave_if_forked();
-	if (cleaned != 0) {
-		if (!err.message[0])
-			snprintf(err.message, sizeof err.message,
-				 "cleanup() failed without a message");
-		set_state(&w, WS_CLEANUP_FAILED, err.message);
-	} else {
-		set_state(&w, WS_DONE, NULL);
-	}
-	/* No dlclose: a plugin's threads or atexit handlers may still need its code. */
-	finish(0);
+	clean_up_plugin(&w);
 }
 
 static int pin_rings(struct worker *w, char *why, size_t len)
