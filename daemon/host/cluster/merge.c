@@ -156,17 +156,116 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 	return missing;
 }
 
+static const char *const sums[] = {"generated",      "ok",
+				   "failed",         "timed_out",
+				   "not_run",        "retried",
+				   "setup_failures", "worker_restarts",
+				   "resumed",        "host_cpu_seconds"};
+enum { N_SUMS = sizeof sums / sizeof *sums };
+
+/* The files' figures added up. */
+struct totals {
+	double sum[N_SUMS];
+	double start, end, expected;
+	bool expected_known, have_start, have_end;
+	int status;
+};
+
+/* Adds the i-th file's figures (its text) to *t. 0, or -1 said: not a stats file. */
+static int add_file(struct totals *t, int i, const char *path, const char *text)
+{
+	double v, s, e, n, x;
+	for (int k = 0; k < N_SUMS; k++) {
+		int found = number(text, sums[k], &v);
+		if ((found < 0 && strcmp(sums[k], "resumed") != 0) || (found == 0 && v < 0)) {
+			fprintf(stderr,
+				"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
+				"--stats-json file\n",
+				path, sums[k]);
+			return -1;
+		}
+		t->sum[k] += found == 0 ? v : 0;
+	}
+	if (number(text, "start_time", &s) == 0 && (!t->have_start || s < t->start)) {
+		t->start = s;
+		t->have_start = true;
+	}
+	if (number(text, "end_time", &e) == 0 && (!t->have_end || e > t->end)) {
+		t->end = e;
+		t->have_end = true;
+	}
+	if (number(text, "total", &n) < 0 || n < 0)
+		t->expected_known = false;
+	else
+		t->expected += n;
+	if (number(text, "exit_status", &x) == 0 && x >= 0 && x <= 255)
+		t->status = i == 0 ? (int)x : worse(t->status, (int)x);
+	return 0;
+}
+
+/* Reads every file into share[] and *t. 0, or 2 said. */
+static int read_files(int argc, char **argv, struct share *share, struct totals *t)
+{
+	for (int i = 0; i < argc; i++) {
+		char why[200];
+		size_t size;
+		struct stat st;
+		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
+		if (!text || stat(argv[i], &st) < 0) {
+			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i],
+				text ? strerror(errno) : why);
+			free(text);
+			return 2;
+		}
+		share[i].dev = st.st_dev;
+		share[i].ino = st.st_ino;
+		read_share(text, &share[i]);
+		int rc = add_file(t, i, argv[i], text);
+		free(text);
+		if (rc < 0)
+			return 2;
+	}
+	return 0;
+}
+
+/* The summary on standard output, and a line on standard error; the exit status. */
+static int put_summary(int argc, char **argv, const struct share *share, const struct totals *t)
+{
+	const double *sum = t->sum;
+	double done = sum[1] + sum[2] + sum[3];
+	bool timed = t->have_start && t->have_end && t->end >= t->start;
+	double elapsed = timed ? t->end - t->start : 0;
+	printf("{\"ranks\": %d", argc);
+	for (int k = 0; k < N_SUMS; k++)
+		put_num(sums[k], sum[k], strcmp(sums[k], "host_cpu_seconds") ? 0 : 6, true);
+	put_num("total", t->expected_known ? t->expected : -1, 0, true);
+	put_num("start_time", t->start, 3, t->have_start);
+	put_num("end_time", t->end, 3, t->have_end);
+	put_num("elapsed", elapsed, 6, timed);
+	put_num("throughput", elapsed > 0 ? done / elapsed : 0, 1, true);
+	printf(", \"exit_status\": %d", t->status);
+	unsigned missing = put_missing(argc, argv, share);
+	printf(", \"files\": [");
+	for (int i = 0; i < argc; i++) {
+		printf("%s", i ? ", " : "");
+		io_json_string(stdout, argv[i]);
+	}
+	printf("]}\n");
+	fprintf(stderr,
+		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
+		"not run (exit status %d)\n",
+		argc, sum[0], sum[1], sum[2], sum[3], sum[4], t->status);
+	if (sum[0] != done + sum[4])
+		fprintf(stderr,
+			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
+			"outcomes %.0f)\n",
+			sum[0], done + sum[4]);
+	/* A summary without some ranks is not the job's: a script must not take it for one. */
+	return t->status == 2 || missing ? 2 : 0;
+}
+
 int merge_main(int argc, char **argv)
 {
-	static const char *const sums[] = {"generated",      "ok",
-					   "failed",         "timed_out",
-					   "not_run",        "retried",
-					   "setup_failures", "worker_restarts",
-					   "resumed",        "host_cpu_seconds"};
-	enum { N_SUMS = sizeof sums / sizeof *sums };
-	double total[N_SUMS] = {0}, start = 0, end = 0, expected = 0;
-	bool expected_known = true, have_start = false, have_end = false;
-	int status = 0;
 	if (argc < 1) {
 		fprintf(stderr,
 			"usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
@@ -177,86 +276,12 @@ int merge_main(int argc, char **argv)
 		fprintf(stderr, "gpud: merge: out of memory\n");
 		return 2;
 	}
-	for (int i = 0; i < argc; i++) {
-		char why[200];
-		size_t size;
-		struct stat st;
-		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
-		if (!text || stat(argv[i], &st) < 0) {
-			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i],
-				text ? strerror(errno) : why);
-			free(text);
-			free(share);
-			return 2;
-		}
-		share[i].dev = st.st_dev;
-		share[i].ino = st.st_ino;
-		read_share(text, &share[i]);
-		double v, s, e, t, x;
-		for (int k = 0; k < N_SUMS; k++) {
-			int found = number(text, sums[k], &v);
-			if ((found < 0 && strcmp(sums[k], "resumed") != 0) ||
-			    (found == 0 && v < 0)) {
-				fprintf(stderr,
-					"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
-					"--stats-json file\n",
-					argv[i], sums[k]);
-				free(text);
-				free(share);
-				return 2;
-			}
-			total[k] += found == 0 ? v : 0;
-		}
-		if (number(text, "start_time", &s) == 0 && (!have_start || s < start)) {
-			start = s;
-			have_start = true;
-		}
-		if (number(text, "end_time", &e) == 0 && (!have_end || e > end)) {
-			end = e;
-			have_end = true;
-		}
-		if (number(text, "total", &t) < 0 || t < 0)
-			expected_known = false;
-		else
-			expected += t;
-		if (number(text, "exit_status", &x) == 0 && x >= 0 && x <= 255)
-			status = i == 0 ? (int)x : worse(status, (int)x);
-		free(text);
-	}
-	int rc = check_shares(argc, argv, share);
-	if (rc) {
-		free(share);
-		return rc;
-	}
-	double done = total[1] + total[2] + total[3];
-	bool timed = have_start && have_end && end >= start;
-	double elapsed = timed ? end - start : 0;
-	printf("{\"ranks\": %d", argc);
-	for (int k = 0; k < N_SUMS; k++)
-		put_num(sums[k], total[k], strcmp(sums[k], "host_cpu_seconds") ? 0 : 6, true);
-	put_num("total", expected_known ? expected : -1, 0, true);
-	put_num("start_time", start, 3, have_start);
-	put_num("end_time", end, 3, have_end);
-	put_num("elapsed", elapsed, 6, timed);
-	put_num("throughput", elapsed > 0 ? done / elapsed : 0, 1, true);
-	printf(", \"exit_status\": %d", status);
-	unsigned missing = put_missing(argc, argv, share);
-	printf(", \"files\": [");
-	for (int i = 0; i < argc; i++) {
-		printf("%s", i ? ", " : "");
-		io_json_string(stdout, argv[i]);
-	}
-	printf("]}\n");
+	struct totals t = {.expected_known = true};
+	int rc = read_files(argc, argv, share, &t);
+	if (!rc)
+		rc = check_shares(argc, argv, share);
+	if (!rc)
+		rc = put_summary(argc, argv, share, &t);
 	free(share);
-	fprintf(stderr,
-		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
-		"not run (exit status %d)\n",
-		argc, total[0], total[1], total[2], total[3], total[4], status);
-	if (total[0] != done + total[4])
-		fprintf(stderr,
-			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
-			"outcomes %.0f)\n",
-			total[0], done + total[4]);
-	/* A summary without some ranks is not the job's: a script must not take it for one. */
-	return status == 2 || missing ? 2 : 0;
+	return rc;
 }
