@@ -38,8 +38,10 @@ Test(loader, good_worker)
 	cr_assert_eq(loader_open(&pl, path, LOADER_WORKER, err, sizeof err), 0, "%s", err);
 	cr_expect_str_eq(pl.info->name, "probe");
 	cr_expect_str_eq(pl.info->kind, "worker");
-	cr_expect(loader_sym(&pl, "gpud_worker_process") != NULL);
-	cr_expect(loader_sym(&pl, "gpud_worker_process_batch") == NULL);
+	cr_expect(pl.worker.setup != NULL);
+	cr_expect(pl.worker.process != NULL);
+	cr_expect(pl.worker.process_batch == NULL, "probe exports no batch function");
+	cr_expect(pl.gen.open == NULL && pl.sink.open == NULL, "only the worker table is filled");
 	loader_close(&pl);
 	free(path);
 }
@@ -55,6 +57,55 @@ Test(loader, good_sink_and_generator)
 	cr_expect_eq(loader_open(&pl, path, LOADER_GENERATOR, err, sizeof err), 0, "%s", err);
 	loader_close(&pl);
 	free(path);
+}
+
+/* Each table holds what the plugin's ABI minor has: the fixtures export every entry
+ * point, but skip, check and resume (1.2) and the description (1.1) and keys (1.2) are
+ * left out for a plugin declared older. */
+Test(loader, tables_follow_abi_minor)
+{
+	for (unsigned minor = 0; minor <= 2; minor++) {
+		struct plugin pl;
+		char name[64];
+		snprintf(name, sizeof name, "generator-minor%u.so", minor);
+		char *path = fixture(name);
+		cr_assert_eq(loader_open(&pl, path, LOADER_GENERATOR, err, sizeof err), 0, "%s",
+			     err);
+		cr_expect_eq(pl.info->abi_minor, minor);
+		cr_expect(pl.gen.open && pl.gen.next && pl.gen.close && pl.gen.total,
+			  "1.%u generator: the 1.0 entry points", minor);
+		cr_expect_eq(pl.gen.skip != NULL, minor >= 2, "1.%u generator: skip", minor);
+		cr_expect_eq(pl.gen.check != NULL, minor >= 2, "1.%u generator: check", minor);
+		cr_expect_eq(pl.keys != NULL, minor >= 2, "1.%u generator: keys", minor);
+		cr_expect_eq(pl.description != NULL, minor >= 1, "1.%u generator: description",
+			     minor);
+		if (pl.keys) {
+			cr_expect_str_eq(pl.keys[0], "start");
+			cr_expect_null(pl.keys[1]);
+		}
+		cr_expect(!pl.sink.open && !pl.worker.setup, "only the generator table is filled");
+		loader_close(&pl);
+		free(path);
+
+		snprintf(name, sizeof name, "sink-minor%u.so", minor);
+		path = fixture(name);
+		cr_assert_eq(loader_open(&pl, path, LOADER_SINK, err, sizeof err), 0, "%s", err);
+		cr_expect(pl.sink.open && pl.sink.event && pl.sink.close && pl.sink.events,
+			  "1.%u sink: the 1.0 entry points", minor);
+		cr_expect_eq(pl.sink.resume != NULL, minor >= 2, "1.%u sink: resume", minor);
+		cr_expect_eq(pl.sink.check != NULL, minor >= 2, "1.%u sink: check", minor);
+		cr_expect(!pl.gen.open && !pl.worker.setup, "only the sink table is filled");
+		loader_close(&pl);
+		free(path);
+	}
+}
+
+Test(loader, missing_required_entry_point)
+{
+	refused("missing-next.so", LOADER_GENERATOR,
+		"does not export gpud_generator_next, which every generator plugin must");
+	refused("missing-event.so", LOADER_SINK,
+		"does not export gpud_sink_event, which every sink plugin must");
 }
 
 Test(loader, wrong_abi_major)

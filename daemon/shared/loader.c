@@ -21,6 +21,50 @@ static const char *const required[][3] = {
 	{"gpud_sink_open", "gpud_sink_event", NULL},
 };
 
+/* Sets a table entry to the plugin's symbol `name`, or NULL (POSIX lets dlsym's result be
+ * used as a function's address). */
+#define SYM(pl, field, name) ((pl)->field = (__typeof__((pl)->field))dlsym((pl)->handle, name))
+
+/* Fills the table of the plugin's kind, once: the host never looks a symbol up again.
+ * What a plugin's ABI minor does not have stays NULL, so the callers need not know
+ * which minor added what (plugin.h's first comment lists it). */
+static void resolve(struct plugin *pl)
+{
+	unsigned minor = pl->info->abi_minor;
+	if (minor >= 1)
+		SYM(pl, description, "gpud_plugin_description");
+	if (minor >= 2)
+		SYM(pl, keys, "gpud_plugin_keys");
+	switch (pl->kind) {
+	case LOADER_WORKER:
+		SYM(pl, worker.setup, "gpud_worker_setup");
+		SYM(pl, worker.process, "gpud_worker_process");
+		SYM(pl, worker.process_batch, "gpud_worker_process_batch");
+		SYM(pl, worker.cleanup, "gpud_worker_cleanup");
+		break;
+	case LOADER_GENERATOR:
+		SYM(pl, gen.open, "gpud_generator_open");
+		SYM(pl, gen.next, "gpud_generator_next");
+		SYM(pl, gen.close, "gpud_generator_close");
+		SYM(pl, gen.total, "gpud_generator_total");
+		if (minor >= 2) {
+			SYM(pl, gen.skip, "gpud_generator_skip");
+			SYM(pl, gen.check, "gpud_generator_check");
+		}
+		break;
+	case LOADER_SINK:
+		SYM(pl, sink.open, "gpud_sink_open");
+		SYM(pl, sink.event, "gpud_sink_event");
+		SYM(pl, sink.close, "gpud_sink_close");
+		SYM(pl, sink.events, "gpud_sink_events");
+		if (minor >= 2) {
+			SYM(pl, sink.resume, "gpud_sink_resume");
+			SYM(pl, sink.check, "gpud_sink_check");
+		}
+		break;
+	}
+}
+
 const char *loader_kind_name(enum loader_kind kind)
 {
 	return kind_names[kind];
@@ -137,17 +181,13 @@ int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char
 			 path);
 		goto fail;
 	}
+	resolve(pl);
 	pl->path = strdup(path);
 	return 0;
 fail:
 	dlclose(pl->handle);
 	*pl = (struct plugin){0};
 	return -1;
-}
-
-void *loader_sym(const struct plugin *pl, const char *name)
-{
-	return dlsym(pl->handle, name);
 }
 
 void loader_close(struct plugin *pl)

@@ -5,16 +5,64 @@
 #define GPUD_LOADER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <gpud/plugin.h>
 
 enum loader_kind { LOADER_WORKER, LOADER_GENERATOR, LOADER_SINK };
 
+/*
+ * A plugin's entry points, resolved once by loader_open with the ABI minor rules
+ * applied: an entry point newer than the plugin's minor is NULL even when the plugin
+ * exports a symbol of that name. Required ones are never NULL in a loaded plugin;
+ * optional ones are NULL when absent, and the caller supplies the default the ABI
+ * states (plugin.h). The host calls generators and sinks only through these tables
+ * and their state pointer, so a table filled by something other than the loader (a
+ * caller's in-process functions) runs the same way. Nothing here may be called before
+ * loader_open has returned 0, nor after loader_close.
+ */
+struct gen_ops {
+	int (*open)(const struct gpud_args *args, void **state, struct gpud_error *err);
+	int (*next)(void *state, struct gpud_buf *item, struct gpud_error *err);
+	void (*close)(void *state);                                         /* optional */
+	int64_t (*total)(void *state);                                      /* optional */
+	int (*skip)(void *state, uint64_t n, struct gpud_error *err);       /* optional, 1.2 */
+	int (*check)(const struct gpud_args *args, struct gpud_error *err); /* optional, 1.2 */
+};
+
+struct sink_ops {
+	int (*open)(const struct gpud_args *args, void **state, struct gpud_error *err);
+	int (*event)(void *state, const struct gpud_event *ev, struct gpud_error *err);
+	int (*close)(void *state, const struct gpud_stats *stats,
+		     struct gpud_error *err); /* optional */
+	uint32_t (*events)(void *state);      /* optional: absent, every kind */
+	int (*resume)(const struct gpud_args *args, void **state,
+		      void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
+		      struct gpud_error *err);                              /* optional, 1.2 */
+	int (*check)(const struct gpud_args *args, struct gpud_error *err); /* optional, 1.2 */
+};
+
+/* At least one of process and process_batch is set (1.2 allows process_batch alone). */
+struct worker_ops {
+	int (*setup)(const struct gpud_worker_info *info, void **state, struct gpud_error *err);
+	int (*process)(void *state, struct gpud_task *task);
+	int (*process_batch)(void *state, struct gpud_task *tasks, size_t n); /* optional */
+	int (*cleanup)(void *state, struct gpud_error *err);                  /* optional */
+};
+
+/* A loaded plugin. Only the table of its kind is filled; the other two stay zero. The
+ * pointers into the plugin (info, description, keys, the tables) are valid until
+ * loader_close. */
 struct plugin {
 	void *handle;
 	const struct gpud_plugin_info *info;
 	char *path;
 	enum loader_kind kind;
+	const char *description; /* gpud_plugin_description (1.1), or NULL */
+	const char *const *keys; /* gpud_plugin_keys (1.2), NULL-terminated, or NULL */
+	struct gen_ops gen;
+	struct sink_ops sink;
+	struct worker_ops worker;
 };
 
 const char *loader_kind_name(enum loader_kind kind);
@@ -27,13 +75,11 @@ const char *loader_kind_name(enum loader_kind kind);
  */
 char *loader_find(const char *spec, enum loader_kind kind, char *err, size_t errlen);
 
-/* Loads `path` as a plugin of `kind` (RTLD_NOW | RTLD_LOCAL). Returns 0, or -1 with one
- * line in err naming the file and what is wrong. Calls nothing in the plugin. */
+/* Loads `path` as a plugin of `kind` (RTLD_NOW | RTLD_LOCAL) and fills the table of its
+ * kind. Returns 0, or -1 with one line in err naming the file and what is wrong (a
+ * required entry point missing among them). Calls nothing in the plugin. */
 int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char *err,
 		size_t errlen);
-
-/* An exported symbol of the plugin, or NULL. */
-void *loader_sym(const struct plugin *pl, const char *name);
 
 void loader_close(struct plugin *pl);
 

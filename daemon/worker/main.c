@@ -82,10 +82,7 @@ struct worker {
 	bool tiny;             /* the last timed tasks took under TINY_NS each */
 	double tiny_each;      /* their seconds per task */
 
-	struct plugin plugin;
-	int (*process)(void *, struct gpud_task *);
-	int (*process_batch)(void *, struct gpud_task *, size_t);
-	int (*cleanup)(void *, struct gpud_error *);
+	struct plugin plugin; /* its table: plugin.worker */
 	void *state;
 	struct gpud_kv *kv;
 	struct gpud_args args;
@@ -393,7 +390,7 @@ static void run_tasks(struct worker *w)
 			break;
 		uint64_t end_pos = w->task_tail + ring_span(first->size);
 		uint32_t n = w->batch > 1 ? gather(w, first, &end_pos) : (w->in[0] = first, 1);
-		bool slots = w->process_batch != NULL;
+		bool slots = w->plugin.worker.process_batch != NULL;
 
 		/* Result space for every task of the call, before the call. */
 		uint64_t head = w->result_head;
@@ -430,8 +427,8 @@ static void run_tasks(struct worker *w)
 		atomic_store_explicit(&w->rep->run_from, call_from, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
-		int rc = slots ? w->process_batch(w->state, w->t, n)
-			       : w->process(w->state, &w->t[0]);
+		int rc = slots ? w->plugin.worker.process_batch(w->state, w->t, n)
+			       : w->plugin.worker.process(w->state, &w->t[0]);
 		leave_if_forked();
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
@@ -672,16 +669,8 @@ static int run(long index, long host_pid)
 		set_state(&w, WS_SETUP_FAILED, msg);
 		finish(1);
 	}
-	int (*setup)(const struct gpud_worker_info *, void **, struct gpud_error *) =
-		(int (*)(const struct gpud_worker_info *, void **, struct gpud_error *))loader_sym(
-			&w.plugin, "gpud_worker_setup");
-	w.process =
-		(int (*)(void *, struct gpud_task *))loader_sym(&w.plugin, "gpud_worker_process");
-	w.cleanup =
-		(int (*)(void *, struct gpud_error *))loader_sym(&w.plugin, "gpud_worker_cleanup");
-	w.process_batch = (int (*)(void *, struct gpud_task *, size_t))loader_sym(
-		&w.plugin, "gpud_worker_process_batch");
-	w.batch = w.process_batch && w.hdr->batch_size > 1 ? w.hdr->batch_size : 1;
+	const struct worker_ops *ops = &w.plugin.worker;
+	w.batch = ops->process_batch && w.hdr->batch_size > 1 ? w.hdr->batch_size : 1;
 	w.t = calloc(w.batch, sizeof *w.t);
 	w.in = calloc(w.batch, sizeof *w.in);
 	w.out = calloc(w.batch, sizeof *w.out);
@@ -705,7 +694,7 @@ static int run(long index, long host_pid)
 		.flags = pinned ? GPUD_WORKER_PINNED : 0,
 		.batch_size = w.batch,
 	};
-	int set_up = setup(&info, &w.state, &err);
+	int set_up = ops->setup(&info, &w.state, &err);
 	leave_if_forked();
 	if (set_up != 0) {
 		if (!err.message[0])
@@ -721,7 +710,7 @@ static int run(long index, long host_pid)
 
 	set_state(&w, WS_CLEANUP, NULL);
 	err.message[0] = '\0';
-	int cleaned = w.cleanup ? w.cleanup(w.state, &err) : 0;
+	int cleaned = ops->cleanup ? ops->cleanup(w.state, &err) : 0;
 	leave_if_forked();
 	if (cleaned != 0) {
 		if (!err.message[0])

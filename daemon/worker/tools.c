@@ -21,8 +21,7 @@ int worker_check(const char *path)
 	printf("%s %s\n", pl.info->name ? pl.info->name : "?",
 	       pl.info->version ? pl.info->version : "?");
 	/* The keys it declares (ABI 1.2): a line "keys", then one a line. */
-	const char *const *keys =
-		pl.info->abi_minor >= 2 ? loader_sym(&pl, "gpud_plugin_keys") : NULL;
+	const char *const *keys = pl.keys;
 	if (keys) {
 		printf("keys\n");
 		for (size_t i = 0; keys[i] && i < 4096; i++)
@@ -103,8 +102,8 @@ int worker_describe(const char *path)
 		fprintf(stderr, "cannot load: %s\n", dlerror());
 		return 2;
 	}
+	/* Its descriptor says which kind to load it as. */
 	const struct gpud_plugin_info *info = dlsym(h, "gpud_plugin_info");
-	const char *desc = dlsym(h, "gpud_plugin_description");
 	if (!info || !info->kind) {
 		fprintf(stderr, "not a gpud plugin (no gpud_plugin_info)\n");
 		return 2;
@@ -117,7 +116,7 @@ int worker_describe(const char *path)
 			return 2;
 		}
 		printf("%s\t%s\t%s\t%s\n", info->kind, info->name ? info->name : "?",
-		       info->version ? info->version : "?", desc ? desc : "");
+		       info->version ? info->version : "?", pl.description ? pl.description : "");
 		loader_close(&pl);
 		dlclose(h);
 		return 0;

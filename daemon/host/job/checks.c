@@ -94,12 +94,10 @@ int check_dir_usable(const char *dir, char *why, size_t len)
 	return rc;
 }
 
-/* The keys a host-side plugin declares, or NULL. */
+/* The keys a host-side plugin declares (ABI 1.2), or NULL. */
 static const char *const *declared(const struct plugin *pl)
 {
-	if (!pl->handle || pl->info->abi_minor < 2)
-		return NULL;
-	return (const char *const *)loader_sym(pl, "gpud_plugin_keys");
+	return pl->handle ? pl->keys : NULL;
 }
 
 /* The keys in the worker helper's answer: the lines after "keys", made into a
@@ -144,13 +142,11 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 	return rc;
 }
 
-typedef int (*check_fn)(const struct gpud_args *, struct gpud_error *);
-
-/* A plugin's own check (ABI 1.2); says so on `out` when it has none. */
-static int plugin_check(const struct plugin *pl, const struct cfg_section *s, const char *kind,
-			const char *sym, FILE *out)
+/* A plugin's own check, `fn` (its table's check: ABI 1.2, or NULL); says so on `out`,
+ * naming `sym`, when it has none. */
+static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *),
+			const struct cfg_section *s, const char *kind, const char *sym, FILE *out)
 {
-	check_fn fn = pl->info->abi_minor >= 2 ? (check_fn)loader_sym(pl, sym) : NULL;
 	if (!fn) {
 		fprintf(out,
 			"  %s %s: not checked further (it has no %s); a run checks its "
@@ -172,8 +168,9 @@ static int plugin_check(const struct plugin *pl, const struct cfg_section *s, co
 int checks_dry(const struct host *h, const struct cfg *c, FILE *out)
 {
 	char why[600];
-	if (plugin_check(&h->gen_pl, &c->generator, "generator", "gpud_generator_check", out) < 0 ||
-	    plugin_check(&h->sink_pl, &c->sink, "sink", "gpud_sink_check", out) < 0)
+	if (plugin_check(h->gen_ops->check, &c->generator, "generator", "gpud_generator_check",
+			 out) < 0 ||
+	    plugin_check(h->sink_ops->check, &c->sink, "sink", "gpud_sink_check", out) < 0)
 		return -1;
 	if (c->log_dir && check_dir_usable(c->log_dir, why, sizeof why) < 0) {
 		fprintf(stderr, "gpud: %s: [job] log_dir: %s\n", c->path, why);

@@ -56,8 +56,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 	}
 	/* A sink that can tell what its output holds is asked even after the end: its
 	 * output may have lost lines since (a disk that lost its last writes). */
-	bool sink_tells =
-		h->sink_pl.info->abi_minor >= 2 && loader_sym(&h->sink_pl, "gpud_sink_resume");
+	bool sink_tells = h->sink_ops->resume != NULL;
 	if (rc == 1) {
 		/* No journal, but maybe an earlier run's output (a journal deleted or kept
 		 * elsewhere): a sink that can tell what it holds keeps it, and those tasks
@@ -178,18 +177,14 @@ static void say_strays(struct host *h)
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
 {
-	typedef int (*resume_fn)(const struct gpud_args *, void **, void (*)(void *, uint64_t, int),
-				 void *, struct gpud_error *);
-	resume_fn fn = h->sink_pl.info->abi_minor >= 2
-			       ? (resume_fn)loader_sym(&h->sink_pl, "gpud_sink_resume")
-			       : NULL;
-	if (!h->resuming || !fn)
+	const struct sink_ops *sink = h->sink_ops;
+	if (!h->resuming || !sink->resume)
 		return 1; /* the ordinary open */
 	/* Its output is what happened: what it holds is done, whatever the journal says
 	 * of successes (a crash may have lost output the journal had already counted).
 	 * Failures it does not write (it takes no such events) are the journal's word. */
 	journal_sink_begin(&h->journal);
-	int rc = fn(args, &h->sink, sink_holds, h, err);
+	int rc = sink->resume(args, &h->sink, sink_holds, h, err);
 	say_strays(h);
 	if (rc == 1) {
 		/* Opened, but its output cannot be read back (standard output, a FIFO):
@@ -199,9 +194,7 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	}
 	/* A sink that takes failures writes them: a recorded one its output does not
 	 * hold was lost with the output (its buffer, a crash) and runs again. */
-	uint32_t (*events)(void *) =
-		(uint32_t(*)(void *))loader_sym(&h->sink_pl, "gpud_sink_events");
-	uint32_t mask = rc == 0 && events ? events(h->sink) : GPUD_EVENTS_ALL;
+	uint32_t mask = rc == 0 && sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
 					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
 	return rc;
@@ -213,14 +206,14 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err)
 		return 0;
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
 	uint64_t low = h->journal.low;
-	if (!h->gen_skip || low == 0)
+	if (!h->gen_ops->skip || low == 0)
 		return 0;
 	/* A stream cannot be compared ahead of the run: its done prefix is read through
 	 * (the generator would read it to skip it anyway), so the sampled inputs in it are
 	 * compared before anything new runs. */
 	if (inputs_stdin_key(h->cfg) && journal_samples_below(&h->journal, low))
 		return 0;
-	if (h->gen_skip(h->gen, low, err) != 0)
+	if (h->gen_ops->skip(h->gen, low, err) != 0)
 		return -1;
 	h->next_id = low;
 	h->next_deliver = low;

@@ -224,10 +224,10 @@ static void generator_failed(struct host *h, struct gpud_error *err)
 static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 {
 	const struct cfg *c = h->cfg;
-	if (c->ranks <= 1 || !h->gen_skip || ranks_mine(h->next_id, c->rank, c->ranks))
+	if (c->ranks <= 1 || !h->gen_ops->skip || ranks_mine(h->next_id, c->rank, c->ranks))
 		return true;
 	uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
-	if (h->gen_skip(h->gen, to - h->next_id, err) != 0) {
+	if (h->gen_ops->skip(h->gen, to - h->next_id, err) != 0) {
 		h->gen_done = h->gen_failed = true;
 		ui_clean(err->message);
 		host_abort(h, "the generator failed to skip to task %llu: %s",
@@ -316,7 +316,7 @@ static enum fed generate(struct host *h, struct host_worker *w, struct shm_rec *
 	 * move it. */
 	h->gate.filling = w;
 	gate_enter(&h->gate);
-	int rc = h->gen_next(h->gen, &item, &err);
+	int rc = h->gen_ops->next(h->gen, &item, &err);
 	if (gate_leave(h, &h->gate)) {
 		/* The stand-in ran the loop meanwhile (and may have published this ring):
 		 * this task goes in, then the loop looks again. */

@@ -67,7 +67,7 @@ static void sink_gate_leave(struct host *h)
 static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
 {
 	bool gated = sink_gate_enter(h, ev->kind, ev->task_id, ev->attempt);
-	int rc = h->sink_event(h->sink, ev, err);
+	int rc = h->sink_ops->event(h->sink, ev, err);
 	if (gated)
 		sink_gate_leave(h);
 	return rc;
@@ -76,7 +76,7 @@ static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_er
 int events_close_sink(struct host *h, struct gpud_error *err)
 {
 	bool gated = sink_gate_enter(h, EVENTS_SINK_CLOSE, UINT64_MAX, 0);
-	int rc = h->sink_close(h->sink, &h->stats, err);
+	int rc = h->sink_ops->close(h->sink, &h->stats, err);
 	if (gated)
 		sink_gate_leave(h);
 	return rc;
