@@ -134,6 +134,7 @@ struct run_opts;
 struct host {
 	const struct cfg *cfg;
 	enum ui_mode ui_mode;
+	int ui_fd; /* where the dashboard draws: a terminal the caller named; 0: standard error */
 	char *log_dir;      /* the run's folder: failures list, dashboard worker logs */
 	bool run_dir_fresh; /* made for this run (not [job] log_dir) */
 	FILE *failures;     /* failures.h: every failure and task not run, as JSON lines */
@@ -159,15 +160,14 @@ struct host {
 	bool ever_ready;     /* some worker finished its setup */
 	uint64_t task_need;
 
+	/* The generator and the sink are called only through their tables, with their
+	 * state; gen_pl and sink_pl are the loaded files (loading, closing, naming). */
 	struct plugin gen_pl, sink_pl;
+	const struct gen_ops *gen_ops;
 	void *gen;
-	int (*gen_next)(void *, struct gpud_buf *, struct gpud_error *);
-	int (*gen_skip)(void *, uint64_t, struct gpud_error *); /* ABI 1.2, or NULL */
-	void (*gen_close)(void *);
 	int64_t total; /* from gpud_generator_total, -1 unknown */
+	const struct sink_ops *sink_ops;
 	void *sink;
-	int (*sink_event)(void *, const struct gpud_event *, struct gpud_error *);
-	int (*sink_close)(void *, const struct gpud_stats *, struct gpud_error *);
 	uint32_t sink_mask;
 	bool sink_open;
 	bool sink_open_ever; /* opened (sink_open goes false when it fails) */
