@@ -180,8 +180,10 @@ struct gpud_run_options {
  *    stopped without a journal); 4 stopped (gpud_job_stop, a signal) with a journal: a
  *    new job with GPUD_RUN_RESUME finishes it.
  *  -1 on API misuse, with gpud_job_error(): a NULL job, a job already run (one run per
- *  job: a resume is a new job), another run in progress in this process. For statuses
- *  2 and 3 gpud_job_error() holds the reason too (what gpud printed last). */
+ *  job: a resume is a new job), another run in progress in this process. For status 3,
+ *  and for a status 2 found before the run (the job's keys, its rank, its outputs,
+ *  another run holding its lock), gpud_job_error() holds the reason; every reason is
+ *  also on standard error. */
 GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options);
 
 /** Stops the job's run as SIGTERM does: the first call lets the running tasks finish
@@ -237,6 +239,9 @@ GPUD_API int gpud_merge(int n_files, char *const *files);
  *   status 3 after a message: the workers must not outlive the host unreported.
  * - Standard error: progress and the final summary, as `gpud run` writes them; errors
  *   also go to gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
+ * - A callback still blocked in its call when the run must end (every task done, or a
+ *   stop's drain over) cannot be returned from: gpud then ends the process after the
+ *   summary with the run's status (_exit), as `gpud run` does.
  * - Dumpability: the `gpud` command makes itself undumpable (PR_SET_DUMPABLE 0), so the
  *   workers, which run the user's code, cannot reach into it through /proc or ptrace.
  *   The library does not change that on its own: a program that runs untrusted worker
