@@ -37,8 +37,11 @@ grep -q '^# 9 tasks: 9 ok' results.csv
 pkg-config --libs libgpud | grep -q -- '-lgpud'
 libdir=$(pkg-config --variable=libdir libgpud)
 mkdir embed
+# A sanitized build's libgpud needs its program built with the same runtime first.
+san=""
+readelf -d "$libdir/libgpud.so" | grep -q libasan && san="-fsanitize=address,undefined"
 cp "$src"/docs/examples/embed/embed.c embed/
-cc -std=c11 -Wall -Wextra -Werror embed/embed.c $(pkg-config --cflags --libs libgpud) \
+cc -std=c11 -Wall -Wextra -Werror $san embed/embed.c $(pkg-config --cflags --libs libgpud) \
   -Wl,-rpath,"$libdir" -o embed/embed
 (cd embed && ./embed "$tmp/libupper.so") | tee embed.out
 grep -q '^embed: 6 of 6 results checked ok, 0 wrong; 6 ok in the stats$' embed.out
@@ -46,7 +49,7 @@ grep -q '^embed: 6 of 6 results checked ok, 0 wrong; 6 ok in the stats$' embed.o
 if command -v g++ >/dev/null; then
   echo '#include <gpud/gpud.h>
 int main() { gpud_job *j = gpud_job_new(); gpud_job_free(j); return 0; }' > cxx.cc
-  g++ -Wall -Wextra -pedantic -Werror $(pkg-config --cflags libgpud) cxx.cc \
+  g++ -Wall -Wextra -pedantic -Werror $san $(pkg-config --cflags libgpud) cxx.cc \
     $(pkg-config --libs libgpud) -Wl,-rpath,"$libdir" -o cxx && ./cxx
 fi
 echo "install test: ok"
