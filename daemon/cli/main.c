@@ -1,25 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* gpud's command line. */
+/* gpud's command line: a client of libgpud (gpud/gpud.h) that parses the arguments,
+ * chooses the dashboard, and exits with the run's status. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
-#include "job/catalog.h"
-#include "job/config.h"
-#include "run/run.h"
-#include "job/checks.h"
-#include "run/stats.h"
-#include "cluster/ranks.h"
-#include "cluster/merge.h"
-#include "record/outputs.h"
-#include "record/runlock.h"
-
-#ifndef GPUD_VERSION
-#define GPUD_VERSION "0.0.0"
-#endif
+#include <gpud/gpud.h>
 
 static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
@@ -68,106 +59,158 @@ static const char help[] =
 	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
 	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
 
-/* Parses the command line into *cmd, *job, sets and opts; returns -1 when the program
- * should exit with *rc right away (help, version, usage errors). */
-static int parse_args(int argc, char **argv, const char **cmd, const char **job, char **sets,
-		      size_t *n_sets, struct run_opts *opts, int *rc)
+struct args {
+	const char *cmd, *job, *ui;
+	char **sets; /* SECTION.KEY=VALUE, in order */
+	size_t n_sets;
+	struct gpud_run_options opts;
+};
+
+/* --ui: auto is the dashboard when standard error is a terminal, plain otherwise. */
+static int ui_choice(const char *word, enum gpud_ui *ui)
 {
-	const char *ui = "auto";
+	if (!strcmp(word, "off"))
+		*ui = GPUD_UI_OFF;
+	else if (!strcmp(word, "plain"))
+		*ui = GPUD_UI_PLAIN;
+	else if (!strcmp(word, "dashboard"))
+		*ui = GPUD_UI_DASHBOARD;
+	else if (!strcmp(word, "auto"))
+		*ui = isatty(2) ? GPUD_UI_DASHBOARD : GPUD_UI_PLAIN;
+	else
+		return -1;
+	return 0;
+}
+
+/* An option's value: `--opt VALUE` or `--opt=VALUE`; NULL when `a` is not `opt`. */
+static const char *option_value(const char *opt, int argc, char **argv, int *i, bool *missing)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(opt);
+	if (strncmp(a, opt, n) != 0)
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = true;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+/* Parses the command line into *a; returns -1 when the program should exit with *rc
+ * right away (help, version, usage errors, plugins). */
+static int parse_args(int argc, char **argv, struct args *a, int *rc)
+{
+	a->ui = "auto";
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		const char *arg = argv[i], *v;
+		bool missing = false;
+		if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
 			printf("%s%s", usage, help);
 			*rc = 0;
 			return -1;
-		} else if (strcmp(a, "--version") == 0) {
-			printf("gpud %s (plugin ABI %d.%d)\n", GPUD_VERSION, GPUD_ABI_MAJOR,
-			       GPUD_ABI_MINOR);
+		} else if (strcmp(arg, "--version") == 0) {
+			printf("gpud %s (plugin ABI %d.%d, libgpud API %u.%u)\n", gpud_version(),
+			       GPUD_ABI_MAJOR, GPUD_ABI_MINOR, gpud_api_version() >> 16,
+			       gpud_api_version() & 0xffff);
 			*rc = 0;
 			return -1;
-		} else if (strcmp(a, "--set") == 0 || strcmp(a, "--ui") == 0 ||
-			   strcmp(a, "--stats-json") == 0 || strcmp(a, "--rank") == 0) {
-			if (i + 1 >= argc) {
-				fprintf(stderr, "gpud: %s needs a value\n%s", a, usage);
-				*rc = 2;
-				return -1;
-			}
-			const char *v = argv[++i];
-			if (strcmp(a, "--set") == 0)
-				sets[(*n_sets)++] = (char *)v;
-			else if (strcmp(a, "--ui") == 0)
-				ui = v;
-			else if (strcmp(a, "--rank") == 0)
-				opts->rank = v;
-			else
-				opts->stats_json = v;
-		} else if (strncmp(a, "--set=", 6) == 0) {
-			sets[(*n_sets)++] = (char *)a + 6;
-		} else if (strcmp(a, "--resume") == 0) {
-			opts->resume = true;
-		} else if (strcmp(a, "--retry-failed") == 0) {
-			opts->resume = opts->retry_failed = true;
-		} else if (strcmp(a, "--force") == 0) {
-			opts->force = true;
-		} else if (strncmp(a, "--ui=", 5) == 0) {
-			ui = a + 5;
-		} else if (strncmp(a, "--rank=", 7) == 0) {
-			opts->rank = a + 7;
-		} else if (strncmp(a, "--stats-json=", 13) == 0) {
-			opts->stats_json = a + 13;
-		} else if (a[0] == '-' && a[1] != '\0') {
-			fprintf(stderr, "gpud: unknown option %s\n%s", a, usage);
+		} else if ((v = option_value("--set", argc, argv, &i, &missing))) {
+			a->sets[a->n_sets++] = (char *)v;
+		} else if ((v = option_value("--ui", argc, argv, &i, &missing))) {
+			a->ui = v;
+		} else if ((v = option_value("--rank", argc, argv, &i, &missing))) {
+			a->opts.rank = v;
+		} else if ((v = option_value("--stats-json", argc, argv, &i, &missing))) {
+			a->opts.stats_json = v;
+		} else if (missing) {
+			fprintf(stderr, "gpud: %s needs a value\n%s", arg, usage);
 			*rc = 2;
 			return -1;
-		} else if (!*cmd) {
-			*cmd = a;
-		} else if (!*job) {
-			*job = a;
+		} else if (strcmp(arg, "--resume") == 0) {
+			a->opts.flags |= GPUD_RUN_RESUME;
+		} else if (strcmp(arg, "--retry-failed") == 0) {
+			a->opts.flags |= GPUD_RUN_RESUME | GPUD_RUN_RETRY_FAILED;
+		} else if (strcmp(arg, "--force") == 0) {
+			a->opts.flags |= GPUD_RUN_FORCE;
+		} else if (arg[0] == '-' && arg[1] != '\0') {
+			fprintf(stderr, "gpud: unknown option %s\n%s", arg, usage);
+			*rc = 2;
+			return -1;
+		} else if (!a->cmd) {
+			a->cmd = arg;
+		} else if (!a->job) {
+			a->job = arg;
 		} else {
-			fprintf(stderr, "gpud: unexpected argument '%s'\n%s", a, usage);
+			fprintf(stderr, "gpud: unexpected argument '%s'\n%s", arg, usage);
 			*rc = 2;
 			return -1;
 		}
 	}
 	*rc = 2;
-	if (!*cmd) {
+	if (!a->cmd) {
 		fprintf(stderr, "%s", usage);
 		return -1;
 	}
-	if (strcmp(*cmd, "plugins") == 0) {
-		if (*job) {
+	if (strcmp(a->cmd, "plugins") == 0) {
+		if (a->job) {
 			fprintf(stderr, "gpud: plugins takes no argument\n%s", usage);
 			return -1;
 		}
-		*rc = catalog_list();
+		*rc = gpud_plugins();
 		return -1;
 	}
-	if (strcmp(*cmd, "run") != 0 && strcmp(*cmd, "check") != 0 && strcmp(*cmd, "status") != 0) {
-		fprintf(stderr, "gpud: unknown command '%s'\n%s", *cmd, usage);
+	if (strcmp(a->cmd, "run") != 0 && strcmp(a->cmd, "check") != 0 &&
+	    strcmp(a->cmd, "status") != 0) {
+		fprintf(stderr, "gpud: unknown command '%s'\n%s", a->cmd, usage);
 		return -1;
 	}
-	if (!*job) {
-		fprintf(stderr, "gpud: %s needs a job file\n%s", *cmd, usage);
+	if (!a->job) {
+		fprintf(stderr, "gpud: %s needs a job file\n%s", a->cmd, usage);
 		return -1;
 	}
-	int mode = ui_mode_parse(ui);
-	if (mode < 0) {
-		fprintf(stderr, "gpud: --ui %s: expected auto, dashboard, plain or off\n", ui);
+	if (ui_choice(a->ui, &a->opts.ui) < 0) {
+		fprintf(stderr, "gpud: --ui %s: expected auto, dashboard, plain or off\n", a->ui);
 		return -1;
 	}
-	opts->ui = (enum ui_mode)mode;
 	return 0;
+}
+
+/* The job file and the --set keys, then the command. */
+static int run_command(struct args *a)
+{
+	gpud_job *job = gpud_job_new();
+	int rc = 2;
+	if (!job) {
+		perror("gpud");
+		return 2;
+	}
+	if (gpud_job_load(job, a->job) < 0)
+		goto fail;
+	for (size_t i = 0; i < a->n_sets; i++)
+		if (gpud_job_set(job, a->sets[i], NULL) < 0)
+			goto fail;
+	rc = strcmp(a->cmd, "check") == 0    ? gpud_job_check(job, &a->opts)
+	     : strcmp(a->cmd, "status") == 0 ? gpud_job_status(job, &a->opts)
+					     : gpud_job_run(job, &a->opts);
+	if (rc < 0) { /* misuse: cannot happen from here, but say it */
+		fprintf(stderr, "gpud: %s\n", gpud_job_error(job));
+		rc = 2;
+	}
+	gpud_job_free(job);
+	return rc;
+fail:
+	fprintf(stderr, "gpud: %s\n", gpud_job_error(job));
+	gpud_job_free(job);
+	return 2;
 }
 
 int main(int argc, char **argv)
 {
-	const char *cmd = NULL, *job = NULL;
-	struct run_opts opts = {0};
-	char **sets = calloc((size_t)argc, sizeof *sets);
-	size_t n_sets = 0;
-	struct cfg c;
-	char err[4096];
-	char *stats_owned = NULL;
+	struct args a = {.opts = {.size = sizeof a.opts}};
 	int rc;
 
 	/* Workers run the user's code as the same user. Were the host dumpable, any of
@@ -177,82 +220,22 @@ int main(int argc, char **argv)
 	 * CAP_SYS_PTRACE. Workers are exec'd, which makes them dumpable again: this
 	 * protects the host, not the workers from each other. First thing, before any
 	 * plugin is loaded. The cost: no core dumps of the host and no `gdb -p` on it
-	 * without the capability (docs/reliability.md). */
+	 * without the capability (docs/reliability.md). libgpud leaves this to its
+	 * caller (gpud.h). */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		fprintf(stderr,
 			"gpud: warning: cannot make the host undumpable (%s): its workers "
 			"can reach into it through /proc and ptrace\n",
 			strerror(errno));
-	if (!sets) {
+	if (argc >= 2 && strcmp(argv[1], "merge") == 0)
+		return gpud_merge(argc - 2, argv + 2);
+	a.sets = calloc((size_t)argc, sizeof *a.sets);
+	if (!a.sets) {
 		perror("gpud");
 		return 2;
 	}
-	if (argc >= 2 && strcmp(argv[1], "merge") == 0) {
-		free(sets);
-		return merge_main(argc - 2, argv + 2);
-	}
-	if (parse_args(argc, argv, &cmd, &job, sets, &n_sets, &opts, &rc) < 0)
-		goto out;
-	if (cfg_load(&c, job, sets, n_sets, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
-		rc = 2;
-		goto out;
-	}
-	/* Which rank this is (a launcher's, --rank or the job's), and its paths. */
-	if (ranks_detect(&c, opts.rank, err, sizeof err) < 0 ||
-	    ranks_gpus_auto(&c, err, sizeof err) < 0 ||
-	    ranks_apply(&c, &opts.stats_json, &stats_owned, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
-		cfg_free(&c);
-		rc = 2;
-		goto out;
-	}
-	if (c.ranks > 1 && c.ordered) {
-		fprintf(stderr,
-			"gpud: %s: ordered = true and %u ranks (%s): each rank holds a share "
-			"of the ids, so no rank can deliver them in order; drop ordered, or "
-			"sort the merged output\n",
-			c.path, c.ranks, c.rank_source);
-		cfg_free(&c);
-		rc = 2;
-		goto out;
-	}
-	/* Two keys naming one file would have the run destroy one output (or an input)
-	 * with another: refused before anything is touched. */
-	if (strcmp(cmd, "status") != 0 &&
-	    outputs_distinct(&c, opts.stats_json, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
-		cfg_free(&c);
-		rc = 2;
-		goto out;
-	}
-	/* Found out now, not after a long run. */
-	if (opts.stats_json && check_file_writable(opts.stats_json, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: --stats-json %s: %s\n", opts.stats_json, err);
-		cfg_free(&c);
-		rc = 2;
-		goto out;
-	}
-	/* One run of a job at a time: a second one, or a --resume racing the first, is
-	 * refused; check says so too, status says it runs (runlock.h). */
-	struct runlock lock = {.n = 0};
-	int held = strcmp(cmd, "run") == 0 ? runlock_take(&lock, &c, err, sizeof err)
-					   : runlock_probe(&c, err, sizeof err);
-	if (held < 0 && strcmp(cmd, "status") == 0) {
-		fprintf(stderr, "gpud: note: %s\n", err);
-	} else if (held < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c.path, err);
-		cfg_free(&c);
-		rc = 2;
-		goto out;
-	}
-	rc = strcmp(cmd, "check") == 0    ? run_check(&c)
-	     : strcmp(cmd, "status") == 0 ? run_status(&c)
-					  : run_job(&c, &opts);
-	runlock_release(&lock);
-	cfg_free(&c);
-out:
-	free(stats_owned);
-	free(sets);
+	if (parse_args(argc, argv, &a, &rc) == 0)
+		rc = run_command(&a);
+	free(a.sets);
 	return rc;
 }

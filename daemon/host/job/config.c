@@ -584,10 +584,71 @@ static void parse_free(struct parse *p)
 	free(p->linebuf);
 }
 
+/* Reads the job file into p's raw keys: 0, or -1 with the error in p. */
+static int read_job_file(struct parse *p, struct cfg *c, const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(p->err, p->errlen,
+			 "%s: is a folder; give the job file (an .ini file) itself", path);
+		return -1;
+	}
+	/* Before opening: opening a FIFO waits for a writer. */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(p->err, p->errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
+		return -1;
+	}
+	p->f = fopen(path, "r");
+	if (!p->f) {
+		snprintf(p->err, p->errlen, "%s: cannot open job file: %s", path, strerror(errno));
+		return -1;
+	}
+	/* Checked on the open file, not the name: it is what will be read. */
+	if (fstat(fileno(p->f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(p->err, p->errlen,
+			 "%s: not a regular file; a job file is an .ini file, read "
+			 "whole",
+			 path);
+		return -1;
+	}
+	if (st.st_size > (off_t)CFG_MAX_FILE) {
+		snprintf(p->err, p->errlen,
+			 "%s: %lld bytes, larger than the %u MiB a job file may have", path,
+			 (long long)st.st_size, CFG_MAX_FILE >> 20);
+		return -1;
+	}
+	c->dir = dir_of(path);
+	if (!c->dir) {
+		snprintf(p->err, p->errlen, "%s: cannot resolve its folder: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+
+	/* Debian's inih takes its limits from these globals, not from INI_* macros. */
+	ini_use_stack = false;
+	ini_initial_alloc = CFG_MAX_LINE;
+	ini_max_line = CFG_MAX_LINE;
+	ini_allow_realloc = false;
+	ini_allow_multiline = false;
+	ini_stop_on_first_error = true;
+	int line = ini_parse_stream(reader, p, handler, p);
+	if (line != 0 && !p->failed) {
+		if (line > 0)
+			fail(p, "%s:%d: not a valid line (expected [section] or key = value)", path,
+			     line);
+		else
+			fail(p, "%s: cannot read the job file", path);
+	}
+	return p->failed ? -1 : 0;
+}
+
 int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 	     size_t errlen)
 {
-	struct parse p = {.path = path, .err = err, .errlen = errlen};
+	struct parse p = {.path = path ? path : CFG_NO_FILE, .err = err, .errlen = errlen};
 	int rc = -1;
 
 	*c = (struct cfg){
@@ -606,64 +667,15 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 		.batch_size = 1,
 		.plain_interval = 5,
 	};
-	c->path = strdup(path);
+	c->path = strdup(p.path);
 	c->gpus = calloc(CFG_MAX_GPUS, sizeof *c->gpus);
 
-	struct stat st;
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s: is a folder; give the job file (an .ini file) itself",
-			 path);
+	if (path ? read_job_file(&p, c, path) < 0 : !(c->dir = getcwd(NULL, 0))) {
+		if (!path)
+			snprintf(err, errlen, "cannot read the current folder: %s",
+				 strerror(errno));
 		goto out;
 	}
-	/* Before opening: opening a FIFO waits for a writer. */
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen,
-			 "%s: not a regular file; a job file is an .ini file, read "
-			 "whole",
-			 path);
-		goto out;
-	}
-	p.f = fopen(path, "r");
-	if (!p.f) {
-		snprintf(err, errlen, "%s: cannot open job file: %s", path, strerror(errno));
-		goto out;
-	}
-	/* Checked on the open file, not the name: it is what will be read. */
-	if (fstat(fileno(p.f), &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen,
-			 "%s: not a regular file; a job file is an .ini file, read "
-			 "whole",
-			 path);
-		goto out;
-	}
-	if (st.st_size > (off_t)CFG_MAX_FILE) {
-		snprintf(err, errlen, "%s: %lld bytes, larger than the %u MiB a job file may have",
-			 path, (long long)st.st_size, CFG_MAX_FILE >> 20);
-		goto out;
-	}
-	c->dir = dir_of(path);
-	if (!c->dir) {
-		snprintf(err, errlen, "%s: cannot resolve its folder: %s", path, strerror(errno));
-		goto out;
-	}
-
-	/* Debian's inih takes its limits from these globals, not from INI_* macros. */
-	ini_use_stack = false;
-	ini_initial_alloc = CFG_MAX_LINE;
-	ini_max_line = CFG_MAX_LINE;
-	ini_allow_realloc = false;
-	ini_allow_multiline = false;
-	ini_stop_on_first_error = true;
-	int line = ini_parse_stream(reader, &p, handler, &p);
-	if (line != 0 && !p.failed) {
-		if (line > 0)
-			fail(&p, "%s:%d: not a valid line (expected [section] or key = value)",
-			     path, line);
-		else
-			fail(&p, "%s: cannot read the job file", path);
-	}
-	if (p.failed)
-		goto out;
 	for (size_t i = 0; i < n_sets && !p.failed; i++)
 		apply_set(&p, sets[i]);
 	if (p.failed || validate(&p, c) < 0)

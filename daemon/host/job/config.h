@@ -95,10 +95,14 @@ struct cfg {
 	struct cfg_section worker, generator, sink;
 };
 
+/* What messages and c->path call a job built from `sets` alone (no job file). */
+#define CFG_NO_FILE "(job from keys)"
+
 /*
- * Loads the job file at `path` and applies `sets` ("SECTION.KEY=VALUE", in order).
- * Returns 0, or -1 with one line in err: "file:line: what", or "--set ...: what".
- * On failure *c is freed.
+ * Loads the job file at `path` and applies `sets` ("SECTION.KEY=VALUE", in order);
+ * path NULL: the job is the sets alone, its folder the current one (libgpud's
+ * gpud_job_set). Returns 0, or -1 with one line in err: "file:line: what", or
+ * "--set ...: what". On failure *c is freed.
  */
 int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 	     size_t errlen);

@@ -134,6 +134,7 @@ struct run_opts;
 struct host {
 	const struct cfg *cfg;
 	enum ui_mode ui_mode;
+	int ui_fd; /* where the dashboard draws: a terminal the caller named; 0: standard error */
 	char *log_dir;      /* the run's folder: failures list, dashboard worker logs */
 	bool run_dir_fresh; /* made for this run (not [job] log_dir) */
 	FILE *failures;     /* failures.h: every failure and task not run, as JSON lines */

@@ -5,6 +5,7 @@
 #include "run/run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,14 +80,41 @@ static int load_host_plugin(struct plugin *pl, const struct cfg_section *s, enum
 	return 0;
 }
 
+/* The generator and the sink: the caller's in-process tables (libgpud's callbacks), or
+ * the plugins the job names, loaded. */
+static int host_plugins(struct host *h, struct cfg *c, const struct run_opts *opts)
+{
+	if (opts && opts->gen_ops) {
+		h->gen_ops = opts->gen_ops;
+		h->gen = opts->gen_state; /* for its open, which puts the caller's there */
+	} else if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0) {
+		return -1;
+	} else {
+		h->gen_ops = &h->gen_pl.gen;
+	}
+	if (opts && opts->sink_ops) {
+		h->sink_ops = opts->sink_ops;
+		h->sink = opts->sink_state;
+	} else if (load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0) {
+		return -1;
+	} else {
+		h->sink_ops = &h->sink_pl.sink;
+	}
+	return 0;
+}
+
 /* Everything `gpud check` checks; fills the host's plugin fields. */
-static int prepare(struct host *h, struct cfg *c)
+static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 {
 	char err[ERRLEN];
 	h->worker_exe = paths_worker_exe();
 	if (!h->worker_exe) {
-		fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
-			paths_exe_dir() ? paths_exe_dir() : "gpud");
+		const char *env = getenv("GPUD_WORKER_EXE");
+		if (env && *env)
+			fprintf(stderr, "gpud: GPUD_WORKER_EXE=%s: not an executable file\n", env);
+		else
+			fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
+				paths_exe_dir() ? paths_exe_dir() : "gpud");
 		return -1;
 	}
 	h->worker_plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
@@ -107,11 +135,8 @@ static int prepare(struct host *h, struct cfg *c)
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
 	}
-	if (load_host_plugin(&h->gen_pl, &c->generator, LOADER_GENERATOR) < 0 ||
-	    load_host_plugin(&h->sink_pl, &c->sink, LOADER_SINK) < 0)
+	if (host_plugins(h, c, opts) < 0)
 		return -1;
-	h->gen_ops = &h->gen_pl.gen;
-	h->sink_ops = &h->sink_pl.sink;
 	if (checks_keys(h, c, out) < 0)
 		return -1;
 	h->bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->bus_ids);
@@ -126,6 +151,8 @@ static int prepare(struct host *h, struct cfg *c)
 
 static void release(struct host *h)
 {
+	if (h->ui_fd > 2)
+		close(h->ui_fd);
 	metrics_stop(h, -1);
 	journal_close(&h->journal);
 	files_close_logs(h);
@@ -145,13 +172,13 @@ static void release(struct host *h)
 	free(h->bus_ids);
 }
 
-int run_check(struct cfg *c)
+int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
-	int rc = !nf || prepare(&h, c) < 0 || capacity_check(&h, c, false, nf) < 0 ||
+	int rc = !nf || prepare(&h, c, opts) < 0 || capacity_check(&h, c, false, nf) < 0 ||
 				 checks_dry(&h, c, nf) < 0
 			 ? 2
 			 : 0;
@@ -160,8 +187,9 @@ int run_check(struct cfg *c)
 	if (rc == 0) {
 		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
 		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
-		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin, h.gen_pl.path,
-		       h.sink_pl.path);
+		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin,
+		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
+		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
 		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
@@ -205,6 +233,25 @@ static void say_sink_not_closed(const char *what)
 		what);
 }
 
+/* The caller's copy of the end (libgpud): the stats, their JSON, why it aborted. */
+static void fill_result(struct host *h, int status)
+{
+	struct run_result *r = h->opts->result;
+	if (!r)
+		return;
+	r->ran = true;
+	r->stats = h->stats;
+	free(r->stats_json);
+	r->stats_json = NULL;
+	size_t len;
+	FILE *f = open_memstream(&r->stats_json, &len);
+	if (f) {
+		stats_json(h, f, status);
+		fclose(f);
+	}
+	snprintf(r->abort_msg, sizeof r->abort_msg, "%s", h->abort ? h->abort_msg : "");
+}
+
 /* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
  * ordered delivery, or the sink's close) after an interrupt or sink_timeout: what the
  * sink never took counts as not run, the summary is said, and the journal is left as
@@ -220,6 +267,7 @@ static int finish_stuck(struct host *h)
 	int status = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
 	stats_print(h, stderr);
 	failures_close(h, stderr);
+	fill_result(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		fprintf(stderr, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
 			strerror(errno));
@@ -296,6 +344,7 @@ static int finish_run(struct host *h)
 		stopped = 2;
 	int status = h->abort ? stopped : failed ? 1 : 0;
 	metrics_stop(h, status);
+	fill_result(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json,
 			   strerror(errno));
@@ -365,13 +414,141 @@ static void watch_plugin_exits(struct host *h)
 	plugins_running = h;
 }
 
+/* The generator and the sink opened (the sink resumed when it can tell what its output
+ * holds), and a resumed run's done prefix skipped. 0; -1 when nothing was opened, 1 when
+ * they were and must be closed (each said why). */
+static int open_plugins(struct host *h, struct cfg *c)
+{
+	const struct gen_ops *gen = h->gen_ops;
+	const struct sink_ops *sink = h->sink_ops;
+	struct gpud_error err = {{0}};
+	/* A failure to open is a job error: nothing ran. */
+	if (gen->open(&c->generator.args, &h->gen, &err) != 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
+			err.message[0] ? err.message : "open failed");
+		return -1;
+	}
+	if (gen->total)
+		h->total = gen->total(h->gen);
+	if (h->total >= 0) /* this rank's share of them */
+		h->total = (int64_t)ranks_share((uint64_t)h->total, c->rank, c->ranks);
+
+	err.message[0] = '\0';
+	int so = resume_sink_open(h, &c->sink.args, &err);
+	if (so == 1)
+		so = sink->open(&c->sink.args, &h->sink, &err);
+	if (so != 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
+			err.message[0] ? err.message : "open failed");
+		if (gen->close)
+			gen->close(h->gen);
+		return -1;
+	}
+	h->sink_open = true;
+	h->sink_open_ever = true;
+	h->sink_mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
+	err.message[0] = '\0';
+	if (resume_skip_prefix(h, &err) < 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
+			c->generator.plugin, (unsigned long long)h->journal.low,
+			err.message[0] ? err.message : "gpud_generator_skip failed");
+		return 1;
+	}
+	return 0;
+}
+
+/* The workers' slots (one per GPU and slot; worker k gets seed base_seed + k), the task
+ * table, the run's files, the held outcomes and the metrics. 0, or -1 (said why). */
+static int setup_run(struct host *h, struct cfg *c)
+{
+	h->n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	h->w = calloc(h->n_workers, sizeof *h->w);
+	h->restarts = calloc(c->n_gpus, sizeof *h->restarts);
+	h->retired = calloc(c->n_gpus, sizeof *h->retired);
+	if (!h->w || !h->restarts || !h->retired) {
+		fprintf(stderr, "gpud: out of memory for %u workers\n", h->n_workers);
+		return -1;
+	}
+	for (unsigned k = 0; k < h->n_workers; k++) {
+		h->w[k].index = (int)k;
+		h->w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+		h->w[k].log_fd = -1;
+		h->w[k].out_fd = -1;
+		h->w[k].pid = -1;
+	}
+	if (tasks_init(h, (c->queue_size + h->n_workers - 1) / h->n_workers) < 0) {
+		fprintf(stderr, "gpud: out of memory for the task table\n");
+		return -1;
+	}
+	files_open_run(h); /* said why if not; the run goes on */
+	if (h->ui_mode == UI_DASHBOARD && files_open_logs(h) < 0)
+		h->ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
+	/* Ordering only matters to a sink that receives outcomes. */
+	if (c->ordered &&
+	    (h->sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+			     GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
+		h->held = calloc(c->queue_size, sizeof *h->held);
+	h->t_start_ns = wait_now_ns();
+	if (metrics_start(h) < 0) /* said why: a port asked for and not had */
+		return -1;
+	return 0;
+}
+
+/* The dashboard's terminal, when the caller names one. 0, or -1 (said why). */
+static int open_tty(struct host *h, const struct run_opts *opts)
+{
+	if (h->ui_mode != UI_DASHBOARD || !opts->ui_tty)
+		return 0;
+	h->ui_fd = open(opts->ui_tty, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (h->ui_fd < 0) {
+		fprintf(stderr, "gpud: cannot open %s for the dashboard: %s\n", opts->ui_tty,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The run proper: shared memory, the process-wide settings it needs (signals, the
+ * child subreaper; put back after), the UI, every worker started, the loop; then the
+ * rest of the run. Returns the exit status. */
+static int run_loop(struct host *h)
+{
+	int subreaper = 0;
+	prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+	if (shm_create(h) < 0) {
+		host_abort(h, "cannot create the shared memory");
+	} else {
+		host_install_signals(h, h->opts->keep_signals);
+		/* Whatever a worker starts and leaves behind becomes our child, so it can
+		 * be found and ended with the run. */
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+		h->ui = ui_start(h);
+		for (unsigned k = 0; k < h->n_workers; k++) {
+			int e = spawn_worker(h, &h->w[k]);
+			if (e < 0) {
+				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
+					h->worker_exe, strerror(-e));
+				h->w[k].state = HW_GONE;
+			}
+		}
+		dispatch(h);
+	}
+	int rc = finish_run(h);
+	host_restore_signals();
+	prctl(PR_SET_CHILD_SUBREAPER, subreaper);
+	return rc;
+}
+
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
-	struct gpud_error err = {{0}};
 	int rc = 2;
 
-	if (prepare(&h, c) < 0)
+	h.opts = opts;
+	if (prepare(&h, c, opts) < 0)
 		goto out;
 	if (c->n_gpus == 0) {
 		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
@@ -379,115 +556,31 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
 		goto out; /* before the journal, the sink or any worker */
-	h.opts = opts;
 	int jr = resume_open(&h, opts);
 	if (jr != 0) {
 		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
 		goto out;
 	}
-
-	/* The generator and the sink: a failure to open is a job error, nothing ran. */
-	const struct gen_ops *gen = h.gen_ops;
-	const struct sink_ops *sink = h.sink_ops;
 	watch_plugin_exits(&h);
-	if (gen->open(&c->generator.args, &h.gen, &err) != 0) {
-		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
-			err.message[0] ? err.message : "open failed");
+	int op = open_plugins(&h, c);
+	if (op < 0)
 		goto out;
-	}
-	if (gen->total)
-		h.total = gen->total(h.gen);
-	if (h.total >= 0) /* this rank's share of them */
-		h.total = (int64_t)ranks_share((uint64_t)h.total, c->rank, c->ranks);
-
-	err.message[0] = '\0';
-	int so = resume_sink_open(&h, &c->sink.args, &err);
-	if (so == 1)
-		so = sink->open(&c->sink.args, &h.sink, &err);
-	if (so != 0) {
-		ui_clean(err.message);
-		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
-			err.message[0] ? err.message : "open failed");
-		if (gen->close)
-			gen->close(h.gen);
-		goto out;
-	}
-	h.sink_open = true;
-	h.sink_open_ever = true;
-	h.sink_mask = sink->events ? sink->events(h.sink) : GPUD_EVENTS_ALL;
-	err.message[0] = '\0';
-	if (resume_skip_prefix(&h, &err) < 0) {
-		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
-			c->generator.plugin, (unsigned long long)h.journal.low,
-			err.message[0] ? err.message : "gpud_generator_skip failed");
-		goto close_plugins;
-	}
-
 	h.ui_mode = opts->ui;
 	h.finish = finish_run;
 	pthread_mutex_init(&h.notes.lock, NULL);
-
-	/* Workers: one per (GPU, slot); worker k gets seed base_seed + k. */
-	h.n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
-	h.w = calloc(h.n_workers, sizeof *h.w);
-	h.restarts = calloc(c->n_gpus, sizeof *h.restarts);
-	h.retired = calloc(c->n_gpus, sizeof *h.retired);
-	if (!h.w || !h.restarts || !h.retired) {
-		fprintf(stderr, "gpud: out of memory for %u workers\n", h.n_workers);
+	if (op > 0 || setup_run(&h, c) < 0 || open_tty(&h, opts) < 0)
 		goto close_plugins;
-	}
-	for (unsigned k = 0; k < h.n_workers; k++) {
-		h.w[k].index = (int)k;
-		h.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
-		h.w[k].log_fd = -1;
-		h.w[k].out_fd = -1;
-		h.w[k].pid = -1;
-	}
-	if (tasks_init(&h, (c->queue_size + h.n_workers - 1) / h.n_workers) < 0) {
-		fprintf(stderr, "gpud: out of memory for the task table\n");
-		goto close_plugins;
-	}
-	files_open_run(&h); /* said why if not; the run goes on */
-	if (h.ui_mode == UI_DASHBOARD && files_open_logs(&h) < 0)
-		h.ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
-	/* Ordering only matters to a sink that receives outcomes. */
-	if (c->ordered &&
-	    (h.sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
-			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
-		h.held = calloc(c->queue_size, sizeof *h.held);
-	h.t_start_ns = wait_now_ns();
-	if (metrics_start(&h) < 0) /* said why: a port asked for and not had */
-		goto close_plugins;
-	if (shm_create(&h) < 0) {
-		host_abort(&h, "cannot create the shared memory");
-	} else {
-		host_install_signals(&h);
-		/* Whatever a worker starts and leaves behind becomes our child, so it can
-		 * be found and ended with the run. */
-		prctl(PR_SET_CHILD_SUBREAPER, 1);
-		h.ui = ui_start(&h);
-		for (unsigned k = 0; k < h.n_workers; k++) {
-			int e = spawn_worker(&h, &h.w[k]);
-			if (e < 0) {
-				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
-					h.worker_exe, strerror(-e));
-				h.w[k].state = HW_GONE;
-			}
-		}
-		dispatch(&h);
-	}
-
-	rc = finish_run(&h);
+	rc = run_loop(&h);
 	goto out;
 
-close_plugins: /* nothing ran */
-	err.message[0] = '\0';
-	if (sink->close)
-		sink->close(h.sink, &h.stats, &err);
-	if (gen->close)
-		gen->close(h.gen);
+close_plugins : /* nothing ran */
+{
+	struct gpud_error err = {{0}};
+	if (h.sink_ops->close)
+		h.sink_ops->close(h.sink, &h.stats, &err);
+	if (h.gen_ops->close)
+		h.gen_ops->close(h.gen);
+}
 out:
 	release(&h);
 	watch_plugin_exits(NULL);

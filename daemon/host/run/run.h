@@ -2,28 +2,51 @@
 #ifndef GPUD_RUN_H
 #define GPUD_RUN_H
 
+#include <gpud/plugin.h>
+
 #include "job/config.h"
 
 #include "view/ui.h"
 
+struct gen_ops;
+struct sink_ops;
+
+/* What a run leaves for libgpud's caller (gpud_job_stats, gpud_job_stats_json). */
+struct run_result {
+	bool ran;                /* the run began: stats and stats_json are its */
+	struct gpud_stats stats; /* the final figures, as the sink's close gets them */
+	char *stats_json;        /* the --stats-json text, malloc'd (the caller frees it) */
+	char abort_msg[4096];    /* why it aborted (exit status 3), "" otherwise */
+};
+
 struct run_opts {
 	const char *stats_json; /* --stats-json PATH, or NULL */
 	enum ui_mode ui;        /* --ui, resolved (auto decided) */
+	const char *ui_tty;     /* the terminal the dashboard draws on; NULL: standard error */
 	bool resume;            /* --resume: finish the run the journal describes */
 	bool retry_failed;      /* --retry-failed: and run its failed tasks again */
 	bool force;             /* --force: resume a journal another job wrote */
+	bool keep_signals;      /* leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT, SIGPIPE alone */
 	const char *rank;       /* --rank K/N, or NULL */
+	/* In-process generator and sink (libgpud's callbacks) in place of the job's plugins,
+	 * or NULL; their open gets *_state as the state it holds. */
+	const struct gen_ops *gen_ops;
+	void *gen_state;
+	const struct sink_ops *sink_ops;
+	void *sink_state;
+	struct run_result *result; /* filled at the end when not NULL */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets
  * `--resume` finish it. */
 #define RUN_EXIT_RESUMABLE 4
 
-/* `gpud check`: everything but running; 0 or 2. */
-int run_check(struct cfg *c);
+/* `gpud check`: everything but running (opts: its in-process generator and sink, or
+ * NULL); 0 or 2. */
+int run_check(struct cfg *c, const struct run_opts *opts);
 /* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
 int run_status(struct cfg *c);
-/* `gpud run`: the exit status of the contract (0, 1, 2 or 3). */
+/* `gpud run`: the exit status of the contract (0, 1, 2, 3 or 4). */
 int run_job(struct cfg *c, const struct run_opts *opts);
 
 #endif /* GPUD_RUN_H */

@@ -41,10 +41,22 @@ void stats_print(const struct host *h, FILE *f)
 
 int stats_write_json(const struct host *h, const char *path, int exit_status)
 {
-	const struct gpud_stats *s = &h->stats;
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -1;
+	stats_json(h, f, exit_status);
+	if (ferror(f)) {
+		int e = errno;
+		fclose(f);
+		errno = e;
+		return -1;
+	}
+	return fclose(f);
+}
+
+void stats_json(const struct host *h, FILE *f, int exit_status)
+{
+	const struct gpud_stats *s = &h->stats;
 	time_t end = time(NULL);
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru); /* the host alone: workers are children */
@@ -107,11 +119,4 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
 	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list : NULL);
 	fprintf(f, "}\n");
-	if (ferror(f)) {
-		int e = errno;
-		fclose(f);
-		errno = e;
-		return -1;
-	}
-	return fclose(f);
 }

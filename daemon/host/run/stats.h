@@ -11,5 +11,7 @@ void stats_print(const struct host *h, FILE *f);
 /* Writes the final stats as JSON to `path`; exit_status: the run's. 0, or -1 with errno
  * set. */
 int stats_write_json(const struct host *h, const char *path, int exit_status);
+/* The same JSON written to f (libgpud keeps it in memory). */
+void stats_json(const struct host *h, FILE *f, int exit_status);
 
 #endif /* GPUD_STATS_H */

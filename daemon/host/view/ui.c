@@ -53,6 +53,12 @@ struct ui {
 	struct nvml *nvml;
 };
 
+/* The dashboard's terminal: the one the caller named, else standard error. */
+static int ui_fd(const struct host *h)
+{
+	return h->ui_fd > 0 ? h->ui_fd : 2;
+}
+
 int ui_mode_parse(const char *word)
 {
 	if (!strcmp(word, "off"))
@@ -495,7 +501,7 @@ static void draw_dashboard(struct ui *u, bool final)
 		len += fr.len;
 		len += (size_t)snprintf(out + len, 32, "\033[J%s", final ? "\033[?25h" : "");
 		for (size_t off = 0; off < len;) {
-			ssize_t w = write(2, out + off, len - off);
+			ssize_t w = write(ui_fd(u->h), out + off, len - off);
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w <= 0)
@@ -596,10 +602,12 @@ static void *ui_main(void *arg)
 }
 
 /* The dashboard hides the cursor: a crash of the host must not leave it hidden. */
+static int crash_fd = 2;
+
 static void on_crash(int sig)
 {
 	static const char show[] = "\033[?25h\n";
-	if (write(2, show, sizeof show - 1) < 0) {
+	if (write(crash_fd, show, sizeof show - 1) < 0) {
 		/* nothing more to do */
 	}
 	raise(sig); /* SA_RESETHAND: now with the default action */
@@ -630,10 +638,11 @@ struct ui *ui_start(struct host *h)
 		return NULL;
 	u->h = h;
 	const char *term = getenv("TERM");
-	u->color = h->ui_mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(2) && term &&
+	u->color = h->ui_mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(ui_fd(h)) && term &&
 		   strcmp(term, "dumb") != 0;
 	if (h->ui_mode == UI_DASHBOARD) {
 		u->nvml = nvml_open();
+		crash_fd = ui_fd(h);
 		cursor_on_crash();
 	}
 	pthread_mutex_init(&u->lock, NULL);
@@ -683,6 +692,6 @@ void ui_clean(char *s)
 void ui_suspend(struct host *h, bool stopping)
 {
 	static const char show[] = "\033[?25h\n";
-	if (stopping && h->ui_mode == UI_DASHBOARD && write(2, show, sizeof show - 1) < 0)
+	if (stopping && h->ui_mode == UI_DASHBOARD && write(ui_fd(h), show, sizeof show - 1) < 0)
 		return;
 }

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,10 @@
 
 volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
 static _Atomic uint32_t *sig_bell;
+/* The bell for gpud_job_stop, from any thread: host_restore_signals waits until no
+ * ringer holds it before the page goes. */
+static _Atomic uint32_t *_Atomic bell_sig;
+static atomic_int bell_ringers;
 
 static void on_signal(int sig)
 {
@@ -61,15 +66,28 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
-void host_install_signals(struct host *h)
+/* The caller's dispositions, restored when the run ends (libgpud runs in someone else's
+ * process). */
+static const int run_signals[] = {SIGCHLD, SIGCONT, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGPIPE};
+static struct sigaction saved[sizeof run_signals / sizeof *run_signals];
+static bool saved_any;
+
+void host_install_signals(struct host *h, bool keep)
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
+	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
+		sigaction(run_signals[i], NULL, &saved[i]);
+	saved_any = true;
 	sig_bell = h->host_bell;
+	atomic_store(&bell_sig, h->host_bell);
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	/* A worker's death is seen through SIGCHLD, whoever owns the other signals. */
 	sigaction(SIGCHLD, &sa, NULL);
+	if (keep)
+		return;
 	sigaction(SIGCONT, &sa, NULL);
 	/* No SA_RESTART: a generator blocked in read() gets EINTR and can give up. */
 	sa.sa_flags = 0;
@@ -80,6 +98,42 @@ void host_install_signals(struct host *h)
 	sigaction(SIGTSTP, &sa, NULL);
 	/* A closed standard output shows up as a write error in the sink. */
 	signal(SIGPIPE, SIG_IGN);
+}
+
+void host_restore_signals(void)
+{
+	if (!saved_any)
+		return;
+	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
+		sigaction(run_signals[i], &saved[i], NULL);
+	saved_any = false;
+	/* The bell page is unmapped next: no gpud_job_stop may still be ringing it. */
+	sig_bell = NULL;
+	atomic_store(&bell_sig, NULL);
+	while (atomic_load(&bell_ringers))
+		sched_yield();
+}
+
+void lifecycle_interrupt(void)
+{
+	int saved_errno = errno;
+	host_interrupts++;
+	atomic_fetch_add(&bell_ringers, 1);
+	_Atomic uint32_t *bell = atomic_load(&bell_sig);
+	if (bell) {
+		atomic_fetch_add(bell, 1);
+		wait_futex_wake(bell);
+	}
+	atomic_fetch_sub(&bell_ringers, 1);
+	errno = saved_errno;
+}
+
+void lifecycle_interrupts_reset(void)
+{
+	host_interrupts = 0;
+	host_conts = 0;
+	host_sigtstp = 0;
+	host_sigcont = 0;
 }
 
 /* A worker reaped already (exited) is never signalled: its pid may name another

@@ -35,7 +35,15 @@ unsigned lifecycle_sweep(void);
  * SIGCONT (the job goes on; counted in host_conts, which tells a stop from outside from
  * a busy host in lifecycle_timeouts: time stopped does not count against any bound). */
 extern volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
-void host_install_signals(struct host *h);
+/* Installs the run's handlers (keep: SIGCHLD's alone, the others stay the caller's),
+ * saving the dispositions it replaces for host_restore_signals. */
+void host_install_signals(struct host *h, bool keep);
+/* Puts back what host_install_signals replaced; nothing when it did not run. */
+void host_restore_signals(void);
+/* SIGTERM's path without a signal (gpud_job_stop): async-signal-safe. */
+void lifecycle_interrupt(void);
+/* Forgets interrupts and job-control signals of an earlier run in this process. */
+void lifecycle_interrupts_reset(void);
 /* Applies a pending SIGTSTP or SIGCONT (dispatcher loop). */
 void lifecycle_job_control(struct host *h);
 

@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/* libgpud's API (gpud/gpud.h): a job's keys and callbacks gathered, then one run of it
+ * through run_job, as `gpud run` did from its main. */
+#define _GNU_SOURCE
+#include <gpud/gpud.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/merge.h"
+#include "cluster/ranks.h"
+#include "job/catalog.h"
+#include "job/checks.h"
+#include "job/config.h"
+#include "loader.h"
+#include "record/outputs.h"
+#include "record/runlock.h"
+#include "run/run.h"
+#include "workers/lifecycle.h"
+
+#ifndef GPUD_VERSION
+#define GPUD_VERSION "0.0.0"
+#endif
+
+/* What c->generator.plugin / c->sink.plugin say for callbacks: messages name them so. */
+#define CALLBACKS "(callbacks)"
+
+enum job_state { JOB_NEW, JOB_RUNNING, JOB_DONE };
+
+struct gpud_job {
+	char *path;  /* the job file, or NULL */
+	char **sets; /* "SECTION.KEY=VALUE", in order */
+	size_t n_sets, cap_sets;
+	bool gen_cb, sink_cb;
+	struct gpud_generator_ops gen;
+	void *gen_ctx;
+	struct gpud_sink_ops sink;
+	void *sink_ctx;
+	/* The tables the host calls, filled from gen and sink (run.h). */
+	struct gen_ops gen_table;
+	struct sink_ops sink_table;
+	_Atomic int state;
+	_Atomic unsigned stops; /* gpud_job_stop before the run began */
+	struct run_result result;
+	char err[4096];
+};
+
+/* One run at a time in a process: the signal state and the exit watch are the
+ * process's. */
+static atomic_bool run_in_progress;
+
+unsigned gpud_api_version(void)
+{
+	return (GPUD_API_MAJOR << 16) | GPUD_API_MINOR;
+}
+
+const char *gpud_version(void)
+{
+	return GPUD_VERSION;
+}
+
+__attribute__((format(printf, 2, 3))) static int job_fail(struct gpud_job *job, const char *fmt,
+							  ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(job->err, sizeof job->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+gpud_job *gpud_job_new(void)
+{
+	return calloc(1, sizeof(struct gpud_job));
+}
+
+void gpud_job_free(gpud_job *job)
+{
+	if (!job)
+		return;
+	for (size_t i = 0; i < job->n_sets; i++)
+		free(job->sets[i]);
+	free(job->sets);
+	free(job->path);
+	free(job->result.stats_json);
+	free(job);
+}
+
+const char *gpud_job_error(const gpud_job *job)
+{
+	return job ? job->err : "gpud: the job is NULL";
+}
+
+/* The job's configuration: its file and keys, the callbacks in place of the plugins
+ * they replace. 0, or -1 with the error in job->err. */
+static int job_config(struct gpud_job *job, struct cfg *c)
+{
+	char **sets = calloc(job->n_sets + 2, sizeof *sets);
+	if (!sets)
+		return job_fail(job, "out of memory");
+	size_t n = 0;
+	for (size_t i = 0; i < job->n_sets; i++)
+		sets[n++] = job->sets[i];
+	if (job->gen_cb)
+		sets[n++] = (char *)"generator.plugin=" CALLBACKS;
+	if (job->sink_cb)
+		sets[n++] = (char *)"sink.plugin=" CALLBACKS;
+	int rc = cfg_load(c, job->path, sets, n, job->err, sizeof job->err);
+	free(sets);
+	if (rc < 0)
+		return -1;
+	/* A job of keys alone has no file to put a journal beside: none unless asked. */
+	if (!job->path && !c->journal_set) {
+		free(c->journal);
+		c->journal = NULL;
+		c->journal_off = true;
+	}
+	return 0;
+}
+
+/* Whether the error text says that `where` is at fault: "WHERE: ..." or "WHERE:LINE:". */
+static bool error_at(const char *err, const char *where)
+{
+	size_t n = strlen(where);
+	return strncmp(err, where, n) == 0 && err[n] == ':' &&
+	       (err[n + 1] == ' ' || (err[n + 1] >= '0' && err[n + 1] <= '9'));
+}
+
+/* A trial load, for what gpud_job_load and gpud_job_set can tell on their own: the
+ * error when it names `where` (the file and its lines, or the set), else 0 (a missing
+ * required key is the whole job's, said when it is checked or run). */
+static int trial(struct gpud_job *job, const char *where, bool file)
+{
+	struct cfg c;
+	if (job_config(job, &c) == 0) {
+		cfg_free(&c);
+		job->err[0] = '\0';
+		return 0;
+	}
+	if (file ? strncmp(job->err, where, strlen(where)) == 0 && !strstr(job->err, " is required")
+		 : error_at(job->err, where))
+		return -1;
+	job->err[0] = '\0';
+	return 0;
+}
+
+static bool job_usable(struct gpud_job *job)
+{
+	if (atomic_load(&job->state) != JOB_NEW) {
+		job_fail(job, "this job has run already: one run per job (a resume is a new "
+			      "job with GPUD_RUN_RESUME)");
+		return false;
+	}
+	return true;
+}
+
+int gpud_job_load(gpud_job *job, const char *path)
+{
+	if (!job)
+		return -1;
+	if (!job_usable(job))
+		return -1;
+	if (!path || !*path)
+		return job_fail(job, "gpud_job_load: no path given");
+	char *old = job->path;
+	job->path = strdup(path);
+	if (!job->path) {
+		job->path = old;
+		return job_fail(job, "out of memory");
+	}
+	if (trial(job, path, true) < 0) {
+		free(job->path);
+		job->path = old;
+		return -1;
+	}
+	free(old);
+	return 0;
+}
+
+int gpud_job_set(gpud_job *job, const char *section_key, const char *value)
+{
+	if (!job)
+		return -1;
+	if (!job_usable(job))
+		return -1;
+	if (!section_key)
+		return job_fail(job, "gpud_job_set: no key given");
+	char *set;
+	if (value ? asprintf(&set, "%s=%s", section_key, value) < 0 : !(set = strdup(section_key)))
+		return job_fail(job, "out of memory");
+	if (job->n_sets == job->cap_sets) {
+		size_t cap = job->cap_sets ? 2 * job->cap_sets : 8;
+		char **s = realloc(job->sets, cap * sizeof *s);
+		if (!s) {
+			free(set);
+			return job_fail(job, "out of memory");
+		}
+		job->sets = s;
+		job->cap_sets = cap;
+	}
+	job->sets[job->n_sets++] = set;
+	char where[1100];
+	snprintf(where, sizeof where, "--set %s", set);
+	if (trial(job, where, false) < 0) {
+		free(job->sets[--job->n_sets]);
+		return -1;
+	}
+	return 0;
+}
+
+/* The callbacks behind the host's tables. The host hands open (and the sink's resume)
+ * the state it holds: for callbacks, the job; open replaces it with the caller's ctx,
+ * so that every later call goes straight to the caller's function with its ctx, as a
+ * plugin's does with its state. */
+static int cb_gen_open(const struct gpud_args *args, void **state, struct gpud_error *err)
+{
+	(void)args;
+	(void)err;
+	struct gpud_job *job = *state;
+	*state = job->gen_ctx;
+	return 0;
+}
+
+static int cb_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
+{
+	(void)args;
+	(void)err;
+	struct gpud_job *job = *state;
+	*state = job->sink_ctx;
+	return 0;
+}
+
+static int cb_sink_resume(const struct gpud_args *args, void **state,
+			  void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
+			  struct gpud_error *err)
+{
+	(void)args;
+	struct gpud_job *job = *state;
+	*state = job->sink_ctx;
+	return job->sink.resume(job->sink_ctx, done, ctx, err);
+}
+
+/* The caller's struct, of the caller's size: what it lacks stays NULL. */
+static void copy_ops(void *dst, size_t dst_size, const void *src, size_t src_size)
+{
+	memset(dst, 0, dst_size);
+	memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
+	*(size_t *)dst = dst_size;
+}
+
+int gpud_job_set_generator(gpud_job *job, const struct gpud_generator_ops *ops, void *ctx)
+{
+	if (!job)
+		return -1;
+	if (!job_usable(job))
+		return -1;
+	if (!ops) {
+		job->gen_cb = false;
+		return 0;
+	}
+	if (ops->size < offsetof(struct gpud_generator_ops, next) + sizeof ops->next)
+		return job_fail(job,
+				"gpud_job_set_generator: ops->size %zu is too small (set it "
+				"to sizeof(struct gpud_generator_ops))",
+				ops->size);
+	if (!ops->next)
+		return job_fail(job, "gpud_job_set_generator: ops->next is required");
+	copy_ops(&job->gen, sizeof job->gen, ops, ops->size);
+	job->gen_ctx = ctx;
+	job->gen_table = (struct gen_ops){
+		.open = cb_gen_open,
+		.next = job->gen.next,
+		.close = job->gen.close,
+		.total = job->gen.total,
+		.skip = job->gen.skip,
+	};
+	job->gen_cb = true;
+	return 0;
+}
+
+int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
+{
+	if (!job)
+		return -1;
+	if (!job_usable(job))
+		return -1;
+	if (!ops) {
+		job->sink_cb = false;
+		return 0;
+	}
+	if (ops->size < offsetof(struct gpud_sink_ops, event) + sizeof ops->event)
+		return job_fail(job,
+				"gpud_job_set_sink: ops->size %zu is too small (set it to "
+				"sizeof(struct gpud_sink_ops))",
+				ops->size);
+	if (!ops->event)
+		return job_fail(job, "gpud_job_set_sink: ops->event is required");
+	copy_ops(&job->sink, sizeof job->sink, ops, ops->size);
+	job->sink_ctx = ctx;
+	job->sink_table = (struct sink_ops){
+		.open = cb_sink_open,
+		.event = job->sink.event,
+		.close = job->sink.close,
+		.events = job->sink.events,
+		.resume = job->sink.resume ? cb_sink_resume : NULL,
+	};
+	job->sink_cb = true;
+	return 0;
+}
+
+/* The caller's options, of the caller's size, as the host's. */
+static int take_options(struct gpud_job *job, const struct gpud_run_options *in,
+			struct gpud_run_options *o)
+{
+	memset(o, 0, sizeof *o);
+	if (!in)
+		return 0;
+	if (in->size < sizeof in->size)
+		return job_fail(job,
+				"gpud_run_options.size is %zu: set it to sizeof(struct "
+				"gpud_run_options)",
+				in->size);
+	memcpy(o, in, in->size < sizeof *o ? in->size : sizeof *o);
+	if (o->ui != GPUD_UI_OFF && o->ui != GPUD_UI_PLAIN && o->ui != GPUD_UI_DASHBOARD)
+		return job_fail(job,
+				"gpud_run_options.ui is %d: expected GPUD_UI_OFF, "
+				"GPUD_UI_PLAIN or GPUD_UI_DASHBOARD",
+				(int)o->ui);
+	return 0;
+}
+
+/* What the command did before running, checking or telling: the job loaded, its rank
+ * and paths, its outputs apart, --stats-json writable. 0, or 2 with job->err. */
+static int job_ready(struct gpud_job *job, struct cfg *c, const char *rank, const char **stats_json,
+		     char **stats_owned, bool outputs)
+{
+	if (job_config(job, c) < 0)
+		return 2;
+	if (ranks_detect(c, rank, job->err, sizeof job->err) < 0 ||
+	    ranks_gpus_auto(c, job->err, sizeof job->err) < 0 ||
+	    ranks_apply(c, stats_json, stats_owned, job->err, sizeof job->err) < 0)
+		goto fail;
+	if (c->ranks > 1 && c->ordered) {
+		job_fail(job,
+			 "%s: ordered = true and %u ranks (%s): each rank holds a share of the "
+			 "ids, so no rank can deliver them in order; drop ordered, or sort the "
+			 "merged output",
+			 c->path, c->ranks, c->rank_source);
+		goto fail;
+	}
+	/* Two keys naming one file would have the run destroy one output (or an input)
+	 * with another: refused before anything is touched. */
+	if (outputs && outputs_distinct(c, *stats_json, job->err, sizeof job->err) < 0)
+		goto fail;
+	/* Found out now, not after a long run. */
+	char why[1024];
+	if (*stats_json && check_file_writable(*stats_json, why, sizeof why) < 0) {
+		job_fail(job, "--stats-json %s: %s", *stats_json, why);
+		goto fail;
+	}
+	return 0;
+fail:
+	cfg_free(c);
+	return 2;
+}
+
+enum job_cmd { CMD_RUN, CMD_CHECK, CMD_STATUS };
+
+/* check, status and run: the job made ready, its lock taken (run) or looked at. */
+static int job_command(struct gpud_job *job, const struct gpud_run_options *o, enum job_cmd cmd)
+{
+	struct cfg c;
+	const char *stats_json = o->stats_json;
+	char *stats_owned = NULL;
+	int rc = job_ready(job, &c, o->rank, &stats_json, &stats_owned, cmd != CMD_STATUS);
+	if (rc != 0) {
+		fprintf(stderr, "gpud: %s\n", job->err);
+		free(stats_owned);
+		return rc;
+	}
+	/* One run of a job at a time: a second one, or a resume racing the first, is
+	 * refused; check says so too, status says it runs (runlock.h). */
+	struct runlock lock = {.n = 0};
+	char why[2048];
+	int held = cmd == CMD_RUN ? runlock_take(&lock, &c, why, sizeof why)
+				  : runlock_probe(&c, why, sizeof why);
+	if (held < 0 && cmd == CMD_STATUS) {
+		fprintf(stderr, "gpud: note: %s\n", why);
+	} else if (held < 0) {
+		job_fail(job, "%s: %s", c.path, why);
+		fprintf(stderr, "gpud: %s\n", job->err);
+		cfg_free(&c);
+		free(stats_owned);
+		return 2;
+	}
+	struct run_opts opts = {
+		.stats_json = stats_json,
+		.ui = o->ui == GPUD_UI_DASHBOARD ? UI_DASHBOARD
+		      : o->ui == GPUD_UI_PLAIN   ? UI_PLAIN
+						 : UI_OFF,
+		.ui_tty = o->tty,
+		.resume = o->flags & (GPUD_RUN_RESUME | GPUD_RUN_RETRY_FAILED),
+		.retry_failed = o->flags & GPUD_RUN_RETRY_FAILED,
+		.force = o->flags & GPUD_RUN_FORCE,
+		.keep_signals = o->flags & GPUD_RUN_KEEP_SIGNALS,
+		.gen_ops = job->gen_cb ? &job->gen_table : NULL,
+		.gen_state = job,
+		.sink_ops = job->sink_cb ? &job->sink_table : NULL,
+		.sink_state = job,
+		.result = &job->result,
+	};
+	if (cmd == CMD_CHECK) {
+		rc = run_check(&c, &opts);
+	} else if (cmd == CMD_STATUS) {
+		rc = run_status(&c);
+	} else {
+		rc = run_job(&c, &opts);
+		if (job->result.abort_msg[0] && rc == 3)
+			job_fail(job, "aborted: %s", job->result.abort_msg);
+	}
+	runlock_release(&lock);
+	cfg_free(&c);
+	free(stats_owned);
+	return rc;
+}
+
+/* Takes the process's one run, or says why not. */
+static int claim_process(struct gpud_job *job)
+{
+	bool free_ = false;
+	if (!atomic_compare_exchange_strong(&run_in_progress, &free_, true))
+		return job_fail(job, "another gpud run is in progress in this process (one at a "
+				     "time)");
+	return 0;
+}
+
+int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
+{
+	struct gpud_run_options o;
+	if (!job)
+		return -1;
+	if (!job_usable(job) || take_options(job, options, &o) < 0)
+		return -1;
+	if (claim_process(job) < 0)
+		return -1;
+	job->err[0] = '\0';
+	/* From here gpud_job_stop interrupts the run: those that came before count now. */
+	lifecycle_interrupts_reset();
+	atomic_store(&job->state, JOB_RUNNING);
+	for (unsigned n = atomic_exchange(&job->stops, 0); n > 0; n--)
+		lifecycle_interrupt();
+	int rc = job_command(job, &o, CMD_RUN);
+	atomic_store(&job->state, JOB_DONE);
+	atomic_store(&run_in_progress, false);
+	return rc;
+}
+
+void gpud_job_stop(gpud_job *job)
+{
+	if (!job)
+		return;
+	/* Lock-free atomics and lifecycle_interrupt (a counter and a futex wake): safe in a
+	 * signal handler. */
+	if (atomic_load(&job->state) == JOB_RUNNING)
+		lifecycle_interrupt();
+	else if (atomic_load(&job->state) == JOB_NEW)
+		atomic_fetch_add(&job->stops, 1);
+}
+
+const struct gpud_stats *gpud_job_stats(const gpud_job *job)
+{
+	return job && job->result.ran ? &job->result.stats : NULL;
+}
+
+const char *gpud_job_stats_json(const gpud_job *job)
+{
+	return job && job->result.ran ? job->result.stats_json : NULL;
+}
+
+static int job_look(struct gpud_job *job, const struct gpud_run_options *options, enum job_cmd cmd)
+{
+	struct gpud_run_options o;
+	if (!job)
+		return -1;
+	if (take_options(job, options, &o) < 0 || claim_process(job) < 0)
+		return -1;
+	job->err[0] = '\0';
+	int rc = job_command(job, &o, cmd);
+	atomic_store(&run_in_progress, false);
+	return rc;
+}
+
+int gpud_job_check(gpud_job *job, const struct gpud_run_options *options)
+{
+	return job_look(job, options, CMD_CHECK);
+}
+
+int gpud_job_status(gpud_job *job, const struct gpud_run_options *options)
+{
+	return job_look(job, options, CMD_STATUS);
+}
+
+int gpud_plugins(void)
+{
+	return catalog_list();
+}
+
+int gpud_merge(int n_files, char *const *files)
+{
+	if (n_files < 0 || (n_files > 0 && !files)) {
+		fprintf(stderr, "gpud: merge: no files given\n");
+		return 2;
+	}
+	return merge_main(n_files, (char **)files);
+}

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libgpud, API version 1.0: gpud's host as a library. A program builds a job (a job
+ * file, key/value pairs, or both), may supply its own generator and sink as callbacks
+ * in its own process, runs the job to its end on the calling thread, and reads the
+ * exit status and the final stats. The `gpud` command is a client of this API.
+ *
+ * Build and link with:
+ *   cc my_program.c $(pkg-config --cflags --libs libgpud) -o my_program
+ *
+ * Everything `gpud run` does is done here the same way: worker processes (one per GPU
+ * slot, the worker plugin loaded in them, never in the caller), shared-memory rings,
+ * isolation, timeouts, retries, the journal and resuming, ranks, the dashboard, metrics
+ * and the run lock. docs/library.md says it in prose.
+ *
+ * Ownership: a struct gpud_job is the caller's from gpud_job_new to gpud_job_free.
+ * Strings passed in are copied before the call returns; strings and structs returned
+ * are the job's, valid until the next call on the same job or gpud_job_free. Every
+ * pointer gpud passes to a callback is valid only during the call (as for plugins).
+ *
+ * Threads: a job is used from one thread at a time, except gpud_job_stop, which may be
+ * called from any thread and from a signal handler. gpud_job_run blocks: the calling
+ * thread drives the run (it calls the generator and the sink). Only one run at a time
+ * per process (gpud_job_run answers -1 while another is in progress): the signal state
+ * it uses is process-wide. See "What a run does to the process" below.
+ *
+ * Versions: GPUD_API_MAJOR changes when a program built against an older header would
+ * break (it is the library's soname version); GPUD_API_MINOR when something is added.
+ * Structs the caller fills begin with `size` (set it to sizeof the struct): a newer
+ * library reads only the fields an older caller's struct has, and takes defaults for
+ * the rest.
+ */
+#ifndef GPUD_GPUD_H
+#define GPUD_GPUD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gpud/plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The API this header describes. */
+#define GPUD_API_MAJOR 1
+#define GPUD_API_MINOR 0
+
+/** Marks the library's exported functions (default visibility; everything else in
+ *  libgpud is hidden). */
+#if defined(GPUD_BUILDING_LIBRARY) && (defined(__GNUC__) || defined(__clang__))
+#define GPUD_API __attribute__((visibility("default")))
+#else
+#define GPUD_API
+#endif
+
+/** The library's API version as (major << 16) | minor: a program can check at run time
+ *  that the libgpud it was loaded with is GPUD_API_MAJOR and at least its minor. */
+GPUD_API unsigned gpud_api_version(void);
+/** The gpud release, "0.1.0" (static storage). */
+GPUD_API const char *gpud_version(void);
+
+/** A job: its configuration, its optional callbacks, then one run and its results.
+ *  Opaque; the typedef is a convenience (and reads well from C++). */
+typedef struct gpud_job gpud_job;
+
+/** A new, empty job, or NULL when out of memory. */
+GPUD_API gpud_job *gpud_job_new(void);
+
+/** Frees the job and everything it owns (its error text, stats, stats JSON). NULL is
+ *  ignored. Not while gpud_job_run runs on it. */
+GPUD_API void gpud_job_free(gpud_job *job);
+
+/** Takes the job file at `path` (as `gpud run PATH`). Relative paths in it are
+ *  resolved from its folder. Keys set with gpud_job_set apply on top of it, whatever
+ *  the order of the calls (as `--set` does). Called again, the new path replaces the
+ *  old one. Returns 0, or -1 with gpud_job_error() set: a file that cannot be read or a
+ *  line that is not valid ("FILE:LINE: what"). What the job as a whole lacks (a required
+ *  key) is said by gpud_job_check or gpud_job_run, since keys may still follow. */
+GPUD_API int gpud_job_load(gpud_job *job, const char *path);
+
+/** Sets one key, as `--set SECTION.KEY=VALUE` does: `section_key` is "SECTION.KEY"
+ *  (job.gpus, worker.plugin, generator.path, ui.refresh_rate...), relative paths in
+ *  `value` are resolved from the current folder, a later set of the same key wins.
+ *  value NULL: section_key holds the whole "SECTION.KEY=VALUE". A job built only from
+ *  keys needs at least job.gpus and worker.plugin (and generator.plugin unless a
+ *  generator callback is set); it has no journal unless job.journal is set. Returns 0,
+ *  or -1 with gpud_job_error() naming the key and what is wrong with it ("--set
+ *  job.queue_size=0: ..."). A value whose fault shows only with the whole job is said
+ *  by gpud_job_check or gpud_job_run. */
+GPUD_API int gpud_job_set(gpud_job *job, const char *section_key, const char *value);
+
+/** The last error on this job: one line naming what and where ("job.ini:7: ...",
+ *  "--set KEY=VALUE: ..."), the text `gpud` prints; "" when none. Never NULL (for a
+ *  NULL job: a static string saying so). Owned by the job. */
+GPUD_API const char *gpud_job_error(const gpud_job *job);
+
+/** An in-process generator: the generator plugin's contract (plugin.h), called with the
+ *  caller's `ctx` instead of a plugin's state. There is no open: the callbacks are
+ *  live from gpud_job_run's start. */
+struct gpud_generator_ops {
+	size_t size; /* sizeof(struct gpud_generator_ops) */
+	/** Required. Writes the next task's bytes into `item` (at most item->capacity =
+	 *  max_task_bytes, straight into shared memory), sets item->size and returns 1;
+	 *  0 at the end; -1 with err filled: the generator failed (exit status 3 with the
+	 *  message, what it yielded before still runs). */
+	int (*next)(void *ctx, struct gpud_buf *item, struct gpud_error *err);
+	/** Optional. How many tasks it will yield, -1 unknown. */
+	int64_t (*total)(void *ctx);
+	/** Optional. Skip the next n items (a resume, or another rank's share): 0, or -1
+	 *  with err. Absent: gpud generates them and drops them. */
+	int (*skip)(void *ctx, uint64_t n, struct gpud_error *err);
+	/** Optional. Called once at the end of a run that started (not when a call was
+	 *  still stuck when the run ended). */
+	void (*close)(void *ctx);
+};
+
+/** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */
+struct gpud_sink_ops {
+	size_t size; /* sizeof(struct gpud_sink_ops) */
+	/** Required. One event (every pointer valid during the call). 0, or -1 with err:
+	 *  the sink failed (exit status 3 with the message). */
+	int (*event)(void *ctx, const struct gpud_event *ev, struct gpud_error *err);
+	/** Optional. Called once at the end with the final stats. 0, or -1 with err (exit
+	 *  status 3). */
+	int (*close)(void *ctx, const struct gpud_stats *stats, struct gpud_error *err);
+	/** Optional. The event kinds wanted, a mask of GPUD_EVENT_BIT(kind); absent: all. */
+	uint32_t (*events)(void *ctx);
+	/** Optional. On a resume (GPUD_RUN_RESUME), before any event: calls done(done_ctx,
+	 *  task_id, status) for every task the caller's output already holds (status 0 ok,
+	 *  1 error, 2 timeout); those do not run again. Returns 0; 1 when it cannot tell
+	 *  (the journal decides); -1 with err. Absent: the journal decides. */
+	int (*resume)(void *ctx, void (*done)(void *done_ctx, uint64_t task_id, int status),
+		      void *done_ctx, struct gpud_error *err);
+};
+
+/** Uses `ops` with `ctx` as the job's generator instead of a [generator] plugin (the
+ *  job's [generator] keys are then not used). ops is copied (its first ops->size
+ *  bytes); ctx stays the caller's and must live until gpud_job_run returns. NULL ops:
+ *  back to the plugin the job names. 0, or -1 with gpud_job_error() (no next, a size
+ *  too small, a job already run). */
+GPUD_API int gpud_job_set_generator(gpud_job *job, const struct gpud_generator_ops *ops, void *ctx);
+/** The same for the sink, instead of the [sink] plugin. */
+GPUD_API int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx);
+
+/** What the run shows while it runs. */
+enum gpud_ui {
+	GPUD_UI_OFF = 0,   /* nothing but errors on standard error */
+	GPUD_UI_PLAIN,     /* a progress line per [ui] plain_interval, failures as they happen,
+			      on standard error */
+	GPUD_UI_DASHBOARD, /* the live dashboard (workers' output goes to log files) */
+};
+
+/** gpud_run_options.flags */
+#define GPUD_RUN_RESUME (1u << 0)       /* --resume: finish the run the journal describes */
+#define GPUD_RUN_RETRY_FAILED (1u << 1) /* --retry-failed (implies GPUD_RUN_RESUME) */
+#define GPUD_RUN_FORCE (1u << 2)        /* --force: resume a journal another job wrote */
+/** Leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT and SIGPIPE alone: the caller stops
+ *  the run with gpud_job_stop (from its own handler, say). SIGCHLD is still gpud's for
+ *  the run: it is how a worker's death is noticed. */
+#define GPUD_RUN_KEEP_SIGNALS (1u << 3)
+
+/** How to run. All zero (or a NULL pointer) is a plain run with no UI. */
+struct gpud_run_options {
+	size_t size;            /* sizeof(struct gpud_run_options) */
+	enum gpud_ui ui;        /* GPUD_UI_OFF by default */
+	const char *tty;        /* GPUD_UI_DASHBOARD: the terminal to draw on (a path, opened
+				   for writing); NULL: standard error */
+	unsigned flags;         /* GPUD_RUN_* */
+	const char *rank;       /* "K/N": this process is rank K of N (--rank); NULL: the job's
+				   rank/ranks, else from Slurm, Open MPI or PMI, else 0 of 1 */
+	const char *stats_json; /* also write the final stats JSON to this file, or NULL */
+};
+
+/** Runs the job to its end on the calling thread (--ui, --resume... as `options`;
+ *  NULL: the defaults). Returns the exit status of `gpud run`:
+ *    0 every task succeeded; 1 some failed or timed out; 2 a job, plugin or usage error,
+ *    another run of the job alive, or an input changed since the journaled run (nothing
+ *    ran); 3 aborted (no worker could be set up, the generator or the sink failed, or
+ *    stopped without a journal); 4 stopped (gpud_job_stop, a signal) with a journal: a
+ *    new job with GPUD_RUN_RESUME finishes it.
+ *  -1 on API misuse, with gpud_job_error(): a NULL job, a job already run (one run per
+ *  job: a resume is a new job), another run in progress in this process. For status 3,
+ *  and for a status 2 found before the run (the job's keys, its rank, its outputs,
+ *  another run holding its lock), gpud_job_error() holds the reason; every reason is
+ *  also on standard error. */
+GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options);
+
+/** Stops the job's run as SIGTERM does: the first call lets the running tasks finish
+ *  (up to [job] drain_timeout) and starts nothing new (exit status 4 with a journal,
+ *  3 without); a second stops every worker at once. From any thread, and
+ *  async-signal-safe. Before the run starts, the run stops as soon as it starts; after
+ *  it ended, nothing. NULL is ignored. */
+GPUD_API void gpud_job_stop(gpud_job *job);
+
+/** After gpud_job_run: the final figures (as given to the sink's close), or NULL when
+ *  the job has not run (or stopped before any worker started). Owned by the job. */
+GPUD_API const struct gpud_stats *gpud_job_stats(const gpud_job *job);
+/** After gpud_job_run: the final stats as the JSON `--stats-json` writes (one object:
+ *  counts, times, per worker and per GPU), or NULL as for gpud_job_stats. Owned by the
+ *  job. */
+GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
+
+/** `gpud check`: validates the job, loads every plugin and checks their keys, runs no
+ *  task; prints what it found to standard output (errors to standard error). 0 when a
+ *  run would start, 2 otherwise; -1 on misuse. options: only rank and stats_json are
+ *  read (NULL: none). May be called any number of times, before a run. */
+GPUD_API int gpud_job_check(gpud_job *job, const struct gpud_run_options *options);
+/** `gpud status`: how far the run its journal describes got, on standard output. 0, 2
+ *  without a journal to read; -1 on misuse. options as for gpud_job_check. */
+GPUD_API int gpud_job_status(gpud_job *job, const struct gpud_run_options *options);
+
+/** `gpud plugins`: the plugins found by name (GPUD_PLUGIN_PATH, then the built-in ones)
+ *  listed on standard output. 0, or 2. */
+GPUD_API int gpud_plugins(void);
+/** `gpud merge`: the ranks' --stats-json files as one summary (JSON) on standard
+ *  output. 0, or 2 (said on standard error). */
+GPUD_API int gpud_merge(int n_files, char *const *files);
+
+/*
+ * What a run does to the process (gpud_job_run, gpud_job_check, gpud_job_status):
+ * - Worker processes are started with fork/exec (the worker executable is found next to
+ *   libgpud, or GPUD_WORKER_EXE). During a run the process is a child subreaper
+ *   (PR_SET_CHILD_SUBREAPER; the previous setting is restored after), it waits for
+ *   every child that exits, and at the run's end it kills and reaps every child process
+ *   still there: a program must not start children of its own while a run is in
+ *   progress.
+ * - Signals: unless GPUD_RUN_KEEP_SIGNALS, gpud's handlers for SIGINT, SIGTERM, SIGHUP
+ *   (each stops the run as gpud_job_stop), SIGTSTP, SIGCONT and SIGCHLD are installed for
+ *   the run and SIGPIPE is ignored; the caller's dispositions are restored when
+ *   gpud_job_run returns. With the dashboard, a handler that restores the terminal's
+ *   cursor is left on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT where none was set.
+ * - Threads: the run starts a stand-in thread (it may call the sink, or end the run,
+ *   while a generator or sink callback is blocked on the calling thread: never two
+ *   generator calls or two sink calls at once), a UI thread with --ui plain/dashboard,
+ *   and one with metrics_listen. All end before gpud_job_run returns. In-process
+ *   callbacks are called on the calling thread or the stand-in.
+ * - exit() called by any thread during a run (a callback's) ends the process at once with
+ *   status 3 after a message: the workers must not outlive the host unreported.
+ * - Standard error: progress and the final summary, as `gpud run` writes them; errors
+ *   also go to gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
+ * - A callback still blocked in its call when the run must end (every task done, or a
+ *   stop's drain over) cannot be returned from: gpud then ends the process after the
+ *   summary with the run's status (_exit), as `gpud run` does.
+ * - Dumpability: the `gpud` command makes itself undumpable (PR_SET_DUMPABLE 0), so the
+ *   workers, which run the user's code, cannot reach into it through /proc or ptrace.
+ *   The library does not change that on its own: a program that runs untrusted worker
+ *   plugins should do the same before gpud_job_run.
+ */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUD_GPUD_H */

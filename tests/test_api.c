@@ -1,0 +1,344 @@
+/* SPDX-License-Identifier: MIT */
+/* libgpud's API (gpud/gpud.h): jobs of keys, in-process callbacks, a stop from another
+ * thread and the resume after it, misuse answered with errors. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gpud/gpud.h>
+
+#include "helpers.h"
+
+#define N_MAX 1000
+
+/* The caller's tasks: "item-<i>" for i below n; next and skip move along them. */
+struct feed {
+	unsigned n, next;
+	int fail_at; /* -1, or the item whose next() fails */
+	bool closed;
+};
+
+static int feed_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
+{
+	struct feed *f = ctx;
+	if (f->fail_at >= 0 && f->next == (unsigned)f->fail_at)
+		return gpud_fail(err, "feed: no item %u today", f->next);
+	if (f->next >= f->n)
+		return 0;
+	item->size = (size_t)snprintf(item->data, item->capacity, "item-%u", f->next++);
+	return 1;
+}
+
+static int64_t feed_total(void *ctx)
+{
+	return ((struct feed *)ctx)->n;
+}
+
+static int feed_skip(void *ctx, uint64_t n, struct gpud_error *err)
+{
+	(void)err;
+	((struct feed *)ctx)->next += (unsigned)n;
+	return 0;
+}
+
+static void feed_close(void *ctx)
+{
+	((struct feed *)ctx)->closed = true;
+}
+
+static const struct gpud_generator_ops feed_ops = {
+	.size = sizeof feed_ops,
+	.next = feed_next,
+	.total = feed_total,
+	.skip = feed_skip,
+	.close = feed_close,
+};
+
+/* The caller's sink: how often each task came ok with the right result. */
+struct tally {
+	atomic_uint events; /* outcomes seen, read by the stopping thread */
+	unsigned ok[N_MAX], bad;
+	int fail_at; /* -1, or the outcome count at which event() fails */
+	bool closed;
+	struct gpud_stats closed_with;
+};
+
+static int tally_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct tally *t = ctx;
+	if (ev->kind != GPUD_TASK_OK && ev->kind != GPUD_TASK_ERROR)
+		return 0;
+	if (t->fail_at >= 0 && atomic_load(&t->events) == (unsigned)t->fail_at)
+		return gpud_fail(err, "tally: disk full at task %llu",
+				 (unsigned long long)ev->task_id);
+	char want[64];
+	snprintf(want, sizeof want, "id=%llu in=item-%llu ", (unsigned long long)ev->task_id,
+		 (unsigned long long)ev->task_id);
+	if (ev->kind == GPUD_TASK_OK && ev->task_id < N_MAX && ev->result_size >= strlen(want) &&
+	    !memcmp(ev->result, want, strlen(want)))
+		t->ok[ev->task_id]++;
+	else
+		t->bad++;
+	atomic_fetch_add(&t->events, 1);
+	return 0;
+}
+
+static int tally_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	(void)err;
+	struct tally *t = ctx;
+	t->closed = true;
+	t->closed_with = *stats;
+	return 0;
+}
+
+static uint32_t tally_events(void *ctx)
+{
+	(void)ctx;
+	return GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR);
+}
+
+/* On resume: what this sink already holds, as its output would tell. */
+static int tally_resume(void *ctx, void (*done)(void *, uint64_t, int), void *done_ctx,
+			struct gpud_error *err)
+{
+	(void)err;
+	struct tally *t = ctx;
+	for (uint64_t i = 0; i < N_MAX; i++)
+		if (t->ok[i])
+			done(done_ctx, i, 0);
+	return 0;
+}
+
+static const struct gpud_sink_ops tally_ops = {
+	.size = sizeof tally_ops,
+	.event = tally_event,
+	.close = tally_close,
+	.events = tally_events,
+	.resume = tally_resume,
+};
+
+/* A job of keys alone: two simulated GPUs, the probe worker. */
+static gpud_job *keys_job(const char *dir, long sleep_us, bool journal)
+{
+	gpud_job *job = gpud_job_new();
+	cr_assert_not_null(job);
+	char probe[4096];
+	snprintf(probe, sizeof probe, "%s/worker-probe.so", t_env("FIXTURES"));
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0,1"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", probe), 0, "%s", gpud_job_error(job));
+	char v[64];
+	snprintf(v, sizeof v, "%ld", sleep_us);
+	cr_assert_eq(gpud_job_set(job, "worker.sleep_us", v), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "job.drain_timeout", "30"), 0);
+	if (journal) {
+		char j[4096];
+		snprintf(j, sizeof j, "job.journal=%s/run.journal", dir);
+		cr_assert_eq(gpud_job_set(job, j, NULL), 0, "%s", gpud_job_error(job));
+	}
+	return job;
+}
+
+Test(api, keys_only_callbacks_every_result)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 300, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	gpud_job *job = keys_job(dir, 0, false);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, &t), 0);
+	struct gpud_run_options o = {.size = sizeof o, .ui = GPUD_UI_OFF};
+	cr_assert_null(gpud_job_stats(job), "no stats before the run");
+	int rc = gpud_job_run(job, &o);
+	cr_assert_eq(rc, 0, "status %d: %s", rc, gpud_job_error(job));
+	for (unsigned i = 0; i < f.n; i++)
+		cr_expect_eq(t.ok[i], 1, "task %u delivered %u times", i, t.ok[i]);
+	cr_expect_eq(t.bad, 0);
+	cr_expect(f.closed && t.closed, "both closed");
+	const struct gpud_stats *s = gpud_job_stats(job);
+	cr_assert_not_null(s);
+	cr_expect_eq(s->ok, 300);
+	cr_expect_eq(s->generated, 300);
+	cr_expect_eq(t.closed_with.ok, 300);
+	const char *json = gpud_job_stats_json(job);
+	cr_assert_not_null(json);
+	cr_expect(strstr(json, "\"ok\": 300,") && strstr(json, "\"exit_status\": 0"), "%s", json);
+	/* One run per job. */
+	cr_expect_eq(gpud_job_run(job, &o), -1);
+	cr_expect(strstr(gpud_job_error(job), "one run per job"), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "job.gpus", "0"), -1, "no change after the run");
+	gpud_job_free(job);
+}
+
+struct stopper {
+	gpud_job *job;
+	struct tally *t;
+	unsigned after;
+};
+
+static void *stop_part_way(void *arg)
+{
+	struct stopper *s = arg;
+	while (atomic_load(&s->t->events) < s->after)
+		usleep(1000);
+	gpud_job_stop(s->job);
+	return NULL;
+}
+
+Test(api, stopped_from_a_thread_then_resumed_every_task_once)
+{
+	const char *dir = t_tmpdir();
+	static struct tally t = {.fail_at = -1};
+	struct feed f = {.n = 400, .fail_at = -1};
+	gpud_job *job = keys_job(dir, 2000, true);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, &t), 0);
+	struct stopper st = {job, &t, 60};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, stop_part_way, &st), 0);
+	struct gpud_run_options o = {.size = sizeof o};
+	int rc = gpud_job_run(job, &o);
+	pthread_join(th, NULL);
+	cr_assert_eq(rc, 4, "stopped with a journal: %d (%s)", rc, gpud_job_error(job));
+	unsigned first = atomic_load(&t.events);
+	cr_assert(first >= 60 && first < 400, "stopped part way: %u", first);
+	cr_expect_eq(gpud_job_stats(job)->ok, first);
+	gpud_job_free(job);
+
+	/* A new job, resumed: the rest, each task once. */
+	struct feed f2 = {.n = 400, .fail_at = -1};
+	job = keys_job(dir, 2000, true); /* the same job: its keys are in the journal */
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f2), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, &t), 0);
+	o.flags = GPUD_RUN_RESUME;
+	rc = gpud_job_run(job, &o);
+	cr_assert_eq(rc, 0, "resumed: %d (%s)", rc, gpud_job_error(job));
+	for (unsigned i = 0; i < 400; i++)
+		cr_expect_eq(t.ok[i], 1, "task %u delivered %u times", i, t.ok[i]);
+	cr_expect_eq(t.bad, 0);
+	cr_expect_eq(gpud_job_stats(job)->ok, 400 - first);
+	gpud_job_free(job);
+}
+
+Test(api, a_stop_before_the_run_stops_it_at_once)
+{
+	const char *dir = t_tmpdir();
+	static struct tally t = {.fail_at = -1};
+	struct feed f = {.n = 100000, .fail_at = -1};
+	gpud_job *job = keys_job(dir, 1000, false);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, &t), 0);
+	gpud_job_stop(job);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 3, "stopped without a journal: %d", rc);
+	cr_expect_lt(gpud_job_stats(job)->ok, 100000);
+	gpud_job_free(job);
+}
+
+Test(api, generator_callback_error_is_a_generator_failure)
+{
+	const char *dir = t_tmpdir();
+	static struct tally t = {.fail_at = -1};
+	struct feed f = {.n = 50, .fail_at = 20};
+	gpud_job *job = keys_job(dir, 0, false);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 3);
+	cr_expect(strstr(gpud_job_error(job), "feed: no item 20 today"), "%s", gpud_job_error(job));
+	/* What it yielded before still ran. */
+	for (unsigned i = 0; i < 20; i++)
+		cr_expect_eq(t.ok[i], 1, "task %u", i);
+	gpud_job_free(job);
+}
+
+Test(api, sink_callback_error_is_a_sink_failure)
+{
+	const char *dir = t_tmpdir();
+	static struct tally t = {.fail_at = 5};
+	struct feed f = {.n = 50, .fail_at = -1};
+	gpud_job *job = keys_job(dir, 0, false);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 3);
+	cr_expect(strstr(gpud_job_error(job), "tally: disk full at task"), "%s",
+		  gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+Test(api, bad_keys_are_named_with_their_place)
+{
+	const char *dir = t_tmpdir();
+	gpud_job *job = gpud_job_new();
+	cr_expect_eq(gpud_job_set(job, "job.queue_size", "0"), -1);
+	cr_expect(strstr(gpud_job_error(job), "--set job.queue_size=0"), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "job.no_such_key", "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "no_such_key"), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "nodot=1", NULL), -1);
+	cr_expect(strstr(gpud_job_error(job), "expected SECTION.KEY=VALUE"), "%s",
+		  gpud_job_error(job));
+	/* A job file's bad line: file:line. */
+	char *path = t_write(dir, "bad.ini", "[job]\ngpus = 0\nworkers_per_gpu = many\n");
+	cr_expect_eq(gpud_job_load(job, path), -1);
+	char want[4200];
+	snprintf(want, sizeof want, "%s:3:", path);
+	cr_expect(strstr(gpud_job_error(job), want), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_load(job, "/no/such/job.ini"), -1);
+	cr_expect(strstr(gpud_job_error(job), "/no/such/job.ini"), "%s", gpud_job_error(job));
+	/* What the whole job lacks is said when it runs: status 2, nothing ran. */
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "gpus is required"), "%s", gpud_job_error(job));
+	free(path);
+	gpud_job_free(job);
+}
+
+Test(api, misuse_is_answered_with_errors)
+{
+	cr_expect_eq(gpud_job_load(NULL, "x.ini"), -1);
+	cr_expect_eq(gpud_job_set(NULL, "job.gpus", "0"), -1);
+	cr_expect_eq(gpud_job_set_generator(NULL, &feed_ops, NULL), -1);
+	cr_expect_eq(gpud_job_set_sink(NULL, &tally_ops, NULL), -1);
+	cr_expect_eq(gpud_job_run(NULL, NULL), -1);
+	cr_expect_eq(gpud_job_check(NULL, NULL), -1);
+	cr_expect_eq(gpud_job_status(NULL, NULL), -1);
+	cr_expect_null(gpud_job_stats(NULL));
+	cr_expect_null(gpud_job_stats_json(NULL));
+	cr_expect_not_null(gpud_job_error(NULL));
+	gpud_job_stop(NULL);
+	gpud_job_free(NULL);
+
+	gpud_job *job = gpud_job_new();
+	cr_expect_eq(gpud_job_load(job, NULL), -1);
+	cr_expect_eq(gpud_job_set(job, NULL, "1"), -1);
+	struct gpud_generator_ops no_next = {.size = sizeof no_next};
+	cr_expect_eq(gpud_job_set_generator(job, &no_next, NULL), -1);
+	cr_expect(strstr(gpud_job_error(job), "next is required"), "%s", gpud_job_error(job));
+	struct gpud_sink_ops tiny = {.size = 1};
+	cr_expect_eq(gpud_job_set_sink(job, &tiny, NULL), -1);
+	cr_expect(strstr(gpud_job_error(job), "too small"), "%s", gpud_job_error(job));
+	struct gpud_run_options bad = {.size = sizeof bad, .ui = (enum gpud_ui)7};
+	cr_expect_eq(gpud_job_run(job, &bad), -1);
+	cr_expect(strstr(gpud_job_error(job), "ui is 7"), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_api_version() >> 16, GPUD_API_MAJOR);
+	cr_expect_str_not_empty(gpud_version());
+	gpud_job_free(job);
+}
+
+Test(api, check_a_job_of_keys_with_callbacks)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 1, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	gpud_job *job = keys_job(dir, 0, false);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	cr_expect_eq(gpud_job_check(job, NULL), 0, "%s", gpud_job_error(job));
+	cr_expect_eq(atomic_load(&t.events), 0, "check runs nothing");
+	gpud_job_free(job);
+}
