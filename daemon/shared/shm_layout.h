@@ -231,7 +231,8 @@ struct shm_header {
 #define SHM_SLOT_GAP 256u
 #define SHM_EMPTY_GAP SHM_LINE
 
-	_Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
+/* The layout, checked where it is declared. */
+_Static_assert(sizeof(struct shm_rec) == SHM_REC_HDR, "record header is one line");
 _Static_assert(offsetof(struct shm_rec, seconds) == 24, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, check) == 32, "shm_rec layout");
 _Static_assert(offsetof(struct shm_rec, flags) == 20, "shm_rec layout");
