@@ -189,7 +189,7 @@ static void take_figures(struct ui *u, struct figures *f)
 	f->restarts = UI_READ(h->stats.worker_restarts);
 	f->setup_failures = UI_READ(h->stats.setup_failures);
 	f->in_flight = UI_READ(h->in_flight);
-	f->total = h->total;
+	f->total = UI_READ(h->total);
 	f->done = f->ok + f->failed + f->timed_out;
 	f->resumed = UI_READ(h->resumed); /* done by earlier runs: part of the whole job */
 	f->elapsed = seconds_since(h->t_start_ns);

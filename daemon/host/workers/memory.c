@@ -121,7 +121,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	atomic_store(&f->stop, 0);
 	w->window = 1;
 	w->task_seconds = 0;
-	w->state = HW_STARTING;
+	UI_SET(w->state, HW_STARTING);
 	w->timed_out = false;
 	w->cancelled = false;
 	w->corrupt = false;
