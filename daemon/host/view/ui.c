@@ -231,7 +231,7 @@ static const char *worker_status(struct host_worker *w, const char **color)
 		*color = C_YELLOW;
 		return UI_READ(w->restarts) ? "restarting" : "initializing";
 	case HW_READY:
-		if (atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed)) {
+		if (atomic_load_explicit(&UI_READ(w->rep)->busy_since_ns, memory_order_relaxed)) {
 			*color = C_GREEN;
 			return "processing";
 		}
@@ -416,11 +416,12 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	l_color(&l, color);
 	l_fmt(&l, "%-*.*s", k->status, k->status, status);
 	l_color(&l, C_RESET);
-	uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+	struct shm_report *rep = UI_READ(w->rep);
+	uint64_t since = atomic_load_explicit(&rep->busy_since_ns, memory_order_relaxed);
 	bool busy = UI_READ(w->state) == HW_READY && since;
 	if (busy)
 		l_fmt(&l, " %*llu", k->task,
-		      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
+		      (unsigned long long)atomic_load_explicit(&rep->cur_task,
 							       memory_order_relaxed));
 	else
 		l_fmt(&l, " %*s", k->task, "-");
