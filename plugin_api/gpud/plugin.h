@@ -21,6 +21,22 @@
  * Ownership, everywhere: the host owns every pointer it passes in (arguments, tasks,
  * inputs, result buffers, events); they are valid only during the call. A plugin owns
  * its `state` and frees it in its cleanup/close function.
+ *
+ * Threads (docs/architecture.md, Threads). A plugin needs no lock of its own:
+ *   worker     every call comes from its worker process's one calling thread (the
+ *              process's other thread, a watcher, never calls the plugin).
+ *   generator  every call comes from the host loop's thread, one at a time; none is
+ *              made while another is running.
+ *   sink       never two calls at once, but not always from the same thread: while a
+ *              gpud_generator_next call is blocked on the loop's thread, the host's
+ *              stand-in thread delivers the results that arrive meanwhile, so
+ *              gpud_sink_event (and, when the run ends during that call,
+ *              gpud_sink_close) can run on another thread while the generator is
+ *              still inside its call. A sink and a generator in one shared object
+ *              must not share unguarded state; a sink must not rely on thread-local
+ *              storage between calls. Calls on different threads are ordered by the
+ *              host (what one call wrote, the next one sees).
+ * No plugin is called from the dashboard's or the metrics thread.
  */
 #ifndef GPUD_PLUGIN_H
 #define GPUD_PLUGIN_H
@@ -297,7 +313,8 @@ gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 	return -1;
 }
 
-/** Required. Called once per worker process before any task. Allocate your state
+/** Required. Called once per worker process before any task, on the thread that makes
+ *  every later call of this process. Allocate your state
  *  (load the model...) and store it in *state. Returns 0, or -1 with err filled: the
  *  host reports a setup-failed event and runs on with the other workers. */
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
@@ -319,16 +336,19 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err);
 /* Generator plugins                                                                    */
 /* ---------------------------------------------------------------------------------- */
 
-/** Required. Opens the generator with its [generator] section. 0, or -1 with err. */
+/** Required. Opens the generator with its [generator] section, on the host loop's
+ *  thread (as every generator call). 0, or -1 with err. */
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 				    struct gpud_error *err);
 /** Required. Writes the next item into `item` (shared memory: no copy follows) and
- *  returns 1; returns 0 at the end of the stream, -1 with err on failure.
+ *  returns 1; it may block (results keep flowing to the sink meanwhile, from another
+ *  thread); it returns 0 at the end of the stream, -1 with err on failure.
  *  An item larger than item->capacity (= max_task_bytes): set item->size to the size
  *  needed and return 1 without writing; the host reports that task as failed with a
  *  message giving both sizes and goes on. */
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err);
-/** Optional. Frees the state; called once after the last next(). */
+/** Optional. Frees the state; called once after the last next(). Not called when the
+ *  run ended while a next() call had not returned (the call is left running). */
 GPUD_EXPORT void gpud_generator_close(void *state);
 /** Optional. The number of items the generator will yield, or -1 when unknown. */
 GPUD_EXPORT int64_t gpud_generator_total(void *state);
@@ -389,9 +409,12 @@ struct gpud_stats {
 	double elapsed; /* seconds, wall clock */
 };
 
-/** Required. Opens the sink with its [sink] section. 0, or -1 with err. */
+/** Required. Opens the sink with its [sink] section, on the host loop's thread, before
+ *  any other thread of the run starts. 0, or -1 with err. */
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err);
-/** Required. Receives one event. Returns 0, or -1 with err to abort the run. */
+/** Required. Receives one event. Never two calls at once; a call may come from the host
+ *  loop's thread or from its stand-in while the generator's next() is blocked (see
+ *  Threads above). Returns 0, or -1 with err to abort the run. */
 GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err);
 /** Optional. Called exactly once at the end of every run that opened the sink, with the
  *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3). */

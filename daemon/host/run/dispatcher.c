@@ -131,12 +131,12 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		}
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
 		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
-		w->last_seconds = sec;
+		UI_SET(w->last_seconds, sec);
 		if (h->metrics)
 			metrics_task(h->metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
-			w->ok++;
+			UI_ADD(w->ok, 1);
 			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
 		} else {
 			char msg[SHM_MSG_MAX + 1];
@@ -144,7 +144,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			memcpy(msg, payload, len);
 			msg[len] = '\0';
 			ui_clean(msg);
-			w->failed++;
+			UI_ADD(w->failed, 1);
 			events_outcome(h, w, t, input,
 				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL,
 				       0, msg, sec);
@@ -152,7 +152,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		w->task_free = t->pos + ring_span(t->size);
 		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
 		tasks_pop(w);
-		h->in_flight--;
+		UI_SET(h->in_flight, h->in_flight - 1);
 		n++;
 	}
 	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
@@ -269,14 +269,14 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 		events_skip(h, id);
 		return FED_DROPPED; /* progress: the loop must not sleep between slices */
 	}
-	h->stats.generated++;
+	UI_ADD(h->stats.generated, 1);
 	if (h->resuming && !h->first_new_ns)
 		h->first_new_ns = wait_now_ns(); /* the skipping is over */
 	if (item->size > c->max_task_bytes) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "task input of %zu bytes exceeds max_task_bytes (%u)",
 			 item->size, c->max_task_bytes);
-		h->stats.failed++;
+		UI_ADD(h->stats.failed, 1);
 		failures_add(h, id, 0, NULL, false, msg, false);
 		ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
 		struct gpud_event ev = {.kind = GPUD_TASK_ERROR,
@@ -391,7 +391,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		t->kind = REC_TASK;
 		tasks_push(w, &ent);
 		w->task_head += ring_span(ent.size);
-		h->in_flight++;
+		UI_ADD(h->in_flight, 1);
 		n++;
 		if (*slice_end)
 			break;

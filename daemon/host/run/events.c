@@ -168,7 +168,7 @@ void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
 
 void events_skip(struct host *h, uint64_t id)
 {
-	h->resumed++;
+	UI_ADD(h->resumed, 1);
 	if (!h->held)
 		return;
 	if (id != h->next_deliver) {
@@ -236,19 +236,19 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;
-		h->stats.retried++;
+		UI_ADD(h->stats.retried, 1);
 		tasks_requeue(h, &again, input, w ? w->index : -1);
 		return;
 	}
 	switch (kind) {
 	case GPUD_TASK_OK:
-		h->stats.ok++;
+		UI_ADD(h->stats.ok, 1);
 		break;
 	case GPUD_TASK_TIMEOUT:
-		h->stats.timed_out++;
+		UI_ADD(h->stats.timed_out, 1);
 		break;
 	default:
-		h->stats.failed++;
+		UI_ADD(h->stats.failed, 1);
 		break;
 	}
 	if (kind != GPUD_TASK_OK) {
@@ -292,7 +292,7 @@ static void uncount(struct host *h, int kind)
 		      : kind == GPUD_TASK_TIMEOUT ? &h->stats.timed_out
 						  : &h->stats.failed;
 	if (*n)
-		(*n)--;
+		UI_SET(*n, *n - 1);
 	h->sink_lost++;
 }
 

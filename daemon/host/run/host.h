@@ -18,18 +18,10 @@
 #include "run/standin.h"
 #include "run/tasks.h"
 #include "wait.h"
+#include "view/publish.h"
 #include "view/ui.h"
 #include "view/metrics.h"
 #include "record/journal.h"
-
-/* Fields the UI thread reads while the host writes them: aligned words, stored and
- * loaded whole. The UI reads them with relaxed atomic loads. */
-#define UI_READ(x)                                                                                 \
-	({                                                                                         \
-		__typeof__(x) ui_read_;                                                            \
-		__atomic_load(&(x), &ui_read_, __ATOMIC_RELAXED);                                  \
-		ui_read_;                                                                          \
-	})
 
 /* How a worker slot ended, for the dashboard. */
 enum hw_end { END_NONE, END_FINISHED, END_ERROR };

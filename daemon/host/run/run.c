@@ -222,7 +222,7 @@ static void count_not_run(struct host *h)
 	/* Whatever was generated and has no outcome did not run. */
 	uint64_t done = h->stats.ok + h->stats.failed + h->stats.timed_out + h->stats.not_run;
 	if (done < h->stats.generated)
-		h->stats.not_run += h->stats.generated - done;
+		UI_ADD(h->stats.not_run, h->stats.generated - done);
 }
 
 static void say_sink_not_closed(const char *what)
@@ -531,7 +531,7 @@ static int run_loop(struct host *h)
 			if (e < 0) {
 				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
 					h->worker_exe, strerror(-e));
-				h->w[k].state = HW_GONE;
+				UI_SET(h->w[k].state, HW_GONE);
 			}
 		}
 		dispatch(h);

@@ -198,9 +198,10 @@ static void *standin_main(void *arg)
 		/* The same call as a period ago: take over, unless it returns meanwhile. */
 		atomic_store_explicit(&g->taken, 1, memory_order_relaxed);
 		heavy_barrier(g);
-		if (atomic_load_explicit(&g->in_call, memory_order_relaxed) &&
+		/* The acquire pairs with gate_enter's release: what the loop wrote before
+		 * the call is ours to read and write now. */
+		if (atomic_load_explicit(&g->in_call, memory_order_acquire) &&
 		    atomic_load_explicit(&g->calls, memory_order_relaxed) == calls) {
-			atomic_thread_fence(memory_order_acquire);
 			bool sink = atomic_load_explicit(&g->sink, memory_order_relaxed);
 			if (sink ? !keep_watch(h, seen_ns) : !stand_in(h)) {
 				/* The run is over and the generator or the sink is still in its

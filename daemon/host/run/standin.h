@@ -79,9 +79,12 @@ void standin_stop(struct host *h);
 /* The loop's thread, after a call found the loop taken: waits for it back. */
 void standin_wait(struct host *h);
 
+/* The loop's thread, before a generator or sink call. The store is a release (a plain
+ * store on x86, as a relaxed one): a stand-in that sees the call (an acquire load) sees
+ * everything the loop wrote before it, which is what it takes over. */
 static inline void gate_enter(struct gate *g)
 {
-	atomic_store_explicit(&g->in_call, 1, memory_order_relaxed);
+	atomic_store_explicit(&g->in_call, 1, memory_order_release);
 	atomic_signal_fence(memory_order_seq_cst);
 }
 
@@ -96,7 +99,9 @@ static inline bool gate_leave(struct host *h, struct gate *g)
 		atomic_thread_fence(memory_order_seq_cst);
 	else
 		atomic_signal_fence(memory_order_seq_cst);
-	if (__builtin_expect(atomic_load_explicit(&g->taken, memory_order_relaxed) != 0, 0)) {
+	/* An acquire (a plain load on x86): a stand-in that ran the loop and gave it back
+	 * (taken 0, a release) before this look left everything it wrote visible here. */
+	if (__builtin_expect(atomic_load_explicit(&g->taken, memory_order_acquire) != 0, 0)) {
 		standin_wait(h);
 		return true;
 	}

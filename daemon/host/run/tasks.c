@@ -97,7 +97,7 @@ void tasks_drop_requeued(struct host *h)
 	while (h->rq_head) {
 		struct requeued *q = h->rq_head;
 		h->rq_head = q->next;
-		h->stats.not_run++;
+		UI_ADD(h->stats.not_run, 1);
 		failures_not_run(h, q->t.id, q->t.attempt);
 		free(q);
 	}

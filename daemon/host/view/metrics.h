@@ -8,7 +8,7 @@
  * The responder is a few dozen lines on its own thread, not libmicrohttpd: it answers
  * one short GET at a time over loopback, and a library (with its own threads, TLS and
  * a package to install on every node) would be the larger risk. The thread renders
- * from the host's counters with the dashboard's relaxed reads (UI_READ); the host loop
+ * from the host's published counters (view/publish.h); the host loop
  * pays one branch a result when metrics are off, and a histogram step when on.
  */
 #ifndef GPUD_METRICS_H
@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "view/publish.h"
 
 struct host;
 
@@ -48,15 +50,15 @@ static inline void metrics_task(struct metrics_hist *m, double seconds, uint32_t
 	unsigned i = 0;
 	while (i < METRICS_SEC_BUCKETS && seconds > metrics_sec_bounds[i])
 		i++;
-	m->sec[i]++;
-	m->sec_sum += seconds;
+	UI_ADD(m->sec[i], 1);
+	UI_ADD(m->sec_sum, seconds);
 	if (call) {
 		unsigned b = 0;
 		while (b < METRICS_BATCH_BUCKETS && call > (1u << b))
 			b++;
-		m->batch[b]++;
-		m->batch_sum += call;
-		m->batch_count++;
+		UI_ADD(m->batch[b], 1);
+		UI_ADD(m->batch_sum, call);
+		UI_ADD(m->batch_count, 1);
 	}
 }
 

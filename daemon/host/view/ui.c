@@ -196,7 +196,7 @@ static void take_figures(struct ui *u, struct figures *f)
 	f->restarts = UI_READ(h->stats.worker_restarts);
 	f->setup_failures = UI_READ(h->stats.setup_failures);
 	f->in_flight = UI_READ(h->in_flight);
-	f->total = h->total;
+	f->total = UI_READ(h->total);
 	f->done = f->ok + f->failed + f->timed_out;
 	f->resumed = UI_READ(h->resumed); /* done by earlier runs: part of the whole job */
 	f->elapsed = seconds_since(h->t_start_ns);
@@ -238,7 +238,7 @@ static const char *worker_status(struct host_worker *w, const char **color)
 		*color = C_YELLOW;
 		return UI_READ(w->restarts) ? "restarting" : "initializing";
 	case HW_READY:
-		if (atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed)) {
+		if (atomic_load_explicit(&UI_READ(w->rep)->busy_since_ns, memory_order_relaxed)) {
 			*color = C_GREEN;
 			return "processing";
 		}
@@ -314,23 +314,18 @@ static void new_line(struct line *l, const struct ui *u, int width)
 	l->color = u->color;
 }
 
-static void draw_dashboard(struct ui *u, bool final)
+/* Title: the job, the workers, elapsed, ETA. */
+static void dash_title(struct ui *u, struct frame *fr, const struct figures *f, int width,
+		       bool final)
 {
 	struct host *h = u->h;
-	struct figures f;
-	struct frame fr = {0};
 	struct line l;
 	char a[32], b[32];
-	int width = term_width(), height = term_height();
-
-	take_figures(u, &f);
-
-	/* Title: the job, the workers, elapsed, ETA. */
 	new_line(&l, u, width);
 	l_color(&l, C_BOLD);
 	l_text(&l, "gpud ");
 	l_color(&l, C_RESET);
-	fmt_duration(a, sizeof a, f.elapsed);
+	fmt_duration(a, sizeof a, f->elapsed);
 	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->n_workers,
 	      h->cfg->n_gpus, a);
 	if (h->cfg->ranks > 1)
@@ -338,23 +333,27 @@ static void draw_dashboard(struct ui *u, bool final)
 	if (python_chosen())
 		l_fmt(&l, "  |  Python %s %s", python_chosen()->version,
 		      python_chosen()->executable);
-	if (f.eta >= 0 && !final) {
-		fmt_duration(b, sizeof b, f.eta);
+	if (f->eta >= 0 && !final) {
+		fmt_duration(b, sizeof b, f->eta);
 		l_fmt(&l, "  |  ETA %s", b);
 	}
 	if (final)
 		l_text(&l, h->abort ? "  |  aborted" : "  |  done");
-	frame_add(&fr, &l);
+	frame_add(fr, &l);
+}
 
-	/* Progress. */
+/* Progress: a bar when the total is known, else the count. */
+static void dash_progress(struct ui *u, struct frame *fr, const struct figures *f, int width)
+{
+	struct line l;
 	new_line(&l, u, width);
-	if (f.total > 0) {
+	if (f->total > 0) {
 		int bar = width - 40;
 		if (bar > 50)
 			bar = 50;
 		if (bar < 10)
 			bar = 10;
-		double frac = (double)(f.done + f.resumed) / (double)f.total;
+		double frac = (double)(f->done + f->resumed) / (double)f->total;
 		if (frac > 1)
 			frac = 1;
 		int full = (int)(frac * bar);
@@ -366,35 +365,41 @@ static void draw_dashboard(struct ui *u, bool final)
 		for (int i = full; i < bar; i++)
 			l_text(&l, "-");
 		l_color(&l, C_RESET);
-		l_fmt(&l, "] %llu/%lld  %.1f%%", (unsigned long long)(f.done + f.resumed),
-		      (long long)f.total, frac * 100);
-		if (f.resumed)
-			l_fmt(&l, "  (%llu done before this run)", (unsigned long long)f.resumed);
+		l_fmt(&l, "] %llu/%lld  %.1f%%", (unsigned long long)(f->done + f->resumed),
+		      (long long)f->total, frac * 100);
+		if (f->resumed)
+			l_fmt(&l, "  (%llu done before this run)", (unsigned long long)f->resumed);
 	} else {
-		l_fmt(&l, "%llu done (total unknown)", (unsigned long long)f.done);
+		l_fmt(&l, "%llu done (total unknown)", (unsigned long long)f->done);
 	}
-	frame_add(&fr, &l);
+	frame_add(fr, &l);
+}
 
-	/* Outcomes, speed, queue. */
+/* Outcomes, speed, queue. */
+static void dash_outcomes(struct ui *u, struct frame *fr, const struct figures *f, int width)
+{
+	struct line l;
 	new_line(&l, u, width);
 	l_color(&l, C_GREEN);
-	l_fmt(&l, "ok %llu", (unsigned long long)f.ok);
-	l_color(&l, f.failed ? C_RED : C_RESET);
-	l_fmt(&l, "  failed %llu", (unsigned long long)f.failed);
-	l_color(&l, f.timed_out ? C_YELLOW : C_RESET);
-	l_fmt(&l, "  timed out %llu", (unsigned long long)f.timed_out);
+	l_fmt(&l, "ok %llu", (unsigned long long)f->ok);
+	l_color(&l, f->failed ? C_RED : C_RESET);
+	l_fmt(&l, "  failed %llu", (unsigned long long)f->failed);
+	l_color(&l, f->timed_out ? C_YELLOW : C_RESET);
+	l_fmt(&l, "  timed out %llu", (unsigned long long)f->timed_out);
 	l_color(&l, C_RESET);
-	if (f.not_run)
-		l_fmt(&l, "  not run %llu", (unsigned long long)f.not_run);
-	if (f.retried)
-		l_fmt(&l, "  retried %llu", (unsigned long long)f.retried);
-	l_fmt(&l, "  |  %.0f/s now, %.0f/s overall  |  queue %llu/%u", f.rate_now, f.rate_all,
-	      (unsigned long long)f.in_flight, h->cfg->queue_size);
-	frame_add(&fr, &l);
+	if (f->not_run)
+		l_fmt(&l, "  not run %llu", (unsigned long long)f->not_run);
+	if (f->retried)
+		l_fmt(&l, "  retried %llu", (unsigned long long)f->retried);
+	l_fmt(&l, "  |  %.0f/s now, %.0f/s overall  |  queue %llu/%u", f->rate_now, f->rate_all,
+	      (unsigned long long)f->in_flight, u->h->cfg->queue_size);
+	frame_add(fr, &l);
+}
 
-	/* One row per worker, as many as the terminal holds. Below UI_WIDE columns the
-	 * timings go and the rest narrows, so the outcome columns always show. */
-	const struct columns *k = width < UI_WIDE ? &narrow_columns : &wide_columns;
+/* The worker table's heading. */
+static void dash_table_head(struct ui *u, struct frame *fr, const struct columns *k, int width)
+{
+	struct line l;
 	new_line(&l, u, width);
 	l_color(&l, C_BOLD);
 	l_fmt(&l, "%*s %*s  %-*s %*s", k->gpu, "GPU", k->worker, k->worker_name, k->status,
@@ -405,62 +410,85 @@ static void draw_dashboard(struct ui *u, bool final)
 	      k->restarts_name);
 	if (u->nvml)
 		l_fmt(&l, " %5s %15s", "UTIL", "MEMORY");
-	frame_add(&fr, &l);
+	frame_add(fr, &l);
+}
+
+/* One worker's row: status, its task and timings, its counts, its GPU's NVML figures. */
+static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *w,
+			    const struct columns *k, int width)
+{
+	struct line l;
+	char a[32], b[32];
+	const char *color;
+	const char *status = worker_status(w, &color);
+	new_line(&l, u, width);
+	l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
+	l_color(&l, color);
+	l_fmt(&l, "%-*.*s", k->status, k->status, status);
+	l_color(&l, C_RESET);
+	struct shm_report *rep = UI_READ(w->rep);
+	uint64_t since = atomic_load_explicit(&rep->busy_since_ns, memory_order_relaxed);
+	bool busy = UI_READ(w->state) == HW_READY && since;
+	if (busy)
+		l_fmt(&l, " %*llu", k->task,
+		      (unsigned long long)atomic_load_explicit(&rep->cur_task,
+							       memory_order_relaxed));
+	else
+		l_fmt(&l, " %*s", k->task, "-");
+	if (k->timings) {
+		double last = UI_READ(w->last_seconds);
+		if (busy)
+			fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
+		else
+			snprintf(a, sizeof a, "-");
+		if (last > 0)
+			fmt_short(b, sizeof b, last);
+		else
+			snprintf(b, sizeof b, "-");
+		l_fmt(&l, " %9s %9s", a, b);
+	}
+	uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
+	l_fmt(&l, " %*llu", k->ok, (unsigned long long)UI_READ(w->ok));
+	l_color(&l, wf ? C_RED : C_RESET);
+	l_fmt(&l, " %6llu", (unsigned long long)wf);
+	l_color(&l, wt ? C_YELLOW : C_RESET);
+	l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
+	l_color(&l, C_RESET);
+	l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
+	struct nvml_sample ns;
+	if (u->nvml && nvml_sample(u->nvml, host_bus_id(u->h, w->gpu_id), w->gpu_id, &ns) == 0)
+		l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);
+	frame_add(fr, &l);
+}
+
+/* One row per worker, as many as the terminal holds. Below UI_WIDE columns the timings
+ * go and the rest narrows, so the outcome columns always show. */
+static void dash_workers(struct ui *u, struct frame *fr, int width, int height)
+{
+	struct host *h = u->h;
+	const struct columns *k = width < UI_WIDE ? &narrow_columns : &wide_columns;
+	dash_table_head(u, fr, k, width);
 	int room = height - 10;
 	unsigned shown = 0;
 	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
 		if ((int)shown >= room && i + 1 < h->n_workers) {
+			struct line l;
 			new_line(&l, u, width);
 			l_fmt(&l, "  ... %u more workers (a taller terminal shows them)",
 			      h->n_workers - i);
-			frame_add(&fr, &l);
+			frame_add(fr, &l);
 			break;
 		}
-		const char *color;
-		const char *status = worker_status(w, &color);
-		new_line(&l, u, width);
-		l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
-		l_color(&l, color);
-		l_fmt(&l, "%-*.*s", k->status, k->status, status);
-		l_color(&l, C_RESET);
-		uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
-		bool busy = UI_READ(w->state) == HW_READY && since;
-		if (busy)
-			l_fmt(&l, " %*llu", k->task,
-			      (unsigned long long)atomic_load_explicit(&w->rep->cur_task,
-								       memory_order_relaxed));
-		else
-			l_fmt(&l, " %*s", k->task, "-");
-		if (k->timings) {
-			double last = UI_READ(w->last_seconds);
-			if (busy)
-				fmt_short(a, sizeof a, (double)(wait_now_ns() - since) * 1e-9);
-			else
-				snprintf(a, sizeof a, "-");
-			if (last > 0)
-				fmt_short(b, sizeof b, last);
-			else
-				snprintf(b, sizeof b, "-");
-			l_fmt(&l, " %9s %9s", a, b);
-		}
-		uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
-		l_fmt(&l, " %*llu", k->ok, (unsigned long long)UI_READ(w->ok));
-		l_color(&l, wf ? C_RED : C_RESET);
-		l_fmt(&l, " %6llu", (unsigned long long)wf);
-		l_color(&l, wt ? C_YELLOW : C_RESET);
-		l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
-		l_color(&l, C_RESET);
-		l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
-		struct nvml_sample ns;
-		if (u->nvml && nvml_sample(u->nvml, host_bus_id(h, w->gpu_id), w->gpu_id, &ns) == 0)
-			l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9,
-			      ns.mem_total / 1e9);
-		frame_add(&fr, &l);
+		dash_worker_row(u, fr, &h->w[i], k, width);
 		shown++;
 	}
+}
 
-	/* The last messages: failures, worker deaths. */
+/* The last messages (failures, worker deaths), and where the workers' output is. */
+static void dash_notes(struct ui *u, struct frame *fr, int width, int height)
+{
+	struct host *h = u->h;
+	struct line l;
 	pthread_mutex_lock(&h->notes.lock);
 	uint64_t count = h->notes.count;
 	uint64_t first = count > DASH_NOTES ? count - DASH_NOTES : 0;
@@ -468,13 +496,13 @@ static void draw_dashboard(struct ui *u, bool final)
 		new_line(&l, u, width);
 		l_color(&l, C_BOLD);
 		l_text(&l, "recent:");
-		frame_add(&fr, &l);
+		frame_add(fr, &l);
 	}
-	for (uint64_t k = first; k < count && (int)(fr.lines) < height - 2; k++) {
+	for (uint64_t k = first; k < count && (int)(fr->lines) < height - 2; k++) {
 		new_line(&l, u, width);
 		l_color(&l, h->notes.error[k % HOST_NOTES] ? C_RED : C_YELLOW);
 		l_fmt(&l, "  %s", h->notes.text[k % HOST_NOTES]);
-		frame_add(&fr, &l);
+		frame_add(fr, &l);
 	}
 	pthread_mutex_unlock(&h->notes.lock);
 
@@ -482,23 +510,26 @@ static void draw_dashboard(struct ui *u, bool final)
 		new_line(&l, u, width);
 		l_color(&l, C_DIM);
 		l_fmt(&l, "worker output: %s/worker-<id>.log", h->log_dir);
-		frame_add(&fr, &l);
+		frame_add(fr, &l);
 	}
+}
 
-	/* One write: back over the last frame, the new one, then clear what it left. */
+/* One write: back over the last frame, the new one, then clear what it left. */
+static void dash_write(struct ui *u, const struct frame *fr, bool final)
+{
 	char head[64];
 	int n = 0;
 	if (u->prev_lines)
 		n = snprintf(head, sizeof head, "\033[?25l\r\033[%dA", u->prev_lines);
 	else
 		n = snprintf(head, sizeof head, "\033[?25l");
-	char *out = malloc((size_t)n + fr.len + 32);
+	char *out = malloc((size_t)n + fr->len + 32);
 	if (out) {
 		size_t len = 0;
 		memcpy(out, head, (size_t)n);
 		len = (size_t)n;
-		memcpy(out + len, fr.buf, fr.len);
-		len += fr.len;
+		memcpy(out + len, fr->buf, fr->len);
+		len += fr->len;
 		len += (size_t)snprintf(out + len, 32, "\033[J%s", final ? "\033[?25h" : "");
 		for (size_t off = 0; off < len;) {
 			ssize_t w = write(ui_fd(u->h), out + off, len - off);
@@ -510,7 +541,23 @@ static void draw_dashboard(struct ui *u, bool final)
 		}
 		free(out);
 	}
-	u->prev_lines = fr.lines;
+	u->prev_lines = fr->lines;
+}
+
+/* A frame of the dashboard: heading lines, the worker table, the last messages. */
+static void draw_dashboard(struct ui *u, bool final)
+{
+	struct figures f;
+	struct frame fr = {0};
+	int width = term_width(), height = term_height();
+
+	take_figures(u, &f);
+	dash_title(u, &fr, &f, width, final);
+	dash_progress(u, &fr, &f, width);
+	dash_outcomes(u, &fr, &f, width);
+	dash_workers(u, &fr, width, height);
+	dash_notes(u, &fr, width, height);
+	dash_write(u, &fr, final);
 	free(fr.buf);
 }
 

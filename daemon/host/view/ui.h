@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What a run shows while it runs: the live dashboard, plain progress lines, or nothing.
- * The UI runs in a thread of its own and only reads: the host's counters (relaxed
- * loads of fields only the host writes) and each worker's control block in shared
- * memory. Rendering never blocks the host loop, and costs it nothing per task.
+ * The UI runs in a thread of its own and only reads: the host's published counters
+ * (view/publish.h: relaxed atomic loads of fields the loop stores atomically) and each
+ * worker's control block in shared memory. Rendering never blocks the host loop, and costs it
+ * nothing per task.
  */
 #ifndef GPUD_UI_H
 #define GPUD_UI_H

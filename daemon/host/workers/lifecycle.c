@@ -41,7 +41,7 @@
 #define LIFECYCLE_STOP_MIN_NS 200000000u
 #define LIFECYCLE_HOLD_NS 20000000u
 
-volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
+_Atomic sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
 static _Atomic uint32_t *sig_bell;
 /* The bell for gpud_job_stop, from any thread: host_restore_signals waits until no
  * ringer holds it before the page goes. */
@@ -55,9 +55,10 @@ static void on_signal(int sig)
 		host_sigchld = 1;
 	else if (sig == SIGTSTP)
 		host_sigtstp = 1;
-	else if (sig == SIGCONT)
-		host_sigcont = 1, host_conts++;
-	else
+	else if (sig == SIGCONT) {
+		host_sigcont = 1;
+		host_conts++;
+	} else
 		host_interrupts++;
 	if (sig_bell) {
 		atomic_fetch_add(sig_bell, 1);
@@ -241,11 +242,11 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
-	h->stats.setup_failures++;
+	UI_ADD(h->stats.setup_failures, 1);
 	ui_say(h, UI_EVENT, "worker %d (GPU %d) setup failed: %s", w->index, w->gpu_id, why);
 	events_worker(h, GPUD_SETUP_FAILED, w, why);
-	w->end = END_ERROR;
-	w->state = HW_GONE;
+	UI_SET(w->end, END_ERROR);
+	UI_SET(w->state, HW_GONE);
 }
 
 void lifecycle_poll(struct host *h, struct host_worker *w)
@@ -253,7 +254,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 	char msg[SHM_MSG_MAX];
 	uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_acquire);
 	if (s == WS_READY) {
-		w->state = HW_READY;
+		UI_SET(w->state, HW_READY);
 		h->ever_ready = true;
 		w->window = 1; /* until its first results tell how long its tasks take */
 	} else if (s == WS_SETUP_FAILED) {
@@ -326,15 +327,15 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		bool in_call = t.pos - w->task_free >= from - w->task_free &&
 			       t.pos - w->task_free < to - w->task_free;
 		tasks_pop(w);
-		h->in_flight--;
+		UI_SET(h->in_flight, h->in_flight - 1);
 		if (h->killing) {
-			h->stats.not_run++;
+			UI_ADD(h->stats.not_run, 1);
 			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */
 			if (++t.strikes >= TASK_MAX_STRIKES) {
-				w->failed++;
+				UI_ADD(w->failed, 1);
 				snprintf(msg, sizeof msg,
 					 "its worker was killed %u times while running it "
 					 "(last: worker %d (GPU %d) %s)",
@@ -345,7 +346,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			}
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
-				w->timeouts++;
+				UI_ADD(w->timeouts, 1);
 				snprintf(msg, sizeof msg,
 					 "timed out after %g s on worker %d (GPU %d)",
 					 h->cfg->task_timeout, w->index, w->gpu_id);
@@ -354,7 +355,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
-				w->failed++;
+				UI_ADD(w->failed, 1);
 				/* A task that crashed a worker before is the likely culprit:
 				 * this restart is its, not the GPU's. */
 				if (t.crashes++ > 0)
@@ -401,7 +402,7 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 		struct task_ent t = *tasks_front(w);
 		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
 		tasks_pop(w);
-		h->in_flight--;
+		UI_SET(h->in_flight, h->in_flight - 1);
 	}
 	w->task_free = w->task_head;
 }
@@ -410,7 +411,7 @@ static void restart(struct host *h, struct host_worker *w)
 {
 	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
 	if (h->killing || h->stopping || h->interrupted || h->retired[slot]) {
-		w->state = HW_GONE;
+		UI_SET(w->state, HW_GONE);
 		return;
 	}
 	bool free_restart = w->free_restart;
@@ -421,14 +422,14 @@ static void restart(struct host *h, struct host_worker *w)
 			 "GPU %d retired: its workers were restarted %u times "
 			 "(max_worker_restarts = %u)",
 			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
-		w->state = HW_GONE;
-		w->end = END_ERROR;
-		h->retired[slot] = true;
+		UI_SET(w->state, HW_GONE);
+		UI_SET(w->end, END_ERROR);
+		UI_SET(h->retired[slot], true);
 		/* Its other workers finish what they hold, then leave too. */
 		for (unsigned i = 0; i < h->n_workers; i++) {
 			struct host_worker *o = &h->w[i];
 			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
-				o->state = HW_STOPPING;
+				UI_SET(o->state, HW_STOPPING);
 				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
 				wait_ring(shm_worker_bell(o));
 			}
@@ -439,15 +440,15 @@ static void restart(struct host *h, struct host_worker *w)
 	}
 	if (!free_restart)
 		h->restarts[slot]++;
-	h->stats.worker_restarts++;
-	w->restarts++;
+	UI_ADD(h->stats.worker_restarts, 1);
+	UI_ADD(w->restarts, 1);
 	int rc = shm_renew_worker(h, w);
 	if (rc == 0)
 		rc = spawn_worker(h, w);
 	if (rc < 0) {
 		ui_say(h, UI_EVENT, "cannot restart worker %d: %s", w->index, strerror(-rc));
-		w->end = END_ERROR;
-		w->state = HW_GONE;
+		UI_SET(w->end, END_ERROR);
+		UI_SET(w->state, HW_GONE);
 	}
 }
 
@@ -496,13 +497,13 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 				 w->gpu_id, how);
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
-			w->end = END_ERROR;
+			UI_SET(w->end, END_ERROR);
 			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
 			ui_say(h, UI_EVENT, "worker %d (GPU %d) cleanup failed: %s", w->index,
 			       w->gpu_id, wmsg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
-			w->end = END_ERROR;
+			UI_SET(w->end, END_ERROR);
 			snprintf(msg, sizeof msg,
 				 "worker %d (GPU %d): cleanup did not finish within "
 				 "%g s; killed",
@@ -516,8 +517,8 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
 		if (w->end == END_NONE)
-			w->end = END_FINISHED;
-		w->state = HW_GONE;
+			UI_SET(w->end, END_FINISHED);
+		UI_SET(w->state, HW_GONE);
 		return;
 	case HW_READY:
 		crashed(h, w, status);
@@ -764,14 +765,14 @@ void lifecycle_stop_all(struct host *h)
 		if (w->state == HW_STARTING && w->pid > 0) {
 			/* Every task has its outcome: a setup still running can only delay
 			 * the end (it may be minutes of model loading). */
-			w->state = HW_STOPPING;
+			UI_SET(w->state, HW_STOPPING);
 			w->cancelled = true;
 			kill_worker(w);
 			continue;
 		}
 		if (w->state != HW_READY)
 			continue;
-		w->state = HW_STOPPING;
+		UI_SET(w->state, HW_STOPPING);
 		atomic_store_explicit(&w->feed->stop, 1, memory_order_release);
 		wait_ring(shm_worker_bell(w));
 	}
@@ -785,7 +786,7 @@ void lifecycle_kill_all(struct host *h)
 		struct host_worker *w = &h->w[i];
 		if (w->pid > 0) {
 			if (w->state == HW_READY || w->state == HW_STARTING)
-				w->state = HW_STOPPING;
+				UI_SET(w->state, HW_STOPPING);
 			kill_worker(w);
 		}
 	}

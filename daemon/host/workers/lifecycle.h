@@ -33,8 +33,11 @@ unsigned lifecycle_sweep(void);
 
 /* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts, counted), SIGTSTP (stop the job),
  * SIGCONT (the job goes on; counted in host_conts, which tells a stop from outside from
- * a busy host in lifecycle_timeouts: time stopped does not count against any bound). */
-extern volatile sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
+ * a busy host in lifecycle_timeouts: time stopped does not count against any bound).
+ * Atomics, not volatile: the handler runs on whichever thread the signal lands on (the
+ * loop's or the stand-in's), and either may be reading them. Lock-free, so safe in a
+ * handler. */
+extern _Atomic sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
 /* Installs the run's handlers (keep: SIGCHLD's alone, the others stay the caller's),
  * saving the dispositions it replaces for host_restore_signals. */
 void host_install_signals(struct host *h, bool keep);

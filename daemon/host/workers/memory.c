@@ -107,7 +107,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	if (w->out_fd >= 0)
 		close(w->out_fd);
 	w->out_fd = fd;
-	w->rep = m;
+	UI_SET(w->rep, m); /* the same address after the first: read by the dashboard */
 	w->results = (struct ring){(uint8_t *)m + SHM_OUT_RING_OFF, w->feed->result_ring_cap,
 				   SHM_SLOT_GAP};
 
@@ -121,7 +121,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	atomic_store(&f->stop, 0);
 	w->window = 1;
 	w->task_seconds = 0;
-	w->state = HW_STARTING;
+	UI_SET(w->state, HW_STARTING);
 	w->timed_out = false;
 	w->cancelled = false;
 	w->corrupt = false;

@@ -121,7 +121,7 @@ int spawn_worker(struct host *h, struct host_worker *w)
 		return -rc;
 	}
 	w->spawned_ns = wait_now_ns();
-	w->state = HW_STARTING;
+	UI_SET(w->state, HW_STARTING);
 	return 0;
 }
 
