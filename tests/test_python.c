@@ -94,7 +94,10 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	EXPECT_LINE(out, 6, "\"attempt\": 0"); /* rejected: not retried */
 	EXPECT_LINE(out, 7, "result of 5000 bytes exceeds max_result_bytes (4096)");
 	EXPECT_LINE(out, 8, "SystemExit: 3");
-	EXPECT_LINE(out, 9, "cannot be a result");
+	EXPECT_LINE(out, 9, "python: W.process() (");
+	EXPECT_LINE(
+		out, 9,
+		"w.py:6) returned a object that JSON cannot hold (result = auto): result is a builtins.object");
 	EXPECT_LINE(out, 10, "\"result\": \"10\""); /* the input itself, returned */
 	EXPECT_LINE(out, 11, "\"result\": \"mv11\"");
 	/* print() goes where worker output goes: prefixed in plain mode. */
@@ -291,6 +294,105 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	EXPECT_LINE(out, 77, "kept a view of its input past the call");
 	EXPECT_LINE(out, 78, "\"result\": \"ACE\""); /* a strided array, laid out */
 	free(out);
+	free(err);
+}
+
+/* Writes w.py: a class W whose results JSON cannot hold (a NumPy array in a dict, a set, a
+ * tuple holding an array). */
+static void write_unjsonable_worker(const char *dir)
+{
+	free(t_write(dir, "w.py",
+		     "import numpy as np\n"
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "    def process(self, data):\n"
+		     "        n = int(bytes(data))\n"
+		     "        if n == 0: return {'emb': np.arange(3, dtype=np.float32), 'n': n}\n"
+		     "        if n == 1: return {1, 2, 3}\n"
+		     "        if n == 2: return None\n"
+		     "        return (n, np.full((2, 2), n, dtype=np.int64))\n"));
+}
+
+Test(python, results_that_json_cannot_hold_are_pickled_or_named, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+		cr_skip_test(
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
+	write_unjsonable_worker(dir);
+	/* result = pickle in both: the sink gets the objects process() returned. */
+	free(t_write(
+		dir, "cb.py",
+		"import json, os\n"
+		"f = open(os.path.join(os.path.dirname(__file__), 'log'), 'w')\n"
+		"def on_success(task_id, result, worker_id):\n"
+		"    if task_id == 0: r = [type(result['emb']).__name__,\n"
+		"                         str(result['emb'].dtype), result['emb'].tolist(), result['n']]\n"
+		"    elif task_id == 1: r = [type(result).__name__, sorted(result)]\n"
+		"    elif task_id == 2: r = [repr(result)]\n"
+		"    else: r = [type(result).__name__, result[0], result[1].tolist()]\n"
+		"    f.write(json.dumps([task_id] + r) + '\\n')\n"
+		"def on_exit():\n"
+		"    f.close()\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = pickle\n"
+		    "[generator]\nplugin = range\nstop = 5\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nresult = pickle\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(log, "[0, \"ndarray\", \"float32\", [0.0, 1.0, 2.0], 0]\n"), "%s", log);
+	cr_expect(strstr(log, "[1, \"set\", [1, 2, 3]]\n"), "%s", log);
+	cr_expect(strstr(log, "[2, \"None\"]\n"), "%s", log);
+	cr_expect(strstr(log, "[4, \"tuple\", 4, [[4, 4], [4, 4]]]\n"), "%s", log);
+	free(log);
+	free(err);
+
+	/* As JSON (the default, auto, and result = json): each fails naming W.process, where
+	 * in the result the culprit is, and what to return instead; no json/encoder.py. */
+	const char *modes[] = {"auto", "json"};
+	for (int m = 0; m < 2; m++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		       "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = %s\n"
+		       "[generator]\nplugin = range\nstop = 4\n"
+		       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		       modes[m]);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+		char *out = t_read_in(dir, "out.jsonl");
+		cr_assert(out);
+		char want[200];
+		snprintf(want, sizeof want,
+			 "python: W.process() (%s/w.py:4) returned a dict that JSON cannot hold "
+			 "(result = %s): result['emb'] is a numpy.ndarray",
+			 dir, modes[m]);
+		EXPECT_LINE(out, 0, want);
+		EXPECT_LINE(out, 0, "or set [worker] result = pickle");
+		EXPECT_LINE(out, 1, "returned a set that JSON cannot hold");
+		EXPECT_LINE(out, 1, "result is a builtins.set");
+		EXPECT_LINE(out, 3, "result[1] is a numpy.ndarray");
+		EXPECT_LINE(out, 2, m == 0 ? "\"result\": \"\"" : "\"result\": \"null\"");
+		cr_expect(!strstr(out, "encoder.py"), "%s", out);
+		free(out);
+	}
+	/* result = bytes says what it takes; an unknown mode is refused before tasks run. */
+	t_jobf(dir, "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = bytes\n"
+		    "[generator]\nplugin = range\nstop = 2\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 1, "returned a set: result = bytes takes bytes");
+	free(out);
+	t_jobf(dir, "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = pickel\n"
+		    "[generator]\nplugin = range\nstop = 2\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "[worker] result = 'pickel': expected auto, pickle, json or bytes"),
+		  "%s", err);
 	free(err);
 }
 

@@ -9,7 +9,9 @@
  *   class = Callbacks           ; made with every other key as a keyword (a str);
  *                               ; without class, the module's own functions are used
  *   result = auto               ; what on_success gets: auto (str when the bytes are
- *                               ; UTF-8, else bytes), bytes, str or json (decoded)
+ *                               ; UTF-8, else bytes), bytes, str, json (decoded) or
+ *                               ; pickle (the object a worker with result = pickle
+ *                               ; returned)
  *   python_path = ./src         ; optional, prepended to sys.path
  *
  *   on_success(task_id, result, worker_id)     on_error(task_id, error, worker_id)
@@ -31,7 +33,8 @@
 
 static const char *const our_keys[] = {"script", "module", "class", "python_path", "result", NULL};
 
-enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON };
+enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON, RES_PICKLE };
+static const char *const result_names[] = {"auto", "bytes", "str", "json", "pickle"};
 
 enum { CB_SUCCESS, CB_ERROR, CB_TIMEOUT, CB_SETUP_FAIL, CB_TASK_START, CB_EXIT, CB_N };
 static const char *const cb_names[CB_N] = {"on_success",    "on_error",      "on_timeout",
@@ -40,6 +43,7 @@ static const char *const cb_names[CB_N] = {"on_success",    "on_error",      "on
 struct py_sink {
 	PyObject *cb[CB_N];
 	PyObject *json_loads;
+	PyObject *pickle_loads; /* result = pickle */
 	enum result_mode result;
 	int exit_args; /* parameters on_exit takes: 0 or 1 */
 };
@@ -49,6 +53,7 @@ static void release_all(struct py_sink *s)
 	for (int i = 0; i < CB_N; i++)
 		Py_XDECREF(s->cb[i]);
 	Py_XDECREF(s->json_loads);
+	Py_XDECREF(s->pickle_loads);
 	free(s);
 }
 
@@ -74,9 +79,12 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 		s->result = RES_STR;
 	else if (!strcmp(res, "json"))
 		s->result = RES_JSON;
+	else if (!strcmp(res, "pickle"))
+		s->result = RES_PICKLE;
 	else {
 		free(s);
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+		return gpud_fail(err,
+				 "python: result = '%s': expected auto, bytes, str, json or pickle",
 				 res);
 	}
 	if (py_start(gpud_module_init, true, err) < 0) {
@@ -145,7 +153,12 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 		Py_XDECREF(params);
 		Py_XDECREF(sig);
 	}
-	if (!s->json_loads) {
+	if (s->json_loads && s->result == RES_PICKLE) {
+		PyObject *pickle = PyImport_ImportModule("pickle");
+		s->pickle_loads = pickle ? PyObject_GetAttrString(pickle, "loads") : NULL;
+		Py_XDECREF(pickle);
+	}
+	if (!s->json_loads || (s->result == RES_PICKLE && !s->pickle_loads)) {
 		Py_XDECREF(py_take_error(why, sizeof why));
 		gpud_fail(err, "python: %s", why);
 		goto out;
@@ -184,6 +197,13 @@ static PyObject *result_object(struct py_sink *s, const struct gpud_event *ev)
 	Py_ssize_t n = (Py_ssize_t)ev->result_size;
 	if (s->result == RES_BYTES)
 		return PyBytes_FromStringAndSize(p, n);
+	if (s->result == RES_PICKLE) {
+		/* Straight from the shared memory: no bytes object in between. */
+		PyObject *mv = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+		PyObject *v = mv ? py_call1(s->pickle_loads, mv) : NULL;
+		Py_XDECREF(mv);
+		return v;
+	}
 	PyObject *str = PyUnicode_DecodeUTF8(p, n, "strict");
 	if (!str && s->result == RES_AUTO) {
 		PyErr_Clear();
@@ -243,7 +263,13 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 		if (!r) {
 			char why[900];
 			Py_XDECREF(py_take_error(why, sizeof why));
-			rc = gpud_fail(err, "python: %s raised %s", cb_names[cb], why);
+			if (!a && cb == CB_SUCCESS)
+				rc = gpud_fail(err,
+					       "python: task %llu's result cannot be made for "
+					       "on_success (result = %s): %s",
+					       id, result_names[s->result], why);
+			else
+				rc = gpud_fail(err, "python: %s raised %s", cb_names[cb], why);
 		}
 	}
 	Py_XDECREF(r);

@@ -202,8 +202,9 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 {
 	const char *res = gpud_arg(args, "result", "auto");
 	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") &&
-	    strcmp(res, "json"))
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+	    strcmp(res, "json") && strcmp(res, "pickle"))
+		return gpud_fail(err,
+				 "python: result = '%s': expected auto, bytes, str, json or pickle",
 				 res);
 	return check_source(args, NULL, err);
 }
