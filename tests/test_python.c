@@ -396,6 +396,82 @@ Test(python, results_that_json_cannot_hold_are_pickled_or_named, .timeout = 120)
 	free(err);
 }
 
+/* The ids of the ("ok", id) lines of log (JSON lists, one a line) into seen[], counted. */
+static void count_ok(const char *log, int *seen, int n)
+{
+	for (const char *p = log; p && (p = strstr(p, "[\"ok\", ")); p++) {
+		int id = atoi(p + 7);
+		if (id >= 0 && id < n)
+			seen[id]++;
+	}
+}
+
+Test(python, callbacks_are_told_how_the_run_ended_and_what_a_resume_skips, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "    def process(self, data):\n"
+		     "        if bytes(data) == b'2': raise ValueError('two')\n"
+		     "        return data\n"));
+	free(t_write(dir, "cb.py",
+		     "import json, os\n"
+		     "here = os.path.dirname(__file__)\n"
+		     "log = open(os.path.join(here, 'log'), 'a')\n"
+		     "def w(*a):\n"
+		     "    log.write(json.dumps(a) + '\\n')\n"
+		     "    log.flush()\n"
+		     "def on_resume(done):\n"
+		     "    w('resume', list(done), sorted(done.failed), len(done), 2 in done,\n"
+		     "      19 in done, repr(done).split('(')[0])\n"
+		     "def on_success(task_id, result, worker_id):\n"
+		     "    if task_id == 5 and os.path.exists(os.path.join(here, 'fail')):\n"
+		     "        os.remove(os.path.join(here, 'fail'))\n"
+		     "        raise IOError('disk full')\n"
+		     "    w('ok', task_id)\n"
+		     "def on_error(task_id, error, worker_id):\n"
+		     "    w('error', task_id)\n"
+		     "def on_exit(stats):\n"
+		     "    w('exit', stats['exit_status'], stats['abort_reason'], stats['ok'])\n"));
+	free(t_write(dir, "fail", ""));
+	t_jobf(dir, "[job]\ngpus = 0\nordered = true\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+		    "[generator]\nplugin = range\nstop = 20\n"
+		    "[sink]\nplugin = python\nscript = cb.py\n");
+	/* A callback that raises aborts the run: on_exit says so. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(log, "[\"exit\", 3, \"the sink failed: python: on_success raised "
+			      "OSError: disk full"),
+		  "%s", log);
+	cr_expect(strstr(log, "[\"error\", 2]\n"), "%s", log);
+	cr_expect(!strstr(log, "\"resume\""), "a fresh run has no on_resume:\n%s", log);
+	int seen[20] = {0};
+	count_ok(log, seen, 20);
+	free(log);
+	free(err);
+	/* Resumed: on_resume gets the tasks run 1 finished (0-4, the failed 2 among them),
+	 * before any other callback; those are not delivered again. */
+	free(t_write(dir, "log", ""));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	log = t_read_in(dir, "log");
+	err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	const char *first = "[\"resume\", [0, 1, 2, 3, 4], [2], 5, true, false, \"DoneTasks\"]\n";
+	cr_expect(!strncmp(log, first, strlen(first)), "%s", log);
+	count_ok(log, seen, 20);
+	for (int id = 0; id < 20; id++)
+		cr_expect_eq(seen[id], id == 2 ? 0 : 1, "task %d delivered %d times:\n%s", id,
+			     seen[id], log);
+	/* Earlier failures still stand: exit 1, not aborted. */
+	cr_expect(strstr(log, "[\"exit\", 1, null, 15]\n"), "%s", log);
+	free(log);
+	free(err);
+}
+
 Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 {
 	need_python();
