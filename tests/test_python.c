@@ -472,6 +472,45 @@ Test(python, callbacks_are_told_how_the_run_ended_and_what_a_resume_skips, .time
 	free(err);
 }
 
+/* What README's "Which GPU, which seed" promises: a worker's only GPU is device 0
+ * (CUDA_VISIBLE_DEVICES is its GPU's id before setup), and in a job file seed is
+ * base_seed + the worker's index over all GPUs and slots. */
+Test(python, a_worker_sees_its_gpu_as_device_0_and_seed_is_base_seed_plus_index, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "import os\n"
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw):\n"
+	       "        self.me = '%d/%d/%s' % (gpu_id, seed, os.environ['CUDA_VISIBLE_DEVICES'])\n"
+	       "    def process(self, data):\n"
+	       "        return self.me\n",
+	       64, "workers_per_gpu = 2\nbase_seed = 100", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert(out, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 64, "%s", err);
+	/* Workers 0 and 1 on GPU 0, 2 and 3 on GPU 1: seeds 100 to 103. */
+	const char *want[] = {"\"worker_id\": 0, \"gpu_id\": 0,", "\"result\": \"0/100/0\"",
+			      "\"worker_id\": 1, \"gpu_id\": 0,", "\"result\": \"0/101/0\"",
+			      "\"worker_id\": 2, \"gpu_id\": 1,", "\"result\": \"1/102/1\"",
+			      "\"worker_id\": 3, \"gpu_id\": 1,", "\"result\": \"1/103/1\""};
+	for (const char *p = out; p && *p;) {
+		const char *e = strchr(p, '\n');
+		char *line = strndup(p, e ? (size_t)(e - p) : strlen(p));
+		int w = -1;
+		for (int k = 0; k < 4; k++)
+			if (strstr(line, want[2 * k]))
+				w = k;
+		cr_expect(w >= 0 && strstr(line, want[2 * w + 1]), "%s", line);
+		free(line);
+		p = e ? e + 1 : NULL;
+	}
+	free(out);
+	free(err);
+}
+
 Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 {
 	need_python();
@@ -657,6 +696,78 @@ Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout
 		  "%s", st);
 	free(out);
 	free(st);
+}
+
+Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import gpud\n"
+		     "print('top level ran')\n"
+		     "class W(gpud.BaseWorker):\n"
+		     "    def setup(self, gpu_id, seed, model_path):\n"
+		     "        self.path = model_path\n"
+		     "    def process(self, data):\n"
+		     "        return data\n"
+		     "class Helper:\n"
+		     "    pass\n"
+		     "class NoProcess:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "def items(count):\n"
+		     "    return range(int(count))\n"
+		     "class CB:\n"
+		     "    def __init__(self, log): self.log = log\n"
+		     "    def on_success(self, task_id, result, worker_id): pass\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nmodel_path = m.bin\n"
+		    "[generator]\nplugin = python\nscript = w.py\nfunction = items\ncount = 3\n"
+		    "[sink]\nplugin = python\nscript = w.py\nclass = CB\nlog = l.txt\n");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import", dir), 0);
+	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err");
+	cr_expect(strstr(out, "  import: [worker] W in script = "), "%s%s", out, err);
+	cr_expect(strstr(out, "w.py: process; setup() takes model_path\n"), "%s", out);
+	cr_expect(strstr(out, "  import: [generator] items() in script = "), "%s", out);
+	cr_expect(strstr(out, "  import: [sink] CB in script = "), "%s", out);
+	cr_expect(!strstr(out, "top level ran") && !strstr(err, "top level ran"), "%s", out);
+	free(out);
+	free(err);
+	/* Without --import the code is not run, and a wrong class passes as before. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set worker.class=Wokrer", dir), 0);
+	struct {
+		const char *set, *want;
+	} cases[] = {
+		{"--set worker.class=Wokrer",
+		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: CB, "
+		 "Helper, NoProcess, W\n"},
+		{"--set worker.class=NoProcess",
+		 "[worker] class = NoProcess: NoProcess has neither process(data) nor "
+		 "process_batch(items)\n"},
+		{"--set worker.modelpath=x",
+		 "[worker] W.setup(self, gpu_id, seed, model_path) cannot take the job's keys as "
+		 "keywords (model_path, modelpath): got an unexpected keyword argument "
+		 "'modelpath'\n"},
+		{"--set generator.function=inputs",
+		 "[generator] function = inputs: script = %s/w.py has no function inputs; it "
+		 "defines: items\n"},
+		{"--set sink.class=Callbacks",
+		 "[sink] class = Callbacks: script = %s/w.py has no class Callbacks; it defines: "
+		 "CB, Helper, NoProcess, W\n"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import %s", dir, cases[i].set), 2,
+			     "case %zu", i);
+		err = t_read_in(dir, "err");
+		char want[512];
+		snprintf(want, sizeof want, cases[i].want, dir);
+		cr_expect(strstr(err, want), "case %zu: want %s in:\n%s", i, want, err);
+		free(err);
+	}
+	/* --import belongs to check. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --import", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--import is an option of gpud check, not of run"), "%s", err);
+	free(err);
 }
 
 Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)

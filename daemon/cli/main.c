@@ -25,7 +25,7 @@ static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
 	"                        [--stats-json PATH] [--resume [--retry-failed] [--force]]\n"
 	"                        [--rank K/N]\n"
-	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]... [--import]\n"
 	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
 	"       gpud merge STATS.json...\n"
 	"       gpud plugins\n"
@@ -53,6 +53,9 @@ static const char help[] =
 	"                            finished tasks do not run again (none there: start)\n"
 	"  --retry-failed            --resume, and run the tasks that failed again\n"
 	"  --force                   resume a journal another job wrote\n"
+	"  --import                  check: import the python plugins' script or module\n"
+	"                            (runs its top-level code) in the chosen Python and\n"
+	"                            check the class or function, its methods and keys\n"
 	"  --rank K/N                run rank K's share of N (default: [job] rank/ranks,\n"
 	"                            else from Slurm, Open MPI or PMI, else 0 of 1)\n"
 	"  --help, --version\n"
@@ -109,6 +112,8 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 			opts->resume = opts->retry_failed = true;
 		} else if (strcmp(a, "--force") == 0) {
 			opts->force = true;
+		} else if (strcmp(a, "--import") == 0) {
+			opts->import_code = true;
 		} else if (strncmp(a, "--ui=", 5) == 0) {
 			ui = a + 5;
 		} else if (strncmp(a, "--rank=", 7) == 0) {
@@ -148,6 +153,11 @@ static int parse_args(int argc, char **argv, const char **cmd, const char **job,
 	}
 	if (!*job) {
 		fprintf(stderr, "gpud: %s needs a job file\n%s", *cmd, usage);
+		return -1;
+	}
+	if (opts->import_code && strcmp(*cmd, "check") != 0) {
+		fprintf(stderr, "gpud: --import is an option of gpud check, not of %s\n%s", *cmd,
+			usage);
 		return -1;
 	}
 	int mode = ui_mode_parse(ui);
@@ -246,7 +256,7 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
-	rc = strcmp(cmd, "check") == 0    ? run_check(&c)
+	rc = strcmp(cmd, "check") == 0    ? run_check(&c, opts.import_code)
 	     : strcmp(cmd, "status") == 0 ? run_status(&c)
 					  : run_job(&c, &opts);
 	runlock_release(&lock);

@@ -145,14 +145,15 @@ static void release(struct host *h)
 	free(h->bus_ids);
 }
 
-int run_check(struct cfg *c)
+int run_check(struct cfg *c, bool import_code)
 {
 	struct host h = HOST_INIT(c);
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
 	int rc = !nf || prepare(&h, c) < 0 || capacity_check(&h, c, false, nf) < 0 ||
-				 checks_dry(&h, c, nf) < 0
+				 checks_dry(&h, c, nf) < 0 ||
+				 (import_code && python_check_import(c, nf) < 0)
 			 ? 2
 			 : 0;
 	if (nf)

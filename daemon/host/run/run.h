@@ -13,14 +13,16 @@ struct run_opts {
 	bool retry_failed;      /* --retry-failed: and run its failed tasks again */
 	bool force;             /* --force: resume a journal another job wrote */
 	const char *rank;       /* --rank K/N, or NULL */
+	bool import_code;       /* check --import: import the python sections' code */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets
  * `--resume` finish it. */
 #define RUN_EXIT_RESUMABLE 4
 
-/* `gpud check`: everything but running; 0 or 2. */
-int run_check(struct cfg *c);
+/* `gpud check`: everything but running; with `import_code`, the python sections' code
+ * imported and checked too (python_check_import). 0 or 2. */
+int run_check(struct cfg *c, bool import_code);
 /* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
 int run_status(struct cfg *c);
 /* `gpud run`: the exit status of the contract (0, 1, 2 or 3). */
