@@ -133,17 +133,15 @@ case "$1" in
     # test programs run them (--wrapper points GPUD and GPUD_WORKER_EXE here). The
     # install test is build/'s own, already run. The CUDA example is left out: the CUDA
     # runtime crashes under TSan (its test skips, with one line).
+    # meson test puts build/'s libgpud first on LD_LIBRARY_PATH (test_api links it):
+    # this tree's gpud names its own libgpud with DT_RPATH, which is searched before
+    # LD_LIBRARY_PATH (RUNPATH, the default, comes after it).
     setup build-tsan -Dtests=disabled -Dwerror=true -Db_sanitize=thread -Db_lundef=false \
-      -Dbuildtype=debug -Dgpu_examples=disabled
+      -Dbuildtype=debug -Dgpu_examples=disabled -Dc_link_args=-Wl,--disable-new-dtags
     tsan=$PWD/build-tsan
     rm -rf "$tsan/tsan-reports"
     mkdir -p "$tsan/tsan-reports"
     mapfile -t suites < <(meson test -C build --list 2>/dev/null | grep -vx install)
-    # meson test puts build/'s libgpud first on LD_LIBRARY_PATH (test_api links it),
-    # ahead of gpud's own RUNPATH: this gpud is started with this tree's libgpud.
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/daemon${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/daemon/gpud "$@"\n' \
-      "$tsan" "$tsan" >"$tsan/gpud-tsan"
-    chmod +x "$tsan/gpud-tsan"
     # gcc 12's TSan aborts ("unexpected memory mapping") on kernels with more mmap
     # randomness than it knows (vm.mmap_rnd_bits > 28): setarch -R runs the suite without
     # address randomization. Any report fails the process that made it (halt_on_error,
@@ -152,7 +150,7 @@ case "$1" in
     TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1:log_path=$tsan/tsan-reports/report:handle_segv=0:handle_abort=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0" \
       setarch "$(uname -m)" -R \
       meson test -C build --no-rebuild --print-errorlogs --timeout-multiplier 3 \
-      --wrapper "env GPUD=$tsan/gpud-tsan GPUD_WORKER_EXE=$tsan/daemon/gpud-worker HAVE_GPU_EXAMPLE=0" \
+      --wrapper "env GPUD=$tsan/daemon/gpud GPUD_WORKER_EXE=$tsan/daemon/gpud-worker HAVE_GPU_EXAMPLE=0" \
       "${suites[@]}" || rc=$?
     if compgen -G "$tsan/tsan-reports/report*" >/dev/null; then
       cat "$tsan"/tsan-reports/report*
