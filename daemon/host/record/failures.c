@@ -12,8 +12,8 @@ int failures_open(struct host *h, int fd)
 {
 	if (fd < 0)
 		return -1;
-	h->failures = fdopen(fd, "w");
-	if (!h->failures) {
+	h->files.failures = fdopen(fd, "w");
+	if (!h->files.failures) {
 		close(fd);
 		return -1;
 	}
@@ -23,31 +23,32 @@ int failures_open(struct host *h, int fd)
 void failures_add(struct host *h, uint64_t task_id, unsigned attempt, const struct host_worker *w,
 		  bool timeout, const char *message, bool retried)
 {
-	if (!h->failures)
+	if (!h->files.failures)
 		return;
-	fprintf(h->failures,
+	fprintf(h->files.failures,
 		"{\"task_id\": %llu, \"status\": \"%s\", \"attempt\": %u, \"worker_id\": %d, "
 		"\"gpu_id\": %d, \"retried\": %s, \"message\": ",
 		(unsigned long long)task_id, timeout ? "timeout" : "error", attempt,
 		w ? w->index : -1, w ? w->gpu_id : -1, retried ? "true" : "false");
-	io_json_string(h->failures, message ? message : "");
-	fputs("}\n", h->failures);
-	h->failures_listed++;
+	io_json_string(h->files.failures, message ? message : "");
+	fputs("}\n", h->files.failures);
+	h->files.failures_listed++;
 }
 
 void failures_not_run(struct host *h, uint64_t task_id, unsigned attempt)
 {
-	if (!h->failures)
+	if (!h->files.failures)
 		return;
-	fprintf(h->failures, "{\"task_id\": %llu, \"status\": \"not_run\", \"attempt\": %u}\n",
+	fprintf(h->files.failures,
+		"{\"task_id\": %llu, \"status\": \"not_run\", \"attempt\": %u}\n",
 		(unsigned long long)task_id, attempt);
-	h->not_run_listed++;
+	h->files.not_run_listed++;
 }
 
 void failures_not_run_held(struct host *h)
 {
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		for (uint64_t k = w->tt_tail; w->tt && k != w->tt_head; k++) {
 			const struct task_ent *t = &w->tt[k & w->tt_mask];
 			failures_not_run(h, t->id, t->attempt);
@@ -57,29 +58,29 @@ void failures_not_run_held(struct host *h)
 
 void failures_close(struct host *h, FILE *summary)
 {
-	if (!h->failures)
+	if (!h->files.failures)
 		return;
-	bool ok = fflush(h->failures) == 0;
-	ok &= fclose(h->failures) == 0;
-	h->failures = NULL;
-	if (!h->failures_listed && !h->not_run_listed) {
+	bool ok = fflush(h->files.failures) == 0;
+	ok &= fclose(h->files.failures) == 0;
+	h->files.failures = NULL;
+	if (!h->files.failures_listed && !h->files.not_run_listed) {
 		/* Nothing to keep: a folder made for this run goes, unless worker logs are
 		 * in it (rmdir fails then). */
-		if (ok && h->run_dir_fresh) {
+		if (ok && h->files.dir_fresh) {
 			char path[4096];
-			snprintf(path, sizeof path, "%s/%s", h->log_dir, FILES_FAILURES);
+			snprintf(path, sizeof path, "%s/%s", h->files.log_dir, FILES_FAILURES);
 			unlink(path);
-			rmdir(h->log_dir);
+			rmdir(h->files.log_dir);
 		}
 		return;
 	}
 	if (!ok)
-		fprintf(summary, "gpud: could not write all of %s/%s\n", h->log_dir,
+		fprintf(summary, "gpud: could not write all of %s/%s\n", h->files.log_dir,
 			FILES_FAILURES);
-	else if (h->not_run_listed)
+	else if (h->files.not_run_listed)
 		fprintf(summary, "gpud: every failure and every task not run is listed in %s/%s\n",
-			h->log_dir, FILES_FAILURES);
+			h->files.log_dir, FILES_FAILURES);
 	else
-		fprintf(summary, "gpud: every failure is listed in %s/%s\n", h->log_dir,
+		fprintf(summary, "gpud: every failure is listed in %s/%s\n", h->files.log_dir,
 			FILES_FAILURES);
 }

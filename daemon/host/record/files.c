@@ -116,10 +116,10 @@ static char *default_dir(char *why, size_t len)
 static int open_in_run(const struct host *h, const char *name, int flags, char *why, size_t len)
 {
 	char path[4096];
-	snprintf(path, sizeof path, "%s/%s", h->log_dir, name);
+	snprintf(path, sizeof path, "%s/%s", h->files.log_dir, name);
 	int fd = open(path,
 		      O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
-			      (h->run_dir_fresh ? O_EXCL : flags),
+			      (h->files.dir_fresh ? O_EXCL : flags),
 		      0600);
 	if (fd < 0) {
 		snprintf(why, len, "cannot create %s: %s", path, strerror(errno));
@@ -143,15 +143,15 @@ int files_open_run(struct host *h)
 		free(dir);
 		dir = NULL;
 	}
-	h->log_dir = dir;
-	h->run_dir_fresh = fresh;
+	h->files.log_dir = dir;
+	h->files.dir_fresh = fresh;
 	if (dir && failures_open(h, open_in_run(h, FILES_FAILURES, O_TRUNC, why, sizeof why)) < 0) {
-		free(h->log_dir);
-		h->log_dir = NULL;
+		free(h->files.log_dir);
+		h->files.log_dir = NULL;
 	}
-	if (!h->log_dir) {
+	if (!h->files.log_dir) {
 		fprintf(stderr, "gpud: %s; failures are only %s\n", why,
-			h->ui_mode == UI_OFF ? "counted" : "printed");
+			h->view.mode == UI_OFF ? "counted" : "printed");
 		return -1;
 	}
 	return 0;
@@ -160,18 +160,18 @@ int files_open_run(struct host *h)
 int files_open_logs(struct host *h)
 {
 	char why[4200] = "no run folder";
-	for (unsigned k = 0; h->log_dir && k < h->n_workers; k++) {
+	for (unsigned k = 0; h->files.log_dir && k < h->pool.n; k++) {
 		char name[32];
 		snprintf(name, sizeof name, "worker-%u.log", k);
-		h->w[k].log_fd = open_in_run(h, name, O_APPEND, why, sizeof why);
-		if (h->w[k].log_fd < 0) {
+		h->pool.w[k].log_fd = open_in_run(h, name, O_APPEND, why, sizeof why);
+		if (h->pool.w[k].log_fd < 0) {
 			files_close_logs(h);
 			fprintf(stderr,
 				"gpud: %s; showing plain progress instead of the dashboard\n", why);
 			return -1;
 		}
 	}
-	if (!h->log_dir) {
+	if (!h->files.log_dir) {
 		fprintf(stderr, "gpud: no run folder for the workers' logs; showing plain progress "
 				"instead of the dashboard\n");
 		return -1;
@@ -181,9 +181,9 @@ int files_open_logs(struct host *h)
 
 void files_close_logs(struct host *h)
 {
-	for (unsigned k = 0; h->w && k < h->n_workers; k++) {
-		if (h->w[k].log_fd >= 0)
-			close(h->w[k].log_fd);
-		h->w[k].log_fd = -1;
+	for (unsigned k = 0; h->pool.w && k < h->pool.n; k++) {
+		if (h->pool.w[k].log_fd >= 0)
+			close(h->pool.w[k].log_fd);
+		h->pool.w[k].log_fd = -1;
 	}
 }

@@ -13,7 +13,7 @@
 #define FILES_FAILURES "failures.jsonl"
 
 /*
- * Makes the run's folder (h->log_dir) and opens its failures list.
+ * Makes the run's folder (h->files.log_dir) and opens its failures list.
  * [job] log_dir: that folder (created 0700 if missing); the failures list is rewritten
  * and logs append, never through a symlink. Default: $TMPDIR/gpud-<uid>, which must be
  * ours, a real folder and private (0700), holding a fresh run-<time>-XXXXXX folder per

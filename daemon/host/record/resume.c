@@ -69,7 +69,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 				"what the output of sink %s already holds, if anything, is "
 				"kept and not run again\n",
 				c->journal, c->sink.plugin);
-			h->resuming = true;
+			h->resume.on = true;
 		} else {
 			fprintf(stderr,
 				"gpud: no journal at %s yet: starting from the first task (sink "
@@ -100,7 +100,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 			(unsigned long long)h->journal.failed);
 		return 1;
 	}
-	h->resuming = true;
+	h->resume.on = true;
 	return 0;
 }
 
@@ -117,8 +117,8 @@ static bool may_be_task(const struct host *h, uint64_t id)
 	const struct journal *j = &h->journal;
 	if (!ranks_mine(id, c->rank, c->ranks))
 		return false;
-	if (h->total >= 0) /* this rank's share: the id's place among its tasks */
-		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->total;
+	if (h->flow.total >= 0) /* this rank's share: the id's place among its tasks */
+		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->flow.total;
 	if (j->end_count) /* this rank's count, as resume_finish writes it */
 		return ranks_share(id, c->rank, c->ranks) < j->end_count;
 	uint64_t known = (j->was_base + j->was_n) * 64;
@@ -132,12 +132,12 @@ static void sink_holds(void *ctx, uint64_t id, int status)
 {
 	struct host *h = ctx;
 	if (!may_be_task(h, id)) {
-		if (h->sink_strays++ == 0)
-			h->sink_stray_eg = id;
+		if (h->resume.strays++ == 0)
+			h->resume.stray_eg = id;
 		return;
 	}
-	if (journal_sink_holds(&h->journal, id, status) < 0 && h->sink_unheld++ == 0)
-		h->sink_unheld_eg = id;
+	if (journal_sink_holds(&h->journal, id, status) < 0 && h->resume.unheld++ == 0)
+		h->resume.unheld_eg = id;
 }
 
 /* What sink_holds set aside, said once the sink has told all it holds. */
@@ -145,13 +145,13 @@ static void say_strays(struct host *h)
 {
 	const struct cfg *c = h->cfg;
 	char bound[160];
-	if (h->sink_strays) {
-		if (h->total >= 0 && c->ranks > 1)
+	if (h->resume.strays) {
+		if (h->flow.total >= 0 && c->ranks > 1)
 			snprintf(bound, sizeof bound, "rank %u of %u has %lld of them", c->rank,
-				 c->ranks, (long long)h->total);
-		else if (h->total >= 0)
+				 c->ranks, (long long)h->flow.total);
+		else if (h->flow.total >= 0)
 			snprintf(bound, sizeof bound, "its tasks are 0 to %lld",
-				 (long long)h->total - 1);
+				 (long long)h->flow.total - 1);
 		else if (h->journal.end_count)
 			snprintf(bound, sizeof bound, "the journal ended with %llu tasks",
 				 (unsigned long long)h->journal.end_count);
@@ -163,23 +163,23 @@ static void say_strays(struct host *h)
 		fprintf(stderr,
 			"gpud: %llu entr%s of the output of sink %s name%s no task of this "
 			"job (e.g. task %llu; %s): ignored\n",
-			(unsigned long long)h->sink_strays, h->sink_strays == 1 ? "y" : "ies",
-			c->sink.plugin, h->sink_strays == 1 ? "s" : "",
-			(unsigned long long)h->sink_stray_eg, bound);
+			(unsigned long long)h->resume.strays, h->resume.strays == 1 ? "y" : "ies",
+			c->sink.plugin, h->resume.strays == 1 ? "s" : "",
+			(unsigned long long)h->resume.stray_eg, bound);
 	}
-	if (h->sink_unheld)
+	if (h->resume.unheld)
 		fprintf(stderr,
 			"gpud: out of memory to hold what the output of sink %s holds: %llu "
 			"of its tasks (e.g. task %llu) run again\n",
-			c->sink.plugin, (unsigned long long)h->sink_unheld,
-			(unsigned long long)h->sink_unheld_eg);
-	h->sink_strays = h->sink_unheld = 0;
+			c->sink.plugin, (unsigned long long)h->resume.unheld,
+			(unsigned long long)h->resume.unheld_eg);
+	h->resume.strays = h->resume.unheld = 0;
 }
 
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err)
 {
 	const struct sink_ops *sink = h->sink_ops;
-	if (!h->resuming || !sink->resume)
+	if (!h->resume.on || !sink->resume)
 		return 1; /* the ordinary open */
 	/* Its output is what happened: what it holds is done, whatever the journal says
 	 * of successes (a crash may have lost output the journal had already counted).
@@ -276,7 +276,7 @@ out:
 
 int resume_skip_prefix(struct host *h, struct gpud_error *err)
 {
-	if (!h->resuming)
+	if (!h->resume.on)
 		return 0;
 	journal_flush(&h->journal, false); /* what the sink reported, and low moved up */
 	uint64_t low = h->journal.low;
@@ -289,9 +289,9 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err)
 		return 0;
 	if (h->gen_ops->skip(h->gen, low, err) != 0)
 		return -1;
-	h->next_id = low;
-	h->next_deliver = low;
-	h->resumed += ranks_share(low, h->cfg->rank, h->cfg->ranks);
+	h->flow.next_id = low;
+	h->out.next_deliver = low;
+	h->resume.skipped += ranks_share(low, h->cfg->rank, h->cfg->ranks);
 	return 0;
 }
 
@@ -302,7 +302,7 @@ void resume_finish(struct host *h, bool complete)
 	/* The count of this rank's tasks (all of them, with one rank). A rank jumps to its
 	 * next chunk before the call that finds the end, so next_id may lie past the last
 	 * task; the ids it jumped are other ranks', so its share of next_id is exact. */
-	uint64_t count = ranks_share(h->next_id, h->cfg->rank, h->cfg->ranks);
+	uint64_t count = ranks_share(h->flow.next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
 		fprintf(stderr,

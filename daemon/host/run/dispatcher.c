@@ -66,7 +66,7 @@ static unsigned emit_starts(struct host *h, struct host_worker *w)
 
 static void update_window(struct host *h, struct host_worker *w)
 {
-	uint32_t max = (h->cfg->queue_size + h->n_workers - 1) / h->n_workers;
+	uint32_t max = (h->cfg->queue_size + h->pool.n - 1) / h->pool.n;
 	double per = w->task_seconds;
 	double want = per > 0 ? WINDOW_S / per : (double)max;
 	if (want < 1)
@@ -85,11 +85,12 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	uint64_t head = atomic_load_explicit(&w->rep->result_head, memory_order_acquire);
 	if (head == w->result_tail || w->corrupt)
 		return 0;
-	if (h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START))
+	if (h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START))
 		emit_starts(h, w);
 
-	uint64_t max_payload =
-		h->hdr->max_result_bytes > SHM_MSG_MAX ? h->hdr->max_result_bytes : SHM_MSG_MAX;
+	uint64_t max_payload = h->shm.hdr->max_result_bytes > SHM_MSG_MAX
+				       ? h->shm.hdr->max_result_bytes
+				       : SHM_MSG_MAX;
 	unsigned n = 0;
 	struct shm_rec r, *rec;
 	const char *why = NULL;
@@ -120,8 +121,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		 * the one checked: the worker may be writing its memory as we read. */
 		const void *payload = ring_payload(rec);
 		if (r.size <= SHM_COPIED_MAX) {
-			memcpy(h->result_copy, payload, r.size);
-			payload = h->result_copy;
+			memcpy(h->out.result_copy, payload, r.size);
+			payload = h->out.result_copy;
 			atomic_thread_fence(memory_order_acquire); /* the copy, then the look */
 			if (__atomic_load_n(&rec->check, __ATOMIC_RELAXED) != r.check) {
 				rc = -1;
@@ -132,8 +133,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
 		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
 		UI_SET(w->last_seconds, sec);
-		if (h->metrics)
-			metrics_task(h->metrics, sec, r.flags >> REC_CALL_SHIFT);
+		if (h->view.metrics)
+			metrics_task(h->view.metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
 			UI_ADD(w->ok, 1);
@@ -152,7 +153,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		w->task_free = t->pos + ring_span(t->size);
 		w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
 		tasks_pop(w);
-		UI_SET(h->in_flight, h->in_flight - 1);
+		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 		n++;
 	}
 	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
@@ -168,7 +169,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
  * kill, nothing new starts. */
 static bool requeued_may_run(const struct host *h)
 {
-	return !h->abort || (h->gen_failed && !h->interrupted && h->sink_open && !h->killing);
+	return !h->ctl.abort ||
+	       (h->flow.failed && !h->ctl.interrupted && h->out.open && !h->ctl.killing);
 }
 
 /* A feeding pass gives the rest of the loop a turn at least this often, so a slow
@@ -195,27 +197,29 @@ static void publish_tasks(struct host_worker *w)
  * journaled run read, or it is not that run's input. */
 static void generator_ended(struct host *h)
 {
-	h->gen_done = true;
-	uint64_t seen = h->resuming ? journal_sample_from(&h->journal, h->next_id) : UINT64_MAX;
+	h->flow.done = true;
+	uint64_t seen =
+		h->resume.on ? journal_sample_from(&h->journal, h->flow.next_id) : UINT64_MAX;
 	if (seen == UINT64_MAX)
 		return;
-	h->input_changed = true;
+	h->resume.input_changed = true;
 	host_abort(h,
 		   "the generator's input is not what the journaled run read: it ended after "
 		   "%llu tasks, and that run read task %llu; run without --resume to start over, "
 		   "or add --force to resume anyway",
-		   (unsigned long long)h->next_id, (unsigned long long)seen);
+		   (unsigned long long)h->flow.next_id, (unsigned long long)seen);
 }
 
 /* The generator returned -1. */
 static void generator_failed(struct host *h, struct gpud_error *err)
 {
-	h->gen_done = true;
+	h->flow.done = true;
 	if (host_interrupts)
 		return; /* a read cut short by Ctrl-C or SIGTERM: not a failure */
-	h->gen_failed = true;
+	h->flow.failed = true;
 	ui_clean(err->message);
-	host_abort(h, "the generator failed after %llu tasks: %s", (unsigned long long)h->next_id,
+	host_abort(h, "the generator failed after %llu tasks: %s",
+		   (unsigned long long)h->flow.next_id,
 		   err->message[0] ? err->message : "gpud_generator_next returned -1");
 }
 
@@ -224,18 +228,18 @@ static void generator_failed(struct host *h, struct gpud_error *err)
 static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 {
 	const struct cfg *c = h->cfg;
-	if (c->ranks <= 1 || !h->gen_ops->skip || ranks_mine(h->next_id, c->rank, c->ranks))
+	if (c->ranks <= 1 || !h->gen_ops->skip || ranks_mine(h->flow.next_id, c->rank, c->ranks))
 		return true;
-	uint64_t to = ranks_next_own(h->next_id, c->rank, c->ranks);
-	if (h->gen_ops->skip(h->gen, to - h->next_id, err) != 0) {
-		h->gen_done = h->gen_failed = true;
+	uint64_t to = ranks_next_own(h->flow.next_id, c->rank, c->ranks);
+	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
+		h->flow.done = h->flow.failed = true;
 		ui_clean(err->message);
 		host_abort(h, "the generator failed to skip to task %llu: %s",
 			   (unsigned long long)to,
 			   err->message[0] ? err->message : "gpud_generator_skip failed");
 		return false;
 	}
-	h->next_id = to;
+	h->flow.next_id = to;
 	return true;
 }
 
@@ -254,8 +258,8 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 	    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)), 0) &&
 	    journal_sample(&h->journal, id, item->data,
 			   item->size < c->max_task_bytes ? item->size : c->max_task_bytes) < 0) {
-		h->gen_done = true;
-		h->input_changed = true;
+		h->flow.done = true;
+		h->resume.input_changed = true;
 		host_abort(h,
 			   "the generator's input is not what the journaled run read: task %llu "
 			   "came with other bytes (the input changed, or it starts elsewhere); run "
@@ -265,13 +269,13 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 	}
 	/* Finished by an earlier run: dropped before it touches a ring (the slot just
 	 * written is reserved again for the next item). */
-	if (h->resuming && journal_is_done(&h->journal, id)) {
+	if (h->resume.on && journal_is_done(&h->journal, id)) {
 		events_skip(h, id);
 		return FED_DROPPED; /* progress: the loop must not sleep between slices */
 	}
 	UI_ADD(h->stats.generated, 1);
-	if (h->resuming && !h->first_new_ns)
-		h->first_new_ns = wait_now_ns(); /* the skipping is over */
+	if (h->resume.on && !h->resume.first_new_ns)
+		h->resume.first_new_ns = wait_now_ns(); /* the skipping is over */
 	if (item->size > c->max_task_bytes) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "task input of %zu bytes exceeds max_task_bytes (%u)",
@@ -304,7 +308,7 @@ static enum fed generate(struct host *h, struct host_worker *w, struct shm_rec *
 	 * flag's line changes only when it falls asleep or wakes, so looking costs nothing
 	 * while it works.) */
 	if (w->task_head != *head0 &&
-	    (h->gen_check_mask == 0 ||
+	    (h->flow.check_mask == 0 ||
 	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
 		publish_tasks(w);
 		*head0 = w->task_head;
@@ -324,11 +328,11 @@ static enum fed generate(struct host *h, struct host_worker *w, struct shm_rec *
 		*head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	}
 	uint64_t calls = atomic_load_explicit(&h->gate.calls, memory_order_relaxed);
-	if ((calls & h->gen_check_mask) == 0) {
+	if ((calls & h->flow.check_mask) == 0) {
 		uint64_t now = wait_now_ns();
 		/* Calls slower than ~2 us: look at the clock after every one. */
-		h->gen_check_mask = now - *clock > 2000u * (h->gen_check_mask + 1) ? 0 : 15;
-		if (now - h->feed_start_ns >= FEED_SLICE_NS)
+		h->flow.check_mask = now - *clock > 2000u * (h->flow.check_mask + 1) ? 0 : 15;
+		if (now - h->flow.start_ns >= FEED_SLICE_NS)
 			*slice_end = true;
 		*clock = now;
 	}
@@ -340,7 +344,7 @@ static enum fed generate(struct host *h, struct host_worker *w, struct shm_rec *
 		generator_failed(h, &err);
 		return FED_STOP;
 	}
-	return admit(h, h->next_id++, &item, ent);
+	return admit(h, h->flow.next_id++, &item, ent);
 }
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
@@ -353,17 +357,17 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
-	while (h->in_flight < c->queue_size && tasks_held(w) < w->window) {
+	while (h->flow.in_flight < c->queue_size && tasks_held(w) < w->window) {
 		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
-		if (!rq && (h->gen_done || h->abort || !gen_ok))
+		if (!rq && (h->flow.done || h->ctl.abort || !gen_ok))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
 		 * undelivered one on, and so the outcomes held back. Tasks to run again are
 		 * inside that span already. */
-		if (!rq && h->held && h->next_id - h->next_deliver >= c->queue_size)
+		if (!rq && h->out.held && h->flow.next_id - h->out.next_deliver >= c->queue_size)
 			break;
 		struct shm_rec *t =
-			ring_reserve(&w->tasks, &w->task_head, w->task_free, h->task_need);
+			ring_reserve(&w->tasks, &w->task_head, w->task_free, h->shm.task_need);
 		if (!t)
 			break;
 		struct task_ent ent;
@@ -391,7 +395,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		t->kind = REC_TASK;
 		tasks_push(w, &ent);
 		w->task_head += ring_span(ent.size);
-		UI_ADD(h->in_flight, 1);
+		UI_ADD(h->flow.in_flight, 1);
 		n++;
 		if (*slice_end)
 			break;
@@ -405,14 +409,14 @@ static unsigned feed(struct host *h, bool gen_ok)
 {
 	unsigned n = 0;
 	bool slice_end = false;
-	uint64_t clock = h->feed_start_ns = wait_now_ns();
-	for (unsigned i = 0; i < h->n_workers && !slice_end; i++) {
-		struct host_worker *w = &h->w[(h->rr + i) % h->n_workers];
+	uint64_t clock = h->flow.start_ns = wait_now_ns();
+	for (unsigned i = 0; i < h->pool.n && !slice_end; i++) {
+		struct host_worker *w = &h->pool.w[(h->flow.rr + i) % h->pool.n];
 		/* The stand-in leaves alone the ring the stuck call writes into. */
 		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
 			n += feed_one(h, w, gen_ok, &clock, &slice_end);
 	}
-	h->rr++;
+	h->flow.rr++;
 	return n;
 }
 
@@ -422,15 +426,16 @@ static bool host_ready(void *ctx)
 	struct host *h = ctx;
 	/* host_interrupts counts: only one not yet seen is news (once it was nonzero the
 	 * loop spun through the whole drain). */
-	if (host_sigchld || host_interrupts != h->interrupts_seen || host_sigtstp || host_sigcont)
+	if (host_sigchld || host_interrupts != h->ctl.interrupts_seen || host_sigtstp ||
+	    host_sigcont)
 		return true;
 	/* Standing in: the stuck generator call has returned. */
 	if (atomic_load_explicit(&h->gate.taken, memory_order_relaxed) &&
 	    !atomic_load_explicit(&h->gate.in_call, memory_order_relaxed))
 		return true;
-	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	bool starts = h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START);
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		if (w->state == HW_GONE || !w->rep)
 			continue;
 		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) !=
@@ -459,18 +464,18 @@ static bool host_ready(void *ctx)
 
 void dispatch_signals(struct host *h)
 {
-	if (host_interrupts != h->interrupts_seen) {
-		bool first = !h->interrupted;
-		h->interrupts_seen = host_interrupts;
+	if (host_interrupts != h->ctl.interrupts_seen) {
+		bool first = !h->ctl.interrupted;
+		h->ctl.interrupts_seen = host_interrupts;
 		if (first) {
 			ui_say(h, UI_EVENT,
 			       "interrupted: finishing the running tasks "
 			       "(interrupt again to stop at once)");
-			h->interrupted = true;
-			h->interrupt_ns = wait_now_ns();
+			h->ctl.interrupted = true;
+			h->ctl.interrupt_ns = wait_now_ns();
 			host_abort(h, "interrupted");
-		} else if (!h->killing &&
-			   wait_since(wait_now_ns(), h->interrupt_ns) >= SAME_INTERRUPT_NS) {
+		} else if (!h->ctl.killing &&
+			   wait_since(wait_now_ns(), h->ctl.interrupt_ns) >= SAME_INTERRUPT_NS) {
 			lifecycle_kill_all(h);
 		}
 	}
@@ -482,14 +487,14 @@ void dispatch_signals(struct host *h)
  * is over. gen_ok = false: the stand-in runs it, and the generator is not called. */
 bool dispatch_pass(struct host *h, bool gen_ok)
 {
-	bool starts = h->sink_mask & GPUD_EVENT_BIT(GPUD_TASK_START);
+	bool starts = h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START);
 	unsigned progress = 0;
 
 	dispatch_signals(h);
 	if (host_sigchld)
 		lifecycle_reap(h);
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		if (w->exited) {
 			/* Its last results first: they are outcomes, not lost tasks. */
 			dispatch_drain(h, w);
@@ -507,29 +512,31 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 				lifecycle_take_back(h, w);
 		}
 	}
-	if (!h->stopping && !h->killing)
+	if (!h->ctl.stopping && !h->ctl.killing)
 		progress += feed(h, gen_ok);
 
 	if (tasks_requeued_any(h) && !requeued_may_run(h))
 		tasks_drop_requeued(h);
 
-	if (!h->stopping && h->in_flight == 0 && !tasks_requeued_any(h) &&
-	    (h->gen_done || h->abort))
+	if (!h->ctl.stopping && h->flow.in_flight == 0 && !tasks_requeued_any(h) &&
+	    (h->flow.done || h->ctl.abort))
 		lifecycle_stop_all(h);
 	if (lifecycle_live(h) == 0) {
-		if (tasks_requeued_any(h) || h->in_flight || (!h->stopping && !h->gen_done)) {
+		if (tasks_requeued_any(h) || h->flow.in_flight ||
+		    (!h->ctl.stopping && !h->flow.done)) {
 			tasks_drop_requeued(h);
-			host_abort(h, h->ever_ready ? "no worker left to run the remaining tasks"
-						    : "no worker could be set up");
+			host_abort(h, h->pool.ever_ready
+					      ? "no worker left to run the remaining tasks"
+					      : "no worker could be set up");
 		}
 		return true;
 	}
 	uint64_t now = wait_now_ns();
-	if (progress && wait_since(now, h->last_check_ns) < BUSY_CHECK_NS)
+	if (progress && wait_since(now, h->ctl.last_check_ns) < BUSY_CHECK_NS)
 		return false;
 	uint64_t deadline = lifecycle_timeouts(h, now);
 	if (!progress)
-		wait_until(h->bell, host_ready, h, deadline);
+		wait_until(h->shm.bell, host_ready, h, deadline);
 	return false;
 }
 
@@ -537,7 +544,7 @@ int dispatch(struct host *h)
 {
 	static const struct standin_loop loop = {.pass = dispatch_pass,
 						 .signals = dispatch_signals};
-	h->last_check_ns = wait_now_ns();
+	h->ctl.last_check_ns = wait_now_ns();
 	if (standin_start(h, &loop) < 0)
 		ui_say(h, UI_EVENT,
 		       "cannot start the loop's stand-in thread: a generator call that "
@@ -546,5 +553,5 @@ int dispatch(struct host *h)
 		;
 	/* The stand-in goes on watching the sink's calls through the end of the run (the
 	 * last held outcomes, the close): finish_run stops it. */
-	return h->abort ? 3 : 0;
+	return h->ctl.abort ? 3 : 0;
 }

@@ -12,13 +12,13 @@
 
 void host_abort(struct host *h, const char *fmt, ...)
 {
-	if (h->abort)
+	if (h->ctl.abort)
 		return; /* the first reason is the one to tell */
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(h->abort_msg, sizeof h->abort_msg, fmt, ap);
+	vsnprintf(h->ctl.abort_msg, sizeof h->ctl.abort_msg, fmt, ap);
 	va_end(ap);
-	h->abort = 3;
+	h->ctl.abort = 3;
 }
 
 static bool is_outcome(enum gpud_event_kind kind)
@@ -86,23 +86,23 @@ int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpu
 void events_deliver(struct host *h, const struct gpud_event *ev)
 {
 	bool outcome = is_outcome(ev->kind);
-	if (!(h->sink_mask & GPUD_EVENT_BIT(ev->kind))) {
+	if (!(h->out.mask & GPUD_EVENT_BIT(ev->kind))) {
 		if (outcome)
 			taken(h, ev);
 		return;
 	}
-	if (!h->sink_open) {
+	if (!h->out.open) {
 		/* The sink failed earlier: this outcome cannot be written. */
 		if (outcome)
-			h->sink_lost++;
+			h->out.lost++;
 		return;
 	}
 	struct gpud_error err;
 	err.message[0] = '\0';
 	if (sink_call(h, ev, &err) != 0) {
-		h->sink_open = false;
+		h->out.open = false;
 		if (outcome)
-			h->sink_lost++;
+			h->out.lost++;
 		host_abort(h, "the sink failed: %s",
 			   err.message[0] ? err.message : "gpud_sink_event returned an error");
 	} else if (outcome) {
@@ -141,54 +141,54 @@ static void deliver_held(struct host *h)
 {
 	unsigned q = h->cfg->queue_size;
 	struct held_outcome *o;
-	while ((o = h->held[h->next_deliver % q])) {
-		h->held[h->next_deliver % q] = NULL;
+	while ((o = h->out.held[h->out.next_deliver % q])) {
+		h->out.held[h->out.next_deliver % q] = NULL;
 		if (o != &skipped) {
 			events_deliver(h, &o->ev);
 			free(o);
 		}
-		h->next_deliver++;
+		h->out.next_deliver++;
 	}
 }
 
 void events_deliver_outcome(struct host *h, const struct gpud_event *ev)
 {
 	unsigned q = h->cfg->queue_size;
-	if (!h->held) {
+	if (!h->out.held) {
 		events_deliver(h, ev);
 		return;
 	}
-	if (ev->task_id != h->next_deliver) {
-		h->held[ev->task_id % q] = hold(ev);
+	if (ev->task_id != h->out.next_deliver) {
+		h->out.held[ev->task_id % q] = hold(ev);
 		return;
 	}
 	events_deliver(h, ev);
-	h->next_deliver++;
+	h->out.next_deliver++;
 	deliver_held(h);
 }
 
 void events_skip(struct host *h, uint64_t id)
 {
-	UI_ADD(h->resumed, 1);
-	if (!h->held)
+	UI_ADD(h->resume.skipped, 1);
+	if (!h->out.held)
 		return;
-	if (id != h->next_deliver) {
-		h->held[id % h->cfg->queue_size] = &skipped;
+	if (id != h->out.next_deliver) {
+		h->out.held[id % h->cfg->queue_size] = &skipped;
 		return;
 	}
-	h->next_deliver++;
+	h->out.next_deliver++;
 	deliver_held(h);
 }
 
 void events_flush_held(struct host *h)
 {
 	unsigned q = h->cfg->queue_size;
-	if (!h->held)
+	if (!h->out.held)
 		return;
-	for (; h->next_deliver < h->next_id; h->next_deliver++) {
-		struct held_outcome *o = h->held[h->next_deliver % q];
+	for (; h->out.next_deliver < h->flow.next_id; h->out.next_deliver++) {
+		struct held_outcome *o = h->out.held[h->out.next_deliver % q];
 		if (o) {
-			h->held[h->next_deliver % q] = NULL;
+			h->out.held[h->out.next_deliver % q] = NULL;
 			if (o != &skipped) {
 				events_deliver(h, &o->ev);
 				free(o);
@@ -232,7 +232,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
 				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
 							     : GPUD_TASK_ERROR;
-	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->killing &&
+	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->ctl.killing &&
 	    retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
@@ -265,7 +265,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	}
 	/* A sink that does not want this kind (the null sink wants none): nothing to
 	 * build, unless ordered delivery must account for it; the journal has it now. */
-	if (!(h->sink_mask & GPUD_EVENT_BIT(kind)) && !h->held) {
+	if (!(h->out.mask & GPUD_EVENT_BIT(kind)) && !h->out.held) {
 		taken(h, &(struct gpud_event){.kind = kind, .task_id = t->id});
 		return;
 	}
@@ -294,14 +294,14 @@ static void uncount(struct host *h, int kind)
 						  : &h->stats.failed;
 	if (*n)
 		UI_SET(*n, *n - 1);
-	h->sink_lost++;
+	h->out.lost++;
 }
 
 /* Whether a worker still holds this run of the task (failures_not_run_held lists it). */
 static bool held_by_a_worker(const struct host *h, uint64_t id, int attempt)
 {
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		const struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		const struct host_worker *w = &h->pool.w[i];
 		for (uint64_t k = w->tt_tail; w->tt && k != w->tt_head; k++)
 			if (w->tt[k & w->tt_mask].id == id &&
 			    (int)w->tt[k & w->tt_mask].attempt == attempt)
@@ -318,15 +318,15 @@ void events_undelivered(struct host *h)
 		if (!held_by_a_worker(h, g->sink_task, g->sink_attempt))
 			failures_not_run(h, g->sink_task, (unsigned)g->sink_attempt);
 	}
-	if (!h->held)
+	if (!h->out.held)
 		return;
 	unsigned q = h->cfg->queue_size;
-	for (uint64_t id = h->next_deliver; id < h->next_id; id++) {
-		struct held_outcome *o = h->held[id % q];
+	for (uint64_t id = h->out.next_deliver; id < h->flow.next_id; id++) {
+		struct held_outcome *o = h->out.held[id % q];
 		if (!o || o == &skipped)
 			continue;
-		h->held[id % q] = NULL;
-		if (is_outcome(o->ev.kind) && h->sink_mask & GPUD_EVENT_BIT(o->ev.kind)) {
+		h->out.held[id % q] = NULL;
+		if (is_outcome(o->ev.kind) && h->out.mask & GPUD_EVENT_BIT(o->ev.kind)) {
 			uncount(h, o->ev.kind);
 			failures_not_run(h, o->ev.task_id, (unsigned)o->ev.attempt);
 		} else {

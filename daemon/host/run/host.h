@@ -123,103 +123,154 @@ struct host_notes {
 
 struct run_opts;
 
+/*
+ * The engine's state, grouped by the module that owns each part (the one that writes
+ * it; docs/architecture.md, "Who owns what"). Other modules read a part through its
+ * owner's functions where there are some, and read its fields directly only where the
+ * table in docs/architecture.md says so.
+ */
+
+/* The run's shared memory: workers/memory.c. */
+struct host_shm {
+	int fd;                 /* the run memfd: read-write here; workers get a read-only one */
+	int ro_fd;              /* the same, opened read-only, for workers */
+	int bell_fd;            /* the host's futex page */
+	int pipe[2];            /* workers hold [0]; its end-of-file tells them we are gone */
+	struct shm_header *hdr; /* read by the loop (the workers' settings) */
+	size_t size;            /* of the run memfd */
+	_Atomic uint32_t *host_bell; /* in the bell page */
+	struct wait_bell bell;       /* host_bell + hdr->host_sleeping: the loop waits on it */
+	size_t out_size;             /* each worker's out memfd */
+	uint64_t task_need;          /* ring bytes one task of max_task_bytes needs */
+};
+
+/* The worker processes: workers/lifecycle.c and spawn.c (started, ended, restarted). */
+struct host_pool {
+	struct host_worker *w;
+	unsigned n;
+	unsigned *restarts;   /* per GPU index */
+	bool *retired;        /* per GPU index: crashed past max_worker_restarts */
+	char (*bus_ids)[32];  /* by CUDA device number: its PCI bus id, "" unknown (NVML) */
+	bool ever_ready;      /* some worker finished its setup */
+	uint64_t corruptions; /* workers killed for corrupting their memory */
+	char *exe;            /* gpud-worker */
+	char *plugin;         /* the worker plugin's path */
+};
+
+/* The generator's side of the loop: run/dispatcher.c. */
+struct host_flow {
+	uint64_t next_id;    /* the id the next generated task gets */
+	uint64_t in_flight;  /* tasks in worker rings (published: the dashboard reads it) */
+	unsigned rr;         /* where the next feeding pass starts */
+	uint64_t check_mask; /* read the clock when (gate.calls & mask) == 0 */
+	uint64_t start_ns;   /* when this feeding pass began */
+	int64_t total;       /* from the generator's total, -1 unknown (published) */
+	bool done;           /* no more from the generator */
+	bool failed;         /* the generator returned -1: what it yielded still runs */
+	bool stuck;          /* the run ended while a generator call had not returned */
+};
+
+/* Outcomes on their way to the sink: run/events.c. */
+struct host_out {
+	uint32_t mask;             /* the event kinds the sink wants */
+	bool open;                 /* the sink takes events (false after it failed) */
+	bool open_ever;            /* it was opened */
+	bool stuck;                /* the run ended while a sink call had not returned */
+	_Atomic uint64_t stuck_ns; /* since when a sink call is stuck (standin.c), or 0 */
+	uint64_t lost;             /* results that could not be delivered after a sink error */
+	/* ordered = true: outcomes held until every earlier task's is delivered */
+	struct held_outcome **held;          /* queue_size slots, by task_id % queue_size */
+	uint64_t next_deliver;               /* the task whose outcome goes next */
+	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
+};
+
+/* How the run is being ended, and the clocks that stops do not count against:
+ * workers/lifecycle.c (signals, timeouts) and the loop's dispatch_signals. */
+struct host_ctl {
+	int interrupts_seen;    /* the loop's count of host_interrupts */
+	bool interrupted;       /* SIGINT/SIGTERM: nothing new starts */
+	uint64_t interrupt_ns;  /* when; the running tasks get drain_timeout from then */
+	bool killing;           /* second interrupt: workers killed, nothing more runs */
+	bool stopping;          /* workers told to stop */
+	uint64_t stop_ns;       /* when they were */
+	uint64_t last_check_ns; /* when the timeouts were last looked at */
+	uint64_t stopped_ns;    /* how long the job has been stopped in all */
+	uint64_t held_gap;      /* a long gap seen, not yet known to be a stop */
+	int conts_seen;         /* host_conts at the last look */
+	int abort;              /* exit status 3 pending; abort_msg says why */
+	char abort_msg[4096];
+	bool finishing; /* finish_run has begun (run.c) */
+};
+
+/* The run's folder and its failures list: record/files.c and failures.c. */
+struct host_files {
+	char *log_dir;  /* the run's folder: failures list, dashboard worker logs */
+	bool dir_fresh; /* made for this run (not [job] log_dir) */
+	FILE *failures; /* every failure and task not run, as JSON lines */
+	uint64_t failures_listed, not_run_listed;
+};
+
+/* Resuming an earlier run: record/resume.c (the journal itself is record/journal.c's). */
+struct host_resume {
+	bool on;             /* --resume with a journal: done tasks are skipped */
+	bool input_changed;  /* a sampled input differs from the journaled run's */
+	bool journal_failed; /* a journal write failed (said once) */
+	uint64_t skipped;    /* tasks skipped because an earlier run finished them */
+	/* Entries of the sink's output that name no task of this job, and tasks it holds
+	 * that the journal had no memory for; the first of each, to name it */
+	uint64_t strays, stray_eg, unheld, unheld_eg;
+	uint64_t first_new_ns; /* when the first task not done before came */
+};
+
+/* Tasks waiting to run again: run/tasks.c. */
+struct host_rq {
+	struct requeued *head, **tail;
+};
+
+/* What the operator sees: view/ui.c and view/metrics.c. */
+struct host_view {
+	enum ui_mode mode;
+	int fd; /* where the dashboard draws: a terminal the caller named; 0: standard error */
+	struct ui *ui;
+	struct host_notes notes;
+	struct metrics_hist *metrics; /* NULL unless metrics_file or metrics_listen */
+	struct metrics_srv *srv;
+};
+
+/* One run: libgpud's job holds one while gpud_job_run runs it (run/run.c). */
 struct host {
 	const struct cfg *cfg;
-	enum ui_mode ui_mode;
-	int ui_fd; /* where the dashboard draws: a terminal the caller named; 0: standard error */
-	char *log_dir;      /* the run's folder: failures list, dashboard worker logs */
-	bool run_dir_fresh; /* made for this run (not [job] log_dir) */
-	FILE *failures;     /* failures.h: every failure and task not run, as JSON lines */
-	uint64_t failures_listed, not_run_listed;
-	struct host_notes notes;
-	char *worker_exe;
-	char *worker_plugin;
-
-	int shm_fd;       /* the run memfd: read-write here; workers get a read-only one */
-	int ro_fd;        /* the same, opened read-only, for workers */
-	int bell_fd;      /* the host's futex page */
-	int host_pipe[2]; /* workers hold [0]; its end-of-file tells them we are gone */
-	struct shm_header *hdr;
-	size_t shm_size;
-	_Atomic uint32_t *host_bell; /* in the bell page */
-	struct wait_bell bell;       /* host_bell + hdr->host_sleeping */
-	size_t out_size;
-	struct host_worker *w;
-	unsigned n_workers;
-	unsigned *restarts;  /* per GPU index */
-	bool *retired;       /* per GPU index: crashed past max_worker_restarts */
-	char (*bus_ids)[32]; /* by CUDA device number: its PCI bus id, "" unknown (NVML) */
-	bool ever_ready;     /* some worker finished its setup */
-	uint64_t task_need;
-
+	const struct run_opts *opts;
+	struct host_shm shm;
+	struct host_pool pool;
 	/* The generator and the sink are called only through their tables, with their
 	 * state; gen_pl and sink_pl are the loaded files (loading, closing, naming). */
 	struct plugin gen_pl, sink_pl;
 	const struct gen_ops *gen_ops;
 	void *gen;
-	int64_t total; /* from gpud_generator_total, -1 unknown */
 	const struct sink_ops *sink_ops;
 	void *sink;
-	uint32_t sink_mask;
-	bool sink_open;
-	bool sink_open_ever; /* opened (sink_open goes false when it fails) */
-
-	struct gpud_stats stats;
-	uint64_t next_id;
-	uint64_t in_flight;     /* tasks in worker rings */
-	uint64_t last_check_ns; /* when the timeouts were last looked at */
-	uint64_t stopped_ns;    /* how long the job has been stopped in all (lifecycle.c) */
-	uint64_t held_gap;      /* a long gap seen, not yet known to be a stop (lifecycle.c) */
-	int conts_seen;         /* host_conts at the last look */
-	struct requeued *rq_head, **rq_tail; /* tasks.c */
-	unsigned rr;                         /* where the next feeding pass starts */
-	struct gate gate;                    /* the generator call gate (standin.h) */
+	struct host_flow flow;
+	struct host_out out;
+	struct host_rq rq;
+	struct host_ctl ctl;
+	struct gate gate; /* the generator and sink call gate (standin.h) */
 	pthread_t standin;
 	bool standin_running;
-	bool gen_stuck;                 /* the run ended while a generator call had not returned */
-	bool sink_stuck;                /* ... while a sink call had not returned */
-	bool finishing;                 /* finish_run has begun (run.c) */
-	_Atomic uint64_t sink_stuck_ns; /* since when a sink call is stuck (standin.c), or 0 */
-	int (*finish)(struct host *h);  /* the rest of the run after the loop (run.c) */
-	const struct run_opts *opts;
-	struct ui *ui;
-	int interrupts_seen;     /* the loop's count of host_interrupts */
-	uint64_t gen_check_mask; /* read the clock when (gate.calls & mask) == 0 */
-	uint64_t feed_start_ns;
-	bool gen_done;
-	bool gen_failed;       /* the generator returned -1: what it yielded still runs */
-	bool interrupted;      /* SIGINT/SIGTERM: nothing new starts */
-	uint64_t interrupt_ns; /* when; the running tasks get drain_timeout from then */
-	bool killing;          /* second interrupt: workers killed, nothing more runs */
-	bool stopping;         /* workers told to stop */
-	uint64_t stop_ns;      /* when they were */
-	int abort;             /* exit status 3 pending; abort_msg says why */
-	char abort_msg[4096];
-	uint64_t sink_lost;   /* results that could not be delivered after a sink error */
-	uint64_t corruptions; /* workers killed for corrupting their memory */
-	/* ordered = true: outcomes held until every earlier task's is delivered */
-	struct held_outcome **held; /* queue_size slots, by task_id % queue_size */
-	uint64_t next_deliver;      /* the task whose outcome goes next */
+	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
+	struct gpud_stats stats;       /* run/events.c counts; published for the view */
 	uint64_t t_start_ns;
-	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
-	struct journal journal;              /* fd -1 when off */
-	bool resuming;                       /* --resume with a journal: done tasks are skipped */
-	bool input_changed;                  /* a sampled input differs from the journaled run's */
-	uint64_t resumed; /* tasks skipped because an earlier run finished them */
-	/* Entries of the sink's output that name no task of this job, and tasks it holds
-	 * that the journal had no memory for (resume.c); the first of each, to name it */
-	uint64_t sink_strays, sink_stray_eg, sink_unheld, sink_unheld_eg;
-	bool journal_failed;          /* a write failed (said once) */
-	uint64_t first_new_ns;        /* resuming: when the first task not done before came */
-	struct metrics_hist *metrics; /* NULL unless metrics_file or metrics_listen */
-	struct metrics_srv *metrics_srv;
+	struct journal journal; /* fd -1 when off */
+	struct host_resume resume;
+	struct host_files files;
+	struct host_view view;
 };
 
 /* A host before anything is opened: every descriptor -1. */
 #define HOST_INIT(c)                                                                               \
 	{                                                                                          \
-		.cfg = (c), .shm_fd = -1, .ro_fd = -1, .bell_fd = -1, .host_pipe = {-1, -1},       \
-		.total = -1, .rq_tail = NULL, .journal = {                                         \
+		.cfg = (c), .shm = {.fd = -1, .ro_fd = -1, .bell_fd = -1, .pipe = {-1, -1}},       \
+		.flow = {.total = -1}, .journal = {                                                \
 			.fd = -1                                                                   \
 		}                                                                                  \
 	}
@@ -234,20 +285,20 @@ static inline const char *host_bus_id(const struct host *h, int gpu_id)
 		return h->cfg->gpu_tokens[gpu_id];
 	if (h->cfg->gpu_tokens) /* CUDA numbers the launcher's list as given */
 		gpu_id += (int)h->cfg->gpu_token_from;
-	return h->bus_ids && gpu_id >= 0 && gpu_id < CFG_MAX_GPUS && h->bus_ids[gpu_id][0]
-		       ? h->bus_ids[gpu_id]
+	return h->pool.bus_ids && gpu_id >= 0 && gpu_id < CFG_MAX_GPUS && h->pool.bus_ids[gpu_id][0]
+		       ? h->pool.bus_ids[gpu_id]
 		       : NULL;
 }
 
 /* The tasks waiting to run again (tasks.h). */
 static inline bool tasks_requeued_for(const struct host *h, const struct host_worker *w)
 {
-	return h->rq_head && (h->rq_head->avoid < 0 || tasks_retry_fits(h, w));
+	return h->rq.head && (h->rq.head->avoid < 0 || tasks_retry_fits(h, w));
 }
 
 static inline bool tasks_requeued_any(const struct host *h)
 {
-	return h->rq_head != NULL;
+	return h->rq.head != NULL;
 }
 
 #endif /* GPUD_HOST_H */

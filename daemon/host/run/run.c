@@ -42,7 +42,7 @@
 static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 {
 	char err[ERRLEN];
-	int n = spawn_count_gpus(worker_exe, h->bus_ids, CFG_MAX_GPUS, err, sizeof err);
+	int n = spawn_count_gpus(worker_exe, h->pool.bus_ids, CFG_MAX_GPUS, err, sizeof err);
 	if (c->gpus_auto)
 		return 0; /* the launcher's tokens, taken as they are */
 	if (!c->gpus_all) {
@@ -107,8 +107,8 @@ static int host_plugins(struct host *h, struct cfg *c, const struct run_opts *op
 static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 {
 	char err[ERRLEN];
-	h->worker_exe = paths_worker_exe();
-	if (!h->worker_exe) {
+	h->pool.exe = paths_worker_exe();
+	if (!h->pool.exe) {
 		const char *env = getenv("GPUD_WORKER_EXE");
 		if (env && *env)
 			fprintf(stderr, "gpud: GPUD_WORKER_EXE=%s: not an executable file\n", env);
@@ -117,8 +117,8 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 				paths_exe_dir() ? paths_exe_dir() : "gpud");
 		return -1;
 	}
-	h->worker_plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
-	if (!h->worker_plugin) {
+	h->pool.plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
+	if (!h->pool.plugin) {
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
 	}
@@ -130,7 +130,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	static char out[64 << 10]; /* the worker plugin's name and keys */
 	out[0] = '\0';
-	if (spawn_check_worker_plugin(h->worker_exe, h->worker_plugin, out, sizeof out, err,
+	if (spawn_check_worker_plugin(h->pool.exe, h->pool.plugin, out, sizeof out, err,
 				      sizeof err) < 0) {
 		fprintf(stderr, "gpud: %s\n", err);
 		return -1;
@@ -139,37 +139,37 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 		return -1;
 	if (checks_keys(h, c, out) < 0)
 		return -1;
-	h->bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->bus_ids);
-	if (!h->bus_ids) {
+	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
+	if (!h->pool.bus_ids) {
 		fprintf(stderr, "gpud: out of memory\n");
 		return -1;
 	}
-	if (resolve_gpus(h, c, h->worker_exe) < 0)
+	if (resolve_gpus(h, c, h->pool.exe) < 0)
 		return -1;
 	return 0;
 }
 
 static void release(struct host *h)
 {
-	if (h->ui_fd > 2)
-		close(h->ui_fd);
+	if (h->view.fd > 2)
+		close(h->view.fd);
 	metrics_stop(h, -1);
 	journal_close(&h->journal);
 	files_close_logs(h);
-	if (h->failures)
-		fclose(h->failures);
+	if (h->files.failures)
+		fclose(h->files.failures);
 	shm_destroy(h);
 	tasks_free(h);
 	loader_close(&h->gen_pl);
 	loader_close(&h->sink_pl);
-	free(h->worker_exe);
-	free(h->worker_plugin);
-	free(h->w);
-	free(h->restarts);
-	free(h->held);
-	free(h->log_dir);
-	free(h->retired);
-	free(h->bus_ids);
+	free(h->pool.exe);
+	free(h->pool.plugin);
+	free(h->pool.w);
+	free(h->pool.restarts);
+	free(h->out.held);
+	free(h->files.log_dir);
+	free(h->pool.retired);
+	free(h->pool.bus_ids);
 }
 
 int run_check(struct cfg *c, const struct run_opts *opts)
@@ -188,7 +188,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 	if (rc == 0) {
 		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
 		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
-		       c->workers_per_gpu == 1 ? "" : "s", h.worker_plugin,
+		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
@@ -250,20 +250,20 @@ static void fill_result(struct host *h, int status)
 		stats_json(h, f, status);
 		fclose(f);
 	}
-	snprintf(r->abort_msg, sizeof r->abort_msg, "%s", h->abort ? h->abort_msg : "");
+	snprintf(r->abort_msg, sizeof r->abort_msg, "%s", h->ctl.abort ? h->ctl.abort_msg : "");
 }
 
 /* The exit status of a run whose outcomes are all counted, as things stand. */
 static int exit_status(const struct host *h)
 {
 	/* Stopped by a signal with a journal: resumable, which a batch script can tell. */
-	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	int stopped = h->ctl.interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
 	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
-	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
+	bool failed = h->stats.failed || h->stats.timed_out || (h->resume.on && h->journal.failed);
 	/* An input found changed before anything new ran: refused, as a changed file is. */
-	if (h->input_changed && !h->stats.generated)
+	if (h->resume.input_changed && !h->stats.generated)
 		stopped = 2;
-	return h->abort ? stopped : failed ? 1 : 0;
+	return h->ctl.abort ? stopped : failed ? 1 : 0;
 }
 
 /* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
@@ -278,14 +278,14 @@ static int finish_stuck(struct host *h)
 		count_not_run(h);
 	}
 	say_sink_not_closed(closing ? "close" : "last call");
-	int status = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	int status = h->ctl.interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
 	stats_print(h, stderr);
 	failures_close(h, stderr);
 	fill_result(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		fprintf(stderr, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
 			strerror(errno));
-	fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
+	fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
 	if (status == RUN_EXIT_RESUMABLE)
 		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
 	return status;
@@ -297,30 +297,30 @@ static int finish_stuck(struct host *h)
  * stand-in still watches the sink's calls here (a close that blocks). */
 static int finish_run(struct host *h)
 {
-	if (h->finishing)
+	if (h->ctl.finishing)
 		return finish_stuck(h); /* the stand-in, while we are stuck in the sink */
-	h->finishing = true;
+	h->ctl.finishing = true;
 	bool on_standin = h->standin_running && pthread_equal(pthread_self(), h->standin);
 	/* Every child is waited for, and whatever the workers left behind is killed:
 	 * nothing outlives the run or holds its output open. */
-	for (unsigned k = 0; k < h->n_workers; k++) {
+	for (unsigned k = 0; k < h->pool.n; k++) {
 		/* One reaped already (exited) is not: its pid may be another's by now. */
-		if (h->w[k].pid > 0 && !h->w[k].exited) {
+		if (h->pool.w[k].pid > 0 && !h->pool.w[k].exited) {
 			int st;
-			spawn_kill(h->w[k].pid, SIGKILL);
-			while (waitpid(h->w[k].pid, &st, 0) < 0 && errno == EINTR)
+			spawn_kill(h->pool.w[k].pid, SIGKILL);
+			while (waitpid(h->pool.w[k].pid, &st, 0) < 0 && errno == EINTR)
 				;
 			/* Reaped: its pid may be another process's from now on, and the
 			 * stand-in, still watching the sink, must not signal it. */
-			h->w[k].pid = -1;
+			h->pool.w[k].pid = -1;
 		}
 	}
 	lifecycle_sweep();
 	h->stats.elapsed = (double)(wait_now_ns() - h->t_start_ns) * 1e-9;
-	ui_stop(h->ui);
-	h->ui = NULL;
+	ui_stop(h->view.ui);
+	h->view.ui = NULL;
 	failures_not_run_held(h);
-	if (h->sink_stuck)
+	if (h->out.stuck)
 		events_undelivered(h);
 	else
 		events_flush_held(h);
@@ -329,8 +329,8 @@ static int finish_run(struct host *h)
 	struct gpud_error err = {{0}};
 	/* What the run will exit with if the close succeeds, for a sink that asks. */
 	struct gpud_run_end end = {.exit_status = exit_status(h),
-				   .abort_reason = h->abort ? h->abort_msg : NULL};
-	if (h->sink_stuck)
+				   .abort_reason = h->ctl.abort ? h->ctl.abort_msg : NULL};
+	if (h->out.stuck)
 		say_sink_not_closed("last call");
 	else if ((h->sink_ops->close || h->sink_ops->finish) &&
 		 events_close_sink(h, &end, &err) != 0)
@@ -338,7 +338,7 @@ static int finish_run(struct host *h)
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");
 	if (!on_standin)
 		standin_stop(h);
-	if (h->gen_stuck)
+	if (h->flow.stuck)
 		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
 				"ended; it was not closed\n");
 	else if (h->gen_ops->close)
@@ -346,12 +346,12 @@ static int finish_run(struct host *h)
 
 	/* Every task generated has its outcome and the generator is done: the journal says
 	 * the run finished, so a --resume has nothing left to do. */
-	bool complete = !h->abort && h->gen_done && !h->stats.not_run;
+	bool complete = !h->ctl.abort && h->flow.done && !h->stats.not_run;
 	resume_finish(h, complete);
 	stats_print(h, stderr);
-	if (h->resumed)
+	if (h->resume.skipped)
 		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
-			(unsigned long long)h->resumed);
+			(unsigned long long)h->resume.skipped);
 	failures_close(h, stderr);
 	int status = exit_status(h);
 	metrics_stop(h, status);
@@ -359,31 +359,31 @@ static int finish_run(struct host *h)
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
 		host_abort(h, "cannot write --stats-json %s: %s", h->opts->stats_json,
 			   strerror(errno));
-	if (h->abort && !h->sink_open && h->sink_open_ever && stdout_reader_gone()) {
+	if (h->ctl.abort && !h->out.open && h->out.open_ever && stdout_reader_gone()) {
 		/* `gpud run ... | head`: like any filter whose reader left, we stop, and say
 		 * in one line what that left undone. */
 		fprintf(stderr,
 			"gpud: stopped: the reader of standard output went away; %llu "
 			"results were not written",
-			(unsigned long long)h->sink_lost);
-		if (!h->gen_done)
+			(unsigned long long)h->out.lost);
+		if (!h->flow.done)
 			fprintf(stderr, ", tasks from %llu on were not generated",
-				(unsigned long long)h->next_id);
+				(unsigned long long)h->flow.next_id);
 		fputc('\n', stderr);
 		return status;
 	}
-	if (h->abort) {
-		if (h->sink_lost)
+	if (h->ctl.abort) {
+		if (h->out.lost)
 			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
-				h->abort_msg, (unsigned long long)h->sink_lost);
+				h->ctl.abort_msg, (unsigned long long)h->out.lost);
 		else
-			fprintf(stderr, "gpud: aborted: %s\n", h->abort_msg);
-		if (!h->gen_done && h->total > (int64_t)h->next_id)
+			fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
+		if (!h->flow.done && h->flow.total > (int64_t)h->flow.next_id)
 			fprintf(stderr, "gpud: tasks %llu to %lld were not generated\n",
-				(unsigned long long)h->next_id, (long long)h->total - 1);
-		else if (!h->gen_done)
+				(unsigned long long)h->flow.next_id, (long long)h->flow.total - 1);
+		else if (!h->flow.done)
 			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
-				(unsigned long long)h->next_id);
+				(unsigned long long)h->flow.next_id);
 		if (status == RUN_EXIT_RESUMABLE)
 			fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
 		return status;
@@ -441,9 +441,9 @@ static int open_plugins(struct host *h, struct cfg *c)
 		return -1;
 	}
 	if (gen->total)
-		h->total = gen->total(h->gen);
-	if (h->total >= 0) /* this rank's share of them */
-		h->total = (int64_t)ranks_share((uint64_t)h->total, c->rank, c->ranks);
+		h->flow.total = gen->total(h->gen);
+	if (h->flow.total >= 0) /* this rank's share of them */
+		h->flow.total = (int64_t)ranks_share((uint64_t)h->flow.total, c->rank, c->ranks);
 
 	err.message[0] = '\0';
 	int so = resume_sink_open(h, &c->sink.args, &err);
@@ -457,9 +457,9 @@ static int open_plugins(struct host *h, struct cfg *c)
 			gen->close(h->gen);
 		return -1;
 	}
-	h->sink_open = true;
-	h->sink_open_ever = true;
-	h->sink_mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
+	h->out.open = true;
+	h->out.open_ever = true;
+	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	err.message[0] = '\0';
 	if (resume_tell_sink(h, &err) < 0) {
 		ui_clean(err.message);
@@ -481,33 +481,33 @@ static int open_plugins(struct host *h, struct cfg *c)
  * table, the run's files, the held outcomes and the metrics. 0, or -1 (said why). */
 static int setup_run(struct host *h, struct cfg *c)
 {
-	h->n_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
-	h->w = calloc(h->n_workers, sizeof *h->w);
-	h->restarts = calloc(c->n_gpus, sizeof *h->restarts);
-	h->retired = calloc(c->n_gpus, sizeof *h->retired);
-	if (!h->w || !h->restarts || !h->retired) {
-		fprintf(stderr, "gpud: out of memory for %u workers\n", h->n_workers);
+	h->pool.n = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
+	h->pool.restarts = calloc(c->n_gpus, sizeof *h->pool.restarts);
+	h->pool.retired = calloc(c->n_gpus, sizeof *h->pool.retired);
+	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
+		fprintf(stderr, "gpud: out of memory for %u workers\n", h->pool.n);
 		return -1;
 	}
-	for (unsigned k = 0; k < h->n_workers; k++) {
-		h->w[k].index = (int)k;
-		h->w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
-		h->w[k].log_fd = -1;
-		h->w[k].out_fd = -1;
-		h->w[k].pid = -1;
+	for (unsigned k = 0; k < h->pool.n; k++) {
+		h->pool.w[k].index = (int)k;
+		h->pool.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+		h->pool.w[k].log_fd = -1;
+		h->pool.w[k].out_fd = -1;
+		h->pool.w[k].pid = -1;
 	}
-	if (tasks_init(h, (c->queue_size + h->n_workers - 1) / h->n_workers) < 0) {
+	if (tasks_init(h, (c->queue_size + h->pool.n - 1) / h->pool.n) < 0) {
 		fprintf(stderr, "gpud: out of memory for the task table\n");
 		return -1;
 	}
 	files_open_run(h); /* said why if not; the run goes on */
-	if (h->ui_mode == UI_DASHBOARD && files_open_logs(h) < 0)
-		h->ui_mode = UI_PLAIN; /* said why; worker output then goes to standard error */
+	if (h->view.mode == UI_DASHBOARD && files_open_logs(h) < 0)
+		h->view.mode = UI_PLAIN; /* said why; worker output then goes to standard error */
 	/* Ordering only matters to a sink that receives outcomes. */
 	if (c->ordered &&
-	    (h->sink_mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
-			     GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
-		h->held = calloc(c->queue_size, sizeof *h->held);
+	    (h->out.mask & (GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
+			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
+		h->out.held = calloc(c->queue_size, sizeof *h->out.held);
 	h->t_start_ns = wait_now_ns();
 	if (metrics_start(h) < 0) /* said why: a port asked for and not had */
 		return -1;
@@ -517,10 +517,10 @@ static int setup_run(struct host *h, struct cfg *c)
 /* The dashboard's terminal, when the caller names one. 0, or -1 (said why). */
 static int open_tty(struct host *h, const struct run_opts *opts)
 {
-	if (h->ui_mode != UI_DASHBOARD || !opts->ui_tty)
+	if (h->view.mode != UI_DASHBOARD || !opts->ui_tty)
 		return 0;
-	h->ui_fd = open(opts->ui_tty, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-	if (h->ui_fd < 0) {
+	h->view.fd = open(opts->ui_tty, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (h->view.fd < 0) {
 		fprintf(stderr, "gpud: cannot open %s for the dashboard: %s\n", opts->ui_tty,
 			strerror(errno));
 		return -1;
@@ -542,13 +542,13 @@ static int run_loop(struct host *h)
 		/* Whatever a worker starts and leaves behind becomes our child, so it can
 		 * be found and ended with the run. */
 		prctl(PR_SET_CHILD_SUBREAPER, 1);
-		h->ui = ui_start(h);
-		for (unsigned k = 0; k < h->n_workers; k++) {
-			int e = spawn_worker(h, &h->w[k]);
+		h->view.ui = ui_start(h);
+		for (unsigned k = 0; k < h->pool.n; k++) {
+			int e = spawn_worker(h, &h->pool.w[k]);
 			if (e < 0) {
 				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
-					h->worker_exe, strerror(-e));
-				UI_SET(h->w[k].state, HW_GONE);
+					h->pool.exe, strerror(-e));
+				UI_SET(h->pool.w[k].state, HW_GONE);
 			}
 		}
 		dispatch(h);
@@ -582,9 +582,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	int op = open_plugins(&h, c);
 	if (op < 0)
 		goto out;
-	h.ui_mode = opts->ui;
+	h.view.mode = opts->ui;
 	h.finish = finish_run;
-	pthread_mutex_init(&h.notes.lock, NULL);
+	pthread_mutex_init(&h.view.notes.lock, NULL);
 	if (op > 0 || setup_run(&h, c) < 0 || open_tty(&h, opts) < 0)
 		goto close_plugins;
 	rc = run_loop(&h);

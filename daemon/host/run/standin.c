@@ -94,20 +94,20 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 {
 	struct gate *g = &h->gate;
 	const struct cfg *c = h->cfg;
-	uint64_t tell_at = since_ns + 1000000000u, stopped = h->stopped_ns;
-	atomic_store(&h->sink_stuck_ns, since_ns);
+	uint64_t tell_at = since_ns + 1000000000u, stopped = h->ctl.stopped_ns;
+	atomic_store(&h->out.stuck_ns, since_ns);
 	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
-		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_seq_cst);
+		uint32_t bell = atomic_load_explicit(h->shm.bell.bell, memory_order_seq_cst);
 		h->gate.loop->signals(h); /* before the clock is read: it may start the drain's */
 		uint64_t now = wait_now_ns();
 		uint64_t deadline = lifecycle_timeouts(h, now);
 		/* A stop of the job that lifecycle_timeouts found (and credited to the other
 		 * clocks) does not count against sink_timeout either. */
-		if (h->stopped_ns != stopped) {
-			since_ns += h->stopped_ns - stopped;
-			tell_at += h->stopped_ns - stopped;
-			stopped = h->stopped_ns;
-			atomic_store(&h->sink_stuck_ns, since_ns);
+		if (h->ctl.stopped_ns != stopped) {
+			since_ns += h->ctl.stopped_ns - stopped;
+			tell_at += h->ctl.stopped_ns - stopped;
+			stopped = h->ctl.stopped_ns;
+			atomic_store(&h->out.stuck_ns, since_ns);
 		}
 		if (now >= tell_at) {
 			char what[96];
@@ -127,16 +127,16 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 			       c->sink_timeout > 0 ? ", sink_timeout by itself" : "");
 			tell_at = since_ns + 2 * (now - since_ns);
 		}
-		bool end = h->killing;
-		if (h->interrupted && c->drain_timeout > 0 &&
-		    wait_since(now, h->interrupt_ns) >= (uint64_t)(c->drain_timeout * 1e9))
+		bool end = h->ctl.killing;
+		if (h->ctl.interrupted && c->drain_timeout > 0 &&
+		    wait_since(now, h->ctl.interrupt_ns) >= (uint64_t)(c->drain_timeout * 1e9))
 			end = true;
 		if (c->sink_timeout > 0 &&
 		    wait_since(now, since_ns) >= (uint64_t)(c->sink_timeout * 1e9)) {
 			/* Ended as by SIGTERM: resumable, the undelivered outcomes run again. */
 			host_abort(h, "the sink's call has not returned in %g s (sink_timeout)",
 				   c->sink_timeout);
-			h->interrupted = true;
+			h->ctl.interrupted = true;
 			end = true;
 		}
 		if (end)
@@ -144,13 +144,13 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 		uint64_t wait_ns = STANDIN_IDLE_NS;
 		if (deadline && deadline > now && deadline - now < wait_ns)
 			wait_ns = deadline - now;
-		wait_futex_wait(h->bell.bell, bell, wait_ns);
+		wait_futex_wait(h->shm.bell.bell, bell, wait_ns);
 	}
 	uint64_t now = wait_now_ns();
 	if (now >= since_ns + 1000000000u)
 		ui_say(h, UI_EVENT, "the sink's call returned after %.1f s",
 		       (double)(now - since_ns) * 1e-9);
-	atomic_store(&h->sink_stuck_ns, 0);
+	atomic_store(&h->out.stuck_ns, 0);
 	atomic_store_explicit(&g->taken, 0, memory_order_release);
 	wait_futex_wake(&g->taken);
 	return true;
@@ -166,7 +166,7 @@ static void *standin_main(void *arg)
 	for (;;) {
 		/* The bell before `ending`: standin_stop() sets `ending` before it rings,
 		 * so either we see `ending` or the wait below sees the bell move. */
-		uint32_t bell = atomic_load_explicit(h->bell.bell, memory_order_seq_cst);
+		uint32_t bell = atomic_load_explicit(h->shm.bell.bell, memory_order_seq_cst);
 		if (atomic_load_explicit(&g->ending, memory_order_seq_cst))
 			break;
 		uint64_t wait_ns = STANDIN_IDLE_NS;
@@ -177,7 +177,7 @@ static void *standin_main(void *arg)
 			wait_ns = ran < period ? period - ran : 0;
 		}
 		if (wait_ns)
-			wait_futex_wait(h->bell.bell, bell, wait_ns);
+			wait_futex_wait(h->shm.bell.bell, bell, wait_ns);
 		if (atomic_load_explicit(&g->ending, memory_order_acquire))
 			break;
 		uint64_t calls = atomic_load_explicit(&g->calls, memory_order_relaxed);
@@ -207,9 +207,9 @@ static void *standin_main(void *arg)
 				/* The run is over and the generator or the sink is still in its
 				 * call. */
 				if (sink)
-					h->sink_stuck = true;
+					h->out.stuck = true;
 				else
-					h->gen_stuck = true;
+					h->flow.stuck = true;
 				int rc = h->finish(h);
 				fflush(NULL);
 				_exit(rc);
@@ -246,7 +246,7 @@ void standin_stop(struct host *h)
 	if (!h->standin_running)
 		return;
 	atomic_store_explicit(&h->gate.ending, 1, memory_order_seq_cst);
-	wait_ring(h->bell); /* the stand-in sleeps on the host's bell */
+	wait_ring(h->shm.bell); /* the stand-in sleeps on the host's bell */
 	pthread_join(h->standin, NULL);
 	h->standin_running = false;
 }
@@ -255,7 +255,7 @@ void standin_wait(struct host *h)
 {
 	struct gate *g = &h->gate;
 	/* The stand-in may sleep in the loop's wait: it wakes for the host's bell. */
-	wait_ring(h->bell);
+	wait_ring(h->shm.bell);
 	while (atomic_load_explicit(&g->taken, memory_order_acquire))
 		wait_futex_wait(&g->taken, 1, 0);
 }

@@ -74,8 +74,8 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
 		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate,
 		host_cpu);
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		const struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		const struct host_worker *w = &h->pool.w[i];
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
 			"\"timed_out\": %llu, \"restarts\": %u}",
@@ -86,20 +86,20 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	fprintf(f, "], \"gpus\": [");
 	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
 		uint64_t ok = 0, failed = 0, timed_out = 0;
-		for (unsigned i = 0; i < h->n_workers; i++) {
-			if (h->w[i].gpu_id != h->cfg->gpus[g])
+		for (unsigned i = 0; i < h->pool.n; i++) {
+			if (h->pool.w[i].gpu_id != h->cfg->gpus[g])
 				continue;
-			ok += h->w[i].ok;
-			failed += h->w[i].failed;
-			timed_out += h->w[i].timeouts;
+			ok += h->pool.w[i].ok;
+			failed += h->pool.w[i].failed;
+			timed_out += h->pool.w[i].timeouts;
 		}
 		fprintf(f,
 			"%s{\"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
 			"\"restarts\": %u, \"retired\": %s}",
 			g ? ", " : "", h->cfg->gpus[g], (unsigned long long)ok,
 			(unsigned long long)failed, (unsigned long long)timed_out,
-			h->restarts ? h->restarts[g] : 0,
-			h->retired && h->retired[g] ? "true" : "false");
+			h->pool.restarts ? h->pool.restarts[g] : 0,
+			h->pool.retired && h->pool.retired[g] ? "true" : "false");
 	}
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
 	 * names the ranks it was not given. */
@@ -108,15 +108,18 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	fprintf(f,
 		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
 		"\"journal\": ",
-		(long long)h->total, (unsigned long long)h->resumed,
-		h->first_new_ns ? (double)(h->first_new_ns - h->t_start_ns) * 1e-9 : 0.0);
+		(long long)h->flow.total, (unsigned long long)h->resume.skipped,
+		h->resume.first_new_ns ? (double)(h->resume.first_new_ns - h->t_start_ns) * 1e-9
+				       : 0.0);
 	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);
 	fprintf(f, ", \"exit_status\": %d, \"abort_reason\": ", exit_status);
-	io_json_string(f, h->abort ? h->abort_msg : NULL);
+	io_json_string(f, h->ctl.abort ? h->ctl.abort_msg : NULL);
 	fprintf(f, ", \"failures_file\": ");
 	char list[4200];
-	if (h->log_dir && (h->failures_listed || h->not_run_listed))
-		snprintf(list, sizeof list, "%s/%s", h->log_dir, FILES_FAILURES);
-	io_json_string(f, h->log_dir && (h->failures_listed || h->not_run_listed) ? list : NULL);
+	if (h->files.log_dir && (h->files.failures_listed || h->files.not_run_listed))
+		snprintf(list, sizeof list, "%s/%s", h->files.log_dir, FILES_FAILURES);
+	io_json_string(f, h->files.log_dir && (h->files.failures_listed || h->files.not_run_listed)
+				  ? list
+				  : NULL);
 	fprintf(f, "}\n");
 }

@@ -15,30 +15,30 @@ int tasks_init(struct host *h, uint32_t per_worker)
 	uint32_t cap = 2;
 	while (cap < per_worker + 1)
 		cap <<= 1;
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		w->tt = calloc(cap, sizeof *w->tt);
 		if (!w->tt)
 			return -1;
 		w->tt_mask = cap - 1;
 		w->tt_head = w->tt_tail = w->tt_started = 0;
 	}
-	h->rq_tail = &h->rq_head;
+	h->rq.tail = &h->rq.head;
 	return 0;
 }
 
 void tasks_free(struct host *h)
 {
-	for (unsigned i = 0; h->w && i < h->n_workers; i++) {
-		free(h->w[i].tt);
-		h->w[i].tt = NULL;
+	for (unsigned i = 0; h->pool.w && i < h->pool.n; i++) {
+		free(h->pool.w[i].tt);
+		h->pool.w[i].tt = NULL;
 	}
-	while (h->rq_head) {
-		struct requeued *q = h->rq_head;
-		h->rq_head = q->next;
+	while (h->rq.head) {
+		struct requeued *q = h->rq.head;
+		h->rq.head = q->next;
 		free(q);
 	}
-	h->rq_tail = &h->rq_head;
+	h->rq.tail = &h->rq.head;
 }
 
 void tasks_overfull(const struct host_worker *w)
@@ -59,18 +59,18 @@ void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, 
 	q->t = *t;
 	q->avoid = avoid;
 	memcpy(q->data, input, t->size);
-	*h->rq_tail = q;
-	h->rq_tail = &q->next;
+	*h->rq.tail = q;
+	h->rq.tail = &q->next;
 }
 
 bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
 {
-	const struct host_worker *failed_on = &h->w[h->rq_head->avoid];
+	const struct host_worker *failed_on = &h->pool.w[h->rq.head->avoid];
 	bool other_gpu = false, other_worker = false;
 	if (w->gpu_id != failed_on->gpu_id)
 		return true;
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		const struct host_worker *o = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		const struct host_worker *o = &h->pool.w[i];
 		if (o->state != HW_READY || o == failed_on)
 			continue;
 		if (o->gpu_id != failed_on->gpu_id)
@@ -85,21 +85,21 @@ bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
 
 struct requeued *tasks_requeued_take(struct host *h)
 {
-	struct requeued *q = h->rq_head;
-	h->rq_head = q->next;
-	if (!h->rq_head)
-		h->rq_tail = &h->rq_head;
+	struct requeued *q = h->rq.head;
+	h->rq.head = q->next;
+	if (!h->rq.head)
+		h->rq.tail = &h->rq.head;
 	return q;
 }
 
 void tasks_drop_requeued(struct host *h)
 {
-	while (h->rq_head) {
-		struct requeued *q = h->rq_head;
-		h->rq_head = q->next;
+	while (h->rq.head) {
+		struct requeued *q = h->rq.head;
+		h->rq.head = q->next;
 		UI_ADD(h->stats.not_run, 1);
 		failures_not_run(h, q->t.id, q->t.attempt);
 		free(q);
 	}
-	h->rq_tail = &h->rq_head;
+	h->rq.tail = &h->rq.head;
 }

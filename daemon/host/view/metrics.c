@@ -85,8 +85,8 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 		   "# TYPE gpud_gpu_task_attempts_total counter\n");
 	for (size_t g = 0; g < c->n_gpus; g++) {
 		uint64_t n[3] = {0, 0, 0};
-		for (unsigned k = 0; k < h->n_workers; k++) {
-			struct host_worker *w = &h->w[k];
+		for (unsigned k = 0; k < h->pool.n; k++) {
+			struct host_worker *w = &h->pool.w[k];
 			if ((size_t)k / c->workers_per_gpu != g)
 				continue;
 			n[0] += UI_READ(w->ok);
@@ -101,9 +101,9 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 		   "# TYPE gpud_gpu_workers_ready gauge\n");
 	for (size_t g = 0; g < c->n_gpus; g++) {
 		unsigned ready = 0;
-		for (unsigned k = 0; k < h->n_workers; k++)
+		for (unsigned k = 0; k < h->pool.n; k++)
 			ready += (size_t)k / c->workers_per_gpu == g &&
-				 UI_READ(h->w[k].state) == HW_READY;
+				 UI_READ(h->pool.w[k].state) == HW_READY;
 		fprintf(o, "gpud_gpu_workers_ready{gpu=\"%d\"} %u\n", c->gpus[g], ready);
 	}
 	fprintf(o,
@@ -111,16 +111,16 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 		"started again after one ended.\n# TYPE gpud_gpu_worker_restarts_total counter\n");
 	for (size_t g = 0; g < c->n_gpus; g++) {
 		unsigned r = 0;
-		for (unsigned k = 0; k < h->n_workers; k++)
+		for (unsigned k = 0; k < h->pool.n; k++)
 			if ((size_t)k / c->workers_per_gpu == g)
-				r += UI_READ(h->w[k].restarts);
+				r += UI_READ(h->pool.w[k].restarts);
 		fprintf(o, "gpud_gpu_worker_restarts_total{gpu=\"%d\"} %u\n", c->gpus[g], r);
 	}
 	fprintf(o, "# HELP gpud_gpu_retired 1 when the GPU was retired (its workers crashed "
 		   "past max_worker_restarts).\n# TYPE gpud_gpu_retired gauge\n");
 	for (size_t g = 0; g < c->n_gpus; g++)
 		fprintf(o, "gpud_gpu_retired{gpu=\"%d\"} %d\n", c->gpus[g],
-			UI_READ(h->retired[g]) ? 1 : 0);
+			UI_READ(h->pool.retired[g]) ? 1 : 0);
 	if (!nvml)
 		return;
 	struct nvml_sample s[CFG_MAX_GPUS];
@@ -150,7 +150,7 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 {
 	struct gpud_stats *s = &h->stats;
-	struct metrics_hist *m = h->metrics;
+	struct metrics_hist *m = h->view.metrics;
 	fprintf(o, "# HELP gpud_tasks_total Tasks by final outcome (a retried task counts "
 		   "once, when it ends).\n# TYPE gpud_tasks_total counter\n");
 	fprintf(o, "gpud_tasks_total{outcome=\"ok\"} %llu\n", (unsigned long long)UI_READ(s->ok));
@@ -162,9 +162,9 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 		(unsigned long long)UI_READ(s->not_run));
 	counter(o, "gpud_tasks_generated_total", "Tasks the generator yielded.",
 		UI_READ(s->generated));
-	if (UI_READ(h->total) >= 0)
+	if (UI_READ(h->flow.total) >= 0)
 		gauge(o, "gpud_tasks_expected", "Tasks the generator said it would yield.",
-		      (double)UI_READ(h->total));
+		      (double)UI_READ(h->flow.total));
 	counter(o, "gpud_retries_total", "Task runs that failed and were run again.",
 		UI_READ(s->retried));
 	counter(o, "gpud_worker_restarts_total", "Worker processes started again.",
@@ -172,10 +172,10 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 	counter(o, "gpud_setup_failures_total", "Worker setups that failed.",
 		UI_READ(s->setup_failures));
 	gauge(o, "gpud_tasks_in_flight", "Tasks handed to workers and not finished.",
-	      (double)UI_READ(h->in_flight));
+	      (double)UI_READ(h->flow.in_flight));
 	gauge(o, "gpud_elapsed_seconds", "Seconds since the run started.",
 	      (double)(wait_now_ns() - h->t_start_ns) * 1e-9);
-	uint64_t stuck = atomic_load_explicit(&h->sink_stuck_ns, memory_order_relaxed);
+	uint64_t stuck = atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed);
 	gauge(o, "gpud_sink_stuck_seconds",
 	      "Seconds the sink's current call has not returned for, once watched (0: none).",
 	      stuck ? (double)wait_since(wait_now_ns(), stuck) * 1e-9 : 0);
@@ -305,8 +305,8 @@ int metrics_start(struct host *h)
 	if (!c->metrics_file && !c->metrics_host)
 		return 0;
 	struct metrics_srv *m = calloc(1, sizeof *m);
-	h->metrics = calloc(1, sizeof *h->metrics);
-	if (!m || !h->metrics) {
+	h->view.metrics = calloc(1, sizeof *h->view.metrics);
+	if (!m || !h->view.metrics) {
 		free(m);
 		fprintf(stderr, "gpud: out of memory for the metrics\n");
 		return -1;
@@ -314,7 +314,7 @@ int metrics_start(struct host *h)
 	m->h = h;
 	m->listen_fd = -1;
 	m->wake[0] = m->wake[1] = -1;
-	h->metrics_srv = m;
+	h->view.srv = m;
 	char why[300];
 	if (c->metrics_host) {
 		m->listen_fd = listen_on(c->metrics_host, c->metrics_port, why, sizeof why);
@@ -348,7 +348,7 @@ int metrics_start(struct host *h)
 
 void metrics_stop(struct host *h, int exit_status)
 {
-	struct metrics_srv *m = h->metrics_srv;
+	struct metrics_srv *m = h->view.srv;
 	if (!m)
 		return;
 	if (m->running) {
@@ -368,7 +368,7 @@ void metrics_stop(struct host *h, int exit_status)
 			close(m->wake[i]);
 	nvml_close(m->nvml);
 	free(m);
-	h->metrics_srv = NULL;
-	free(h->metrics);
-	h->metrics = NULL;
+	h->view.srv = NULL;
+	free(h->view.metrics);
+	h->view.metrics = NULL;
 }

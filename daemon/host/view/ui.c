@@ -56,7 +56,7 @@ struct ui {
 /* The dashboard's terminal: the one the caller named, else standard error. */
 static int ui_fd(const struct host *h)
 {
-	return h->ui_fd > 0 ? h->ui_fd : 2;
+	return h->view.fd > 0 ? h->view.fd : 2;
 }
 
 int ui_mode_parse(const char *word)
@@ -84,24 +84,24 @@ void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	if (h->ui_mode == UI_OFF) {
+	if (h->view.mode == UI_OFF) {
 		if (kind == UI_EVENT)
 			fprintf(stderr, "gpud: %s\n", line);
 		return;
 	}
 	bool is_error = kind == UI_FAILURE;
-	pthread_mutex_lock(&h->notes.lock);
-	if (h->ui_mode == UI_PLAIN && h->notes.count - h->notes.printed >= HOST_NOTES) {
+	pthread_mutex_lock(&h->view.notes.lock);
+	if (h->view.mode == UI_PLAIN && h->view.notes.count - h->view.notes.printed >= HOST_NOTES) {
 		/* The printer is a whole ring behind: this one waits in the failures list. */
-		h->notes.hidden++;
-		pthread_mutex_unlock(&h->notes.lock);
+		h->view.notes.hidden++;
+		pthread_mutex_unlock(&h->view.notes.lock);
 		return;
 	}
-	unsigned k = (unsigned)(h->notes.count % HOST_NOTES);
-	memcpy(h->notes.text[k], line, sizeof line);
-	h->notes.error[k] = is_error;
-	__atomic_store_n(&h->notes.count, h->notes.count + 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&h->notes.lock);
+	unsigned k = (unsigned)(h->view.notes.count % HOST_NOTES);
+	memcpy(h->view.notes.text[k], line, sizeof line);
+	h->view.notes.error[k] = is_error;
+	__atomic_store_n(&h->view.notes.count, h->view.notes.count + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&h->view.notes.lock);
 }
 
 /* ---- a line of at most `width` visible columns, with optional colour ---- */
@@ -195,10 +195,10 @@ static void take_figures(struct ui *u, struct figures *f)
 	f->retried = UI_READ(h->stats.retried);
 	f->restarts = UI_READ(h->stats.worker_restarts);
 	f->setup_failures = UI_READ(h->stats.setup_failures);
-	f->in_flight = UI_READ(h->in_flight);
-	f->total = UI_READ(h->total);
+	f->in_flight = UI_READ(h->flow.in_flight);
+	f->total = UI_READ(h->flow.total);
 	f->done = f->ok + f->failed + f->timed_out;
-	f->resumed = UI_READ(h->resumed); /* done by earlier runs: part of the whole job */
+	f->resumed = UI_READ(h->resume.skipped); /* done by earlier runs: part of the whole job */
 	f->elapsed = seconds_since(h->t_start_ns);
 	f->rate_all = f->elapsed > 0 ? (double)f->done / f->elapsed : 0;
 
@@ -326,7 +326,7 @@ static void dash_title(struct ui *u, struct frame *fr, const struct figures *f, 
 	l_text(&l, "gpud ");
 	l_color(&l, C_RESET);
 	fmt_duration(a, sizeof a, f->elapsed);
-	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->n_workers,
+	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->pool.n,
 	      h->cfg->n_gpus, a);
 	if (h->cfg->ranks > 1)
 		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
@@ -338,7 +338,7 @@ static void dash_title(struct ui *u, struct frame *fr, const struct figures *f, 
 		l_fmt(&l, "  |  ETA %s", b);
 	}
 	if (final)
-		l_text(&l, h->abort ? "  |  aborted" : "  |  done");
+		l_text(&l, h->ctl.abort ? "  |  aborted" : "  |  done");
 	frame_add(fr, &l);
 }
 
@@ -470,16 +470,16 @@ static void dash_workers(struct ui *u, struct frame *fr, int width, int height)
 	dash_table_head(u, fr, k, width);
 	int room = height - 10;
 	unsigned shown = 0;
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		if ((int)shown >= room && i + 1 < h->n_workers) {
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		if ((int)shown >= room && i + 1 < h->pool.n) {
 			struct line l;
 			new_line(&l, u, width);
 			l_fmt(&l, "  ... %u more workers (a taller terminal shows them)",
-			      h->n_workers - i);
+			      h->pool.n - i);
 			frame_add(fr, &l);
 			break;
 		}
-		dash_worker_row(u, fr, &h->w[i], k, width);
+		dash_worker_row(u, fr, &h->pool.w[i], k, width);
 		shown++;
 	}
 }
@@ -489,8 +489,8 @@ static void dash_notes(struct ui *u, struct frame *fr, int width, int height)
 {
 	struct host *h = u->h;
 	struct line l;
-	pthread_mutex_lock(&h->notes.lock);
-	uint64_t count = h->notes.count;
+	pthread_mutex_lock(&h->view.notes.lock);
+	uint64_t count = h->view.notes.count;
 	uint64_t first = count > DASH_NOTES ? count - DASH_NOTES : 0;
 	if (count) {
 		new_line(&l, u, width);
@@ -500,16 +500,16 @@ static void dash_notes(struct ui *u, struct frame *fr, int width, int height)
 	}
 	for (uint64_t k = first; k < count && (int)(fr->lines) < height - 2; k++) {
 		new_line(&l, u, width);
-		l_color(&l, h->notes.error[k % HOST_NOTES] ? C_RED : C_YELLOW);
-		l_fmt(&l, "  %s", h->notes.text[k % HOST_NOTES]);
+		l_color(&l, h->view.notes.error[k % HOST_NOTES] ? C_RED : C_YELLOW);
+		l_fmt(&l, "  %s", h->view.notes.text[k % HOST_NOTES]);
 		frame_add(fr, &l);
 	}
-	pthread_mutex_unlock(&h->notes.lock);
+	pthread_mutex_unlock(&h->view.notes.lock);
 
-	if (h->log_dir) {
+	if (h->files.log_dir) {
 		new_line(&l, u, width);
 		l_color(&l, C_DIM);
-		l_fmt(&l, "worker output: %s/worker-<id>.log", h->log_dir);
+		l_fmt(&l, "worker output: %s/worker-<id>.log", h->files.log_dir);
 		frame_add(fr, &l);
 	}
 }
@@ -587,13 +587,13 @@ static void plain_progress(struct ui *u, bool final)
 		fmt_duration(b, sizeof b, f.eta);
 		fprintf(stderr, " | ETA %s", b);
 	}
-	pthread_mutex_lock(&u->h->notes.lock);
-	uint64_t hidden = u->h->notes.hidden;
-	u->h->notes.hidden = 0;
-	pthread_mutex_unlock(&u->h->notes.lock);
-	if (hidden && u->h->failures)
+	pthread_mutex_lock(&u->h->view.notes.lock);
+	uint64_t hidden = u->h->view.notes.hidden;
+	u->h->view.notes.hidden = 0;
+	pthread_mutex_unlock(&u->h->view.notes.lock);
+	if (hidden && u->h->files.failures)
 		fprintf(stderr, " | %llu more messages not shown: every failure is in %s/%s",
-			(unsigned long long)hidden, u->h->log_dir, FILES_FAILURES);
+			(unsigned long long)hidden, u->h->files.log_dir, FILES_FAILURES);
 	else if (hidden)
 		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
 	fputc('\n', stderr);
@@ -605,27 +605,28 @@ static void plain_progress(struct ui *u, bool final)
 static void plain_failures(struct ui *u)
 {
 	struct host *h = u->h;
-	pthread_mutex_lock(&h->notes.lock);
-	for (; h->notes.printed < h->notes.count; h->notes.printed++) {
+	pthread_mutex_lock(&h->view.notes.lock);
+	for (; h->view.notes.printed < h->view.notes.count; h->view.notes.printed++) {
 		if (u->failures_shown >= PLAIN_FAILURES) {
-			h->notes.hidden++;
+			h->view.notes.hidden++;
 			continue;
 		}
-		fprintf(stderr, "gpud: %s\n", h->notes.text[h->notes.printed % HOST_NOTES]);
+		fprintf(stderr, "gpud: %s\n",
+			h->view.notes.text[h->view.notes.printed % HOST_NOTES]);
 		u->failures_shown++;
 	}
-	pthread_mutex_unlock(&h->notes.lock);
+	pthread_mutex_unlock(&h->view.notes.lock);
 }
 
 static void *ui_main(void *arg)
 {
 	struct ui *u = arg;
 	struct host *h = u->h;
-	double period = h->ui_mode == UI_DASHBOARD ? 1.0 / h->cfg->refresh_rate : 0.1;
+	double period = h->view.mode == UI_DASHBOARD ? 1.0 / h->cfg->refresh_rate : 0.1;
 	pthread_mutex_lock(&u->lock);
 	while (!u->stop) {
 		pthread_mutex_unlock(&u->lock);
-		if (h->ui_mode == UI_DASHBOARD) {
+		if (h->view.mode == UI_DASHBOARD) {
 			draw_dashboard(u, false);
 		} else {
 			plain_failures(u);
@@ -678,16 +679,16 @@ static void cursor_on_crash(void)
 
 struct ui *ui_start(struct host *h)
 {
-	if (h->ui_mode == UI_OFF)
+	if (h->view.mode == UI_OFF)
 		return NULL;
 	struct ui *u = calloc(1, sizeof *u);
 	if (!u)
 		return NULL;
 	u->h = h;
 	const char *term = getenv("TERM");
-	u->color = h->ui_mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(ui_fd(h)) && term &&
-		   strcmp(term, "dumb") != 0;
-	if (h->ui_mode == UI_DASHBOARD) {
+	u->color = h->view.mode == UI_DASHBOARD && !getenv("NO_COLOR") && isatty(ui_fd(h)) &&
+		   term && strcmp(term, "dumb") != 0;
+	if (h->view.mode == UI_DASHBOARD) {
 		u->nvml = nvml_open();
 		crash_fd = ui_fd(h);
 		cursor_on_crash();
@@ -717,7 +718,7 @@ void ui_stop(struct ui *u)
 	pthread_cond_signal(&u->wake);
 	pthread_mutex_unlock(&u->lock);
 	pthread_join(u->thread, NULL);
-	if (u->h->ui_mode == UI_DASHBOARD) {
+	if (u->h->view.mode == UI_DASHBOARD) {
 		draw_dashboard(u, true);
 	} else {
 		plain_failures(u);
@@ -739,6 +740,6 @@ void ui_clean(char *s)
 void ui_suspend(struct host *h, bool stopping)
 {
 	static const char show[] = "\033[?25h\n";
-	if (stopping && h->ui_mode == UI_DASHBOARD && write(ui_fd(h), show, sizeof show - 1) < 0)
+	if (stopping && h->view.mode == UI_DASHBOARD && write(ui_fd(h), show, sizeof show - 1) < 0)
 		return;
 }

@@ -21,7 +21,7 @@
  * prepare) and the shared memory they need against the machine's memory (or the
  * cgroup's limit). With `raise`, a soft open-file limit below what is needed goes up to
  * the hard limit when that suffices; without, that is said on `notes`. Needs
- * h->worker_plugin. 0, or -1 with one line on standard error. */
+ * h->pool.plugin. 0, or -1 with one line on standard error. */
 int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes);
 
 #endif

@@ -80,8 +80,8 @@ void host_install_signals(struct host *h, bool keep)
 	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
 		sigaction(run_signals[i], NULL, &saved[i]);
 	saved_any = true;
-	sig_bell = h->host_bell;
-	atomic_store(&bell_sig, h->host_bell);
+	sig_bell = h->shm.host_bell;
+	atomic_store(&bell_sig, h->shm.host_bell);
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
@@ -141,9 +141,9 @@ void lifecycle_interrupts_reset(void)
  * process by now. */
 static void signal_workers(struct host *h, int sig)
 {
-	for (unsigned i = 0; i < h->n_workers; i++)
-		if (h->w[i].pid > 0 && !h->w[i].exited)
-			spawn_kill(h->w[i].pid, sig);
+	for (unsigned i = 0; i < h->pool.n; i++)
+		if (h->pool.w[i].pid > 0 && !h->pool.w[i].exited)
+			spawn_kill(h->pool.w[i].pid, sig);
 }
 
 /* Moves a clock on by the `gap` the job was stopped, but never past `now`: no elapsed
@@ -159,11 +159,11 @@ static void shift(uint64_t *clock, uint64_t now, uint64_t gap)
  * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
 static void credit(struct host *h, uint64_t gap, uint64_t now)
 {
-	h->stopped_ns += gap;
-	if (h->interrupted)
-		shift(&h->interrupt_ns, now, gap); /* nor against drain_timeout */
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	h->ctl.stopped_ns += gap;
+	if (h->ctl.interrupted)
+		shift(&h->ctl.interrupt_ns, now, gap); /* nor against drain_timeout */
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		/* The task running now, which may have begun after we last looked: its
 		 * clock gets the credit, at most what it has run. */
 		uint64_t since = w->rep ? atomic_load(&w->rep->busy_since_ns) : 0;
@@ -176,8 +176,8 @@ static void credit(struct host *h, uint64_t gap, uint64_t now)
 		shift(&w->spawned_ns, now, gap);
 		shift(&w->still_ns, now, gap);
 	}
-	if (h->stopping)
-		shift(&h->stop_ns, now, gap);
+	if (h->ctl.stopping)
+		shift(&h->ctl.stop_ns, now, gap);
 }
 
 void lifecycle_job_control(struct host *h)
@@ -195,7 +195,7 @@ void lifecycle_job_control(struct host *h)
 		 * said so; the clocks are not looked at before. */
 		uint64_t now = wait_now_ns();
 		credit(h, now - stopped, now);
-		h->last_check_ns = now;
+		h->ctl.last_check_ns = now;
 		ui_suspend(h, false);
 		signal_workers(h, SIGCONT);
 	}
@@ -255,7 +255,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 	uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_acquire);
 	if (s == WS_READY) {
 		UI_SET(w->state, HW_READY);
-		h->ever_ready = true;
+		h->pool.ever_ready = true;
 		w->window = 1; /* until its first results tell how long its tasks take */
 	} else if (s == WS_SETUP_FAILED) {
 		setup_failed(h, w,
@@ -277,12 +277,12 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 	snprintf(w->corrupt_why, sizeof w->corrupt_why, "%s", why);
 	/* A plugin that corrupts its memory on every task would say this thousands of
 	 * times: the first few are told, then that the rest are not. */
-	if (++h->corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
+	if (++h->pool.corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
 		ui_say(h, UI_EVENT,
 		       "worker %d (GPU %d) corrupted its shared memory (%s); "
 		       "restarting it%s",
 		       w->index, w->gpu_id, why,
-		       h->corruptions == LIFECYCLE_CORRUPTIONS_TOLD
+		       h->pool.corruptions == LIFECYCLE_CORRUPTIONS_TOLD
 			       ? " (further corruptions are not told; the tasks they fail are "
 				 "in the failures list)"
 			       : "");
@@ -327,8 +327,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		bool in_call = t.pos - w->task_free >= from - w->task_free &&
 			       t.pos - w->task_free < to - w->task_free;
 		tasks_pop(w);
-		UI_SET(h->in_flight, h->in_flight - 1);
-		if (h->killing) {
+		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
+		if (h->ctl.killing) {
 			UI_ADD(h->stats.not_run, 1);
 			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && w->corrupt) {
@@ -392,7 +392,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		 * like any other, told below. */
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
 		       w->index, w->gpu_id, msg);
-	else if (!w->timed_out && !h->killing && !w->corrupt && !w->held_still)
+	else if (!w->timed_out && !h->ctl.killing && !w->corrupt && !w->held_still)
 		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
 }
 
@@ -402,7 +402,7 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 		struct task_ent t = *tasks_front(w);
 		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
 		tasks_pop(w);
-		UI_SET(h->in_flight, h->in_flight - 1);
+		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
 	w->task_free = w->task_head;
 }
@@ -410,24 +410,24 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 static void restart(struct host *h, struct host_worker *w)
 {
 	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
-	if (h->killing || h->stopping || h->interrupted || h->retired[slot]) {
+	if (h->ctl.killing || h->ctl.stopping || h->ctl.interrupted || h->pool.retired[slot]) {
 		UI_SET(w->state, HW_GONE);
 		return;
 	}
 	bool free_restart = w->free_restart;
 	w->free_restart = false;
-	if (!free_restart && h->restarts[slot] >= h->cfg->max_worker_restarts) {
+	if (!free_restart && h->pool.restarts[slot] >= h->cfg->max_worker_restarts) {
 		char msg[200];
 		snprintf(msg, sizeof msg,
 			 "GPU %d retired: its workers were restarted %u times "
 			 "(max_worker_restarts = %u)",
-			 w->gpu_id, h->restarts[slot], h->cfg->max_worker_restarts);
+			 w->gpu_id, h->pool.restarts[slot], h->cfg->max_worker_restarts);
 		UI_SET(w->state, HW_GONE);
 		UI_SET(w->end, END_ERROR);
-		UI_SET(h->retired[slot], true);
+		UI_SET(h->pool.retired[slot], true);
 		/* Its other workers finish what they hold, then leave too. */
-		for (unsigned i = 0; i < h->n_workers; i++) {
-			struct host_worker *o = &h->w[i];
+		for (unsigned i = 0; i < h->pool.n; i++) {
+			struct host_worker *o = &h->pool.w[i];
 			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
 				UI_SET(o->state, HW_STOPPING);
 				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
@@ -439,7 +439,7 @@ static void restart(struct host *h, struct host_worker *w)
 		return;
 	}
 	if (!free_restart)
-		h->restarts[slot]++;
+		h->pool.restarts[slot]++;
 	UI_ADD(h->stats.worker_restarts, 1);
 	UI_ADD(w->restarts, 1);
 	int rc = shm_renew_worker(h, w);
@@ -492,7 +492,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 						    "setup failed without a message"));
 		} else if (w->cancelled) {
 			/* Killed in setup because the run had ended: nothing to report. */
-		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->killing) {
+		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->ctl.killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
 				 w->gpu_id, how);
 			setup_failed(h, w, msg);
@@ -510,7 +510,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 				 w->index, w->gpu_id, h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
-		} else if (s != WS_DONE && !h->killing) {
+		} else if (s != WS_DONE && !h->ctl.killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
 				 w->gpu_id, how);
 			ui_say(h, UI_EVENT, "%s", msg);
@@ -529,9 +529,9 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 
 static struct host_worker *worker_by_pid(struct host *h, pid_t pid)
 {
-	for (unsigned i = 0; i < h->n_workers; i++)
-		if (h->w[i].pid == pid && !h->w[i].exited)
-			return &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++)
+		if (h->pool.w[i].pid == pid && !h->pool.w[i].exited)
+			return &h->pool.w[i];
 	return NULL;
 }
 
@@ -565,13 +565,13 @@ void lifecycle_reap(struct host *h)
 static uint64_t cleanup_deadline(struct host *h, uint64_t now)
 {
 	double limit = h->cfg->cleanup_timeout;
-	if (!h->stopping || h->killing || limit <= 0)
+	if (!h->ctl.stopping || h->ctl.killing || limit <= 0)
 		return 0;
-	uint64_t deadline = h->stop_ns + (uint64_t)(limit * 1e9);
+	uint64_t deadline = h->ctl.stop_ns + (uint64_t)(limit * 1e9);
 	if (now < deadline)
 		return deadline;
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		if (w->state == HW_STOPPING && w->pid > 0 && !w->timed_out && !w->cancelled) {
 			w->timed_out = true;
 			kill_worker(w);
@@ -592,7 +592,7 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 	/* While a sink call is stuck, nothing is taken from the workers or given to them:
 	 * one that holds tasks it has not started waits for the host (backpressure, as
 	 * with result rings sized otherwise or batches), it is not wedged. */
-	if (atomic_load_explicit(&h->sink_stuck_ns, memory_order_relaxed)) {
+	if (atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
 		w->still_ns = 0;
 		return 0;
 	}
@@ -604,7 +604,7 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 		w->still_ns = 0;
 		return 0;
 	}
-	uint64_t limit = STILL_NS + h->hdr->batch_wait_ns;
+	uint64_t limit = STILL_NS + h->shm.hdr->batch_wait_ns;
 	if (!w->still_ns) {
 		w->still_ns = now;
 	} else if (wait_since(now, w->still_ns) >= limit) {
@@ -642,22 +642,22 @@ static uint64_t coarse_tick_ns(void)
  * credited where it is handled.) */
 static bool credit_stops(struct host *h, uint64_t now)
 {
-	uint64_t gap = wait_since(now, h->last_check_ns);
-	bool cont = host_conts != h->conts_seen;
-	h->conts_seen = host_conts;
-	if (h->held_gap) {
+	uint64_t gap = wait_since(now, h->ctl.last_check_ns);
+	bool cont = host_conts != h->ctl.conts_seen;
+	h->ctl.conts_seen = host_conts;
+	if (h->ctl.held_gap) {
 		if (cont)
-			credit(h, h->held_gap, now);
-		h->held_gap = 0;
-	} else if (h->last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
+			credit(h, h->ctl.held_gap, now);
+		h->ctl.held_gap = 0;
+	} else if (h->ctl.last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
 		if (!cont) {
-			h->held_gap = gap;
-			h->last_check_ns = now;
+			h->ctl.held_gap = gap;
+			h->ctl.last_check_ns = now;
 			return true;
 		}
 		credit(h, gap, now);
 	}
-	h->last_check_ns = now;
+	h->ctl.last_check_ns = now;
 	return false;
 }
 
@@ -667,8 +667,8 @@ static uint64_t flush_journal(struct host *h, uint64_t now, uint64_t deadline)
 	if (h->journal.fd < 0)
 		return deadline;
 	if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
-	    journal_flush(&h->journal, false) < 0 && !h->journal_failed) {
-		h->journal_failed = true;
+	    journal_flush(&h->journal, false) < 0 && !h->resume.journal_failed) {
+		h->resume.journal_failed = true;
 		ui_say(h, UI_EVENT,
 		       "cannot write the journal %s: %s; --resume may run finished tasks again",
 		       h->journal.path, strerror(errno));
@@ -680,11 +680,11 @@ static uint64_t flush_journal(struct host *h, uint64_t now, uint64_t deadline)
  * batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
 static uint64_t enforce_drain(struct host *h, uint64_t now, uint64_t deadline)
 {
-	if (!h->interrupted || h->killing || h->stopping || h->cfg->drain_timeout <= 0)
+	if (!h->ctl.interrupted || h->ctl.killing || h->ctl.stopping || h->cfg->drain_timeout <= 0)
 		return deadline;
 	uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
-	if (wait_since(now, h->interrupt_ns) < drain)
-		return earlier(deadline, h->interrupt_ns + drain);
+	if (wait_since(now, h->ctl.interrupt_ns) < drain)
+		return earlier(deadline, h->ctl.interrupt_ns + drain);
 	ui_say(h, UI_EVENT,
 	       "drain_timeout (%g s) passed: stopping the running tasks (they count as not "
 	       "run)",
@@ -743,7 +743,7 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	uint64_t deadline = cleanup_deadline(h, now);
 	deadline = flush_journal(h, now, deadline);
 	deadline = enforce_drain(h, now, deadline);
-	if (h->stopping)
+	if (h->ctl.stopping)
 		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
 	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
 	 * stretch of them began, which may be up to a tick before the task now running
@@ -751,17 +751,17 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
 	deadline = earlier(deadline, now + (limit_s > 0 ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
-	for (unsigned i = 0; i < h->n_workers; i++)
-		deadline = enforce_worker(h, &h->w[i], now, limit, setup_limit, deadline);
+	for (unsigned i = 0; i < h->pool.n; i++)
+		deadline = enforce_worker(h, &h->pool.w[i], now, limit, setup_limit, deadline);
 	return deadline;
 }
 
 void lifecycle_stop_all(struct host *h)
 {
-	h->stopping = true;
-	h->stop_ns = wait_now_ns();
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	h->ctl.stopping = true;
+	h->ctl.stop_ns = wait_now_ns();
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		if (w->state == HW_STARTING && w->pid > 0) {
 			/* Every task has its outcome: a setup still running can only delay
 			 * the end (it may be minutes of model loading). */
@@ -780,10 +780,10 @@ void lifecycle_stop_all(struct host *h)
 
 void lifecycle_kill_all(struct host *h)
 {
-	h->killing = true;
-	h->stopping = true;
-	for (unsigned i = 0; i < h->n_workers; i++) {
-		struct host_worker *w = &h->w[i];
+	h->ctl.killing = true;
+	h->ctl.stopping = true;
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
 		if (w->pid > 0) {
 			if (w->state == HW_READY || w->state == HW_STARTING)
 				UI_SET(w->state, HW_STOPPING);
@@ -795,8 +795,8 @@ void lifecycle_kill_all(struct host *h)
 unsigned lifecycle_live(const struct host *h)
 {
 	unsigned n = 0;
-	for (unsigned i = 0; i < h->n_workers; i++)
-		n += h->w[i].state != HW_GONE || h->w[i].exited;
+	for (unsigned i = 0; i < h->pool.n; i++)
+		n += h->pool.w[i].state != HW_GONE || h->pool.w[i].exited;
 	return n;
 }
 

@@ -38,7 +38,7 @@ static size_t config_blob(const struct host *h, char *out)
 			memcpy(out + n, str, l);                                                   \
 		n += l;                                                                            \
 	} while (0)
-	PUT(h->worker_plugin);
+	PUT(h->pool.plugin);
 	for (size_t i = 0; i < s->count; i++) {
 		PUT(s->kv[i].key);
 		PUT(s->kv[i].value);
@@ -80,7 +80,7 @@ static int sealed_memfd(const char *name, uint64_t size)
 static void unmap_out(struct host *h, struct host_worker *w)
 {
 	if (w->rep)
-		munmap(w->rep, h->out_size);
+		munmap(w->rep, h->shm.out_size);
 	if (w->out_fd >= 0)
 		close(w->out_fd);
 	w->rep = NULL;
@@ -94,10 +94,10 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	 * dashboard thread, which reads w->rep, never meets an unmapped page. */
 	char name[32];
 	snprintf(name, sizeof name, "gpud-out-%d", w->index);
-	int fd = sealed_memfd(name, h->out_size);
+	int fd = sealed_memfd(name, h->shm.out_size);
 	if (fd < 0)
 		return fd;
-	void *m = mmap(w->rep, h->out_size, PROT_READ | PROT_WRITE,
+	void *m = mmap(w->rep, h->shm.out_size, PROT_READ | PROT_WRITE,
 		       MAP_SHARED | (w->rep ? MAP_FIXED : 0), fd, 0);
 	if (m == MAP_FAILED) {
 		int e = -errno;
@@ -179,24 +179,24 @@ static int map_run_memory(struct host *h, const struct shm_plan *plan)
 			(unsigned long long)total, strerror(-fd));
 		return -1;
 	}
-	h->shm_fd = fd;
-	void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm_fd, 0);
+	h->shm.fd = fd;
+	void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm.fd, 0);
 	if (m == MAP_FAILED) {
 		fprintf(stderr,
 			"gpud: cannot map %llu bytes of shared memory (%u workers, "
 			"max_task_bytes %u, max_result_bytes %u): %s\n",
-			(unsigned long long)total, h->n_workers, c->max_task_bytes,
+			(unsigned long long)total, h->pool.n, c->max_task_bytes,
 			c->max_result_bytes, strerror(errno));
 		return -1;
 	}
-	h->hdr = m;
-	h->shm_size = total;
+	h->shm.hdr = m;
+	h->shm.size = total;
 	/* Workers get the run memfd through a read-only descriptor: they can map it only
 	 * PROT_READ, and never writable again (mprotect refuses too). */
 	char self[64];
-	snprintf(self, sizeof self, "/proc/self/fd/%d", h->shm_fd);
-	h->ro_fd = fd_high(open(self, O_RDONLY | O_CLOEXEC));
-	if (h->ro_fd < 0) {
+	snprintf(self, sizeof self, "/proc/self/fd/%d", h->shm.fd);
+	h->shm.ro_fd = fd_high(open(self, O_RDONLY | O_CLOEXEC));
+	if (h->shm.ro_fd < 0) {
 		fprintf(stderr, "gpud: cannot open the shared memory read-only (%s): %s\n", self,
 			strerror(errno));
 		return -1;
@@ -218,14 +218,14 @@ static int make_bell_and_pipe(struct host *h)
 			close(fd);
 		return -1;
 	}
-	h->bell_fd = fd;
-	h->host_bell = b;
-	if (pipe2(h->host_pipe, O_CLOEXEC) < 0) {
+	h->shm.bell_fd = fd;
+	h->shm.host_bell = b;
+	if (pipe2(h->shm.pipe, O_CLOEXEC) < 0) {
 		fprintf(stderr, "gpud: pipe: %s\n", strerror(errno));
 		return -1;
 	}
-	h->host_pipe[0] = fd_high(h->host_pipe[0]);
-	h->host_pipe[1] = fd_high(h->host_pipe[1]);
+	h->shm.pipe[0] = fd_high(h->shm.pipe[0]);
+	h->shm.pipe[1] = fd_high(h->shm.pipe[1]);
 	return 0;
 }
 
@@ -233,12 +233,12 @@ static int make_bell_and_pipe(struct host *h)
 static void write_header(struct host *h, const struct shm_plan *plan)
 {
 	const struct cfg *c = h->cfg;
-	*h->hdr = (struct shm_header){
+	*h->shm.hdr = (struct shm_header){
 		.magic = SHM_MAGIC,
 		.version = SHM_VERSION,
 		.header_size = sizeof(struct shm_header),
 		.total_size = plan->run_size,
-		.n_workers = h->n_workers,
+		.n_workers = h->pool.n,
 		.feed_size = sizeof(struct shm_feed),
 		.feeds_off = plan->feeds_off,
 		.config_off = plan->config_off,
@@ -250,19 +250,20 @@ static void write_header(struct host *h, const struct shm_plan *plan)
 		.pin_memory = (uint32_t)c->pin_memory,
 		.report_size = sizeof(struct shm_report),
 		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
-		.out_size = h->out_size,
+		.out_size = h->shm.out_size,
 	};
-	h->bell = (struct wait_bell){.bell = h->host_bell, .sleeping = &h->hdr->host_sleeping};
-	config_blob(h, (char *)h->hdr + plan->config_off);
+	h->shm.bell = (struct wait_bell){.bell = h->shm.host_bell,
+					 .sleeping = &h->shm.hdr->host_sleeping};
+	config_blob(h, (char *)h->shm.hdr + plan->config_off);
 }
 
 /* Worker k's feed (its id, GPU, seed and task ring) and its result memory. 0, or -1
  * said. */
 static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned k)
 {
-	uint8_t *m = (uint8_t *)h->hdr;
+	uint8_t *m = (uint8_t *)h->shm.hdr;
 	struct shm_feed *feed = (struct shm_feed *)(m + plan->feeds_off) + k;
-	struct host_worker *w = &h->w[k];
+	struct host_worker *w = &h->pool.w[k];
 	uint64_t t_off = plan->rings_off + (uint64_t)k * plan->task_cap;
 	w->feed = feed;
 	w->out_fd = -1;
@@ -276,7 +277,7 @@ static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned 
 	int e = shm_renew_worker(h, w);
 	if (e < 0) {
 		fprintf(stderr, "gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
-			k, (unsigned long long)h->out_size, strerror(-e));
+			k, (unsigned long long)h->shm.out_size, strerror(-e));
 		return -1;
 	}
 	return 0;
@@ -285,17 +286,17 @@ static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned 
 int shm_create(struct host *h)
 {
 	struct shm_plan plan;
-	if (shm_plan(h, h->n_workers, &plan) < 0) {
+	if (shm_plan(h, h->pool.n, &plan) < 0) {
 		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n",
-			h->n_workers);
+			h->pool.n);
 		return -1;
 	}
-	h->task_need = plan.task_need;
-	h->out_size = plan.out_size;
+	h->shm.task_need = plan.task_need;
+	h->shm.out_size = plan.out_size;
 	if (map_run_memory(h, &plan) < 0 || make_bell_and_pipe(h) < 0)
 		return -1;
 	write_header(h, &plan);
-	for (unsigned k = 0; k < h->n_workers; k++)
+	for (unsigned k = 0; k < h->pool.n; k++)
 		if (lay_out_worker(h, &plan, k) < 0)
 			return -1;
 	return 0;
@@ -303,19 +304,20 @@ int shm_create(struct host *h)
 
 void shm_destroy(struct host *h)
 {
-	for (unsigned k = 0; h->w && k < h->n_workers; k++)
-		if (h->w[k].feed)
-			unmap_out(h, &h->w[k]);
-	if (h->hdr)
-		munmap(h->hdr, h->shm_size);
-	if (h->host_bell)
-		munmap((void *)h->host_bell, SHM_PAGE);
-	for (int *fd = (int[]){h->shm_fd, h->ro_fd, h->bell_fd, h->host_pipe[0], h->host_pipe[1]},
+	for (unsigned k = 0; h->pool.w && k < h->pool.n; k++)
+		if (h->pool.w[k].feed)
+			unmap_out(h, &h->pool.w[k]);
+	if (h->shm.hdr)
+		munmap(h->shm.hdr, h->shm.size);
+	if (h->shm.host_bell)
+		munmap((void *)h->shm.host_bell, SHM_PAGE);
+	for (int *fd = (int[]){h->shm.fd, h->shm.ro_fd, h->shm.bell_fd, h->shm.pipe[0],
+			       h->shm.pipe[1]},
 		 *end = fd + 5;
 	     fd < end; fd++)
 		if (*fd >= 0)
 			close(*fd);
-	h->hdr = NULL;
-	h->host_bell = NULL;
-	h->shm_fd = h->ro_fd = h->bell_fd = h->host_pipe[0] = h->host_pipe[1] = -1;
+	h->shm.hdr = NULL;
+	h->shm.host_bell = NULL;
+	h->shm.fd = h->shm.ro_fd = h->shm.bell_fd = h->shm.pipe[0] = h->shm.pipe[1] = -1;
 }

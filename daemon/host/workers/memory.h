@@ -13,7 +13,7 @@ struct shm_plan {
 	uint64_t run_size; /* the run memfd */
 	uint64_t all;      /* everything: the run memfd, n out memfds, the bell page */
 };
-/* Needs h->cfg and h->worker_plugin. 0, or -1 when the sizes overflow. */
+/* Needs h->cfg and h->pool.plugin. 0, or -1 when the sizes overflow. */
 int shm_plan(const struct host *h, unsigned n, struct shm_plan *p);
 
 /* The run memfd, its read-only twin for workers, the bell page, the host pipe, and

@@ -71,10 +71,10 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	sigset_t none, dfl;
 	int rc;
 
-	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->w));
+	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->pool.w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
-	char *argv[] = {h->worker_exe, "--run", idx_arg, pid_arg, NULL};
-	char **env = worker_env(h, w, own, h->ui_mode == UI_PLAIN);
+	char *argv[] = {h->pool.exe, "--run", idx_arg, pid_arg, NULL};
+	char **env = worker_env(h, w, own, h->view.mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;
 
@@ -82,14 +82,14 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	 * sink's output, not the generator's input, not the run memfd's writable twin. */
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, h->ro_fd, SHM_FD_RUN);
+	posix_spawn_file_actions_adddup2(&fa, h->shm.ro_fd, SHM_FD_RUN);
 	posix_spawn_file_actions_adddup2(&fa, w->out_fd, SHM_FD_OUT);
-	posix_spawn_file_actions_adddup2(&fa, h->bell_fd, SHM_FD_BELL);
-	posix_spawn_file_actions_adddup2(&fa, h->host_pipe[0], SHM_FD_HOST);
+	posix_spawn_file_actions_adddup2(&fa, h->shm.bell_fd, SHM_FD_BELL);
+	posix_spawn_file_actions_adddup2(&fa, h->shm.pipe[0], SHM_FD_HOST);
 	/* A worker's output never goes to our standard output, which may be the sink's
 	 * stream. With the dashboard it goes to a log file per worker; otherwise to our
 	 * standard error (in plain mode the worker prefixes each line with its id). */
-	if (h->ui_mode == UI_DASHBOARD && w->log_fd >= 0) {
+	if (h->view.mode == UI_DASHBOARD && w->log_fd >= 0) {
 		posix_spawn_file_actions_adddup2(&fa, w->log_fd, 1);
 		posix_spawn_file_actions_adddup2(&fa, w->log_fd, 2);
 	} else {
@@ -109,7 +109,7 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
 						POSIX_SPAWN_SETPGROUP);
 
-	rc = posix_spawn(&w->pid, h->worker_exe, &fa, &attr, argv, env);
+	rc = posix_spawn(&w->pid, h->pool.exe, &fa, &attr, argv, env);
 
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
