@@ -59,7 +59,15 @@ def _load_main(path):
     mod = importlib.util.module_from_spec(spec)
     sys.modules["__mp_main__"] = mod
     sys.modules["__main__"] = mod
-    spec.loader.exec_module(mod)
+    # A script that calls Dispatcher.run() at its top level (the library's README does)
+    # is run only up to that call here: what the workers need, its classes, is defined
+    # before it (gpud.dispatcher raises StopScript in a worker).
+    from gpud.dispatcher import StopScript
+
+    try:
+        spec.loader.exec_module(mod)
+    except StopScript:
+        pass
     return mod
 
 
@@ -142,6 +150,7 @@ class Worker:
             if p not in sys.path:
                 sys.path.insert(0, p)
         _install_package()
+        sys.modules["gpud"]._in_worker = True
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
         self.worker = cls()

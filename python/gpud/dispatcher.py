@@ -38,6 +38,11 @@ _UI = {"off": 0, "plain": 1, "dashboard": 2}
 _RESUME, _RETRY_FAILED, _FORCE = 1, 2, 4
 
 
+class StopScript(BaseException):
+    """Raised by Dispatcher.run() in a worker process, where the calling program's
+    script is loaded to find its classes: the script stops there (gpud._worker)."""
+
+
 def _value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -179,6 +184,10 @@ class Dispatcher:
         could be set up; KeyboardInterrupt after a Ctrl-C (the run drained; with a
         journal, resume=True finishes it); the exception a callback or the generator
         raised (the run stopped as for Ctrl-C); JobError when the job cannot start."""
+        import gpud
+
+        if getattr(gpud, "_in_worker", False):
+            raise StopScript()
         from . import _gpud, _worker
 
         try:
