@@ -17,7 +17,7 @@
  * answers at once), each item pickled by one C call and copied into the task's shared
  * memory without the GIL; a result is unpickled straight from shared memory.
  */
-#define _GNU_SOURCE
+#define _GNU_SOURCE 1 /* as pyconfig.h defines it */
 #define Py_LIMITED_API 0x03090000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
