@@ -86,6 +86,11 @@ def _find_class(target, main_path):
 _MAGIC = b"GPD5"
 
 
+# Results of these types carry no out-of-band buffer at their top: pickled the plain way
+# (a NumPy array inside a dict then travels in band: correct, one copy more).
+_PLAIN = frozenset([int, float, str, bytes, bool, type(None), dict, list, tuple])
+
+
 def dumps(obj):
     """obj as a result: a protocol-5 pickle; with out-of-band buffers (a NumPy array's
     data), b'GPD5', their count, the pickle's and each buffer's size, the pickle, then
@@ -170,11 +175,13 @@ class Worker:
                 return [_failure(e)] * len(items)
             return [r if isinstance(r, BaseException) else dumps(r) for r in results]
         process = self.worker.process
+        pdumps, plain = pickle.dumps, _PLAIN
         out = []
         append = out.append
         for x in items:
             try:
-                append(dumps(process(loads(x))))
+                r = process(loads(x))
+                append(pdumps(r, 5) if type(r) in plain else dumps(r))
             except BaseException as e:
                 append(_failure(e))
         return out
