@@ -150,7 +150,7 @@ class Worker:
     """The class the python worker plugin runs: it holds the user's worker."""
 
     def setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
-              gpud_seed="42", **unused):
+              gpud_seed="42", gpud_input="pickle", **unused):
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -158,13 +158,14 @@ class Worker:
         sys.modules["gpud"]._in_worker = True
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
+        self.loads = pickle.loads if gpud_input == "pickle" else bytes
         self.worker = cls()
         self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
         batch = getattr(self.worker, "process_batch", None)
         self.user_batch = batch if callable(batch) else None
 
     def process_batch(self, items):
-        loads = pickle.loads
+        loads = self.loads
         if self.user_batch is not None:
             try:
                 results = self.user_batch([loads(x) for x in items])

@@ -96,7 +96,7 @@ class Dispatcher:
 
     # ---- the job's keys ----
 
-    def _keys(self, base_seed, task_timeout, setup_kwargs):
+    def _keys(self, base_seed, task_timeout, setup_kwargs, python_items=True):
         o = self.options
         keys = []
         g = self.gpu_ids
@@ -129,6 +129,8 @@ class Dispatcher:
             keys.append(("worker.script", _WORKER_SCRIPT))
             keys.append(("worker.class", "Worker"))
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
+            # A generator plugin's items are its bytes, this program's are pickled.
+            keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
             codec = 1
         if o.get("python") and codec == 0:
             keys.append(("job.python", o["python"]))
@@ -205,7 +207,7 @@ class Dispatcher:
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
         o = self.options
-        keys, codec = self._keys(base_seed, task_timeout, setup_kwargs)
+        keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None)
         total = -1
         if generator is not None:
             try:
@@ -222,11 +224,14 @@ class Dispatcher:
         main = sys.modules.get("__main__")
         if main is not None:
             sys.modules.setdefault("__mp_main__", main)
-        status, error, stats_json, sig, exc, where, setup_failed = _gpud.run(
-            os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
-            callbacks, True, int(o.get("prefetch", 256)), _UI[ui], flags, o.get("tty"),
-            None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
-            (pickle.loads, pickle.dumps, _worker.loads_framed))
+        try:
+            status, error, stats_json, sig, exc, where, setup_failed = _gpud.run(
+                os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
+                callbacks, True, int(o.get("prefetch", 256)), _UI[ui], flags, o.get("tty"),
+                None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
+                (pickle.loads, pickle.dumps, _worker.loads_framed))
+        except ValueError as e:  # a key refused by libgpud, named with its place
+            raise JobError(str(e)) from None
         self.stats = stats = _stats(stats_json, status)
 
         def outcome():

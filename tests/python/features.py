@@ -191,6 +191,33 @@ def c_worker():
     check(got == {0: b"ab", 1: b"cd", 2: b"ef"}, f"echo results {got}")
 
 
+def plugins():
+    # A built-in generator plugin with this program's Python worker and callbacks; a
+    # Python generator with a built-in sink; a bad key named; RichDispatcher's stats.
+    got = {}
+    Dispatcher(Worker, GPUS, generator={"plugin": "range", "stop": 5}).run(
+        None, lambda t, r, w: got.__setitem__(t, r["twice"]), scale=2)
+    check(got == {i: str(i).encode() * 2 for i in range(5)}, f"range's items as bytes: {got}")
+    out = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"sink-{os.getpid()}.jsonl")
+    Dispatcher("echo", GPUS, sink={"plugin": "jsonl", "path": out}).run([b"x", b"y"], None)
+    with open(out) as f:
+        lines = f.read().splitlines()
+    check(len(lines) == 2 and all('"status": "ok"' in l for l in lines), f"jsonl sink: {lines}")
+    try:
+        Dispatcher(Worker, GPUS, queue_size=0).run([1], lambda *a: None, scale=1)
+    except gpud.JobError as e:
+        check("queue_size" in str(e), f"the key named: {e}")
+    else:
+        check(False, "JobError for queue_size=0")
+    from gpud.ui import RichDispatcher
+
+    check(gpud.RichDispatcher is RichDispatcher, "gpud.RichDispatcher")
+    stats = RichDispatcher(Worker, GPUS, refresh_rate=10, show_ui=False).run(range(50), scale=1)
+    check(stats["completed"] == 50 and stats["total"] == 50
+          and all(g["status"] == "finished" for g in stats["gpu_status"].values())
+          and stats["start_time"] <= stats["end_time"], f"RichDispatcher stats {stats}")
+
+
 def interrupt(journal):
     # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
     # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
@@ -237,5 +264,5 @@ if __name__ == "__main__":
         interrupt(sys.argv[2])
     else:
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
-         "callback_raises": callback_raises, "c_worker": c_worker}[mode]()
+         "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -145,7 +145,8 @@ def main():
     site = os.path.join(tmp, "site")
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
         env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
-        for mode in ("closures", "live", "errors", "setup_fail", "callback_raises", "c_worker"):
+        for mode in ("closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
+                     "plugins"):
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
                   "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
