@@ -218,6 +218,38 @@ def plugins():
           and stats["start_time"] <= stats["end_time"], f"RichDispatcher stats {stats}")
 
 
+class ArrayWorker(BaseWorker):
+    """NumPy arrays back (out-of-band buffers), from a process_batch over bytearrays
+    read without a copy (np.frombuffer), as the torch example does."""
+
+    def setup(self, gpu_id, seed):
+        import numpy
+
+        self.np = numpy
+
+    def process_batch(self, items):
+        x = self.np.stack([self.np.frombuffer(b, dtype=self.np.float32) for b in items])
+        return [row * 2 for row in x] if len(items) else []
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+
+def arrays():
+    import numpy as np
+
+    rows = np.arange(64 * 1000, dtype=np.float32).reshape(64, 1000)
+    got = {}
+    Dispatcher(ArrayWorker, GPUS, batch_size=8).run(
+        (bytearray(r.tobytes()) for r in rows), lambda t, r, w: got.__setitem__(t, r))
+    check(len(got) == 64, f"{len(got)} arrays")
+    for i, a in got.items():
+        check(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (1000,),
+              f"array {i}: {type(a)} {getattr(a, 'dtype', None)}")
+        check(np.array_equal(a, rows[i] * 2), f"array {i} values")
+        check(a.flags.writeable, "the array is writable")
+
+
 def interrupt(journal):
     # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
     # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
@@ -264,5 +296,6 @@ if __name__ == "__main__":
         interrupt(sys.argv[2])
     else:
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
-         "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins}[mode]()
+         "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
+         "arrays": arrays}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -145,8 +145,14 @@ def main():
     site = os.path.join(tmp, "site")
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
         env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
-        for mode in ("closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
-                     "plugins"):
+        modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
+                 "plugins"]
+        if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
+                          capture_output=True).returncode == 0:
+            modes.append("arrays")
+        else:
+            log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
+        for mode in modes:
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
                   "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
