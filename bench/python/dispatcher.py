@@ -5,10 +5,11 @@ the same class) and multiprocessing.Pool(2).imap_unordered(f, items, chunksize=2
 in one run, on the Python running this script:
 
     ./build.sh python /usr/bin/python3     # once: the gpud package into that Python
-    /usr/bin/python3 bench/python/dispatcher.py [TASKS] [BATCH_SIZE]
+    /usr/bin/python3 bench/python/dispatcher.py [TASKS] [BATCH_SIZE] [CHUNKSIZE]
 
 Prints tasks/s of each and gpud's cost per task on the host (the process's CPU time,
-generator and callbacks included, over the tasks). TASKS 1000000 by default.
+generator and callbacks included, over the tasks). TASKS 1000000, BATCH_SIZE 1 and
+CHUNKSIZE 256 (as the Pool's) by default; CHUNKSIZE 1 is one gpud task per item.
 """
 import multiprocessing
 import os
@@ -38,7 +39,8 @@ def bench_gpud(n, batch):
         count[0] += 1
 
     t0, c0 = time.perf_counter(), time.process_time()
-    stats = Dispatcher(NoopWorker, [0, 1], queue_size=4096, batch_size=batch).run(
+    stats = Dispatcher(NoopWorker, [0, 1], queue_size=4096, batch_size=batch,
+                       chunksize=CHUNK).run(
         (i for i in range(n)), on_success)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert count[0] == n and stats["completed"] == n, (count, stats["completed"])
@@ -57,11 +59,13 @@ def bench_pool(n):
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 256
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    CHUNK = int(sys.argv[3]) if len(sys.argv) > 3 else 256
     print(f"Python {sys.version.split()[0]} ({sys.executable}), {os.cpu_count()} CPUs, "
           f"{n} no-op tasks")
     dt, cpu = bench_gpud(n, batch)
-    print(f"gpud.Dispatcher (batch_size={batch}): {n / dt:,.0f} tasks/s ({dt:.2f} s), "
+    print(f"gpud.Dispatcher (chunksize={CHUNK}, batch_size={batch}): {n / dt:,.0f} tasks/s "
+          f"({dt:.2f} s), "
           f"host process CPU {cpu / n * 1e6:.2f} us/task")
     dp = bench_pool(n)
     print(f"multiprocessing.Pool(2).imap_unordered(chunksize=256): {n / dp:,.0f} tasks/s "

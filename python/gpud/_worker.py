@@ -131,14 +131,23 @@ class TaskFailed(Exception):
 _MAX_MESSAGE = 850  # the plugin keeps a message of about 900 bytes
 
 
+def _traceback_text(exc):
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # from the user's process() on
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _is_fatal(exc):
+    glue = sys.modules.get("gpud._glue")
+    return glue is not None and isinstance(exc, glue.WorkerFatal)
+
+
 def _failure(exc):
     glue = sys.modules.get("gpud._glue")
     if glue is not None and isinstance(exc, (glue.WorkerFatal, glue.TaskRejected)):
         return exc  # the plugin treats these by their kind
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next  # from the user's process() on
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    text = _traceback_text(exc)
     if len(text) > _MAX_MESSAGE:  # the end says most: the innermost frames and the error
         text = "...\n" + text[-_MAX_MESSAGE:]
     # Its lines joined by U+2424: the host turns control characters into '?' (gpud's
@@ -150,7 +159,7 @@ class Worker:
     """The class the python worker plugin runs: it holds the user's worker."""
 
     def setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
-              gpud_seed="42", gpud_input="pickle", **unused):
+              gpud_seed="42", gpud_input="pickle", gpud_chunked="", **unused):
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -159,13 +168,55 @@ class Worker:
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
         self.loads = pickle.loads if gpud_input == "pickle" else bytes
+        self.chunked = gpud_chunked == "1"
         self.worker = cls()
         self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
         batch = getattr(self.worker, "process_batch", None)
         self.user_batch = batch if callable(batch) else None
 
+    def run_chunk(self, items):
+        """One task holding a list of items (Dispatcher's chunksize): their results and
+        {index: traceback text} for the items that raised, as one result."""
+        errors = {}
+        if self.user_batch is not None:
+            try:
+                results = list(self.user_batch(items))
+                if len(results) != len(items):
+                    raise ValueError(
+                        f"process_batch() returned {len(results)} results for {len(items)} items")
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                text = _traceback_text(e)
+                return [None] * len(items), dict.fromkeys(range(len(items)), text)
+            for j, r in enumerate(results):
+                if isinstance(r, BaseException):
+                    errors[j] = _traceback_text(r)
+                    results[j] = None
+            return results, errors
+        process = self.worker.process
+        results = []
+        append = results.append
+        for j, item in enumerate(items):
+            try:
+                append(process(item))
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                append(None)
+                errors[j] = _traceback_text(e)
+        return results, errors
+
     def process_batch(self, items):
         loads = self.loads
+        if self.chunked:
+            out = []
+            for x in items:
+                try:
+                    out.append(dumps(self.run_chunk(loads(x))))
+                except BaseException as e:
+                    out.append(_failure(e))
+            return out
         if self.user_batch is not None:
             try:
                 results = self.user_batch([loads(x) for x in items])

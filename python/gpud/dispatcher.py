@@ -2,6 +2,7 @@
 """gpud.Dispatcher: the gpu_dispatch library's Dispatcher on libgpud, in this process."""
 import base64
 import os
+from itertools import islice as _islice
 import pickle
 import signal
 import sys
@@ -76,7 +77,8 @@ class Dispatcher:
     stats_json (a path); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
-    from the generator at most, 256).
+    from the generator at most, 256); chunksize (items per gpud task, 1: as
+    multiprocessing.Pool's chunksize, for many small items).
     """
 
     def __init__(self, worker_cls, gpu_ids, queue_size=1024, **options):
@@ -86,7 +88,7 @@ class Dispatcher:
         self.options = dict(options)
         known = set(_OPTION_KEYS) | {
             "journal", "resume", "retry_failed", "force", "python", "ui", "stats_json",
-            "job", "keys", "generator", "sink", "prefetch", "tty",
+            "job", "keys", "generator", "sink", "prefetch", "tty", "chunksize",
         }
         unknown = sorted(set(self.options) - known)
         if unknown:
@@ -131,6 +133,8 @@ class Dispatcher:
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
+            if int(o.get("chunksize") or 1) > 1:
+                keys.append(("worker.gpud_chunked", "1"))
             codec = 1
         if o.get("python") and codec == 0:
             keys.append(("job.python", o["python"]))
@@ -207,6 +211,14 @@ class Dispatcher:
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
         o = self.options
+        chunk = None
+        k = int(o.get("chunksize") or 1)
+        if k > 1:
+            if isinstance(self.worker_cls, (str, os.PathLike)) or generator is None:
+                raise JobError("Dispatcher: chunksize needs a Python worker class and this "
+                               "program's generator")
+            chunk = _Chunks(generator, k, callbacks)
+            generator, callbacks = chunk, chunk.callbacks()
         keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None)
         total = -1
         if generator is not None:
@@ -214,6 +226,7 @@ class Dispatcher:
                 total = len(generator)
             except TypeError:
                 pass
+        prefetch = int(o.get("prefetch", 256 if chunk is None else max(1, 256 // k)))
         ui = o.get("ui", "off")
         if ui not in _UI:
             raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(_UI)}")
@@ -227,12 +240,14 @@ class Dispatcher:
         try:
             status, error, stats_json, sig, exc, where, setup_failed = _gpud.run(
                 os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
-                callbacks, True, int(o.get("prefetch", 256)), _UI[ui], flags, o.get("tty"),
+                callbacks, True, prefetch, _UI[ui], flags, o.get("tty"),
                 None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
                 (pickle.loads, pickle.dumps, _worker.loads_framed))
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
         self.stats = stats = _stats(stats_json, status)
+        if chunk is not None:
+            chunk.fix_stats(stats)
 
         def outcome():
             if exc is not None:
@@ -253,6 +268,96 @@ class Dispatcher:
             return stats
 
         return outcome
+
+
+class _Chunks:
+    """chunksize: the program's items k to a gpud task. Task c holds items c*k to
+    c*k+k-1 (every chunk full but the last, so a resume's skip of c tasks is c*k items);
+    its result is (results, {index: error}), given to the callbacks item by item."""
+
+    def __init__(self, iterable, k, callbacks):
+        self.it = iter(iterable)
+        self.k = k
+        self.cb = callbacks
+        self.items = 0  # read from the program's iterable so far
+        self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
+        try:
+            n = len(iterable)
+            self.total = (n + k - 1) // k
+        except TypeError:
+            self.total = None
+
+    def __len__(self):
+        if self.total is None:
+            raise TypeError("no length")
+        return self.total
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        chunk = list(_islice(self.it, self.k))
+        if not chunk:
+            raise StopIteration
+        self.items += len(chunk)
+        return chunk
+
+    def ids(self, task_id):
+        start = task_id * self.k
+        return range(start, min(start + self.k, self.items))
+
+    def count(self, gpu, slot, n):
+        self.per_gpu.setdefault(gpu, [0, 0, 0])[slot] += n
+
+    def callbacks(self):
+        cb = self.cb
+        on_success, on_error = cb["on_success"], cb["on_error"]
+        on_timeout, on_start = cb["on_timeout"], cb["on_task_start"]
+
+        def success(task_id, payload, gpu):
+            results, errors = payload
+            base = task_id * self.k
+            if errors:
+                self.count(gpu, 1, len(errors))
+            self.count(gpu, 0, len(results) - len(errors))
+            for j, r in enumerate(results):
+                if j in errors:
+                    if on_error is not None:
+                        on_error(base + j, errors[j], gpu)
+                else:
+                    on_success(base + j, r, gpu)
+
+        def error(task_id, text, gpu):
+            ids = self.ids(task_id)
+            self.count(gpu, 1, len(ids))
+            if on_error is not None:
+                for i in ids:
+                    on_error(i, text, gpu)
+
+        def timeout(task_id, seconds, gpu):
+            ids = self.ids(task_id)
+            self.count(gpu, 2, len(ids))
+            if on_timeout is not None:
+                for i in ids:
+                    on_timeout(i, seconds, gpu)
+
+        def start(task_id, gpu):
+            for i in self.ids(task_id):
+                on_start(i, gpu)
+
+        return dict(cb, on_success=success, on_error=error, on_timeout=timeout,
+                    on_task_start=start if on_start is not None else None)
+
+    def fix_stats(self, stats):
+        """The stats in items, not chunks (gpud's own are kept as chunk_*)."""
+        for key in ("total", "completed", "failed", "timeouts"):
+            stats["chunk_" + key] = stats[key]
+        done = [sum(v[i] for v in self.per_gpu.values()) for i in range(3)]
+        stats.update(total=self.items, completed=done[0], failed=done[1], timeouts=done[2],
+                     chunksize=self.k)
+        for gpu, st in stats["gpu_status"].items():
+            v = self.per_gpu.get(gpu, [0, 0, 0])
+            st.update(completed=v[0], failed=v[1], timeouts=v[2])
 
 
 def _stats(stats_json, status):

@@ -250,7 +250,27 @@ def arrays():
         check(a.flags.writeable, "the array is writable")
 
 
-def interrupt(journal):
+def chunks():
+    # chunksize: 64 items a task; each item still reaches the callbacks on its own, with
+    # its own id, and an item that raises fails alone.
+    got, errs, starts = {}, {}, []
+    items = list(range(1000))
+    items[500] = "boom"
+    stats = Dispatcher(Worker, GPUS, chunksize=64).run(
+        iter(items), lambda t, r, w: got.__setitem__(t, (r["n"], r["gpu"] == w)),
+        on_error=lambda t, e, w: errs.__setitem__(t, e),
+        on_task_start=lambda t, w: starts.append(t), scale=1)
+    check(sorted(got) == [i for i in range(1000) if i != 500], f"{len(got)} results")
+    check(all(got[i] == (i, True) for i in got), "each item's result under its id")
+    check(list(errs) == [500] and "KeyError: 'boom'" in errs[500]
+          and "\n" in errs[500], f"the failing item alone: {errs}")
+    check(sorted(starts) == list(range(1000)), "on_task_start per item")
+    check(stats["total"] == 1000 and stats["completed"] == 999 and stats["failed"] == 1
+          and stats["chunk_total"] == 16, f"stats in items: {stats}")
+    check(sum(g["completed"] for g in stats["gpu_status"].values()) == 999, "per GPU")
+
+
+def interrupt(journal, k=1):
     # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
     # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
     # task was delivered exactly once over both runs.
@@ -265,7 +285,7 @@ def interrupt(journal):
 
     items = [{"n": i, "sleep": 0.05} for i in range(200)]
     try:
-        Dispatcher(Worker, GPUS, journal=journal).run(
+        Dispatcher(Worker, GPUS, journal=journal, chunksize=k).run(
             items, on_success, on_exit=lambda: exits.append(1), scale=1)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {len(seen)} results", flush=True)
@@ -274,11 +294,11 @@ def interrupt(journal):
     check(exits == [1], "on_exit ran after the interrupt")
     check(0 < len(seen) < 200, f"the run drained part way ({len(seen)})")
     first = len(seen)
-    stats = Dispatcher(Worker, GPUS, journal=journal, resume=True).run(
+    stats = Dispatcher(Worker, GPUS, journal=journal, resume=True, chunksize=k).run(
         items, on_success, on_exit=lambda: exits.append(1), scale=1)
     check(seen == {i: i for i in range(200)}, f"every task once over both runs ({len(seen)})")
     check(exits == [1, 1], "on_exit after the resume")
-    check(stats["resumed"] == first, f"resumed {stats['resumed']} == {first}")
+    check(stats["resumed"] * k == first, f"resumed {stats['resumed']} tasks of {k} == {first}")
 
 
 # Named by the host process; the workers inherit its environment.
@@ -293,9 +313,9 @@ if __name__ == "__main__":
         open(MARKER, "w").close()
     mode = sys.argv[1]
     if mode == "interrupt":
-        interrupt(sys.argv[2])
+        interrupt(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     else:
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
-         "arrays": arrays}[mode]()
+         "arrays": arrays, "chunks": chunks}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -75,10 +75,11 @@ def run(name, python, args, env=None, expect="PASS", timeout=240):
     return out
 
 
-def interrupt(name, python, journal, env):
+def interrupt(name, python, journal, env, chunksize=1):
     """features.py interrupt: SIGINT once it says STARTED; it checks the rest."""
     e = dict(BASE_ENV, **env)
-    p = subprocess.Popen([python, "features.py", "interrupt", journal], cwd=HERE, env=e,
+    p = subprocess.Popen([python, "features.py", "interrupt", journal, str(chunksize)],
+                         cwd=HERE, env=e,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 120
@@ -146,7 +147,7 @@ def main():
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
         env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
         modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
-                 "plugins"]
+                 "plugins", "chunks"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
                           capture_output=True).returncode == 0:
             modes.append("arrays")
@@ -156,6 +157,8 @@ def main():
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
                   "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
+        interrupt("debian: the same with chunksize=4", "/usr/bin/python3",
+                  os.path.join(tmp, "interrupt4.journal"), env, 4)
     if failures:
         log(f"{len(failures)} failed: {', '.join(failures)}")
         return 1
