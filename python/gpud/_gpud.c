@@ -78,6 +78,7 @@ struct run_ctx {
 	PyObject *exc;
 	const char *exc_where;
 	unsigned setup_failed;
+	PyObject *first_setup_error; /* its message (str) */
 };
 
 static struct run_ctx *active; /* the run in progress, for the signal handler */
@@ -192,6 +193,10 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 		break;
 	case GPUD_SETUP_FAILED:
 		c->setup_failed++;
+		if (!c->first_setup_error)
+			c->first_setup_error = message_of(message);
+		if (!c->first_setup_error)
+			PyErr_Clear();
 		if (!(fn = c->on_setup_fail))
 			return;
 		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
@@ -481,8 +486,8 @@ static PyObject *callback_or_null(PyObject *cbs, const char *name)
 
 PyDoc_STRVAR(run_doc,
 	     "run(job_file, keys, iterable, total, codec, callbacks, pass_gpu_id, prefetch,\n"
-	     "    ui, tty, flags, rank, stats_json, helpers) -> (status, error, stats_json,\n"
-	     "    signal, exception, where, setup_failed)\n\n"
+	     "    ui, flags, tty, rank, stats_json, helpers) -> (status, error, stats_json,\n"
+	     "    signal, exception, where, setup_failed, first_setup_error)\n\n"
 	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).");
 
 static PyObject *py_run(PyObject *self, PyObject *args)
@@ -577,12 +582,14 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
-	result = Py_BuildValue("(isziOzI)", status, gpud_job_error(c.job), json, (int)caught_signal,
-			       exc, c.exc_where, c.setup_failed);
+	result = Py_BuildValue("(isziOzIO)", status, gpud_job_error(c.job), json,
+			       (int)caught_signal, exc, c.exc_where, c.setup_failed,
+			       c.first_setup_error ? c.first_setup_error : Py_None);
 out:
 	Py_XDECREF(c.batch);
 	Py_XDECREF(c.iter);
 	Py_XDECREF(c.exc);
+	Py_XDECREF(c.first_setup_error);
 	Py_XDECREF(c.five);
 	Py_XDECREF(c.on_success);
 	Py_XDECREF(c.on_error);

@@ -242,3 +242,12 @@ class Worker:
         cleanup = getattr(self.worker, "cleanup", None)
         if cleanup is not None:
             cleanup()
+
+
+def __getattr__(name):
+    """The plugin finds the class by `[worker] class`, which Dispatcher sets to the
+    user's class's name so that the plugin's messages name it ("W.setup() failed"):
+    any such name is this module's Worker."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return Worker

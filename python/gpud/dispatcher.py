@@ -129,7 +129,9 @@ class Dispatcher:
             keys.append(("job.python", o.get("python") or sys.executable))
             keys.append(("worker.plugin", "python"))
             keys.append(("worker.script", _WORKER_SCRIPT))
-            keys.append(("worker.class", "Worker"))
+            # Named after the user's class (gpud._worker answers any name with its
+            # Worker): the plugin's messages then say "Embedder.setup() failed: ...".
+            keys.append(("worker.class", getattr(cls, "__name__", "Worker")))
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
@@ -238,7 +240,7 @@ class Dispatcher:
         if main is not None:
             sys.modules.setdefault("__mp_main__", main)
         try:
-            status, error, stats_json, sig, exc, where, setup_failed = _gpud.run(
+            status, error, stats_json, sig, exc, where, setup_failed, first = _gpud.run(
                 os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
                 callbacks, True, prefetch, _UI[ui], flags, o.get("tty"),
                 None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
@@ -263,7 +265,8 @@ class Dispatcher:
             if status == 3:
                 if setup_failed and stats.get("ok", 0) == 0 and "set up" in error:
                     raise RuntimeError(
-                        f"All workers failed during setup ({setup_failed} setup failures: {error})")
+                        f"All workers failed during setup ({setup_failed} setup failures; "
+                        f"the first: {first})")
                 raise RunAborted(error)
             return stats
 
