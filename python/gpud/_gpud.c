@@ -66,6 +66,7 @@ struct run_ctx {
 	const char **ptr;  /* their bytes, read without the GIL */
 	size_t *len;
 	bool ended;
+	bool gen_failed; /* the iterator raised: -1 once what it gave before is handed on */
 	/* callbacks (NULL: not wanted) */
 	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start,
 		*on_cleanup_fail;
@@ -91,9 +92,9 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Keeps the pending exception as the run's first one (later ones are printed) and
- * stops the run as Ctrl-C does. GIL held. */
-static void keep_error(struct run_ctx *c, const char *where)
+/* The pending exception as the run's first one (later ones are printed), for run() to
+ * raise. GIL held. */
+static void stash_error(struct run_ctx *c, const char *where)
 {
 	PyObject *type, *value, *tb;
 	PyErr_Fetch(&type, &value, &tb);
@@ -104,7 +105,6 @@ static void keep_error(struct run_ctx *c, const char *where)
 		c->exc = value;
 		c->exc_where = where;
 		value = NULL;
-		gpud_job_stop(c->job);
 	} else if (value) {
 		PyErr_Restore(type, value, tb);
 		type = value = tb = NULL;
@@ -113,6 +113,13 @@ static void keep_error(struct run_ctx *c, const char *where)
 	Py_XDECREF(type);
 	Py_XDECREF(value);
 	Py_XDECREF(tb);
+}
+
+/* A callback's exception: kept, and the run stops as Ctrl-C stops it. */
+static void keep_error(struct run_ctx *c, const char *where)
+{
+	stash_error(c, where);
+	gpud_job_stop(c->job);
 }
 
 /* ---- delivering events to the callbacks (calling thread, GIL held) ---- */
@@ -336,11 +343,15 @@ static PyObject *encode_item(struct run_ctx *c, PyObject *item)
 
 /* Reads the next batch from the iterator: up to `prefetch` items, fewer when one takes
  * more than a millisecond to come (a live source: what it gave is handed on). GIL held.
- * 1 items ready, 0 the end, -1 an exception kept. */
+ * 1 items ready, 0 the end, -1 the iterator raised (kept for run(); the items it gave
+ * before are handed on first, as a generator plugin's are: the host then aborts the run
+ * with status 3). */
 static int refill(struct run_ctx *c)
 {
 	Py_CLEAR(c->batch);
 	c->pos = c->n = 0;
+	if (c->gen_failed)
+		return -1;
 	if (c->ended || c->exc)
 		return 0;
 	c->batch = PyList_New(0);
@@ -370,9 +381,10 @@ static int refill(struct run_ctx *c)
 	}
 	return c->n > 0;
 fail:
-	keep_error(c, "the generator");
+	stash_error(c, "the generator");
 	c->ended = true;
-	return -1;
+	c->gen_failed = true;
+	return c->n > 0 ? 1 : -1;
 }
 
 static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
@@ -421,7 +433,7 @@ static int gen_skip(void *ctx, uint64_t n, struct gpud_error *err)
 		PyObject *item = PyIter_Next(c->iter);
 		if (!item) {
 			if (PyErr_Occurred()) {
-				keep_error(c, "the generator");
+				stash_error(c, "the generator");
 				rc = gpud_fail(err, "the Python generator raised an exception "
 						    "(re-raised by run())");
 			}

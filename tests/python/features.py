@@ -181,6 +181,22 @@ def callback_raises():
     check(exits == [1], "on_exit ran")
     check(len(seen) < 1000, f"the run stopped ({len(seen)} results)")
 
+    # The generator's exception: the same, after what it yielded ran.
+    def gen():
+        yield 1
+        yield 2
+        raise Boom("from the generator")
+
+    got, exits = {}, []
+    try:
+        Dispatcher(Worker, GPUS).run(gen(), lambda t, r, w: got.__setitem__(t, r["n"]),
+                                     on_exit=lambda: exits.append(1), scale=1)
+    except Boom as e:
+        check(str(e) == "from the generator", f"the generator's exception: {e}")
+    else:
+        check(False, "the generator's exception re-raised by run()")
+    check(exits == [1] and got == {0: 1, 1: 2}, f"on_exit ran, yielded items ran: {got}")
+
 
 def c_worker():
     # A C worker plugin (echo: the input back) with this program's generator and
