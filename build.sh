@@ -181,6 +181,11 @@ case "$1" in
     rm -rf "$tsan/tsan-reports"
     mkdir -p "$tsan/tsan-reports"
     mapfile -t suites < <(meson test -C build --list 2>/dev/null | grep -vx install)
+    # meson test puts build/'s libgpud first on LD_LIBRARY_PATH (test_api links it),
+    # ahead of gpud's own RUNPATH: this gpud is started with this tree's libgpud.
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/daemon${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/daemon/gpud "$@"\n' \
+      "$tsan" "$tsan" >"$tsan/gpud-tsan"
+    chmod +x "$tsan/gpud-tsan"
     # gcc 12's TSan aborts ("unexpected memory mapping") on kernels with more mmap
     # randomness than it knows (vm.mmap_rnd_bits > 28): setarch -R runs the suite without
     # address randomization. Any report fails the process that made it (halt_on_error,
@@ -189,7 +194,7 @@ case "$1" in
     TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1:log_path=$tsan/tsan-reports/report:handle_segv=0:handle_abort=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0" \
       setarch "$(uname -m)" -R \
       meson test -C build --no-rebuild --print-errorlogs --timeout-multiplier 3 \
-      --wrapper "env GPUD=$tsan/daemon/gpud GPUD_WORKER_EXE=$tsan/daemon/gpud-worker HAVE_GPU_EXAMPLE=0" \
+      --wrapper "env GPUD=$tsan/gpud-tsan GPUD_WORKER_EXE=$tsan/daemon/gpud-worker HAVE_GPU_EXAMPLE=0" \
       "${suites[@]}" || rc=$?
     if compgen -G "$tsan/tsan-reports/report*" >/dev/null; then
       cat "$tsan"/tsan-reports/report*

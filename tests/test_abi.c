@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 2);
+	cr_expect_eq(GPUD_ABI_MINOR, 3);
 }
 
 Test(abi, struct_sizes)
@@ -33,6 +33,8 @@ Test(abi, struct_sizes)
 	SIZE(gpud_task, 88);
 	SIZE(gpud_event, 112);
 	SIZE(gpud_stats, 64);
+	SIZE(gpud_run_end, 48);
+	SIZE(gpud_resume_info, 64);
 }
 
 Test(abi, offsets)
@@ -43,6 +45,8 @@ Test(abi, offsets)
 	OFF(gpud_plugin_info, version, 24);
 	OFF(gpud_worker_info, gpu_id, 4);
 	OFF(gpud_worker_info, seed, 8);
+	OFF(gpud_run_end, abort_reason, 8);
+	OFF(gpud_resume_info, failed, 16);
 	OFF(gpud_worker_info, args, 16);
 	OFF(gpud_worker_info, flags, 24);
 	OFF(gpud_worker_info, batch_size, 32);

@@ -60,11 +60,11 @@ Test(loader, good_sink_and_generator)
 }
 
 /* Each table holds what the plugin's ABI minor has: the fixtures export every entry
- * point, but skip, check and resume (1.2) and the description (1.1) and keys (1.2) are
- * left out for a plugin declared older. */
+ * point, but skip, check and resume (1.2), finish and resumed (1.3) and the description
+ * (1.1) and keys (1.2) are left out for a plugin declared older. */
 Test(loader, tables_follow_abi_minor)
 {
-	for (unsigned minor = 0; minor <= 2; minor++) {
+	for (unsigned minor = 0; minor <= 3; minor++) {
 		struct plugin pl;
 		char name[64];
 		snprintf(name, sizeof name, "generator-minor%u.so", minor);
@@ -94,6 +94,8 @@ Test(loader, tables_follow_abi_minor)
 			  "1.%u sink: the 1.0 entry points", minor);
 		cr_expect_eq(pl.sink.resume != NULL, minor >= 2, "1.%u sink: resume", minor);
 		cr_expect_eq(pl.sink.check != NULL, minor >= 2, "1.%u sink: check", minor);
+		cr_expect_eq(pl.sink.finish != NULL, minor >= 3, "1.%u sink: finish", minor);
+		cr_expect_eq(pl.sink.resumed != NULL, minor >= 3, "1.%u sink: resumed", minor);
 		cr_expect(!pl.gen.open && !pl.worker.setup, "only the sink table is filled");
 		loader_close(&pl);
 		free(path);

@@ -94,7 +94,10 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	EXPECT_LINE(out, 6, "\"attempt\": 0"); /* rejected: not retried */
 	EXPECT_LINE(out, 7, "result of 5000 bytes exceeds max_result_bytes (4096)");
 	EXPECT_LINE(out, 8, "SystemExit: 3");
-	EXPECT_LINE(out, 9, "cannot be a result");
+	EXPECT_LINE(out, 9, "python: W.process() (");
+	EXPECT_LINE(
+		out, 9,
+		"w.py:6) returned a object that JSON cannot hold (result = auto): result is a builtins.object");
 	EXPECT_LINE(out, 10, "\"result\": \"10\""); /* the input itself, returned */
 	EXPECT_LINE(out, 11, "\"result\": \"mv11\"");
 	/* print() goes where worker output goes: prefixed in plain mode. */
@@ -294,6 +297,220 @@ Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 	free(err);
 }
 
+/* Writes w.py: a class W whose results JSON cannot hold (a NumPy array in a dict, a set, a
+ * tuple holding an array). */
+static void write_unjsonable_worker(const char *dir)
+{
+	free(t_write(dir, "w.py",
+		     "import numpy as np\n"
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "    def process(self, data):\n"
+		     "        n = int(bytes(data))\n"
+		     "        if n == 0: return {'emb': np.arange(3, dtype=np.float32), 'n': n}\n"
+		     "        if n == 1: return {1, 2, 3}\n"
+		     "        if n == 2: return None\n"
+		     "        return (n, np.full((2, 2), n, dtype=np.int64))\n"));
+}
+
+Test(python, results_that_json_cannot_hold_are_pickled_or_named, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+		cr_skip_test(
+			"NumPy is not installed for Debian's /usr/bin/python3 (python3-numpy)");
+	write_unjsonable_worker(dir);
+	/* result = pickle in both: the sink gets the objects process() returned. */
+	free(t_write(
+		dir, "cb.py",
+		"import json, os\n"
+		"f = open(os.path.join(os.path.dirname(__file__), 'log'), 'w')\n"
+		"def on_success(task_id, result, worker_id):\n"
+		"    if task_id == 0: r = [type(result['emb']).__name__,\n"
+		"                         str(result['emb'].dtype), result['emb'].tolist(), result['n']]\n"
+		"    elif task_id == 1: r = [type(result).__name__, sorted(result)]\n"
+		"    elif task_id == 2: r = [repr(result)]\n"
+		"    else: r = [type(result).__name__, result[0], result[1].tolist()]\n"
+		"    f.write(json.dumps([task_id] + r) + '\\n')\n"
+		"def on_exit():\n"
+		"    f.close()\n"));
+	t_jobf(dir, "[job]\ngpus = 0,1\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = pickle\n"
+		    "[generator]\nplugin = range\nstop = 5\n"
+		    "[sink]\nplugin = python\nscript = cb.py\nresult = pickle\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(log, "[0, \"ndarray\", \"float32\", [0.0, 1.0, 2.0], 0]\n"), "%s", log);
+	cr_expect(strstr(log, "[1, \"set\", [1, 2, 3]]\n"), "%s", log);
+	cr_expect(strstr(log, "[2, \"None\"]\n"), "%s", log);
+	cr_expect(strstr(log, "[4, \"tuple\", 4, [[4, 4], [4, 4]]]\n"), "%s", log);
+	free(log);
+	free(err);
+
+	/* As JSON (the default, auto, and result = json): each fails naming W.process, where
+	 * in the result the culprit is, and what to return instead; no json/encoder.py. */
+	const char *modes[] = {"auto", "json"};
+	for (int m = 0; m < 2; m++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		       "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = %s\n"
+		       "[generator]\nplugin = range\nstop = 4\n"
+		       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		       modes[m]);
+		cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+		char *out = t_read_in(dir, "out.jsonl");
+		cr_assert(out);
+		char want[200];
+		snprintf(want, sizeof want,
+			 "python: W.process() (%s/w.py:4) returned a dict that JSON cannot hold "
+			 "(result = %s): result['emb'] is a numpy.ndarray",
+			 dir, modes[m]);
+		EXPECT_LINE(out, 0, want);
+		EXPECT_LINE(out, 0, "or set [worker] result = pickle");
+		EXPECT_LINE(out, 1, "returned a set that JSON cannot hold");
+		EXPECT_LINE(out, 1, "result is a builtins.set");
+		EXPECT_LINE(out, 3, "result[1] is a numpy.ndarray");
+		EXPECT_LINE(out, 2, m == 0 ? "\"result\": \"\"" : "\"result\": \"null\"");
+		cr_expect(!strstr(out, "encoder.py"), "%s", out);
+		free(out);
+	}
+	/* result = bytes says what it takes; an unknown mode is refused before tasks run. */
+	t_jobf(dir, "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = bytes\n"
+		    "[generator]\nplugin = range\nstop = 2\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 1, "returned a set: result = bytes takes bytes");
+	free(out);
+	t_jobf(dir, "[job]\ngpus = 0\npython = /usr/bin/python3\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nresult = pickel\n"
+		    "[generator]\nplugin = range\nstop = 2\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "[worker] result = 'pickel': expected auto, pickle, json or bytes"),
+		  "%s", err);
+	free(err);
+}
+
+/* The ids of the ("ok", id) lines of log (JSON lists, one a line) into seen[], counted. */
+static void count_ok(const char *log, int *seen, int n)
+{
+	for (const char *p = log; p && (p = strstr(p, "[\"ok\", ")); p++) {
+		int id = atoi(p + 7);
+		if (id >= 0 && id < n)
+			seen[id]++;
+	}
+}
+
+Test(python, callbacks_are_told_how_the_run_ended_and_what_a_resume_skips, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "    def process(self, data):\n"
+		     "        if bytes(data) == b'2': raise ValueError('two')\n"
+		     "        return data\n"));
+	free(t_write(dir, "cb.py",
+		     "import json, os\n"
+		     "here = os.path.dirname(__file__)\n"
+		     "log = open(os.path.join(here, 'log'), 'a')\n"
+		     "def w(*a):\n"
+		     "    log.write(json.dumps(a) + '\\n')\n"
+		     "    log.flush()\n"
+		     "def on_resume(done):\n"
+		     "    w('resume', list(done), sorted(done.failed), len(done), 2 in done,\n"
+		     "      19 in done, repr(done).split('(')[0])\n"
+		     "def on_success(task_id, result, worker_id):\n"
+		     "    if task_id == 5 and os.path.exists(os.path.join(here, 'fail')):\n"
+		     "        os.remove(os.path.join(here, 'fail'))\n"
+		     "        raise IOError('disk full')\n"
+		     "    w('ok', task_id)\n"
+		     "def on_error(task_id, error, worker_id):\n"
+		     "    w('error', task_id)\n"
+		     "def on_exit(stats):\n"
+		     "    w('exit', stats['exit_status'], stats['abort_reason'], stats['ok'])\n"));
+	free(t_write(dir, "fail", ""));
+	t_jobf(dir, "[job]\ngpus = 0\nordered = true\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+		    "[generator]\nplugin = range\nstop = 20\n"
+		    "[sink]\nplugin = python\nscript = cb.py\n");
+	/* A callback that raises aborts the run: on_exit says so. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 3);
+	char *log = t_read_in(dir, "log"), *err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	cr_expect(strstr(log, "[\"exit\", 3, \"the sink failed: python: on_success raised "
+			      "OSError: disk full"),
+		  "%s", log);
+	cr_expect(strstr(log, "[\"error\", 2]\n"), "%s", log);
+	cr_expect(!strstr(log, "\"resume\""), "a fresh run has no on_resume:\n%s", log);
+	int seen[20] = {0};
+	count_ok(log, seen, 20);
+	free(log);
+	free(err);
+	/* Resumed: on_resume gets the tasks run 1 finished (0-4, the failed 2 among them),
+	 * before any other callback; those are not delivered again. */
+	free(t_write(dir, "log", ""));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	log = t_read_in(dir, "log");
+	err = t_read_in(dir, "err");
+	cr_assert(log, "%s", err);
+	const char *first = "[\"resume\", [0, 1, 2, 3, 4], [2], 5, true, false, \"DoneTasks\"]\n";
+	cr_expect(!strncmp(log, first, strlen(first)), "%s", log);
+	count_ok(log, seen, 20);
+	for (int id = 0; id < 20; id++)
+		cr_expect_eq(seen[id], id == 2 ? 0 : 1, "task %d delivered %d times:\n%s", id,
+			     seen[id], log);
+	/* Earlier failures still stand: exit 1, not aborted. */
+	cr_expect(strstr(log, "[\"exit\", 1, null, 15]\n"), "%s", log);
+	free(log);
+	free(err);
+}
+
+/* What README's "Which GPU, which seed" promises: a worker's only GPU is device 0
+ * (CUDA_VISIBLE_DEVICES is its GPU's id before setup), and in a job file seed is
+ * base_seed + the worker's index over all GPUs and slots. */
+Test(python, a_worker_sees_its_gpu_as_device_0_and_seed_is_base_seed_plus_index, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "import os\n"
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw):\n"
+	       "        self.me = '%d/%d/%s' % (gpu_id, seed, os.environ['CUDA_VISIBLE_DEVICES'])\n"
+	       "    def process(self, data):\n"
+	       "        return self.me\n",
+	       64, "workers_per_gpu = 2\nbase_seed = 100", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+	cr_assert(out, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 64, "%s", err);
+	/* Workers 0 and 1 on GPU 0, 2 and 3 on GPU 1: seeds 100 to 103. */
+	const char *want[] = {"\"worker_id\": 0, \"gpu_id\": 0,", "\"result\": \"0/100/0\"",
+			      "\"worker_id\": 1, \"gpu_id\": 0,", "\"result\": \"0/101/0\"",
+			      "\"worker_id\": 2, \"gpu_id\": 1,", "\"result\": \"1/102/1\"",
+			      "\"worker_id\": 3, \"gpu_id\": 1,", "\"result\": \"1/103/1\""};
+	for (const char *p = out; p && *p;) {
+		const char *e = strchr(p, '\n');
+		char *line = strndup(p, e ? (size_t)(e - p) : strlen(p));
+		int w = -1;
+		for (int k = 0; k < 4; k++)
+			if (strstr(line, want[2 * k]))
+				w = k;
+		cr_expect(w >= 0 && strstr(line, want[2 * w + 1]), "%s", line);
+		free(line);
+		p = e ? e + 1 : NULL;
+	}
+	free(out);
+	free(err);
+}
+
 Test(python, generator_and_callbacks_with_every_event_kind, .timeout = 120)
 {
 	need_python();
@@ -479,6 +696,78 @@ Test(python, cleanup_and_whole_batch_exceptions_and_keyboard_interrupt, .timeout
 		  "%s", st);
 	free(out);
 	free(st);
+}
+
+Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import gpud\n"
+		     "print('top level ran')\n"
+		     "class W(gpud.BaseWorker):\n"
+		     "    def setup(self, gpu_id, seed, model_path):\n"
+		     "        self.path = model_path\n"
+		     "    def process(self, data):\n"
+		     "        return data\n"
+		     "class Helper:\n"
+		     "    pass\n"
+		     "class NoProcess:\n"
+		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "def items(count):\n"
+		     "    return range(int(count))\n"
+		     "class CB:\n"
+		     "    def __init__(self, log): self.log = log\n"
+		     "    def on_success(self, task_id, result, worker_id): pass\n"));
+	t_jobf(dir, "[job]\ngpus = 0\n"
+		    "[worker]\nplugin = python\nscript = w.py\nclass = W\nmodel_path = m.bin\n"
+		    "[generator]\nplugin = python\nscript = w.py\nfunction = items\ncount = 3\n"
+		    "[sink]\nplugin = python\nscript = w.py\nclass = CB\nlog = l.txt\n");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import", dir), 0);
+	char *out = t_read_in(dir, "out"), *err = t_read_in(dir, "err");
+	cr_expect(strstr(out, "  import: [worker] W in script = "), "%s%s", out, err);
+	cr_expect(strstr(out, "w.py: process; setup() takes model_path\n"), "%s", out);
+	cr_expect(strstr(out, "  import: [generator] items() in script = "), "%s", out);
+	cr_expect(strstr(out, "  import: [sink] CB in script = "), "%s", out);
+	cr_expect(!strstr(out, "top level ran") && !strstr(err, "top level ran"), "%s", out);
+	free(out);
+	free(err);
+	/* Without --import the code is not run, and a wrong class passes as before. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set worker.class=Wokrer", dir), 0);
+	struct {
+		const char *set, *want;
+	} cases[] = {
+		{"--set worker.class=Wokrer",
+		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: CB, "
+		 "Helper, NoProcess, W\n"},
+		{"--set worker.class=NoProcess",
+		 "[worker] class = NoProcess: NoProcess has neither process(data) nor "
+		 "process_batch(items)\n"},
+		{"--set worker.modelpath=x",
+		 "[worker] W.setup(self, gpu_id, seed, model_path) cannot take the job's keys as "
+		 "keywords (model_path, modelpath): got an unexpected keyword argument "
+		 "'modelpath'\n"},
+		{"--set generator.function=inputs",
+		 "[generator] function = inputs: script = %s/w.py has no function inputs; it "
+		 "defines: items\n"},
+		{"--set sink.class=Callbacks",
+		 "[sink] class = Callbacks: script = %s/w.py has no class Callbacks; it defines: "
+		 "CB, Helper, NoProcess, W\n"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import %s", dir, cases[i].set), 2,
+			     "case %zu", i);
+		err = t_read_in(dir, "err");
+		char want[512];
+		snprintf(want, sizeof want, cases[i].want, dir);
+		cr_expect(strstr(err, want), "case %zu: want %s in:\n%s", i, want, err);
+		free(err);
+	}
+	/* --import belongs to check. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --import", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--import is an option of gpud check, not of run"), "%s", err);
+	free(err);
 }
 
 Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)

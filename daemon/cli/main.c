@@ -16,7 +16,7 @@ static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
 	"                        [--stats-json PATH] [--resume [--retry-failed] [--force]]\n"
 	"                        [--rank K/N]\n"
-	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]...\n"
+	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]... [--import]\n"
 	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
 	"       gpud merge STATS.json...\n"
 	"       gpud plugins\n"
@@ -44,6 +44,9 @@ static const char help[] =
 	"                            finished tasks do not run again (none there: start)\n"
 	"  --retry-failed            --resume, and run the tasks that failed again\n"
 	"  --force                   resume a journal another job wrote\n"
+	"  --import                  check: import the python plugins' script or module\n"
+	"                            (runs its top-level code) in the chosen Python and\n"
+	"                            check the class or function, its methods and keys\n"
 	"  --rank K/N                run rank K's share of N (default: [job] rank/ranks,\n"
 	"                            else from Slurm, Open MPI or PMI, else 0 of 1)\n"
 	"  --help, --version\n"
@@ -136,6 +139,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *rc)
 			a->opts.flags |= GPUD_RUN_RESUME | GPUD_RUN_RETRY_FAILED;
 		} else if (strcmp(arg, "--force") == 0) {
 			a->opts.flags |= GPUD_RUN_FORCE;
+		} else if (strcmp(arg, "--import") == 0) {
+			a->opts.flags |= GPUD_CHECK_IMPORT;
 		} else if (arg[0] == '-' && arg[1] != '\0') {
 			fprintf(stderr, "gpud: unknown option %s\n%s", arg, usage);
 			*rc = 2;
@@ -170,6 +175,11 @@ static int parse_args(int argc, char **argv, struct args *a, int *rc)
 	}
 	if (!a->job) {
 		fprintf(stderr, "gpud: %s needs a job file\n%s", a->cmd, usage);
+		return -1;
+	}
+	if ((a->opts.flags & GPUD_CHECK_IMPORT) && strcmp(a->cmd, "check") != 0) {
+		fprintf(stderr, "gpud: --import is an option of gpud check, not of %s\n%s", a->cmd,
+			usage);
 		return -1;
 	}
 	if (ui_choice(a->ui, &a->opts.ui) < 0) {

@@ -61,6 +61,10 @@ static void resolve(struct plugin *pl)
 			SYM(pl, sink.resume, "gpud_sink_resume");
 			SYM(pl, sink.check, "gpud_sink_check");
 		}
+		if (minor >= 3) {
+			SYM(pl, sink.finish, "gpud_sink_finish");
+			SYM(pl, sink.resumed, "gpud_sink_resumed");
+		}
 		break;
 	}
 }

@@ -40,6 +40,10 @@ struct sink_ops {
 		      void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 		      struct gpud_error *err);                              /* optional, 1.2 */
 	int (*check)(const struct gpud_args *args, struct gpud_error *err); /* optional, 1.2 */
+	int (*finish)(void *state, const struct gpud_stats *stats, const struct gpud_run_end *end,
+		      struct gpud_error *err); /* optional, 1.3: instead of close */
+	int (*resumed)(void *state, const struct gpud_resume_info *info,
+		       struct gpud_error *err); /* optional, 1.3 */
 };
 
 /* At least one of process and process_batch is set (1.2 allows process_batch alone). */

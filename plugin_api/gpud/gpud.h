@@ -159,6 +159,10 @@ enum gpud_ui {
  *  the run with gpud_job_stop (from its own handler, say). SIGCHLD is still gpud's for
  *  the run: it is how a worker's death is noticed. */
 #define GPUD_RUN_KEEP_SIGNALS (1u << 3)
+/** gpud_job_check only (`gpud check --import`): the python sections' code is imported in
+ *  a helper process of the job's Python, and the classes, methods and keywords the job
+ *  names are checked. */
+#define GPUD_CHECK_IMPORT (1u << 4)
 
 /** How to run. All zero (or a NULL pointer) is a plain run with no UI. */
 struct gpud_run_options {

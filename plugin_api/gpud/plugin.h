@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.2 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud plugin ABI, version 1.3 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
  * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
  * gpud_generator_check, gpud_sink_check, gpud_task_reject, worker plugins that export
- * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume).
+ * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
+ * gpud_sink_finish and gpud_sink_resumed, with struct gpud_run_end and struct
+ * gpud_resume_info).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -56,7 +58,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 2
+#define GPUD_ABI_MINOR 3
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -440,6 +442,46 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state);
 GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 				 void (*done)(void *ctx, uint64_t task_id, int status), void *ctx,
 				 struct gpud_error *err);
+/** (ABI 1.3) How a run ends, given to gpud_sink_finish. Host memory, valid during the
+ *  call. */
+struct gpud_run_end {
+	int exit_status;          /* what gpud exits with when this call returns 0: 0 every task ok,
+				   * 1 some failed or timed out, 2 an input changed (nothing new ran),
+				   * 3 aborted, 4 interrupted with a journal (--resume finishes it) */
+	const char *abort_reason; /* why the run stopped before its end, as gpud says it
+				   * after "aborted: " ("interrupted", "the generator
+				   * failed ..."); NULL when it did not */
+	void *reserved[4];        /* NULL; room for later ABI minors */
+};
+
+/** Optional (ABI 1.3). Called instead of gpud_sink_close when exported: the same call
+ *  (exactly once, the final stats, frees the state, -1 with err fails the run), with
+ *  how the run ends, which struct gpud_stats has no room for. */
+GPUD_EXPORT int gpud_sink_finish(void *state, const struct gpud_stats *stats,
+				 const struct gpud_run_end *end, struct gpud_error *err);
+
+/** (ABI 1.3) What earlier runs of the job finished, given to gpud_sink_resumed. Host
+ *  memory, valid during the call. */
+struct gpud_resume_info {
+	const uint64_t *done; /* n_done pairs (first id, count), ascending, not touching:
+			       * this rank's tasks that earlier runs gave their outcome (the
+			       * journal's word, settled with gpud_sink_resume's), which this
+			       * run neither runs nor delivers again */
+	size_t n_done;
+	const uint64_t *failed; /* n_failed ids, ascending: those of them whose outcome was
+				 * an error or a timeout (--retry-failed: none, they run) */
+	size_t n_failed;
+	void *reserved[4]; /* NULL; room for later ABI minors */
+};
+
+/** Optional (ABI 1.3). `gpud run --resume`: called once, right after the sink opened
+ *  (gpud_sink_resume or gpud_sink_open) and before any event, with the tasks earlier
+ *  runs finished (none when the journal was missing). A sink that writes by task id (an
+ *  array, a file per task) keeps their slots. 0, or -1 with err (the run stops before
+ *  any task runs, exit 2). Not called on a fresh run. */
+GPUD_EXPORT int gpud_sink_resumed(void *state, const struct gpud_resume_info *info,
+				  struct gpud_error *err);
+
 /** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
  *  and that the output could be written (its folder exists and is writable) WITHOUT
  *  creating or truncating anything. 0, or -1 with err. Absent: `check` only loads it. */

@@ -41,6 +41,9 @@ PyAPI_FUNC(int) PyBuffer_FillInfo(Py_buffer *view, PyObject *o, void *buf, Py_ss
 #define Py_bf_releasebuffer 2
 #endif
 #endif
+#ifndef PyBUF_READ /* PyMemoryView_FromMemory's flag: stable since 3.3, its name from 3.11 */
+#define PyBUF_READ 0x100
+#endif
 #if Py_LIMITED_API + 0 < 0x030a0000
 PyAPI_FUNC(const char *) PyUnicode_AsUTF8AndSize(PyObject *unicode, Py_ssize_t *size);
 #endif

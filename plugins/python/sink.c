@@ -9,17 +9,24 @@
  *   class = Callbacks           ; made with every other key as a keyword (a str);
  *                               ; without class, the module's own functions are used
  *   result = auto               ; what on_success gets: auto (str when the bytes are
- *                               ; UTF-8, else bytes), bytes, str or json (decoded)
+ *                               ; UTF-8, else bytes), bytes, str, json (decoded) or
+ *                               ; pickle (the object a worker with result = pickle
+ *                               ; returned)
  *   python_path = ./src         ; optional, prepended to sys.path
  *
  *   on_success(task_id, result, worker_id)     on_error(task_id, error, worker_id)
  *   on_timeout(task_id, timeout, worker_id)    on_setup_fail(gpu_id, error)
  *   on_task_start(task_id, worker_id)          on_exit(stats) or on_exit()
+ *   on_resume(done)
  *
  * Only the events of defined callbacks are asked for, so a sink without on_task_start
  * costs nothing for task starts. on_exit runs exactly once, with the final stats as a
- * dict when it takes an argument. A callback that raises aborts the run as a failing
- * sink does, with the exception in one line.
+ * dict when it takes an argument, exit_status and abort_reason included (the host gives
+ * them through gpud_sink_finish, ABI 1.3). With --resume, on_resume runs once before any
+ * other callback with the tasks earlier runs finished (gpud_sink_resumed, ABI 1.3), whose
+ * events this run does not deliver again: a DoneTasks object (`id in done`, len, iteration
+ * in id order, .ranges, .failed). A callback that raises aborts the run as a failing sink
+ * does, with the exception in one line.
  */
 #define _GNU_SOURCE
 #include "common.h"
@@ -31,15 +38,19 @@
 
 static const char *const our_keys[] = {"script", "module", "class", "python_path", "result", NULL};
 
-enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON };
+enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON, RES_PICKLE };
+static const char *const result_names[] = {"auto", "bytes", "str", "json", "pickle"};
 
-enum { CB_SUCCESS, CB_ERROR, CB_TIMEOUT, CB_SETUP_FAIL, CB_TASK_START, CB_EXIT, CB_N };
+/* The event callbacks first, in the order of gpud_sink_events' kinds. */
+enum { CB_SUCCESS, CB_ERROR, CB_TIMEOUT, CB_SETUP_FAIL, CB_TASK_START, CB_EXIT, CB_RESUME, CB_N };
 static const char *const cb_names[CB_N] = {"on_success",    "on_error",      "on_timeout",
-					   "on_setup_fail", "on_task_start", "on_exit"};
+					   "on_setup_fail", "on_task_start", "on_exit",
+					   "on_resume"};
 
 struct py_sink {
 	PyObject *cb[CB_N];
 	PyObject *json_loads;
+	PyObject *pickle_loads; /* result = pickle */
 	enum result_mode result;
 	int exit_args; /* parameters on_exit takes: 0 or 1 */
 };
@@ -49,6 +60,7 @@ static void release_all(struct py_sink *s)
 	for (int i = 0; i < CB_N; i++)
 		Py_XDECREF(s->cb[i]);
 	Py_XDECREF(s->json_loads);
+	Py_XDECREF(s->pickle_loads);
 	free(s);
 }
 
@@ -74,9 +86,12 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 		s->result = RES_STR;
 	else if (!strcmp(res, "json"))
 		s->result = RES_JSON;
+	else if (!strcmp(res, "pickle"))
+		s->result = RES_PICKLE;
 	else {
 		free(s);
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+		return gpud_fail(err,
+				 "python: result = '%s': expected auto, bytes, str, json or pickle",
 				 res);
 	}
 	if (py_start(gpud_module_init, true, err) < 0) {
@@ -125,7 +140,7 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 	if (!any) {
 		gpud_fail(err,
 			  "python: %s defines none of on_success, on_error, on_timeout, "
-			  "on_setup_fail, on_task_start, on_exit",
+			  "on_setup_fail, on_task_start, on_exit, on_resume",
 			  cls_name ? cls_name
 			  : script ? script
 				   : module);
@@ -145,7 +160,12 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 		Py_XDECREF(params);
 		Py_XDECREF(sig);
 	}
-	if (!s->json_loads) {
+	if (s->json_loads && s->result == RES_PICKLE) {
+		PyObject *pickle = PyImport_ImportModule("pickle");
+		s->pickle_loads = pickle ? PyObject_GetAttrString(pickle, "loads") : NULL;
+		Py_XDECREF(pickle);
+	}
+	if (!s->json_loads || (s->result == RES_PICKLE && !s->pickle_loads)) {
 		Py_XDECREF(py_take_error(why, sizeof why));
 		gpud_fail(err, "python: %s", why);
 		goto out;
@@ -184,6 +204,13 @@ static PyObject *result_object(struct py_sink *s, const struct gpud_event *ev)
 	Py_ssize_t n = (Py_ssize_t)ev->result_size;
 	if (s->result == RES_BYTES)
 		return PyBytes_FromStringAndSize(p, n);
+	if (s->result == RES_PICKLE) {
+		/* Straight from the shared memory: no bytes object in between. */
+		PyObject *mv = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+		PyObject *v = mv ? py_call1(s->pickle_loads, mv) : NULL;
+		Py_XDECREF(mv);
+		return v;
+	}
 	PyObject *str = PyUnicode_DecodeUTF8(p, n, "strict");
 	if (!str && s->result == RES_AUTO) {
 		PyErr_Clear();
@@ -243,7 +270,13 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 		if (!r) {
 			char why[900];
 			Py_XDECREF(py_take_error(why, sizeof why));
-			rc = gpud_fail(err, "python: %s raised %s", cb_names[cb], why);
+			if (!a && cb == CB_SUCCESS)
+				rc = gpud_fail(err,
+					       "python: task %llu's result cannot be made for "
+					       "on_success (result = %s): %s",
+					       id, result_names[s->result], why);
+			else
+				rc = gpud_fail(err, "python: %s raised %s", cb_names[cb], why);
 		}
 	}
 	Py_XDECREF(r);
@@ -252,7 +285,94 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 	return rc;
 }
 
-GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct gpud_error *err)
+/* What on_resume gets: the tasks earlier runs finished, as ranges (a run resumed after
+ * millions of tasks holds a few ranges, not millions of ids). */
+static const char done_tasks_source[] =
+	"import bisect\n"
+	"class DoneTasks:\n"
+	"    '''The tasks earlier runs finished (gpud run --resume), whose events this run\n"
+	"    does not deliver again: `task_id in done`, len(done), iteration in id order;\n"
+	"    done.ranges (a list of range), done.failed (a frozenset of the ids among\n"
+	"    them whose outcome was an error or a timeout).'''\n"
+	"    __slots__ = ('ranges', 'failed', '_starts')\n"
+	"    def __init__(self, ranges, failed):\n"
+	"        self.ranges = ranges\n"
+	"        self.failed = frozenset(failed)\n"
+	"        self._starts = [r.start for r in ranges]\n"
+	"    def __contains__(self, task_id):\n"
+	"        k = bisect.bisect_right(self._starts, task_id) - 1\n"
+	"        return k >= 0 and task_id in self.ranges[k]\n"
+	"    def __len__(self):\n"
+	"        return sum(len(r) for r in self.ranges)\n"
+	"    def __iter__(self):\n"
+	"        for r in self.ranges:\n"
+	"            yield from r\n"
+	"    def __repr__(self):\n"
+	"        return 'DoneTasks(%d tasks in %d ranges, %d failed)' % (\n"
+	"            len(self), len(self.ranges), len(self.failed))\n";
+
+/* A DoneTasks of info; NULL with the exception pending. */
+static PyObject *done_tasks(const struct gpud_resume_info *info)
+{
+	PyObject *g = PyDict_New(), *cls = NULL, *ranges = NULL, *failed = NULL, *r = NULL;
+	PyObject *code = Py_CompileString(done_tasks_source, "<gpud>", Py_file_input);
+	if (!g || !code || PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) < 0)
+		goto out;
+	PyObject *ok = PyEval_EvalCode(code, g, g);
+	if (!ok)
+		goto out;
+	Py_DECREF(ok);
+	cls = PyDict_GetItemString(g, "DoneTasks");                            /* borrowed */
+	PyObject *range = PyDict_GetItemString(PyEval_GetBuiltins(), "range"); /* borrowed */
+	ranges = PyList_New((Py_ssize_t)info->n_done);
+	failed = PyList_New((Py_ssize_t)info->n_failed);
+	if (!cls || !range || !ranges || !failed)
+		goto out;
+	for (size_t i = 0; i < info->n_done; i++) {
+		unsigned long long first = info->done[2 * i], n = info->done[2 * i + 1];
+		PyObject *one = PyObject_CallFunction(range, "KK", first, first + n);
+		if (!one)
+			goto out;
+		PyList_SetItem(ranges, (Py_ssize_t)i, one); /* steals */
+	}
+	for (size_t i = 0; i < info->n_failed; i++) {
+		PyObject *id = PyLong_FromUnsignedLongLong(info->failed[i]);
+		if (!id)
+			goto out;
+		PyList_SetItem(failed, (Py_ssize_t)i, id);
+	}
+	r = PyObject_CallFunctionObjArgs(cls, ranges, failed, NULL);
+out:
+	Py_XDECREF(code);
+	Py_XDECREF(ranges);
+	Py_XDECREF(failed);
+	Py_XDECREF(g);
+	return r;
+}
+
+GPUD_EXPORT int gpud_sink_resumed(void *state, const struct gpud_resume_info *info,
+				  struct gpud_error *err)
+{
+	struct py_sink *s = state;
+	if (!s->cb[CB_RESUME])
+		return 0;
+	int rc = 0;
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *done = done_tasks(info);
+	PyObject *r = done ? py_call1(s->cb[CB_RESUME], done) : NULL;
+	if (!r) {
+		char why[900];
+		Py_XDECREF(py_take_error(why, sizeof why));
+		rc = gpud_fail(err, "python: on_resume raised %s", why);
+	}
+	Py_XDECREF(r);
+	Py_XDECREF(done);
+	PyGILState_Release(gil);
+	return rc;
+}
+
+GPUD_EXPORT int gpud_sink_finish(void *state, const struct gpud_stats *st,
+				 const struct gpud_run_end *end, struct gpud_error *err)
 {
 	struct py_sink *s = state;
 	int rc = 0;
@@ -265,6 +385,19 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct
 			(unsigned long long)st->not_run, "retried", (unsigned long long)st->retried,
 			"worker_restarts", st->worker_restarts, "setup_failures",
 			st->setup_failures, "elapsed", st->elapsed);
+		/* How the run ends: None where the host did not say (gpud_sink_close). */
+		PyObject *status = end ? PyLong_FromLong(end->exit_status) : Py_None;
+		PyObject *reason = end && end->abort_reason ? text(end->abort_reason) : Py_None;
+		if (status == Py_None)
+			Py_INCREF(status);
+		if (reason == Py_None)
+			Py_INCREF(reason);
+		if (stats &&
+		    (!status || !reason || PyDict_SetItemString(stats, "exit_status", status) < 0 ||
+		     PyDict_SetItemString(stats, "abort_reason", reason) < 0))
+			Py_CLEAR(stats);
+		Py_XDECREF(status);
+		Py_XDECREF(reason);
 		PyObject *r = !stats         ? NULL
 			      : s->exit_args ? py_call1(s->cb[CB_EXIT], stats)
 					     : PyObject_CallObject(s->cb[CB_EXIT], NULL);
@@ -281,4 +414,9 @@ GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct
 	release_all(s);
 	PyGILState_Release(gil);
 	return rc;
+}
+
+GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct gpud_error *err)
+{
+	return gpud_sink_finish(state, st, NULL, err);
 }

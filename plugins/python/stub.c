@@ -181,6 +181,9 @@ GPUD_EXPORT void gpud_generator_close(void *state)
 static uint32_t (*s_events)(void *);
 static int (*s_event)(void *, const struct gpud_event *, struct gpud_error *);
 static int (*s_close)(void *, const struct gpud_stats *, struct gpud_error *);
+static int (*s_finish)(void *, const struct gpud_stats *, const struct gpud_run_end *,
+		       struct gpud_error *);
+static int (*s_resumed)(void *, const struct gpud_resume_info *, struct gpud_error *);
 
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err)
 {
@@ -193,7 +196,11 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 		"gpud_sink_event");
 	s_close = (int (*)(void *, const struct gpud_stats *, struct gpud_error *))glue_sym(
 		"gpud_sink_close");
-	if (!open || !s_events || !s_event || !s_close)
+	s_finish = (int (*)(void *, const struct gpud_stats *, const struct gpud_run_end *,
+			    struct gpud_error *))glue_sym("gpud_sink_finish");
+	s_resumed = (int (*)(void *, const struct gpud_resume_info *, struct gpud_error *))glue_sym(
+		"gpud_sink_resumed");
+	if (!open || !s_events || !s_event || !s_close || !s_finish || !s_resumed)
 		return gpud_fail(err, "python: the glue python/sink.so lacks an entry point");
 	return open(args, state, err);
 }
@@ -202,8 +209,9 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 {
 	const char *res = gpud_arg(args, "result", "auto");
 	if (strcmp(res, "auto") && strcmp(res, "bytes") && strcmp(res, "str") &&
-	    strcmp(res, "json"))
-		return gpud_fail(err, "python: result = '%s': expected auto, bytes, str or json",
+	    strcmp(res, "json") && strcmp(res, "pickle"))
+		return gpud_fail(err,
+				 "python: result = '%s': expected auto, bytes, str, json or pickle",
 				 res);
 	return check_source(args, NULL, err);
 }
@@ -221,6 +229,18 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *st, struct gpud_error *err)
 {
 	return s_close(state, st, err);
+}
+
+GPUD_EXPORT int gpud_sink_finish(void *state, const struct gpud_stats *st,
+				 const struct gpud_run_end *end, struct gpud_error *err)
+{
+	return s_finish(state, st, end, err);
+}
+
+GPUD_EXPORT int gpud_sink_resumed(void *state, const struct gpud_resume_info *info,
+				  struct gpud_error *err)
+{
+	return s_resumed(state, info, err);
 }
 
 #endif

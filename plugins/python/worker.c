@@ -10,6 +10,7 @@
  *   class = InferenceWorker
  *   python_path = ./src:./vendor ; optional, prepended to sys.path
  *   input = memoryview           ; memoryview (default) | bytes | str | json
+ *   result = auto                ; auto (default) | pickle | json | bytes
  *   model_path = ./model.bin     ; every other key reaches setup() as a keyword (a str)
  *
  * The class has setup(gpu_id, seed, **kwargs), process(data), optionally
@@ -22,8 +23,13 @@
  * made from a small exporter that counts the buffers taken from it, so a view kept past
  * the call (np.frombuffer(data) stored on self) is caught: the task fails saying so and
  * the worker is replaced, since that view would see later tasks' bytes.
- * Result: a buffer (bytes, bytearray, memoryview, NumPy array...) as is, str as UTF-8,
- * None as empty, anything else as JSON text.
+ * Result, by `result`: auto, a buffer (bytes, bytearray, memoryview, NumPy array...) as
+ * is, str as UTF-8, None as empty, anything else as JSON text; json, every result as JSON
+ * text; bytes, buffers, str and None only; pickle, any picklable object, pickled
+ * (protocol 5), which a python sink with result = pickle gets back as the object. A
+ * result that cannot be had so fails its task with a message naming the user's method
+ * (class, method, file and line), where in the result the culprit sits and what to
+ * return instead: never a traceback into json/encoder.py.
  */
 #define _GNU_SOURCE
 #include "common.h"
@@ -42,13 +48,20 @@
  * (setup's keywords), so none can be refused here. */
 
 enum input_mode { IN_MEMORYVIEW, IN_BYTES, IN_STR, IN_JSON };
+enum result_mode { RES_AUTO, RES_JSON, RES_BYTES, RES_PICKLE };
+static const char *const result_names[] = {"auto", "json", "bytes", "pickle", NULL};
 
 struct py_worker {
 	PyObject *obj;           /* the worker instance */
 	PyObject *process;       /* its bound process */
 	PyObject *process_batch; /* its bound process_batch, or NULL */
 	PyObject *json_loads, *json_dumps;
+	PyObject *pickle_dumps; /* result = pickle: pickle.dumps */
+	PyObject *protocol;     /* 5, for it */
 	enum input_mode input;
+	enum result_mode result;
+	char where[512]; /* "Cls.process() (file.py:12)": what results are said to come from */
+	char batch_where[512]; /* the same for process_batch() */
 	size_t batch;
 	struct input_obj *spare; /* an exporter nobody holds, for the next task */
 	PyThreadState *ts;       /* between calls the GIL is let go: threads the class
@@ -106,7 +119,37 @@ static PyTypeObject *input_type;
 
 /* ---- setup ---- */
 
-static const char *const our_keys[] = {"script", "module", "class", "python_path", "input", NULL};
+static const char *const our_keys[] = {"script", "module", "class", "python_path",
+				       "input",  "result", NULL};
+
+/* "Cls.method() (file.py:12)", the method's own class, file and first line, into buf:
+ * how a result's trouble names the user's code (the frame of its return is gone by the
+ * time the result is looked at). */
+static void describe_method(PyObject *bound, const char *fallback, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s()", fallback);
+	if (!bound)
+		return;
+	PyObject *qual = PyObject_GetAttrString(bound, "__qualname__");
+	PyObject *func = PyObject_GetAttrString(bound, "__func__");
+	PyObject *code = PyObject_GetAttrString(func ? func : bound, "__code__");
+	PyObject *file = code ? PyObject_GetAttrString(code, "co_filename") : NULL;
+	PyObject *line = code ? PyObject_GetAttrString(code, "co_firstlineno") : NULL;
+	PyErr_Clear();
+	const char *q = qual && PyUnicode_Check(qual) ? py_utf8(qual, NULL) : NULL;
+	const char *f = file && PyUnicode_Check(file) ? py_utf8(file, NULL) : NULL;
+	long l = line ? PyLong_AsLong(line) : 0;
+	PyErr_Clear();
+	if (q && f)
+		snprintf(buf, len, "%s() (%s:%ld)", q, f, l);
+	else if (q)
+		snprintf(buf, len, "%s()", q);
+	Py_XDECREF(qual);
+	Py_XDECREF(func);
+	Py_XDECREF(code);
+	Py_XDECREF(file);
+	Py_XDECREF(line);
+}
 
 static int start_python(struct gpud_error *err)
 {
@@ -149,6 +192,17 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(
 			err, "python: input = '%s': expected memoryview, bytes, str or json", in);
 	}
+	const char *res = gpud_arg(a, "result", "auto");
+	int rm = 0;
+	while (result_names[rm] && strcmp(res, result_names[rm]))
+		rm++;
+	if (!result_names[rm]) {
+		free(pw);
+		return gpud_fail(
+			err, "python: [worker] result = '%s': expected auto, pickle, json or bytes",
+			res);
+	}
+	pw->result = (enum result_mode)rm;
 	pw->batch = info->batch_size ? info->batch_size : 1;
 	if (start_python(err) < 0 || (pypath && py_prepend_path(pypath, err) < 0)) {
 		free(pw);
@@ -195,6 +249,21 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	pw->json_loads = PyObject_GetAttrString(json, "loads");
 	pw->json_dumps = PyObject_GetAttrString(json, "dumps");
 	Py_DECREF(json);
+	if (pw->result == RES_PICKLE) {
+		PyObject *pickle = PyImport_ImportModule("pickle");
+		pw->pickle_dumps = pickle ? PyObject_GetAttrString(pickle, "dumps") : NULL;
+		pw->protocol = PyLong_FromLong(5);
+		Py_XDECREF(pickle);
+		if (!pw->pickle_dumps || !pw->protocol) {
+			Py_XDECREF(py_take_error(why, sizeof why));
+			Py_DECREF(pw->obj);
+			free(pw);
+			return gpud_fail(err, "python: result = pickle: %s", why);
+		}
+	}
+	describe_method(pw->process, "process", pw->where, sizeof pw->where);
+	describe_method(pw->process_batch, "process_batch", pw->batch_where,
+			sizeof pw->batch_where);
 	if (!pw->process && !pw->process_batch) {
 		Py_DECREF(pw->obj);
 		free(pw);
@@ -296,23 +365,126 @@ static void task_error(struct gpud_task *t)
 	Py_XDECREF(type);
 }
 
-/* Writes a Python result into the task's buffer; fails the task when it cannot. */
-static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r)
+/* Where in a result JSON cannot follow: culprit(r) names the first value (by its path,
+ * `result['emb'][2]`) that is not None, bool, int, float, str, or a list, tuple or dict
+ * of them, with its type; None when there is none (the trouble is elsewhere: a cycle). */
+static const char culprit_source[] =
+	"def culprit(o, path='result'):\n"
+	"    if o is None or isinstance(o, (str, int, float)):\n"
+	"        return None\n"
+	"    if isinstance(o, dict):\n"
+	"        for k, v in o.items():\n"
+	"            if k is not None and not isinstance(k, (str, int, float)):\n"
+	"                return '%s has a key of type %s.%s' % (path, type(k).__module__,\n"
+	"                                                      type(k).__qualname__)\n"
+	"            c = culprit(v, '%s[%r]' % (path, k))\n"
+	"            if c:\n"
+	"                return c\n"
+	"        return None\n"
+	"    if isinstance(o, (list, tuple)):\n"
+	"        for i, v in enumerate(o):\n"
+	"            c = culprit(v, '%s[%d]' % (path, i))\n"
+	"            if c:\n"
+	"                return c\n"
+	"        return None\n"
+	"    return '%s is a %s.%s' % (path, type(o).__module__, type(o).__qualname__)\n";
+
+/* culprit(r) as text into buf ("" when it finds none or cannot run). */
+static void json_culprit(PyObject *r, char *buf, size_t len)
 {
-	char why[900];
+	static PyObject *culprit;
+	buf[0] = '\0';
+	if (!culprit) {
+		PyObject *g = PyDict_New();
+		PyObject *code =
+			g ? Py_CompileString(culprit_source, "<gpud>", Py_file_input) : NULL;
+		if (code && PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) == 0) {
+			PyObject *ok = PyEval_EvalCode(code, g, g);
+			Py_XDECREF(ok);
+			culprit = ok ? PyDict_GetItemString(g, "culprit") : NULL;
+			Py_XINCREF(culprit);
+		}
+		Py_XDECREF(code);
+		Py_XDECREF(g);
+	}
+	PyObject *c = culprit ? py_call1(culprit, r) : NULL;
+	if (c && PyUnicode_Check(c))
+		snprintf(buf, len, "%s", py_utf8(c, NULL));
+	Py_XDECREF(c);
+	PyErr_Clear();
+}
+
+/* The pending exception as "Type: message", without its traceback (which would point
+ * into json/encoder.py or pickle, not at the user's code). */
+static void take_error_plain(char *buf, size_t len)
+{
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	Py_XDECREF(tb);
+	PyErr_Restore(type, value, NULL);
+	Py_XDECREF(py_take_error(buf, len));
+}
+
+/* The bytes of result r by the worker's `result` mode; 0, or -1 with the task failed,
+ * naming `where` (the user's method) and what to return instead. */
+static int result_bytes(struct py_worker *pw, struct gpud_task *t, PyObject *r, const char *where,
+			struct py_bytes *b)
+{
+	char why[600], tn[128], path[400];
+	*b = (struct py_bytes){0};
+	if (pw->result == RES_PICKLE) {
+		b->text = PyObject_CallFunctionObjArgs(pw->pickle_dumps, r, pw->protocol, NULL);
+		if (b->text && PyBytes_AsStringAndSize(b->text, (char **)&b->p, &b->n) == 0)
+			return 0;
+		take_error_plain(why, sizeof why);
+		py_bytes_release(b);
+		gpud_task_fail(t,
+			       "python: %s returned a %s that cannot be pickled (result = "
+			       "pickle): %s",
+			       where, py_type_name(r, tn, sizeof tn), why);
+		return -1;
+	}
+	if (pw->result == RES_BYTES && !PyUnicode_Check(r) && !PyObject_CheckBuffer(r)) {
+		gpud_task_fail(t,
+			       "python: %s returned a %s: result = bytes takes bytes (or any "
+			       "buffer: bytearray, memoryview, a NumPy array), str or None; "
+			       "return one, or set [worker] result = pickle",
+			       where, py_type_name(r, tn, sizeof tn));
+		return -1;
+	}
+	if (pw->result == RES_JSON) {
+		b->text = py_call1(pw->json_dumps, r);
+		b->p = b->text ? py_utf8(b->text, &b->n) : NULL;
+	} else if (py_bytes_of(r, pw->json_dumps, b) == 0) {
+		return 0;
+	}
+	if (b->p)
+		return 0;
+	take_error_plain(why, sizeof why);
+	py_bytes_release(b);
+	json_culprit(r, path, sizeof path);
+	gpud_task_fail(t,
+		       "python: %s returned a %s that JSON cannot hold (result = %s)%s%s: %s; "
+		       "return bytes (or a NumPy array itself), a str, or a dict or list of "
+		       "plain values (str, int, float, bool, None), or set [worker] result = "
+		       "pickle (and result = pickle in a python [sink]) to send any picklable "
+		       "object",
+		       where, py_type_name(r, tn, sizeof tn), result_names[pw->result],
+		       path[0] ? ": " : "", path, why);
+	return -1;
+}
+
+/* Writes a Python result into the task's buffer; fails the task when it cannot. */
+static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r, const char *where)
+{
 	struct py_bytes b;
-	if (r == Py_None) {
+	if (r == Py_None && (pw->result == RES_AUTO || pw->result == RES_BYTES)) {
 		t->result.size = 0;
 		return;
 	}
-	if (py_bytes_of(r, pw->json_dumps, &b) < 0) {
-		char tn[128];
-		Py_XDECREF(py_take_error(why, sizeof why));
-		gpud_task_fail(t,
-			       "python: process() returned a %s that cannot be a result (bytes, "
-			       "str, None or JSON-able): %s",
-			       py_type_name(r, tn, sizeof tn), why);
-	} else if ((size_t)b.n > t->result.capacity) {
+	if (result_bytes(pw, t, r, where, &b) < 0)
+		return;
+	if ((size_t)b.n > t->result.capacity) {
 		gpud_task_fail(t, "python: result of %zd bytes exceeds max_result_bytes (%zu)", b.n,
 			       t->result.capacity);
 	} else {
@@ -332,7 +504,7 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	if (!r) {
 		task_error(t);
 	} else {
-		put_result(pw, t, r); /* first: the result may be the input itself */
+		put_result(pw, t, r, pw->where); /* first: the result may be the input itself */
 		Py_DECREF(r);
 	}
 	bool kept = kept_view(pw, data, in);
@@ -393,7 +565,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 				PyErr_SetObject((PyObject *)Py_TYPE(ri), ri);
 				task_error(&t[i]);
 			} else if (ri) {
-				put_result(pw, &t[i], ri);
+				put_result(pw, &t[i], ri, pw->batch_where);
 			}
 			Py_XDECREF(ri);
 		}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Fixture: a sink declared for ABI 1.FIXTURE_MINOR that exports every sink entry point,
- * the 1.2 ones included; with FIXTURE_NO_EVENT, one without gpud_sink_event. The
+ * the 1.2 and 1.3 ones included; with FIXTURE_NO_EVENT, one without gpud_sink_event. The
  * loader's table must hold only what its minor has. */
 #include <gpud/plugin.h>
 
@@ -39,5 +39,17 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *a, void **s,
 GPUD_EXPORT int gpud_sink_check(const struct gpud_args *a, struct gpud_error *e)
 {
 	(void)a, (void)e;
+	return 0;
+}
+GPUD_EXPORT int gpud_sink_finish(void *s, const struct gpud_stats *st,
+				 const struct gpud_run_end *end, struct gpud_error *e)
+{
+	(void)s, (void)st, (void)end, (void)e;
+	return 0;
+}
+GPUD_EXPORT int gpud_sink_resumed(void *s, const struct gpud_resume_info *info,
+				  struct gpud_error *e)
+{
+	(void)s, (void)info, (void)e;
 	return 0;
 }

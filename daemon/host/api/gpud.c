@@ -408,6 +408,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		.retry_failed = o->flags & GPUD_RUN_RETRY_FAILED,
 		.force = o->flags & GPUD_RUN_FORCE,
 		.keep_signals = o->flags & GPUD_RUN_KEEP_SIGNALS,
+		.import_code = o->flags & GPUD_CHECK_IMPORT,
 		.gen_ops = job->gen_cb ? &job->gen_table : NULL,
 		.gen_state = job,
 		.sink_ops = job->sink_cb ? &job->sink_table : NULL,

@@ -24,6 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The `gpud` module the python plugins build in, for check --import. */
+#include "../../../plugins/python/module_source.h"
+
 #ifndef GPUD_BUILT_PYTHON
 #define GPUD_BUILT_PYTHON ""
 #endif
@@ -136,10 +139,12 @@ static char *in_folder(const char *dir)
 	return NULL;
 }
 
-/* Runs `exe -c ask_script` (30 s at most); its standard output and error, malloc'd, and
- * its wait status in *status; NULL with err when it could not run. */
-static char *ask(const char *exe, int *status, char *err, size_t errlen)
+/* Runs argv (argv[0] the interpreter) for `limit_s` seconds at most, standard input
+ * /dev/null; its standard output and error, malloc'd, and its wait status in *status;
+ * NULL with err when it could not run or did not end in time. */
+static char *run_python(char *const *argv, int limit_s, int *status, char *err, size_t errlen)
 {
+	const char *exe = argv[0];
 	int fd[2];
 	if (pipe2(fd, O_CLOEXEC) < 0) {
 		snprintf(err, errlen, "cannot make a pipe: %s", strerror(errno));
@@ -150,7 +155,6 @@ static char *ask(const char *exe, int *status, char *err, size_t errlen)
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
 	posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
-	char *argv[] = {(char *)exe, "-c", (char *)ask_script, NULL};
 	extern char **environ;
 	pid_t pid;
 	int rc = posix_spawn(&pid, exe, &fa, NULL, argv, environ);
@@ -169,8 +173,8 @@ static char *ask(const char *exe, int *status, char *err, size_t errlen)
 	while (out) {
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		long left = 30000 - ((now.tv_sec - t0.tv_sec) * 1000 +
-				     (now.tv_nsec - t0.tv_nsec) / 1000000);
+		long left = limit_s * 1000L - ((now.tv_sec - t0.tv_sec) * 1000 +
+					       (now.tv_nsec - t0.tv_nsec) / 1000000);
 		struct pollfd p = {.fd = fd[0], .events = POLLIN};
 		int r = left > 0 ? poll(&p, 1, (int)left) : 0;
 		if (r < 0 && errno == EINTR)
@@ -199,11 +203,18 @@ static char *ask(const char *exe, int *status, char *err, size_t errlen)
 	}
 	if (timed_out) {
 		free(out);
-		snprintf(err, errlen, "it did not answer within 30 s");
+		snprintf(err, errlen, "it did not answer within %d s", limit_s);
 		return NULL;
 	}
 	out[n] = '\0';
 	return out;
+}
+
+/* Runs `exe -c ask_script` (30 s at most), as run_python. */
+static char *ask(const char *exe, int *status, char *err, size_t errlen)
+{
+	char *argv[] = {(char *)exe, "-c", (char *)ask_script, NULL};
+	return run_python(argv, 30, status, err, errlen);
 }
 
 /* The shared libpython an interpreter's answer names, malloc'd; NULL when it has none. */
@@ -445,4 +456,204 @@ void python_describe(const struct python_choice *p, char *buf, size_t len)
 {
 	snprintf(buf, len, "Python %s (%s, %s; from %s)", p->version, p->executable, p->env,
 		 p->source);
+}
+
+/* `gpud check --import`: run by the chosen Python in a process of its own, it loads each
+ * python section's script or module as the plugins would and checks what the job names
+ * in it against the keys the job gives, with the `gpud` module the plugins build in
+ * (module_source.h: argv[1]) in place of any other. Arguments: "--section=KIND", then that
+ * section's KEY=VALUE (paths already resolved), for each python section. It prints
+ * "gpud-import-ok: ..." and "gpud-import-error: ..." lines (whatever the user's module
+ * prints at import comes in between) and exits 0. */
+static const char import_script[] =
+	"import sys, os, inspect, importlib, importlib.util, traceback, types\n"
+	"gpud = types.ModuleType('gpud')\n"
+	"exec(sys.argv.pop(1), gpud.__dict__)\n"
+	"sys.modules['gpud'] = gpud\n"
+	"OURS = {'worker': {'script', 'module', 'class', 'python_path', 'input', 'result'},\n"
+	"        'generator': {'script', 'module', 'function', 'python_path'},\n"
+	"        'sink': {'script', 'module', 'class', 'python_path', 'result'}}\n"
+	"CALLBACKS = ('on_success', 'on_error', 'on_timeout', 'on_setup_fail',\n"
+	"             'on_task_start', 'on_exit', 'on_resume')\n"
+	"sections = []\n"
+	"for a in sys.argv[1:]:\n"
+	"    if a.startswith('--section='):\n"
+	"        sections.append((a[10:], {}))\n"
+	"    else:\n"
+	"        k, _, v = a.partition('=')\n"
+	"        sections[-1][1][k] = v\n"
+	"loaded = {}\n"
+	"def ok(kind, msg): print('gpud-import-ok: [%s] %s' % (kind, msg), flush=True)\n"
+	"def bad(kind, msg): print('gpud-import-error: [%s] %s' % (kind, msg), flush=True)\n"
+	"def where(e):\n"
+	"    tb = traceback.extract_tb(e.__traceback__)\n"
+	"    return ' (at %s:%d)' % (tb[-1].filename, tb[-1].lineno) if tb else ''\n"
+	"def load(kind, a):\n"
+	"    for d in reversed([d for d in a.get('python_path', '').split(':') if d]):\n"
+	"        sys.path.insert(0, d)\n"
+	"    if 'script' in a:\n"
+	"        real = os.path.realpath(a['script'])\n"
+	"        if real not in loaded:\n"
+	"            sys.path.insert(0, os.path.dirname(real))\n"
+	"            spec = importlib.util.spec_from_file_location('__gpud_%s__' % kind, real)\n"
+	"            if spec is None:\n"
+	"                raise ImportError('not a Python file')\n"
+	"            mod = importlib.util.module_from_spec(spec)\n"
+	"            sys.modules[spec.name] = mod\n"
+	"            spec.loader.exec_module(mod)\n"
+	"            loaded[real] = mod\n"
+	"        return loaded[real], 'script = %s' % a['script']\n"
+	"    return importlib.import_module(a['module']), 'module = %s' % a['module']\n"
+	"def defined(mod, want):\n"
+	"    names = sorted(n for n, v in vars(mod).items() if not n.startswith('_') and want(v)\n"
+	"                   and getattr(v, '__module__', None) == mod.__name__)\n"
+	"    return ', '.join(names) if names else 'none'\n"
+	"def binds(f, what, args, kw):\n"
+	"    try:\n"
+	"        sig = inspect.signature(f)\n"
+	"    except (TypeError, ValueError):\n"
+	"        return None\n"
+	"    try:\n"
+	"        sig.bind(*args, **kw)\n"
+	"    except TypeError as e:\n"
+	"        keys = ', '.join(sorted(kw)) or 'none'\n"
+	"        return '%s%s cannot take the job\\'s keys as keywords (%s): %s' % (\n"
+	"            what, sig, keys, e)\n"
+	"    return None\n"
+	"for kind, a in sections:\n"
+	"    kw = {k: v for k, v in a.items() if k not in OURS[kind]}\n"
+	"    try:\n"
+	"        mod, src = load(kind, a)\n"
+	"    except BaseException as e:\n"
+	"        bad(kind, '%s: importing it raised %s: %s%s' % (\n"
+	"            'script = ' + a['script'] if 'script' in a else 'module = ' + a.get('module', '?'),\n"
+	"            type(e).__name__, e, where(e)))\n"
+	"        continue\n"
+	"    if kind == 'worker':\n"
+	"        name = a.get('class', '')\n"
+	"        cls = getattr(mod, name, None)\n"
+	"        if not inspect.isclass(cls):\n"
+	"            bad(kind, 'class = %s: %s has no class %s; it defines: %s' % (\n"
+	"                name, src, name, defined(mod, inspect.isclass)))\n"
+	"            continue\n"
+	"        why = binds(cls, name, (), {})\n"
+	"        if why:\n"
+	"            bad(kind, why.replace(' as keywords', ' (the worker is made as %s())' % name))\n"
+	"            continue\n"
+	"        has = [m for m in ('process', 'process_batch') if callable(getattr(cls, m, None))]\n"
+	"        if not has:\n"
+	"            bad(kind, 'class = %s: %s has neither process(data) nor process_batch(items)' % (\n"
+	"                name, name))\n"
+	"            continue\n"
+	"        setup = getattr(cls, 'setup', None)\n"
+	"        if not callable(setup):\n"
+	"            bad(kind, 'class = %s: %s has no setup(gpu_id, seed, **kwargs) (inherit '\n"
+	"                'gpud.BaseWorker, or define it)' % (name, name))\n"
+	"            continue\n"
+	"        why = binds(setup, '%s.setup' % name, (None, 0, 0), kw)\n"
+	"        if why:\n"
+	"            bad(kind, why)\n"
+	"            continue\n"
+	"        ok(kind, '%s in %s: %s; setup() takes %s' % (name, src, ', '.join(has),\n"
+	"           ', '.join(sorted(kw)) or 'no keys'))\n"
+	"    elif kind == 'generator':\n"
+	"        name = a.get('function', '')\n"
+	"        fn = getattr(mod, name, None)\n"
+	"        if not callable(fn):\n"
+	"            bad(kind, 'function = %s: %s has no function %s; it defines: %s' % (\n"
+	"                name, src, name, defined(mod, inspect.isfunction)))\n"
+	"            continue\n"
+	"        why = binds(fn, name, (), kw)\n"
+	"        if why:\n"
+	"            bad(kind, why)\n"
+	"            continue\n"
+	"        ok(kind, '%s() in %s takes %s' % (name, src, ', '.join(sorted(kw)) or 'no keys'))\n"
+	"    else:\n"
+	"        name = a.get('class')\n"
+	"        holder = mod\n"
+	"        if name:\n"
+	"            holder = getattr(mod, name, None)\n"
+	"            if not inspect.isclass(holder):\n"
+	"                bad(kind, 'class = %s: %s has no class %s; it defines: %s' % (\n"
+	"                    name, src, name, defined(mod, inspect.isclass)))\n"
+	"                continue\n"
+	"            why = binds(holder, name, (), kw)\n"
+	"            if why:\n"
+	"                bad(kind, why)\n"
+	"                continue\n"
+	"        cbs = [c for c in CALLBACKS if callable(getattr(holder, c, None))]\n"
+	"        if not cbs:\n"
+	"            bad(kind, '%s defines none of %s' % (name or src, ', '.join(CALLBACKS)))\n"
+	"            continue\n"
+	"        ok(kind, '%s in %s: %s' % (name or 'functions', src, ', '.join(cbs)))\n";
+
+int python_check_import(const struct cfg *c, FILE *out)
+{
+	const struct python_choice *p = python_chosen();
+	if (!p)
+		return 0;
+	const struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
+	const char *kinds[] = {"worker", "generator", "sink"};
+	size_t n = 4;
+	for (int i = 0; i < 3; i++)
+		n += 1 + secs[i]->count;
+	char **argv = calloc(n + 1, sizeof *argv), **owned_args = calloc(n + 1, sizeof *argv);
+	size_t k = 0, o = 0;
+	int rc = -1;
+	if (!argv || !owned_args) {
+		fprintf(stderr, "gpud: out of memory\n");
+		goto out;
+	}
+	argv[k++] = (char *)p->executable;
+	argv[k++] = "-c";
+	argv[k++] = (char *)import_script;
+	argv[k++] = (char *)gpud_module_source;
+	for (int i = 0; i < 3; i++) {
+		if (!is_python_spec(secs[i]->plugin, kinds[i]))
+			continue;
+		if (asprintf(&owned_args[o], "--section=%s", kinds[i]) < 0)
+			goto oom;
+		argv[k++] = owned_args[o++];
+		for (size_t j = 0; j < secs[i]->count; j++) {
+			if (asprintf(&owned_args[o], "%s=%s", secs[i]->kv[j].key,
+				     secs[i]->kv[j].value) < 0)
+				goto oom;
+			argv[k++] = owned_args[o++];
+		}
+	}
+	char why[512];
+	int status = 0;
+	char *said = run_python(argv, 120, &status, why, sizeof why);
+	if (!said) {
+		fprintf(stderr, "gpud: %s: --import: %s: %s\n", c->path, p->executable, why);
+		goto out;
+	}
+	/* Its verdicts; what else it printed (the user's module at import) is left out. */
+	int errors = 0, oks = 0;
+	for (char *line = strtok(said, "\n"); line; line = strtok(NULL, "\n")) {
+		if (!strncmp(line, "gpud-import-error: ", 19)) {
+			fprintf(stderr, "gpud: %s: %s\n", c->path, line + 19);
+			errors++;
+		} else if (!strncmp(line, "gpud-import-ok: ", 16)) {
+			fprintf(out, "  import: %s\n", line + 16);
+			oks++;
+		}
+	}
+	free(said);
+	if (!errors && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !oks)) {
+		fprintf(stderr, "gpud: %s: --import: %s did not finish the check (%s)\n", c->path,
+			p->executable,
+			WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "it exited early");
+		errors++;
+	}
+	rc = errors ? -1 : 0;
+	goto out;
+oom:
+	fprintf(stderr, "gpud: out of memory\n");
+out:
+	for (size_t i = 0; owned_args && i < o; i++)
+		free(owned_args[i]);
+	free(owned_args);
+	free(argv);
+	return rc;
 }

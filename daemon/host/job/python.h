@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "job/config.h"
 
@@ -40,6 +41,15 @@ const struct python_choice *python_choose(const struct cfg *c, char *err, size_t
 
 /* The choice made in this process, or NULL when none was. */
 const struct python_choice *python_chosen(void);
+
+/* `gpud check --import`: the chosen Python, in a process of its own, imports each python
+ * section's script or module (running its top-level code) and checks that the class or
+ * function the job names is there, that a worker class has process() or
+ * process_batch() and a setup(gpu_id, seed, ...) taking the section's other keys as
+ * keywords, a generator function and a sink class those keys, and that a sink has a
+ * callback. Says what it found on `out`; 0, or -1 with a line per problem on standard
+ * error (naming the key, the module, and what the module defines instead). */
+int python_check_import(const struct cfg *c, FILE *out);
 
 /* The choice in one line: "Python 3.12.1 (/x/bin/python, venv /x; from $VIRTUAL_ENV)". */
 void python_describe(const struct python_choice *p, char *buf, size_t len);

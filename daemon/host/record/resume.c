@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "run/events.h"
@@ -197,6 +198,79 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	uint32_t mask = rc == 0 && sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
 					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
+	return rc;
+}
+
+/* Appends [first, first + count) to the pairs in *v (n pairs), joining it to the last
+ * when they touch. 0, or -1 out of memory. */
+static int add_range(uint64_t **v, size_t *n, size_t *cap, uint64_t first, uint64_t count)
+{
+	if (*n && (*v)[2 * *n - 2] + (*v)[2 * *n - 1] == first) {
+		(*v)[2 * *n - 1] += count;
+		return 0;
+	}
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		uint64_t *nv = realloc(*v, 2 * c * sizeof *nv);
+		if (!nv)
+			return -1;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[2 * *n] = first;
+	(*v)[2 * *n + 1] = count;
+	(*n)++;
+	return 0;
+}
+
+int resume_tell_sink(struct host *h, struct gpud_error *err)
+{
+	const struct journal *j = &h->journal;
+	unsigned rank = h->cfg->rank, ranks = h->cfg->ranks;
+	if (!h->sink_ops->resumed || !h->opts || !h->opts->resume)
+		return 0;
+	uint64_t *done = NULL, *failed = NULL;
+	size_t n = 0, cap = 0, n_failed = 0;
+	int rc = -1;
+	if (j->fd >= 0) {
+		/* Below low every id is done: this rank's chunks of it. Other ranks' chunks
+		 * count as done in the journal and are left out. */
+		uint64_t end;
+		for (uint64_t id = ranks_next_own(0, rank, ranks); id < j->low;
+		     id = ranks_next_own(end, rank, ranks)) {
+			end = ranks > 1 ? (id / RANKS_CHUNK + 1) * RANKS_CHUNK : j->low;
+			if (end > j->low)
+				end = j->low;
+			if (add_range(&done, &n, &cap, id, end - id) < 0)
+				goto oom;
+		}
+		/* Above it, the window's bits. */
+		for (size_t w = 0; w < j->n_words; w++) {
+			uint64_t base = (j->base_word + w) * 64;
+			for (uint64_t m = j->words[w]; m; m &= m - 1) {
+				uint64_t id = base + (uint64_t)__builtin_ctzll(m);
+				if (id >= j->low && ranks_mine(id, rank, ranks) &&
+				    add_range(&done, &n, &cap, id, 1) < 0)
+					goto oom;
+			}
+		}
+		failed = malloc((j->n_fail ? j->n_fail : 1) * sizeof *failed);
+		if (!failed)
+			goto oom;
+		for (size_t i = 0; i < j->n_fail; i++)
+			if (journal_is_done(j, j->fail_ids[i]) &&
+			    ranks_mine(j->fail_ids[i], rank, ranks))
+				failed[n_failed++] = j->fail_ids[i];
+	}
+	struct gpud_resume_info info = {
+		.done = done, .n_done = n, .failed = failed, .n_failed = n_failed};
+	rc = h->sink_ops->resumed(h->sink, &info, err);
+	goto out;
+oom:
+	gpud_fail(err, "out of memory for the list of the tasks earlier runs finished");
+out:
+	free(done);
+	free(failed);
 	return rc;
 }
 

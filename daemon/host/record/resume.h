@@ -12,6 +12,9 @@ int resume_open(struct host *h, const struct run_opts *o);
 /* Opens the sink through gpud_sink_resume when resuming and it has one: what its
  * output holds is done. 1 when the ordinary open is to be used; else open's result. */
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err);
+/* With --resume, right after the sink opened: tells a sink with gpud_sink_resumed (ABI
+ * 1.3) which of this rank's tasks earlier runs finished. 0, or -1 with err. */
+int resume_tell_sink(struct host *h, struct gpud_error *err);
 /* Jumps the generator past the done prefix when it can (gpud_generator_skip). 0, or -1
  * with err. */
 int resume_skip_prefix(struct host *h, struct gpud_error *err);

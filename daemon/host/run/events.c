@@ -73,10 +73,11 @@ static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_er
 	return rc;
 }
 
-int events_close_sink(struct host *h, struct gpud_error *err)
+int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpud_error *err)
 {
 	bool gated = sink_gate_enter(h, EVENTS_SINK_CLOSE, UINT64_MAX, 0);
-	int rc = h->sink_ops->close(h->sink, &h->stats, err);
+	int rc = h->sink_ops->finish ? h->sink_ops->finish(h->sink, &h->stats, end, err)
+				     : h->sink_ops->close(h->sink, &h->stats, err);
 	if (gated)
 		sink_gate_leave(h);
 	return rc;

@@ -39,8 +39,8 @@ void events_undelivered(struct host *h);
 
 /* The gate's sink_kind while the sink's close runs. */
 #define EVENTS_SINK_CLOSE (-1)
-/* Closes the sink with the final stats, watched by the stand-in as its other calls are.
- * 0, or -1 with err. */
-int events_close_sink(struct host *h, struct gpud_error *err);
+/* Closes the sink with the final stats (and, to a sink with gpud_sink_finish, how the
+ * run ends), watched by the stand-in as its other calls are. 0, or -1 with err. */
+int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpud_error *err);
 
 #endif

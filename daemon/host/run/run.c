@@ -179,7 +179,8 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
 	int rc = !nf || prepare(&h, c, opts) < 0 || capacity_check(&h, c, false, nf) < 0 ||
-				 checks_dry(&h, c, nf) < 0
+				 checks_dry(&h, c, nf) < 0 ||
+				 (opts && opts->import_code && python_check_import(c, nf) < 0)
 			 ? 2
 			 : 0;
 	if (nf)
@@ -252,6 +253,19 @@ static void fill_result(struct host *h, int status)
 	snprintf(r->abort_msg, sizeof r->abort_msg, "%s", h->abort ? h->abort_msg : "");
 }
 
+/* The exit status of a run whose outcomes are all counted, as things stand. */
+static int exit_status(const struct host *h)
+{
+	/* Stopped by a signal with a journal: resumable, which a batch script can tell. */
+	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
+	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
+	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
+	/* An input found changed before anything new ran: refused, as a changed file is. */
+	if (h->input_changed && !h->stats.generated)
+		stopped = 2;
+	return h->abort ? stopped : failed ? 1 : 0;
+}
+
 /* The stand-in ends a run whose end is stuck in a sink call (the last outcomes held for
  * ordered delivery, or the sink's close) after an interrupt or sink_timeout: what the
  * sink never took counts as not run, the summary is said, and the journal is left as
@@ -313,9 +327,13 @@ static int finish_run(struct host *h)
 	count_not_run(h);
 
 	struct gpud_error err = {{0}};
+	/* What the run will exit with if the close succeeds, for a sink that asks. */
+	struct gpud_run_end end = {.exit_status = exit_status(h),
+				   .abort_reason = h->abort ? h->abort_msg : NULL};
 	if (h->sink_stuck)
 		say_sink_not_closed("last call");
-	else if (h->sink_ops->close && events_close_sink(h, &err) != 0)
+	else if ((h->sink_ops->close || h->sink_ops->finish) &&
+		 events_close_sink(h, &end, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
 			   err.message[0] ? err.message : "gpud_sink_close returned an error");
 	if (!on_standin)
@@ -335,14 +353,7 @@ static int finish_run(struct host *h)
 		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resumed);
 	failures_close(h, stderr);
-	/* Stopped by a signal with a journal: resumable, which a batch script can tell. */
-	int stopped = h->interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
-	/* A resumed run answers for the whole job: failures of earlier runs still stand. */
-	bool failed = h->stats.failed || h->stats.timed_out || (h->resuming && h->journal.failed);
-	/* An input found changed before anything new ran: refused, as a changed file is. */
-	if (h->input_changed && !h->stats.generated)
-		stopped = 2;
-	int status = h->abort ? stopped : failed ? 1 : 0;
+	int status = exit_status(h);
 	metrics_stop(h, status);
 	fill_result(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
@@ -450,6 +461,12 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->sink_open_ever = true;
 	h->sink_mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	err.message[0] = '\0';
+	if (resume_tell_sink(h, &err) < 0) {
+		ui_clean(err.message);
+		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
+			err.message[0] ? err.message : "gpud_sink_resumed failed");
+		return 1;
+	}
 	if (resume_skip_prefix(h, &err) < 0) {
 		ui_clean(err.message);
 		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
@@ -576,8 +593,13 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 close_plugins : /* nothing ran */
 {
 	struct gpud_error err = {{0}};
-	if (h.sink_ops->close)
+	if (h.sink_ops->finish) {
+		struct gpud_run_end end = {.exit_status = rc,
+					   .abort_reason = "the run could not start"};
+		h.sink_ops->finish(h.sink, &h.stats, &end, &err);
+	} else if (h.sink_ops->close) {
 		h.sink_ops->close(h.sink, &h.stats, &err);
+	}
 	if (h.gen_ops->close)
 		h.gen_ops->close(h.gen);
 }

@@ -35,6 +35,7 @@ struct run_opts {
 	const struct sink_ops *sink_ops;
 	void *sink_state;
 	struct run_result *result; /* filled at the end when not NULL */
+	bool import_code;          /* check --import: import the python sections' code */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets

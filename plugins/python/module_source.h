@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* The Python source of the `gpud` module the python plugins build in (gpud_module.h):
+ * apart, so that `gpud check --import` (daemon/host/job/python.c), which runs the
+ * user's code in a plain interpreter, gives it the very module the workers have. */
+#ifndef GPUD_PY_MODULE_SOURCE_H
+#define GPUD_PY_MODULE_SOURCE_H
+
+static const char gpud_module_source[] =
+	"class WorkerFatal(Exception):\n"
+	"    '''Raised (or gpud.fatal()) when this worker is beyond repair, like a CUDA\n"
+	"    error that poisons the context: the task fails and a fresh worker process\n"
+	"    (setup again) takes this one's place.'''\n"
+	"\n"
+	"class TaskRejected(Exception):\n"
+	"    '''Raised (or gpud.reject()) when the input is bad and running the task\n"
+	"    again cannot help: it fails at once and is not retried.'''\n"
+	"\n"
+	"def fatal(reason):\n"
+	"    raise WorkerFatal(reason)\n"
+	"\n"
+	"def reject(reason):\n"
+	"    raise TaskRejected(reason)\n"
+	"\n"
+	"class BaseWorker:\n"
+	"    '''What gpud calls: setup(gpu_id, seed, **kwargs) once, process(data) per\n"
+	"    task (or process_batch(items) with [job] batch_size), cleanup() at the end.'''\n"
+	"    def setup(self, gpu_id, seed, **kwargs):\n"
+	"        self.gpu_id = gpu_id\n"
+	"        self.seed = seed\n"
+	"    def process(self, data):\n"
+	"        raise NotImplementedError('process(data) is not defined')\n"
+	"    def cleanup(self):\n"
+	"        pass\n";
+
+#endif
