@@ -132,6 +132,7 @@ class Dispatcher:
             # Named after the user's class (gpud._worker answers any name with its
             # Worker): the plugin's messages then say "Embedder.setup() failed: ...".
             keys.append(("worker.class", getattr(cls, "__name__", "Worker")))
+            keys.append(("worker.result", "bytes"))  # gpud._worker pickles the results itself
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
