@@ -11,6 +11,7 @@ every mode of features.py, Ctrl-C and resume included. Exit status 0 when all pa
 """
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,8 +161,9 @@ def main():
         interrupt("debian: the same with chunksize=4", "/usr/bin/python3",
                   os.path.join(tmp, "interrupt4.journal"), env, 4)
     if failures:
-        log(f"{len(failures)} failed: {', '.join(failures)}")
+        log(f"{len(failures)} failed: {', '.join(failures)} (the venvs and logs: {tmp})")
         return 1
+    shutil.rmtree(tmp, ignore_errors=True)
     log("all passed")
     return 0
 
