@@ -11,15 +11,21 @@
 #                     build a release tree (build-install/) and install it into PREFIX
 #                     (default /usr/local as root, else ~/.local), then say how to put
 #                     gpud on PATH and gpud.pc on pkg-config's path if they are not
+#   ./build.sh python [PYTHON] [--target DIR]
+#                     build (build/, or $GPUD_BUILD), then install the `gpud` Python
+#                     package (python/gpud, its extension linked to that build's libgpud)
+#                     into PYTHON's site-packages (default python3; a venv's python
+#                     installs into the venv), or into DIR. Offline; needs no pip.
+#                     GPUD_BUILD=DIR: another build folder (build-release...).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 # libpython3.11-dev: the python plugins (skipped cleanly when meson finds no python3-embed).
 need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev)
 case "${1:-}" in
-  demo|bench|install) ;;
+  demo|bench|install|python) ;;
   test) need+=(g++ libcriterion-dev tmux python3-numpy openmpi-bin clang-format) ;;
-  *) echo "usage: $0 demo|test|bench|install [PREFIX]" >&2; exit 2 ;;
+  *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -74,6 +80,42 @@ format_check() {
     echo "gpud: the files above are not formatted: run clang-format -i on them" >&2
     exit 1
   fi
+}
+
+# The `gpud` package into a Python: python_install PYTHON [DIR]. The extension is built
+# on CPython's stable ABI (3.9), so one build serves every Python 3.9 to 3.13; it links
+# the build's libgpud by its path (rpath), so the build folder must stay where it is.
+python_install() {
+  local py=$1 target=$2 build=${GPUD_BUILD:-build}
+  if ! "$py" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then
+    echo "build.sh python: $py is not a Python 3.9 to 3.13 ($("$py" --version 2>&1 | head -n 1 || true))" >&2
+    exit 2
+  fi
+  # GPUD_NO_BUILD=1: the build is known to be current (the test suite's own).
+  if [ -n "${GPUD_NO_BUILD:-}" ]; then :
+  elif [ -f "$build/build.ninja" ]; then ninja -C "$build"; else setup "$build"; fi
+  build=$(cd "$build" && pwd)
+  [ -f "$build/daemon/libgpud.so" ] || { echo "build.sh python: no libgpud.so in $build/daemon" >&2; exit 2; }
+  if [ -z "$target" ]; then
+    target=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  fi
+  # Any 3.9+ CPython's headers build the stable-ABI extension: the chosen one's, else
+  # the ones meson found (python3-embed).
+  local inc
+  inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  if [ -f "$inc/Python.h" ]; then inc="-I$inc"; else inc=$(pkg-config --cflags python3-embed); fi
+  local out=$build/python/gpud
+  mkdir -p "$out"
+  # shellcheck disable=SC2086
+  ${CC:-cc} -shared -fPIC -O2 -g -Wall -Wextra -Werror -std=gnu11 $inc -Iplugin_api \
+    python/gpud/_gpud.c -o "$out/_gpud.abi3.so" -L"$build/daemon" -lgpud \
+    -Wl,-rpath,"$build/daemon" ${GPUD_PY_LDFLAGS:-}
+  cp python/gpud/*.py "$out/"
+  mkdir -p "$target"
+  rm -rf "$target/gpud"
+  cp -r "$out" "$target/gpud"
+  echo "== installed the gpud package into $target (for $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
+  "$py" -c "import sys; sys.path.insert(0, '$target'); import gpud, gpud._gpud as g; print('== import gpud:', gpud.__file__, 'libgpud', g.versions()[0])"
 }
 
 case "$1" in
@@ -158,6 +200,17 @@ case "$1" in
       rc=1
     fi
     exit "${rc:-0}"
+    ;;
+  python)
+    shift
+    py=python3 target=""
+    while (($#)); do
+      case $1 in
+        --target) target=${2:?--target needs a folder}; shift 2 ;;
+        *) py=$1; shift ;;
+      esac
+    done
+    python_install "$py" "$target"
     ;;
   bench)
     setup build-release -Dtests=disabled -Dbuildtype=release

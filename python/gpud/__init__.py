@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: MIT
+"""gpud for Python programs: the gpu_dispatch library's API on gpud's host.
+
+    from gpud import BaseWorker, Dispatcher
+
+    class Worker(BaseWorker):
+        def setup(self, gpu_id, seed, model_path): ...
+        def process(self, data): ...
+
+    Dispatcher(Worker, gpu_ids=[0, 1]).run(items(), on_success=print, model_path="m.pt")
+
+The host runs inside this process (libgpud, through gpud._gpud): the generator is any
+iterable of the program, the callbacks run in the thread that called run(). The
+workers are gpud's worker processes, one per GPU slot, running this same Python. See
+docs/python.md in gpud's source.
+"""
+import abc as _abc
+import sys as _sys
+
+__version__ = "0.1.0"
+
+# In a worker, the python worker plugin's built-in module holds the exceptions it
+# recognises (gpud._worker keeps it as gpud._glue): raising them must mean the same.
+_glue = _sys.modules.get("gpud._glue")
+if _glue is not None:
+    WorkerFatal = _glue.WorkerFatal
+    TaskRejected = _glue.TaskRejected
+else:
+
+    class WorkerFatal(Exception):
+        """Raised in process() when this worker is beyond repair (a CUDA error that
+        poisons the context): the task fails and a fresh worker process takes this
+        one's place."""
+
+    class TaskRejected(Exception):
+        """Raised in process() when the input is bad and running the task again cannot
+        help: it fails at once and is not retried."""
+
+
+def fatal(reason):
+    """Raises WorkerFatal(reason)."""
+    raise WorkerFatal(reason)
+
+
+def reject(reason):
+    """Raises TaskRejected(reason)."""
+    raise TaskRejected(reason)
+
+
+class BaseWorker(_abc.ABC):
+    """The library's worker: setup() once per worker process, process() per item,
+    cleanup() at the end. The constructor takes no arguments and should stay light:
+    load models in setup()."""
+
+    def __init__(self):
+        pass
+
+    @_abc.abstractmethod
+    def setup(self, gpu_id, seed, **kwargs):
+        """Once, in the worker process, before any item. gpu_id is the GPU's id as
+        given to the Dispatcher; the process sees that GPU as device 0 (cuda:0).
+        seed is base_seed + gpu_id. kwargs: run()'s extra keywords."""
+
+    @_abc.abstractmethod
+    def process(self, data):
+        """One item as the generator yielded it; returns any picklable object."""
+
+    def cleanup(self):
+        """Once, when the worker ends."""
+
+
+class JobError(ValueError):
+    """The job cannot run (a bad option or key, a plugin that cannot load): nothing
+    ran. The message names what and where."""
+
+
+class RunAborted(RuntimeError):
+    """The run was aborted (the generator or gpud itself failed); see the message."""
+
+
+def __getattr__(name):
+    # The host side (libgpud) is loaded only when a Dispatcher is used, never in the
+    # workers, which import this package to find BaseWorker.
+    if name in ("Dispatcher",):
+        from .dispatcher import Dispatcher
+
+        return Dispatcher
+    if name == "RichDispatcher":
+        from .ui import RichDispatcher
+
+        return RichDispatcher
+    raise AttributeError(f"module 'gpud' has no attribute {name!r}")
+
+
+__all__ = [
+    "BaseWorker",
+    "Dispatcher",
+    "RichDispatcher",
+    "WorkerFatal",
+    "TaskRejected",
+    "fatal",
+    "reject",
+    "JobError",
+    "RunAborted",
+]

@@ -1,0 +1,663 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpud._gpud: the `gpud` Python package's bridge to libgpud (gpud/gpud.h). One call,
+ * run(), builds a job from keys, gives it the calling program's iterator as the
+ * generator and its callbacks as the sink, and runs it in this process.
+ *
+ * Built on CPython's stable ABI (Py_LIMITED_API 3.9): one build serves 3.9 to 3.13.
+ *
+ * Threads: run() lets go of the GIL while libgpud drives the run on the calling thread.
+ * The generator and the sink are called on that thread, where they take the GIL back
+ * and call the program's iterator and callbacks. libgpud's stand-in thread may call
+ * the sink while the iterator blocks the calling thread: those events are copied into
+ * a queue and delivered on the calling thread at its next call (the library's
+ * callbacks run in the program's thread, never in another).
+ *
+ * Speed: the iterator is read ahead in batches (up to `prefetch` items while it
+ * answers at once), each item pickled by one C call and copied into the task's shared
+ * memory without the GIL; a result is unpickled straight from shared memory.
+ */
+#define _GNU_SOURCE 1 /* as pyconfig.h defines it */
+#define Py_LIMITED_API 0x03090000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <gpud/gpud.h>
+
+#ifndef PyBUF_READ /* in the limited API from 3.11; the value is CPython's since 3.3 */
+#define PyBUF_READ 0x100
+#endif
+
+/* What travels in a task and a result. */
+enum codec {
+	CODEC_RAW = 0,    /* bytes-like as is, str as UTF-8 (a C worker plugin) */
+	CODEC_PICKLE = 1, /* pickle protocol 5 (the package's Python worker) */
+};
+
+/* An event the stand-in thread saw, kept for the calling thread. */
+struct qev {
+	struct qev *next;
+	enum gpud_event_kind kind;
+	uint64_t task_id;
+	int worker_id, gpu_id;
+	double seconds;
+	char *message;
+	size_t size;
+	unsigned char data[]; /* the result */
+};
+
+struct run_ctx {
+	gpud_job *job;
+	pthread_t caller;
+	enum codec codec;
+	/* generator */
+	PyObject *iter; /* NULL: the job's generator plugin */
+	int64_t total;  /* -1 unknown */
+	Py_ssize_t prefetch;
+	PyObject *batch;   /* list of the encoded items read ahead (bytes) */
+	Py_ssize_t pos, n; /* next item in batch, items in batch */
+	const char **ptr;  /* their bytes, read without the GIL */
+	size_t *len;
+	bool ended;
+	bool gen_failed; /* the iterator raised: -1 once what it gave before is handed on */
+	/* callbacks (NULL: not wanted) */
+	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start,
+		*on_cleanup_fail;
+	PyObject *loads, *dumps, *oob_loads, *five;
+	bool pass_gpu_id; /* the callbacks' worker_id is the GPU id (the library's) */
+	/* the stand-in's events */
+	pthread_mutex_t lock;
+	struct qev *head, *tail;
+	/* what went wrong in Python: the first exception, kept for run() to raise */
+	PyObject *exc;
+	const char *exc_where;
+	unsigned setup_failed;
+	PyObject *first_setup_error; /* its message (str) */
+};
+
+static struct run_ctx *active; /* the run in progress, for the signal handler */
+static volatile sig_atomic_t caught_signal;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The pending exception as the run's first one (later ones are printed), for run() to
+ * raise. GIL held. */
+static void stash_error(struct run_ctx *c, const char *where)
+{
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	if (value && tb)
+		PyException_SetTraceback(value, tb);
+	if (!c->exc && value) {
+		c->exc = value;
+		c->exc_where = where;
+		value = NULL;
+	} else if (value) {
+		PyErr_Restore(type, value, tb);
+		type = value = tb = NULL;
+		PyErr_WriteUnraisable(NULL);
+	}
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+}
+
+/* A callback's exception: kept, and the run stops as Ctrl-C stops it. */
+static void keep_error(struct run_ctx *c, const char *where)
+{
+	stash_error(c, where);
+	gpud_job_stop(c->job);
+}
+
+/* ---- delivering events to the callbacks (calling thread, GIL held) ---- */
+
+/* A result's object: unpickled (a framed result with out-of-band buffers through the
+ * package's decoder, which needs a copy of its own), or a copy of the bytes. */
+static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
+{
+	if (c->codec == CODEC_RAW || size == 0)
+		return size == 0 && c->codec == CODEC_PICKLE
+			       ? (Py_INCREF(Py_None), Py_None)
+			       : PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
+	if (size >= 4 && memcmp(data, "GPD5", 4) == 0) {
+		PyObject *copy = PyByteArray_FromStringAndSize(data, (Py_ssize_t)size);
+		PyObject *r = copy ? PyObject_CallFunctionObjArgs(c->oob_loads, copy, NULL) : NULL;
+		Py_XDECREF(copy);
+		return r;
+	}
+	/* pickle.loads copies what it keeps: nothing points into the ring afterwards. */
+	PyObject *mv = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)size, PyBUF_READ);
+	PyObject *r = mv ? PyObject_CallFunctionObjArgs(c->loads, mv, NULL) : NULL;
+	Py_XDECREF(mv);
+	return r;
+}
+
+/* The text of an error. A traceback from the package's worker (gpud._worker) comes as
+ * "TaskFailed: " and its lines joined by U+2424 (the host turns control characters
+ * into '?'): the callbacks get it as the library gave it, lines and all. */
+static PyObject *message_of(const char *m)
+{
+	static const char prefix[] = "TaskFailed: ";
+	if (!m)
+		m = "";
+	bool ours = !strncmp(m, prefix, sizeof prefix - 1);
+	if (ours)
+		m += sizeof prefix - 1;
+	PyObject *s = PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
+	if (!s || !ours)
+		return s;
+	PyObject *r = PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n");
+	Py_DECREF(s);
+	return r;
+}
+
+static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_id, int worker_id,
+		    int gpu_id, double seconds, const char *message, const void *data, size_t size)
+{
+	PyObject *fn = NULL, *args = NULL;
+	long wid = c->pass_gpu_id ? gpu_id : worker_id;
+	switch (kind) {
+	case GPUD_TASK_OK:
+		if (!(fn = c->on_success))
+			return;
+		{
+			PyObject *obj = decode_result(c, data, size);
+			if (!obj) {
+				keep_error(c, "unpickling a result");
+				return;
+			}
+			args = Py_BuildValue("(KNl)", (unsigned long long)task_id, obj, wid);
+		}
+		break;
+	case GPUD_TASK_ERROR:
+		if (!(fn = c->on_error))
+			return;
+		args = Py_BuildValue("(KNl)", (unsigned long long)task_id, message_of(message),
+				     wid);
+		break;
+	case GPUD_TASK_TIMEOUT:
+		if (!(fn = c->on_timeout))
+			return;
+		args = Py_BuildValue("(Kdl)", (unsigned long long)task_id, seconds, wid);
+		break;
+	case GPUD_TASK_START:
+		if (!(fn = c->on_task_start))
+			return;
+		args = Py_BuildValue("(Kl)", (unsigned long long)task_id, wid);
+		break;
+	case GPUD_SETUP_FAILED:
+		c->setup_failed++;
+		if (!c->first_setup_error)
+			c->first_setup_error = message_of(message);
+		if (!c->first_setup_error)
+			PyErr_Clear();
+		if (!(fn = c->on_setup_fail))
+			return;
+		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
+		break;
+	case GPUD_CLEANUP_FAILED:
+		if (!(fn = c->on_cleanup_fail))
+			return;
+		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
+		break;
+	default:
+		return; /* kinds added later */
+	}
+	PyObject *r = args ? PyObject_CallObject(fn, args) : NULL;
+	Py_XDECREF(args);
+	if (!r)
+		keep_error(c, "a callback");
+	Py_XDECREF(r);
+}
+
+/* Delivers what the stand-in queued, in order. GIL held. */
+static void deliver_queued(struct run_ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	struct qev *q = c->head;
+	c->head = c->tail = NULL;
+	pthread_mutex_unlock(&c->lock);
+	while (q) {
+		struct qev *next = q->next;
+		deliver(c, q->kind, q->task_id, q->worker_id, q->gpu_id, q->seconds, q->message,
+			q->data, q->size);
+		free(q->message);
+		free(q);
+		q = next;
+	}
+}
+
+static bool have_queued(struct run_ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool any = c->head != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return any;
+}
+
+/* ---- the sink ---- */
+
+static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct run_ctx *c = ctx;
+	if (!pthread_equal(pthread_self(), c->caller)) {
+		/* The stand-in: the calling thread is in the iterator. Copy, deliver later. */
+		size_t size = ev->kind == GPUD_TASK_OK ? ev->result_size : 0;
+		struct qev *q = malloc(sizeof *q + size);
+		if (!q)
+			return gpud_fail(err, "gpud (Python): out of memory queueing an event");
+		q->next = NULL;
+		q->kind = ev->kind;
+		q->task_id = ev->task_id;
+		q->worker_id = ev->worker_id;
+		q->gpu_id = ev->gpu_id;
+		q->seconds = ev->seconds;
+		q->message = ev->message ? strdup(ev->message) : NULL;
+		q->size = size;
+		if (size)
+			memcpy(q->data, ev->result, size);
+		pthread_mutex_lock(&c->lock);
+		if (c->tail)
+			c->tail->next = q;
+		else
+			c->head = q;
+		c->tail = q;
+		pthread_mutex_unlock(&c->lock);
+		return 0;
+	}
+	PyGILState_STATE g = PyGILState_Ensure();
+	if (c->head)
+		deliver_queued(c);
+	deliver(c, ev->kind, ev->task_id, ev->worker_id, ev->gpu_id, ev->seconds, ev->message,
+		ev->result, ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
+	PyGILState_Release(g);
+	return 0;
+}
+
+static uint32_t sink_events(void *ctx)
+{
+	struct run_ctx *c = ctx;
+	uint32_t m = GPUD_EVENT_BIT(GPUD_TASK_OK) | GPUD_EVENT_BIT(GPUD_SETUP_FAILED);
+	if (c->on_error)
+		m |= GPUD_EVENT_BIT(GPUD_TASK_ERROR);
+	if (c->on_timeout)
+		m |= GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT);
+	if (c->on_task_start)
+		m |= GPUD_EVENT_BIT(GPUD_TASK_START);
+	if (c->on_cleanup_fail)
+		m |= GPUD_EVENT_BIT(GPUD_CLEANUP_FAILED);
+	return m;
+}
+
+static int sink_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	struct run_ctx *c = ctx;
+	(void)stats;
+	(void)err;
+	if (pthread_equal(pthread_self(), c->caller) && have_queued(c)) {
+		PyGILState_STATE g = PyGILState_Ensure();
+		deliver_queued(c);
+		PyGILState_Release(g);
+	}
+	return 0;
+}
+
+/* ---- the generator ---- */
+
+/* The item's bytes: pickled, or (raw) the bytes of a buffer or a str's UTF-8. New
+ * reference to a bytes object, or NULL with an exception. */
+static PyObject *encode_item(struct run_ctx *c, PyObject *item)
+{
+	if (c->codec == CODEC_PICKLE)
+		return PyObject_CallFunctionObjArgs(c->dumps, item, c->five, NULL);
+	if (PyBytes_Check(item)) {
+		Py_INCREF(item);
+		return item;
+	}
+	if (PyUnicode_Check(item))
+		return PyUnicode_AsUTF8String(item);
+	PyObject *b = PyBytes_FromObject(item); /* a buffer's bytes (3.9's stable ABI has no
+						   PyObject_CheckBuffer) */
+	if (b || !PyErr_ExceptionMatches(PyExc_TypeError))
+		return b;
+	PyErr_Clear();
+	PyErr_Format(PyExc_TypeError,
+		     "gpud: the generator yielded %R, of %S; a C worker plugin's tasks are "
+		     "bytes, a bytes-like object or str",
+		     item, (PyObject *)Py_TYPE(item));
+	return NULL;
+}
+
+/* Reads the next batch from the iterator: up to `prefetch` items, fewer when one takes
+ * more than a millisecond to come (a live source: what it gave is handed on). GIL held.
+ * 1 items ready, 0 the end, -1 the iterator raised (kept for run(); the items it gave
+ * before are handed on first, as a generator plugin's are: the host then aborts the run
+ * with status 3). */
+static int refill(struct run_ctx *c)
+{
+	Py_CLEAR(c->batch);
+	c->pos = c->n = 0;
+	if (c->gen_failed)
+		return -1;
+	if (c->ended || c->exc)
+		return 0;
+	c->batch = PyList_New(0);
+	if (!c->batch)
+		goto fail;
+	double start = now();
+	while (c->n < c->prefetch) {
+		PyObject *item = PyIter_Next(c->iter);
+		if (!item) {
+			if (PyErr_Occurred())
+				goto fail;
+			c->ended = true;
+			break;
+		}
+		PyObject *b = encode_item(c, item);
+		Py_DECREF(item);
+		if (!b || PyList_Append(c->batch, b) < 0) {
+			Py_XDECREF(b);
+			goto fail;
+		}
+		Py_DECREF(b);
+		c->ptr[c->n] = PyBytes_AsString(b);
+		c->len[c->n] = (size_t)PyBytes_Size(b);
+		c->n++;
+		if (now() - start > 1e-3)
+			break;
+	}
+	return c->n > 0;
+fail:
+	stash_error(c, "the generator");
+	c->ended = true;
+	c->gen_failed = true;
+	return c->n > 0 ? 1 : -1;
+}
+
+static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
+{
+	struct run_ctx *c = ctx;
+	if (c->pos == c->n || have_queued(c)) {
+		PyGILState_STATE g = PyGILState_Ensure();
+		deliver_queued(c);
+		int r = c->pos == c->n ? refill(c) : 1;
+		PyGILState_Release(g);
+		if (r < 0)
+			return gpud_fail(err,
+					 "the Python generator raised an exception (re-raised by "
+					 "run())");
+		if (r == 0)
+			return 0;
+	}
+	size_t n = c->len[c->pos];
+	item->size = n;
+	if (n <= item->capacity)
+		memcpy(item->data, c->ptr[c->pos], n);
+	/* else: too large, the host fails this task saying so */
+	c->pos++;
+	return 1;
+}
+
+static int64_t gen_total(void *ctx)
+{
+	return ((struct run_ctx *)ctx)->total;
+}
+
+static int gen_skip(void *ctx, uint64_t n, struct gpud_error *err)
+{
+	struct run_ctx *c = ctx;
+	int rc = 0;
+	PyGILState_STATE g = PyGILState_Ensure();
+	while (n > 0) {
+		if (c->pos < c->n) {
+			uint64_t k = (uint64_t)(c->n - c->pos);
+			if (k > n)
+				k = n;
+			c->pos += (Py_ssize_t)k;
+			n -= k;
+			continue;
+		}
+		PyObject *item = PyIter_Next(c->iter);
+		if (!item) {
+			if (PyErr_Occurred()) {
+				stash_error(c, "the generator");
+				rc = gpud_fail(err, "the Python generator raised an exception "
+						    "(re-raised by run())");
+			}
+			c->ended = true;
+			break;
+		}
+		Py_DECREF(item);
+		n--;
+	}
+	PyGILState_Release(g);
+	return rc;
+}
+
+/* ---- signals: Ctrl-C drains the run; run() raises KeyboardInterrupt after on_exit ---- */
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_STOP_SIGNALS (sizeof stop_signals / sizeof stop_signals[0])
+
+static void on_stop_signal(int sig)
+{
+	if (!caught_signal)
+		caught_signal = sig;
+	if (active)
+		gpud_job_stop(active->job); /* async-signal-safe; a second one stops at once */
+}
+
+/* ---- run() ---- */
+
+static int set_keys(gpud_job *job, PyObject *keys)
+{
+	PyObject *it = PyObject_GetIter(keys);
+	if (!it)
+		return -1;
+	PyObject *kv;
+	while ((kv = PyIter_Next(it))) {
+		const char *k, *v;
+		if (!PyArg_ParseTuple(kv, "ss", &k, &v)) {
+			Py_DECREF(kv);
+			Py_DECREF(it);
+			return -1;
+		}
+		if (gpud_job_set(job, k, v) < 0) {
+			PyErr_SetString(PyExc_ValueError, gpud_job_error(job));
+			Py_DECREF(kv);
+			Py_DECREF(it);
+			return -1;
+		}
+		Py_DECREF(kv);
+	}
+	Py_DECREF(it);
+	return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *callback_or_null(PyObject *cbs, const char *name)
+{
+	PyObject *f = PyDict_GetItemString(cbs, name); /* borrowed */
+	if (!f || f == Py_None)
+		return NULL;
+	Py_INCREF(f);
+	return f;
+}
+
+PyDoc_STRVAR(run_doc,
+	     "run(job_file, keys, iterable, total, codec, callbacks, pass_gpu_id, prefetch,\n"
+	     "    ui, flags, tty, rank, stats_json, helpers) -> (status, error, stats_json,\n"
+	     "    signal, exception, where, setup_failed, first_setup_error)\n\n"
+	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).");
+
+static PyObject *py_run(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *job_file, *tty, *rank, *stats_json;
+	PyObject *keys, *iterable, *cbs, *helpers;
+	long long total;
+	int codec, pass_gpu_id, ui, flags;
+	Py_ssize_t prefetch;
+	if (!PyArg_ParseTuple(args, "zOOLiO!pniizzzO", &job_file, &keys, &iterable, &total, &codec,
+			      &PyDict_Type, &cbs, &pass_gpu_id, &prefetch, &ui, &flags, &tty, &rank,
+			      &stats_json, &helpers))
+		return NULL;
+	if (active) {
+		PyErr_SetString(
+			PyExc_RuntimeError,
+			"gpud: a run is already in progress in this process (one at a time)");
+		return NULL;
+	}
+	if (prefetch < 1)
+		prefetch = 1;
+
+	struct run_ctx c = {.codec = (enum codec)codec, .total = total, .prefetch = prefetch};
+	PyObject *result = NULL;
+	pthread_mutex_init(&c.lock, NULL);
+	c.caller = pthread_self();
+	c.pass_gpu_id = pass_gpu_id;
+	if (!PyArg_ParseTuple(helpers, "OOO", &c.loads, &c.dumps, &c.oob_loads))
+		goto out;
+	c.five = PyLong_FromLong(5);
+	c.on_success = callback_or_null(cbs, "on_success");
+	c.on_error = callback_or_null(cbs, "on_error");
+	c.on_timeout = callback_or_null(cbs, "on_timeout");
+	c.on_setup_fail = callback_or_null(cbs, "on_setup_fail");
+	c.on_task_start = callback_or_null(cbs, "on_task_start");
+	c.on_cleanup_fail = callback_or_null(cbs, "on_cleanup_fail");
+	c.ptr = calloc((size_t)prefetch, sizeof *c.ptr);
+	c.len = calloc((size_t)prefetch, sizeof *c.len);
+	c.job = gpud_job_new();
+	if (!c.five || !c.ptr || !c.len || !c.job) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (job_file && gpud_job_load(c.job, job_file) < 0) {
+		PyErr_SetString(PyExc_ValueError, gpud_job_error(c.job));
+		goto out;
+	}
+	if (set_keys(c.job, keys) < 0)
+		goto out;
+	if (iterable != Py_None) {
+		c.iter = PyObject_GetIter(iterable);
+		if (!c.iter)
+			goto out;
+		struct gpud_generator_ops g = {
+			.size = sizeof g, .next = gen_next, .total = gen_total, .skip = gen_skip};
+		if (gpud_job_set_generator(c.job, &g, &c) < 0) {
+			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
+			goto out;
+		}
+	}
+	if (c.on_success || c.on_error || c.on_timeout || c.on_setup_fail || c.on_task_start) {
+		struct gpud_sink_ops s = {.size = sizeof s,
+					  .event = sink_event,
+					  .close = sink_close,
+					  .events = sink_events};
+		if (gpud_job_set_sink(c.job, &s, &c) < 0) {
+			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
+			goto out;
+		}
+	}
+
+	struct gpud_run_options o = {.size = sizeof o,
+				     .ui = (enum gpud_ui)ui,
+				     .tty = tty,
+				     .flags = (unsigned)flags | GPUD_RUN_KEEP_SIGNALS,
+				     .rank = rank,
+				     .stats_json = stats_json};
+	struct sigaction sa = {.sa_handler = on_stop_signal}, old[N_STOP_SIGNALS];
+	sigemptyset(&sa.sa_mask);
+	caught_signal = 0;
+	active = &c;
+	for (size_t i = 0; i < N_STOP_SIGNALS; i++)
+		sigaction(stop_signals[i], &sa, &old[i]);
+	PyThreadState *ts = PyEval_SaveThread();
+	int status = gpud_job_run(c.job, &o);
+	PyEval_RestoreThread(ts);
+	for (size_t i = 0; i < N_STOP_SIGNALS; i++)
+		sigaction(stop_signals[i], &old[i], NULL);
+	active = NULL;
+	deliver_queued(&c); /* what the stand-in saw last */
+
+	const char *json = gpud_job_stats_json(c.job);
+	PyObject *exc = c.exc ? c.exc : Py_None;
+	result = Py_BuildValue("(isziOzIO)", status, gpud_job_error(c.job), json,
+			       (int)caught_signal, exc, c.exc_where, c.setup_failed,
+			       c.first_setup_error ? c.first_setup_error : Py_None);
+out:
+	Py_XDECREF(c.batch);
+	Py_XDECREF(c.iter);
+	Py_XDECREF(c.exc);
+	Py_XDECREF(c.first_setup_error);
+	Py_XDECREF(c.five);
+	Py_XDECREF(c.on_success);
+	Py_XDECREF(c.on_error);
+	Py_XDECREF(c.on_timeout);
+	Py_XDECREF(c.on_setup_fail);
+	Py_XDECREF(c.on_task_start);
+	Py_XDECREF(c.on_cleanup_fail);
+	for (struct qev *q = c.head, *n; q; q = n) {
+		n = q->next;
+		free(q->message);
+		free(q);
+	}
+	free(c.ptr);
+	free(c.len);
+	gpud_job_free(c.job);
+	pthread_mutex_destroy(&c.lock);
+	return result;
+}
+
+static PyObject *py_versions(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	unsigned v = gpud_api_version();
+	return Py_BuildValue("(s(II)(II))", gpud_version(), v >> 16, v & 0xffff, GPUD_API_MAJOR,
+			     GPUD_API_MINOR);
+}
+
+static PyMethodDef methods[] = {
+	{"run", py_run, METH_VARARGS, run_doc},
+	{"versions", py_versions, METH_NOARGS,
+	 "versions() -> (gpud release, libgpud API (major, minor), the API built against)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT,
+	"gpud._gpud",
+	"gpud's host (libgpud) in this process",
+	-1,
+	methods,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+};
+
+PyMODINIT_FUNC PyInit__gpud(void)
+{
+	unsigned v = gpud_api_version();
+	if (v >> 16 != GPUD_API_MAJOR || (int)(v & 0xffff) < GPUD_API_MINOR) {
+		PyErr_Format(PyExc_ImportError,
+			     "gpud: this package was built for libgpud API %d.%d, the library "
+			     "loaded is %u.%u: reinstall the package (./build.sh python)",
+			     GPUD_API_MAJOR, GPUD_API_MINOR, v >> 16, v & 0xffff);
+		return NULL;
+	}
+	return PyModule_Create(&module);
+}

@@ -1,0 +1,253 @@
+# SPDX-License-Identifier: MIT
+"""The worker side of gpud.Dispatcher, run by gpud's python worker plugin in each
+worker process (loaded by its file name: `script = .../gpud/_worker.py`).
+
+Dispatcher.run() names the user's class by module and qualified name, with the calling
+program's sys.path, the keywords for setup() (pickled) and base_seed. Here the class
+is found as the library's spawn start finds it: a class of the script being run
+(`__main__`) comes from that file loaded as module `__mp_main__`, so its
+`if __name__ == "__main__":` block does not run again. Every task's input is a pickle;
+every result goes back pickled (protocol 5, out-of-band buffers framed after it).
+"""
+import base64
+import importlib
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+import traceback
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The plugin put this file's folder first on sys.path: that is the package's inside,
+# not a place to import modules from.
+if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
+    del sys.path[0]
+
+
+def _install_package():
+    """Makes `import gpud` give this package (the user's script imports Dispatcher
+    from it), keeping the plugin's built-in `gpud` module as gpud._glue: its
+    WorkerFatal and TaskRejected are the classes the plugin recognises."""
+    pkg = sys.modules.get("gpud")
+    if pkg is not None and getattr(pkg, "__path__", None):
+        return  # already ours
+    try:
+        import gpud as glue  # the plugin's built-in module
+    except ImportError:
+        glue = None
+    if glue is not None:
+        sys.modules["gpud._glue"] = glue
+    spec = importlib.util.spec_from_file_location(
+        "gpud", os.path.join(_HERE, "__init__.py"), submodule_search_locations=[_HERE]
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpud"] = mod
+    spec.loader.exec_module(mod)
+
+
+def _load_main(path):
+    """The calling program's script as module __mp_main__ (and __main__, so pickles
+    naming __main__ find it), as multiprocessing's spawn start does."""
+    mod = sys.modules.get("__mp_main__")
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    if spec is None:
+        raise ImportError(f"gpud: cannot load the calling program's script {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["__mp_main__"] = mod
+    sys.modules["__main__"] = mod
+    # A script that calls Dispatcher.run() at its top level (the library's README does)
+    # is run only up to that call here: what the workers need, its classes, is defined
+    # before it (gpud.dispatcher raises StopScript in a worker).
+    from gpud.dispatcher import StopScript
+
+    try:
+        spec.loader.exec_module(mod)
+    except StopScript:
+        pass
+    return mod
+
+
+def _find_class(target, main_path):
+    module, _, qualname = target.partition(":")
+    if module == "__main__":
+        mod = _load_main(main_path)
+    else:
+        mod = importlib.import_module(module)
+    obj = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_MAGIC = b"GPD5"
+
+
+# Results of these types carry no out-of-band buffer at their top: pickled the plain way
+# (a NumPy array inside a dict then travels in band: correct, one copy more).
+_PLAIN = frozenset([int, float, str, bytes, bool, type(None), dict, list, tuple])
+
+
+def dumps(obj):
+    """obj as a result: a protocol-5 pickle; with out-of-band buffers (a NumPy array's
+    data), b'GPD5', their count, the pickle's and each buffer's size, the pickle, then
+    the buffers."""
+    bufs = []
+    p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
+    if not bufs:
+        return p
+    try:
+        raws = [b.raw() for b in bufs]
+    except BufferError:  # not contiguous: in band after all
+        return pickle.dumps(obj, 5)
+    head = struct.pack(f"<4sI{len(raws) + 1}Q", _MAGIC, len(raws), len(p), *(r.nbytes for r in raws))
+    return b"".join([head, p, *raws])
+
+
+def loads_framed(data):
+    """The inverse of dumps() for a framed result (data: a bytearray the objects may
+    keep views of, so an array stays writable and uncopied)."""
+    mv = memoryview(data)
+    (count,) = struct.unpack_from("<I", mv, 4)
+    sizes = struct.unpack_from(f"<{count + 1}Q", mv, 8)
+    at = 8 + 8 * (count + 1)
+    p = mv[at : at + sizes[0]]
+    at += sizes[0]
+    buffers = []
+    for n in sizes[1:]:
+        buffers.append(mv[at : at + n])
+        at += n
+    return pickle.loads(p, buffers=buffers)
+
+
+class TaskFailed(Exception):
+    """A process() call that raised: its message is the traceback (the library gives
+    on_error the traceback text)."""
+
+
+_MAX_MESSAGE = 850  # the plugin keeps a message of about 900 bytes
+
+
+def _traceback_text(exc):
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # from the user's process() on
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _is_fatal(exc):
+    glue = sys.modules.get("gpud._glue")
+    return glue is not None and isinstance(exc, glue.WorkerFatal)
+
+
+def _failure(exc):
+    glue = sys.modules.get("gpud._glue")
+    if glue is not None and isinstance(exc, (glue.WorkerFatal, glue.TaskRejected)):
+        return exc  # the plugin treats these by their kind
+    text = _traceback_text(exc)
+    if len(text) > _MAX_MESSAGE:  # the end says most: the innermost frames and the error
+        text = "...\n" + text[-_MAX_MESSAGE:]
+    # Its lines joined by U+2424: the host turns control characters into '?' (gpud's
+    # log and dashboard show the symbol; gpud._gpud gives on_error the lines back).
+    return TaskFailed(text.rstrip("\n").replace("\n", "\u2424"))
+
+
+class Worker:
+    """The class the python worker plugin runs: it holds the user's worker."""
+
+    def setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
+              gpud_seed="42", gpud_input="pickle", gpud_chunked="", **unused):
+        for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        _install_package()
+        sys.modules["gpud"]._in_worker = True
+        cls = _find_class(gpud_target, gpud_main)
+        kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
+        self.loads = pickle.loads if gpud_input == "pickle" else bytes
+        self.chunked = gpud_chunked == "1"
+        self.worker = cls()
+        self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
+        batch = getattr(self.worker, "process_batch", None)
+        self.user_batch = batch if callable(batch) else None
+
+    def run_chunk(self, items):
+        """One task holding a list of items (Dispatcher's chunksize): their results and
+        {index: traceback text} for the items that raised, as one result."""
+        errors = {}
+        if self.user_batch is not None:
+            try:
+                results = list(self.user_batch(items))
+                if len(results) != len(items):
+                    raise ValueError(
+                        f"process_batch() returned {len(results)} results for {len(items)} items")
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                text = _traceback_text(e)
+                return [None] * len(items), dict.fromkeys(range(len(items)), text)
+            for j, r in enumerate(results):
+                if isinstance(r, BaseException):
+                    errors[j] = _traceback_text(r)
+                    results[j] = None
+            return results, errors
+        process = self.worker.process
+        results = []
+        append = results.append
+        for j, item in enumerate(items):
+            try:
+                append(process(item))
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                append(None)
+                errors[j] = _traceback_text(e)
+        return results, errors
+
+    def process_batch(self, items):
+        loads = self.loads
+        if self.chunked:
+            out = []
+            for x in items:
+                try:
+                    out.append(dumps(self.run_chunk(loads(x))))
+                except BaseException as e:
+                    out.append(_failure(e))
+            return out
+        if self.user_batch is not None:
+            try:
+                results = self.user_batch([loads(x) for x in items])
+                if len(results) != len(items):
+                    raise ValueError(
+                        f"process_batch() returned {len(results)} results for {len(items)} items")
+            except BaseException as e:
+                return [_failure(e)] * len(items)
+            return [r if isinstance(r, BaseException) else dumps(r) for r in results]
+        process = self.worker.process
+        pdumps, plain = pickle.dumps, _PLAIN
+        out = []
+        append = out.append
+        for x in items:
+            try:
+                r = process(loads(x))
+                append(pdumps(r, 5) if type(r) in plain else dumps(r))
+            except BaseException as e:
+                append(_failure(e))
+        return out
+
+    def cleanup(self):
+        cleanup = getattr(self.worker, "cleanup", None)
+        if cleanup is not None:
+            cleanup()
+
+
+def __getattr__(name):
+    """The plugin finds the class by `[worker] class`, which Dispatcher sets to the
+    user's class's name so that the plugin's messages name it ("W.setup() failed"):
+    any such name is this module's Worker."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return Worker

@@ -1,0 +1,393 @@
+# SPDX-License-Identifier: MIT
+"""gpud.Dispatcher: the gpu_dispatch library's Dispatcher on libgpud, in this process."""
+import base64
+import os
+from itertools import islice as _islice
+import pickle
+import signal
+import sys
+
+from . import JobError, RunAborted
+
+_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
+
+# Dispatcher keyword -> gpud job key (values written as gpud reads them).
+_OPTION_KEYS = {
+    "workers_per_gpu": "job.workers_per_gpu",
+    "retries": "job.max_retries",
+    "max_retries": "job.max_retries",
+    "retry_on": "job.retry_on",
+    "batch_size": "job.batch_size",
+    "batch_wait_ms": "job.batch_wait_ms",
+    "setup_timeout": "job.setup_timeout",
+    "cleanup_timeout": "job.cleanup_timeout",
+    "drain_timeout": "job.drain_timeout",
+    "sink_timeout": "job.sink_timeout",
+    "max_task_bytes": "job.max_task_bytes",
+    "max_result_bytes": "job.max_result_bytes",
+    "max_worker_restarts": "job.max_worker_restarts",
+    "ordered": "job.ordered",
+    "log_dir": "job.log_dir",
+    "pin_memory": "job.pin_memory",
+    "rank": "job.rank",
+    "ranks": "job.ranks",
+    "metrics_listen": "ui.metrics_listen",
+    "metrics_file": "ui.metrics_file",
+    "refresh_rate": "ui.refresh_rate",
+}
+_UI = {"off": 0, "plain": 1, "dashboard": 2}
+_RESUME, _RETRY_FAILED, _FORCE = 1, 2, 4
+
+
+class StopScript(BaseException):
+    """Raised by Dispatcher.run() in a worker process, where the calling program's
+    script is loaded to find its classes: the script stops there (gpud._worker)."""
+
+
+def _value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def _main_file():
+    main = sys.modules.get("__main__")
+    f = getattr(main, "__file__", None)
+    return os.path.abspath(f) if f else None
+
+
+class Dispatcher:
+    """Dispatcher(worker_cls, gpu_ids, queue_size=1024, **options)
+
+    worker_cls: a BaseWorker subclass (any class with setup() and process()), found in
+    the workers by its module and name; or a str naming a C worker plugin (a built-in
+    name or a path to a .so), which then gets bytes (str items as UTF-8) and returns
+    bytes. gpu_ids: a list of GPU ids, or "all" / "auto" as gpud's [job] gpus.
+    queue_size: tasks in flight at most (backpressure on the generator).
+
+    Options (gpud's job keys, all optional): workers_per_gpu, retries (max_retries),
+    retry_on, batch_size, batch_wait_ms, setup_timeout, cleanup_timeout,
+    drain_timeout, sink_timeout, max_task_bytes, max_result_bytes,
+    max_worker_restarts, ordered, log_dir, pin_memory, rank, ranks, metrics_listen,
+    metrics_file, refresh_rate; journal (a path, or True for "<script>.journal" in the
+    current folder), resume=True, retry_failed=True, force=True; python (the
+    workers' interpreter: this one by default); ui ("off", "plain", "dashboard");
+    stats_json (a path); job (a job file the options apply on top of); keys (a dict
+    {"section.key": value} of any other key); generator / sink (a dict of a built-in
+    or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
+    from the generator at most, 256); chunksize (items per gpud task, 1: as
+    multiprocessing.Pool's chunksize, for many small items).
+    """
+
+    def __init__(self, worker_cls, gpu_ids, queue_size=1024, **options):
+        self.worker_cls = worker_cls
+        self.gpu_ids = gpu_ids
+        self.queue_size = queue_size
+        self.options = dict(options)
+        known = set(_OPTION_KEYS) | {
+            "journal", "resume", "retry_failed", "force", "python", "ui", "stats_json",
+            "job", "keys", "generator", "sink", "prefetch", "tty", "chunksize",
+        }
+        unknown = sorted(set(self.options) - known)
+        if unknown:
+            raise TypeError(
+                f"Dispatcher(): unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        self.stats = None
+
+    # ---- the job's keys ----
+
+    def _keys(self, base_seed, task_timeout, setup_kwargs, python_items=True):
+        o = self.options
+        keys = []
+        g = self.gpu_ids
+        keys.append(("job.gpus", g if isinstance(g, str) else ",".join(str(int(x)) for x in g)))
+        keys.append(("job.queue_size", str(int(self.queue_size))))
+        keys.append(("job.base_seed", str(int(base_seed))))
+        if task_timeout is not None:
+            keys.append(("job.task_timeout", _value(task_timeout)))
+        for name, key in _OPTION_KEYS.items():
+            if o.get(name) is not None:
+                keys.append((key, _value(o[name])))
+        journal = o.get("journal")
+        if journal is None and (o.get("resume") or o.get("retry_failed")):
+            journal = True
+        if journal is True:
+            main = _main_file()
+            stem = os.path.splitext(os.path.basename(main))[0] if main else "gpud"
+            journal = os.path.abspath(f"{stem}.journal")
+        if journal is not None and journal is not False:
+            keys.append(("job.journal", os.fspath(journal)))
+        cls = self.worker_cls
+        if isinstance(cls, (str, os.PathLike)):
+            keys.append(("worker.plugin", os.fspath(cls)))
+            for k, v in setup_kwargs.items():
+                keys.append((f"worker.{k}", _value(v)))
+            codec = 0
+        else:
+            keys.append(("job.python", o.get("python") or sys.executable))
+            keys.append(("worker.plugin", "python"))
+            keys.append(("worker.script", _WORKER_SCRIPT))
+            # Named after the user's class (gpud._worker answers any name with its
+            # Worker): the plugin's messages then say "Embedder.setup() failed: ...".
+            keys.append(("worker.class", getattr(cls, "__name__", "Worker")))
+            keys.append(("worker.result", "bytes"))  # gpud._worker pickles the results itself
+            keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
+            # A generator plugin's items are its bytes, this program's are pickled.
+            keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
+            if int(o.get("chunksize") or 1) > 1:
+                keys.append(("worker.gpud_chunked", "1"))
+            codec = 1
+        if o.get("python") and codec == 0:
+            keys.append(("job.python", o["python"]))
+        for section in ("generator", "sink"):
+            for k, v in (o.get(section) or {}).items():
+                keys.append((f"{section}.{k}", _value(v)))
+        for k, v in (o.get("keys") or {}).items():
+            keys.append((k, _value(v)))
+        return keys, codec
+
+    @staticmethod
+    def _worker_keys(cls, base_seed, setup_kwargs):
+        if not isinstance(cls, type):
+            raise TypeError(f"Dispatcher: worker_cls must be a class or a plugin name, not {cls!r}")
+        module, qualname = cls.__module__, cls.__qualname__
+        if "<locals>" in qualname:
+            raise JobError(
+                f"Dispatcher: the worker class {qualname} is defined inside a function; the "
+                "workers find it by module and name: define it at a module's top level")
+        main = ""
+        if module == "__main__":
+            main = _main_file()
+            if not main:
+                raise JobError(
+                    f"Dispatcher: the worker class {qualname} is defined in an interactive "
+                    "session; the workers cannot find it: define it in a script or a module")
+        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        try:
+            setup = base64.b64encode(pickle.dumps(setup_kwargs, 5)).decode("ascii")
+        except Exception as e:
+            raise JobError(f"Dispatcher.run(): the keywords for setup() cannot be pickled: {e}") from e
+        return [
+            ("worker.gpud_target", f"{module}:{qualname}"),
+            ("worker.gpud_main", main),
+            ("worker.gpud_path", os.pathsep.join(path)),
+            ("worker.gpud_setup", setup),
+            ("worker.gpud_seed", str(int(base_seed))),
+        ]
+
+    # ---- the run ----
+
+    def run(self, generator, on_success, on_error=None, on_timeout=None, on_setup_fail=None,
+            on_task_start=None, on_exit=None, base_seed=42, task_timeout=None, **setup_kwargs):
+        """Runs every item of `generator` (any iterable; None: the `generator` option's
+        plugin) through the workers and blocks until it is exhausted and the workers
+        are cleaned up. Callbacks, in the calling thread: on_success(task_id, result,
+        worker_id), on_error(task_id, error, worker_id), on_timeout(task_id, timeout,
+        worker_id), on_setup_fail(gpu_id, error), on_task_start(task_id, worker_id),
+        on_exit() (always, once). worker_id is the GPU id the task ran on. setup_kwargs
+        reach worker.setup(). Returns the stats (a dict).
+
+        Raises RuntimeError("All workers failed during setup ...") when no worker
+        could be set up; KeyboardInterrupt after a Ctrl-C (the run drained; with a
+        journal, resume=True finishes it); the exception a callback or the generator
+        raised (the run stopped as for Ctrl-C); JobError when the job cannot start."""
+        import gpud
+
+        if getattr(gpud, "_in_worker", False):
+            raise StopScript()
+        from . import _gpud, _worker
+
+        try:
+            outcome = self._run(_gpud, _worker, generator,
+                                dict(on_success=on_success, on_error=on_error,
+                                     on_timeout=on_timeout, on_setup_fail=on_setup_fail,
+                                     on_task_start=on_task_start),
+                                base_seed, task_timeout, setup_kwargs)
+        finally:
+            if on_exit is not None:
+                on_exit()
+        return outcome()
+
+    def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
+        """Runs the job; returns a function that gives run()'s result or raises its
+        exception, called after on_exit."""
+        o = self.options
+        chunk = None
+        k = int(o.get("chunksize") or 1)
+        if k > 1:
+            if isinstance(self.worker_cls, (str, os.PathLike)) or generator is None:
+                raise JobError("Dispatcher: chunksize needs a Python worker class and this "
+                               "program's generator")
+            chunk = _Chunks(generator, k, callbacks)
+            generator, callbacks = chunk, chunk.callbacks()
+        keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None)
+        total = -1
+        if generator is not None:
+            try:
+                total = len(generator)
+            except TypeError:
+                pass
+        prefetch = int(o.get("prefetch", 256 if chunk is None else max(1, 256 // k)))
+        ui = o.get("ui", "off")
+        if ui not in _UI:
+            raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(_UI)}")
+        flags = ((_RESUME if o.get("resume") else 0) | (_RETRY_FAILED if o.get("retry_failed") else 0)
+                 | (_FORCE if o.get("force") else 0))
+        # Results whose classes the script defines name __mp_main__ when a worker
+        # pickled them (it loaded the script under that name): the same module here.
+        main = sys.modules.get("__main__")
+        if main is not None:
+            sys.modules.setdefault("__mp_main__", main)
+        try:
+            status, error, stats_json, sig, exc, where, setup_failed, first = _gpud.run(
+                os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
+                callbacks, True, prefetch, _UI[ui], flags, o.get("tty"),
+                None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
+                (pickle.loads, pickle.dumps, _worker.loads_framed))
+        except ValueError as e:  # a key refused by libgpud, named with its place
+            raise JobError(str(e)) from None
+        self.stats = stats = _stats(stats_json, status)
+        if chunk is not None:
+            chunk.fix_stats(stats)
+
+        def outcome():
+            if exc is not None:
+                raise exc
+            if sig == signal.SIGINT:
+                raise KeyboardInterrupt
+            if sig:
+                signal.raise_signal(sig)  # the program's own handling of SIGTERM, SIGHUP
+            if status == -1:
+                raise RuntimeError(error)
+            if status == 2:
+                raise JobError(error)
+            if status == 3:
+                if setup_failed and stats.get("ok", 0) == 0 and "set up" in error:
+                    raise RuntimeError(
+                        f"All workers failed during setup ({setup_failed} setup failures; "
+                        f"the first: {first})")
+                raise RunAborted(error)
+            return stats
+
+        return outcome
+
+
+class _Chunks:
+    """chunksize: the program's items k to a gpud task. Task c holds items c*k to
+    c*k+k-1 (every chunk full but the last, so a resume's skip of c tasks is c*k items);
+    its result is (results, {index: error}), given to the callbacks item by item."""
+
+    def __init__(self, iterable, k, callbacks):
+        self.it = iter(iterable)
+        self.k = k
+        self.cb = callbacks
+        self.items = 0  # read from the program's iterable so far
+        self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
+        try:
+            n = len(iterable)
+            self.total = (n + k - 1) // k
+        except TypeError:
+            self.total = None
+
+    def __len__(self):
+        if self.total is None:
+            raise TypeError("no length")
+        return self.total
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        chunk = list(_islice(self.it, self.k))
+        if not chunk:
+            raise StopIteration
+        self.items += len(chunk)
+        return chunk
+
+    def ids(self, task_id):
+        start = task_id * self.k
+        return range(start, min(start + self.k, self.items))
+
+    def count(self, gpu, slot, n):
+        self.per_gpu.setdefault(gpu, [0, 0, 0])[slot] += n
+
+    def callbacks(self):
+        cb = self.cb
+        on_success, on_error = cb["on_success"], cb["on_error"]
+        on_timeout, on_start = cb["on_timeout"], cb["on_task_start"]
+
+        def success(task_id, payload, gpu):
+            results, errors = payload
+            base = task_id * self.k
+            if errors:
+                self.count(gpu, 1, len(errors))
+            self.count(gpu, 0, len(results) - len(errors))
+            for j, r in enumerate(results):
+                if j in errors:
+                    if on_error is not None:
+                        on_error(base + j, errors[j], gpu)
+                else:
+                    on_success(base + j, r, gpu)
+
+        def error(task_id, text, gpu):
+            ids = self.ids(task_id)
+            self.count(gpu, 1, len(ids))
+            if on_error is not None:
+                for i in ids:
+                    on_error(i, text, gpu)
+
+        def timeout(task_id, seconds, gpu):
+            ids = self.ids(task_id)
+            self.count(gpu, 2, len(ids))
+            if on_timeout is not None:
+                for i in ids:
+                    on_timeout(i, seconds, gpu)
+
+        def start(task_id, gpu):
+            for i in self.ids(task_id):
+                on_start(i, gpu)
+
+        return dict(cb, on_success=success, on_error=error, on_timeout=timeout,
+                    on_task_start=start if on_start is not None else None)
+
+    def fix_stats(self, stats):
+        """The stats in items, not chunks (gpud's own are kept as chunk_*)."""
+        for key in ("total", "completed", "failed", "timeouts"):
+            stats["chunk_" + key] = stats[key]
+        done = [sum(v[i] for v in self.per_gpu.values()) for i in range(3)]
+        stats.update(total=self.items, completed=done[0], failed=done[1], timeouts=done[2],
+                     chunksize=self.k)
+        for gpu, st in stats["gpu_status"].items():
+            v = self.per_gpu.get(gpu, [0, 0, 0])
+            st.update(completed=v[0], failed=v[1], timeouts=v[2])
+
+
+def _stats(stats_json, status):
+    """gpud's final stats as the library's dict (total, completed, failed, timeouts,
+    gpu_status, start_time, end_time) with gpud's own keys beside them."""
+    import json
+
+    g = json.loads(stats_json) if stats_json else {}
+    stats = dict(g)
+    stats.update(
+        total=g.get("generated", 0),
+        completed=g.get("ok", 0),
+        failed=g.get("failed", 0),
+        timeouts=g.get("timed_out", 0),
+        start_time=g.get("start_time"),
+        end_time=g.get("end_time"),
+        exit_status=status,
+    )
+    gpu_status = {}
+    for gpu in g.get("gpus", []):
+        gpu_status[gpu["gpu_id"]] = {
+            "status": "retired" if gpu.get("retired") else "finished",
+            "completed": gpu.get("ok", 0),
+            "failed": gpu.get("failed", 0),
+            "timeouts": gpu.get("timed_out", 0),
+            "restarts": gpu.get("restarts", 0),
+        }
+    stats["gpu_status"] = gpu_status
+    return stats

@@ -1,0 +1,337 @@
+# SPDX-License-Identifier: MIT
+"""gpud.Dispatcher's behaviours, one per mode (argv[1]), each checked here; prints
+"PASS <mode>" when every check held. Run by run_tests.py with each Python found.
+
+The worker class is defined in this script (__main__): the workers load the script as
+__mp_main__, so the block at the bottom must not run there (it would write a marker
+the checks look for)."""
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+
+import gpud
+from gpud import BaseWorker, Dispatcher
+
+
+class Worker(BaseWorker):
+    def setup(self, gpu_id, seed, scale, note=None, fail_setup=False):
+        if fail_setup:
+            raise ValueError(f"no model for GPU {gpu_id}")
+        self.gpu_id, self.seed, self.scale, self.note = gpu_id, seed, scale, note
+
+    def process(self, data):
+        if isinstance(data, dict) and data.get("sleep"):
+            time.sleep(data["sleep"])
+            data = data["n"]
+        if data == "boom":
+            raise KeyError("boom")
+        return {"n": data, "twice": data * self.scale, "gpu": self.gpu_id, "seed": self.seed,
+                "note": self.note, "pid": os.getpid(), "exe": sys.executable,
+                "prefix": sys.prefix, "in_main": "__mp_main__" in sys.modules,
+                "gpud_path": os.path.dirname(gpud.__file__)}
+
+
+GPUS = [0, 1]
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", flush=True)
+        sys.exit(1)
+
+
+def closures():
+    # A closure generator over program state, callbacks changing that state, a set and
+    # tuples as items, and results compared with what process() returns.
+    state = {"made": 0, "results": {}, "starts": 0, "exits": 0}
+    names = {}
+    main_thread = threading.get_ident()
+
+    def gen():
+        for i in range(300):
+            state["made"] += 1
+            names[i] = f"n{i}"
+            yield i
+
+    def on_success(task_id, r, worker_id):
+        check(threading.get_ident() == main_thread, "on_success on the main thread")
+        check(names.get(task_id) == f"n{task_id}", f"generator state seen for {task_id}")
+        state["results"][task_id] = (r, worker_id)
+
+    def on_task_start(task_id, worker_id):
+        state["starts"] += 1
+
+    def on_exit():
+        state["exits"] += 1
+
+    stats = Dispatcher(Worker, GPUS, queue_size=64).run(
+        gen(), on_success, on_task_start=on_task_start, on_exit=on_exit, base_seed=7,
+        scale=2, note={"tags": {1, 2}, "t": (1, "a")})
+    check(state["made"] == 300 and len(state["results"]) == 300, f"300 results: {state}")
+    for i, (r, wid) in state["results"].items():
+        check(r["n"] == i and r["twice"] == 2 * i, f"result {i}: {r}")
+        check(r["gpu"] == wid and wid in GPUS, f"worker_id {wid} is the GPU id")
+        check(r["seed"] == 7 + wid, f"seed {r['seed']} = base_seed + gpu_id")
+        check(r["note"] == {"tags": {1, 2}, "t": (1, "a")}, "setup kwargs pickled")
+        check(r["exe"] == sys.executable and r["prefix"] == sys.prefix,
+              f"worker runs this Python: {r['exe']} {r['prefix']}")
+        check(r["in_main"], "the class came from the script as __mp_main__")
+        check(r["gpud_path"] == os.path.dirname(gpud.__file__), "workers import this gpud")
+    check(state["starts"] == 300, f"on_task_start 300 times ({state['starts']})")
+    check(state["exits"] == 1, "on_exit once")
+    check(stats["completed"] == 300 and stats["failed"] == 0, f"stats {stats}")
+    check(set(stats["gpu_status"]) == set(GPUS), "gpu_status per GPU")
+    check(not os.path.exists(MARKER), "the script's __main__ block did not run in a worker")
+
+
+class LiveSource:
+    """A live iterator: items put by another thread, one at a time, with pauses."""
+
+    def __init__(self, n):
+        self.q = queue.Queue()
+        self.n = n
+        threading.Thread(target=self.fill, daemon=True).start()
+
+    def fill(self):
+        for i in range(self.n):
+            if i % 10 == 0:
+                time.sleep(0.05)
+            self.q.put(i)
+        self.q.put(None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self.q.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+
+def live():
+    got = {}
+    t0 = time.monotonic()
+    first = []
+
+    def on_success(task_id, r, worker_id):
+        if not first:
+            first.append(time.monotonic() - t0)
+        got[task_id] = r["twice"]
+
+    Dispatcher(Worker, GPUS).run(LiveSource(100), on_success, scale=3)
+    check(got == {i: 3 * i for i in range(100)}, "every live item's result")
+    check(first[0] < 3.0, f"the first result came while the source was live ({first[0]:.2f} s)")
+
+
+def errors():
+    # A task that raises: on_error with its traceback; the others succeed.
+    errs, ok = {}, {}
+    Dispatcher(Worker, GPUS).run(
+        [1, "boom", 3], lambda t, r, w: ok.__setitem__(t, r["n"]),
+        on_error=lambda t, e, w: errs.__setitem__(t, e), scale=1)
+    check(ok == {0: 1, 2: 3}, f"ok {ok}")
+    check(list(errs) == [1] and "KeyError: 'boom'" in errs[1] and "Traceback" in errs[1]
+          and "features.py" in errs[1] and "\n" in errs[1], f"error text {errs}")
+
+
+def setup_fail():
+    fails, exits = [], []
+    try:
+        Dispatcher(Worker, GPUS).run(range(10), lambda *a: None,
+                                     on_setup_fail=lambda g, e: fails.append((g, e)),
+                                     on_exit=lambda: exits.append(1), scale=1, fail_setup=True)
+    except RuntimeError as e:
+        check(str(e).startswith("All workers failed during setup"), f"message: {e}")
+    else:
+        check(False, "RuntimeError when every worker fails setup")
+    check(sorted(g for g, _ in fails) == GPUS, f"on_setup_fail per GPU: {fails}")
+    check(all("no model for GPU" in e for _, e in fails), f"setup error text: {fails}")
+    check(exits == [1], "on_exit ran")
+
+
+class Boom(Exception):
+    pass
+
+
+def callback_raises():
+    seen, exits = [], []
+
+    def on_success(task_id, r, worker_id):
+        seen.append(task_id)
+        if len(seen) == 5:
+            raise Boom("from on_success")
+
+    try:
+        Dispatcher(Worker, GPUS, queue_size=8).run(
+            ({"n": i, "sleep": 0.01} for i in range(10000)), on_success,
+            on_exit=lambda: exits.append(1), scale=1)
+    except Boom as e:
+        tb = e.__traceback__
+        frames = []
+        while tb:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        check("on_success" in frames, f"the traceback reaches the callback: {frames}")
+    else:
+        check(False, "the callback's exception re-raised by run()")
+    check(exits == [1], "on_exit ran")
+    check(len(seen) < 1000, f"the run stopped ({len(seen)} results)")
+
+    # The generator's exception: the same, after what it yielded ran.
+    def gen():
+        yield 1
+        yield 2
+        raise Boom("from the generator")
+
+    got, exits = {}, []
+    try:
+        Dispatcher(Worker, GPUS).run(gen(), lambda t, r, w: got.__setitem__(t, r["n"]),
+                                     on_exit=lambda: exits.append(1), scale=1)
+    except Boom as e:
+        check(str(e) == "from the generator", f"the generator's exception: {e}")
+    else:
+        check(False, "the generator's exception re-raised by run()")
+    check(exits == [1] and got == {0: 1, 1: 2}, f"on_exit ran, yielded items ran: {got}")
+
+
+def c_worker():
+    # A C worker plugin (echo: the input back) with this program's generator and
+    # callbacks: bytes and str in, bytes out.
+    got = {}
+    Dispatcher("echo", GPUS).run([b"ab", "cd", bytearray(b"ef")],
+                                 lambda t, r, w: got.__setitem__(t, r))
+    check(got == {0: b"ab", 1: b"cd", 2: b"ef"}, f"echo results {got}")
+
+
+def plugins():
+    # A built-in generator plugin with this program's Python worker and callbacks; a
+    # Python generator with a built-in sink; a bad key named; RichDispatcher's stats.
+    got = {}
+    Dispatcher(Worker, GPUS, generator={"plugin": "range", "stop": 5}).run(
+        None, lambda t, r, w: got.__setitem__(t, r["twice"]), scale=2)
+    check(got == {i: str(i).encode() * 2 for i in range(5)}, f"range's items as bytes: {got}")
+    out = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"sink-{os.getpid()}.jsonl")
+    Dispatcher("echo", GPUS, sink={"plugin": "jsonl", "path": out}).run([b"x", b"y"], None)
+    with open(out) as f:
+        lines = f.read().splitlines()
+    check(len(lines) == 2 and all('"status": "ok"' in l for l in lines), f"jsonl sink: {lines}")
+    try:
+        Dispatcher(Worker, GPUS, queue_size=0).run([1], lambda *a: None, scale=1)
+    except gpud.JobError as e:
+        check("queue_size" in str(e), f"the key named: {e}")
+    else:
+        check(False, "JobError for queue_size=0")
+    from gpud.ui import RichDispatcher
+
+    check(gpud.RichDispatcher is RichDispatcher, "gpud.RichDispatcher")
+    stats = RichDispatcher(Worker, GPUS, refresh_rate=10, show_ui=False).run(range(50), scale=1)
+    check(stats["completed"] == 50 and stats["total"] == 50
+          and all(g["status"] == "finished" for g in stats["gpu_status"].values())
+          and stats["start_time"] <= stats["end_time"], f"RichDispatcher stats {stats}")
+
+
+class ArrayWorker(BaseWorker):
+    """NumPy arrays back (out-of-band buffers), from a process_batch over bytearrays
+    read without a copy (np.frombuffer), as the torch example does."""
+
+    def setup(self, gpu_id, seed):
+        import numpy
+
+        self.np = numpy
+
+    def process_batch(self, items):
+        x = self.np.stack([self.np.frombuffer(b, dtype=self.np.float32) for b in items])
+        return [row * 2 for row in x] if len(items) else []
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+
+def arrays():
+    import numpy as np
+
+    rows = np.arange(64 * 1000, dtype=np.float32).reshape(64, 1000)
+    got = {}
+    Dispatcher(ArrayWorker, GPUS, batch_size=8).run(
+        (bytearray(r.tobytes()) for r in rows), lambda t, r, w: got.__setitem__(t, r))
+    check(len(got) == 64, f"{len(got)} arrays")
+    for i, a in got.items():
+        check(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (1000,),
+              f"array {i}: {type(a)} {getattr(a, 'dtype', None)}")
+        check(np.array_equal(a, rows[i] * 2), f"array {i} values")
+        check(a.flags.writeable, "the array is writable")
+
+
+def chunks():
+    # chunksize: 64 items a task; each item still reaches the callbacks on its own, with
+    # its own id, and an item that raises fails alone.
+    got, errs, starts = {}, {}, []
+    items = list(range(1000))
+    items[500] = "boom"
+    stats = Dispatcher(Worker, GPUS, chunksize=64).run(
+        iter(items), lambda t, r, w: got.__setitem__(t, (r["n"], r["gpu"] == w)),
+        on_error=lambda t, e, w: errs.__setitem__(t, e),
+        on_task_start=lambda t, w: starts.append(t), scale=1)
+    check(sorted(got) == [i for i in range(1000) if i != 500], f"{len(got)} results")
+    check(all(got[i] == (i, True) for i in got), "each item's result under its id")
+    check(list(errs) == [500] and "KeyError: 'boom'" in errs[500]
+          and "\n" in errs[500], f"the failing item alone: {errs}")
+    check(sorted(starts) == list(range(1000)), "on_task_start per item")
+    check(stats["total"] == 1000 and stats["completed"] == 999 and stats["failed"] == 1
+          and stats["chunk_total"] == 16, f"stats in items: {stats}")
+    check(sum(g["completed"] for g in stats["gpu_status"].values()) == 999, "per GPU")
+
+
+def interrupt(journal, k=1):
+    # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
+    # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
+    # task was delivered exactly once over both runs.
+    seen = {}
+    exits = []
+
+    def on_success(task_id, r, worker_id):
+        check(task_id not in seen, f"task {task_id} twice")
+        seen[task_id] = r["n"]
+        if len(seen) == 3:
+            print("STARTED", flush=True)
+
+    items = [{"n": i, "sleep": 0.05} for i in range(200)]
+    try:
+        Dispatcher(Worker, GPUS, journal=journal, chunksize=k).run(
+            items, on_success, on_exit=lambda: exits.append(1), scale=1)
+    except KeyboardInterrupt:
+        print(f"INTERRUPTED after {len(seen)} results", flush=True)
+    else:
+        check(False, "KeyboardInterrupt after SIGINT")
+    check(exits == [1], "on_exit ran after the interrupt")
+    check(0 < len(seen) < 200, f"the run drained part way ({len(seen)})")
+    first = len(seen)
+    stats = Dispatcher(Worker, GPUS, journal=journal, resume=True, chunksize=k).run(
+        items, on_success, on_exit=lambda: exits.append(1), scale=1)
+    check(seen == {i: i for i in range(200)}, f"every task once over both runs ({len(seen)})")
+    check(exits == [1, 1], "on_exit after the resume")
+    check(stats["resumed"] * k == first, f"resumed {stats['resumed']} tasks of {k} == {first}")
+
+
+# Named by the host process; the workers inherit its environment.
+MARKER = os.environ.setdefault(
+    "GPUD_TEST_MARKER",
+    os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"gpud-main-ran-{os.getpid()}"))
+
+if __name__ == "__main__":
+    # In a worker this block would run again if the script were imported as
+    # __main__: the marker says so to the checks.
+    if "gpud" in sys.modules and getattr(sys.modules["gpud"], "_in_worker", False):
+        open(MARKER, "w").close()
+    mode = sys.argv[1]
+    if mode == "interrupt":
+        interrupt(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+    else:
+        {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
+         "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
+         "arrays": arrays, "chunks": chunks}[mode]()
+    print(f"PASS {mode}", flush=True)

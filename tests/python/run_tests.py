@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: MIT
+"""The `gpud` Python package, end to end: run_tests.py BUILD_DIR SOURCE_DIR.
+
+For each Python found (Debian's 3.11 and pyenv's 3.9 to 3.13 under ~/.pyenv/versions;
+a missing one is said in one SKIP line), a venv made from it with --without-pip gets
+the package by `./build.sh python VENV/bin/python` (the documented command), and runs
+the library's README quick start and design example (changed only in their import
+line) and the closures mode of features.py (which also checks that the workers run
+the venv's Python). Debian's Python, with the package installed by --target, runs
+every mode of features.py, Ctrl-C and resume included. Exit status 0 when all passed.
+"""
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD, SRC = (os.path.abspath(p) for p in sys.argv[1:3])
+HERE = os.path.join(SRC, "tests", "python")
+failures = []
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def sanitizer_env():
+    """With a sanitized libgpud (build-asan), Python must load the runtime first."""
+    env = {}
+    lib = os.path.join(BUILD, "daemon", "libgpud.so")
+    out = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    preload = [line.split("=>")[1].split()[0] for line in out.splitlines()
+               if ("libasan" in line or "libubsan" in line) and "=>" in line]
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+        # CPython's own allocations are not the subject here.
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
+BASE_ENV = dict(os.environ, **sanitizer_env())
+for k in ("PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME"):
+    BASE_ENV.pop(k, None)
+
+
+def install(python, target=None):
+    cmd = [os.path.join(SRC, "build.sh"), "python", python]
+    if target:
+        cmd += ["--target", target]
+    env = dict(BASE_ENV, GPUD_BUILD=BUILD, GPUD_NO_BUILD="1")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        failures.append(f"install into {python}")
+        log(f"FAIL ./build.sh python {python}: {r.stdout[-2000:]}{r.stderr[-2000:]}")
+        return False
+    return True
+
+
+def run(name, python, args, env=None, expect="PASS", timeout=240):
+    e = dict(BASE_ENV, **(env or {}))
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run([python] + args, cwd=HERE, env=e, capture_output=True, text=True,
+                           timeout=timeout)
+        out, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as t:
+        out, rc = f"{t.stdout or ''}{t.stderr or ''}\ntimed out after {timeout} s", -1
+    if rc != 0 or expect not in out:
+        failures.append(name)
+        log(f"FAIL {name} (exit {rc}):\n{out[-3000:]}")
+    else:
+        log(f"ok   {name} ({time.monotonic() - t0:.1f} s)")
+    return out
+
+
+def interrupt(name, python, journal, env, chunksize=1):
+    """features.py interrupt: SIGINT once it says STARTED; it checks the rest."""
+    e = dict(BASE_ENV, **env)
+    p = subprocess.Popen([python, "features.py", "interrupt", journal, str(chunksize)],
+                         cwd=HERE, env=e,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("STARTED"):
+            p.send_signal(signal.SIGINT)
+            break
+        if time.monotonic() > deadline:
+            break
+    try:
+        rest, _ = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rest, _ = p.communicate()
+    out = "".join(lines) + rest
+    if p.returncode != 0 or "INTERRUPTED" not in out or "PASS interrupt" not in out:
+        failures.append(name)
+        log(f"FAIL {name} (exit {p.returncode}):\n{out[-3000:]}")
+    else:
+        log(f"ok   {name}")
+
+
+def pythons():
+    """(label, interpreter) for each Python to try; SKIP lines for the missing."""
+    found = []
+    if os.access("/usr/bin/python3", os.X_OK):
+        found.append(("debian", "/usr/bin/python3"))
+    else:
+        log("SKIP Debian's /usr/bin/python3: not installed")
+    root = os.path.expanduser("~/.pyenv/versions")
+    for minor in ("3.9", "3.10", "3.11", "3.12", "3.13"):
+        hits = sorted(glob.glob(os.path.join(root, minor + ".*", "bin", "python" + minor)))
+        if hits:
+            found.append((f"pyenv {minor}", hits[-1]))
+        else:
+            log(f"SKIP pyenv's Python {minor}: none under {root}")
+    return found
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="gpud-pytest-")
+    os.environ["GPUD_TEST_TMP"] = tmp
+    for label, python in pythons():
+        # A venv without pip: the documented command installs into it.
+        venv = os.path.join(tmp, "venv-" + label.replace(" ", "-"))
+        r = subprocess.run([python, "-m", "venv", "--without-pip", venv], capture_output=True,
+                           text=True, env=BASE_ENV)
+        if r.returncode != 0:
+            failures.append(f"venv from {label}")
+            log(f"FAIL python -m venv from {python}: {r.stderr[-500:]}")
+            continue
+        vpy = os.path.join(venv, "bin", "python")
+        if not install(vpy):
+            continue
+        env = {"VIRTUAL_ENV": venv, "GPUD_TEST_TMP": tmp}
+        run(f"{label} venv: README quick start", vpy, ["readme_quickstart.py"], env, "CHECKED 200")
+        run(f"{label} venv: design example", vpy, ["design_example.py"],
+            dict(env, GPUD_TEST_EXPECT="design"), "CHECKED 1000")
+        # features.py checks that the workers' sys.executable and sys.prefix are the venv's.
+        run(f"{label} venv: closures, the class in __main__", vpy, ["features.py", "closures"],
+            env)
+    # Debian's Python without a venv: the package by --target, every behaviour.
+    site = os.path.join(tmp, "site")
+    if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
+        env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
+        modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
+                 "plugins", "chunks"]
+        if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
+                          capture_output=True).returncode == 0:
+            modes.append("arrays")
+        else:
+            log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
+        for mode in modes:
+            run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
+        interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
+                  "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
+        interrupt("debian: the same with chunksize=4", "/usr/bin/python3",
+                  os.path.join(tmp, "interrupt4.journal"), env, 4)
+    if failures:
+        log(f"{len(failures)} failed: {', '.join(failures)} (the venvs and logs: {tmp})")
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    log("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
