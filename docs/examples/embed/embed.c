@@ -44,10 +44,10 @@ static int check_event(void *ctx, const struct gpud_event *ev, struct gpud_error
 	struct check *c = ctx;
 	char want[64];
 	if (ev->kind != GPUD_TASK_OK)
-		return ev->kind == GPUD_TASK_ERROR ? gpud_fail(err, "task %llu failed: %s",
-							       (unsigned long long)ev->task_id,
-							       ev->message)
-						   : 0;
+		return ev->kind == GPUD_TASK_ERROR
+			       ? gpud_fail(err, "task %llu failed: %s",
+					   (unsigned long long)ev->task_id, ev->message)
+			       : 0;
 	const char *w = words[ev->task_id];
 	want[0] = '>';
 	for (size_t i = 0; w[i]; i++)
