@@ -92,11 +92,13 @@ int py_start(PyObject *(*module_init)(void), bool host, struct gpud_error *err)
 	if (!Py_IsInitialized())
 		return gpud_fail(err, "python: cannot start the interpreter");
 	/* print() shows up as it happens (PyConfig's buffered_stdio is not in the stable
-	 * ABI): each line is written through. */
+	 * ABI): line buffered, so each line leaves in one write(2) with its newline (written
+	 * through, print() wrote the text and the newline apart, and two workers' lines
+	 * tore into each other). */
 	if (py_run("import sys\n"
 		   "for s in (sys.stdout, sys.stderr):\n"
 		   "    if s is not None and hasattr(s, 'reconfigure'):\n"
-		   "        s.reconfigure(line_buffering=True, write_through=True)\n") < 0)
+		   "        s.reconfigure(line_buffering=True)\n") < 0)
 		return gpud_fail(err, "python: cannot set up sys.stdout");
 	if (host) {
 		/* gpud's signals and the process's exit stay gpud's (guard.c). */
