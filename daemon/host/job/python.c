@@ -254,38 +254,29 @@ static void forget(void)
 	chosen = (struct python_choice){0};
 }
 
-/* Asks `exe` and keeps its answer as the choice; -1 with err (after "what: "). */
-static int take(const char *exe, const char *what, const char *source, char *err, size_t errlen)
+/* The interpreter's answer did not come (it exited or died first): err says what its
+ * first line says it is instead. */
+static void not_a_python(const char *exe, const char *what, char *out, int status, char *err,
+			 size_t errlen)
 {
-	char why[512];
-	int status = 0;
-	char *out = ask(exe, &status, why, sizeof why);
-	if (!out) {
-		snprintf(err, errlen, "%s: %s: %s; %s is not a Python interpreter gpud can use",
-			 what, exe, why, exe);
-		return -1;
-	}
-	char *f[F_N] = {0};
-	char *body = strstr(out, "gpud-python-ask\n");
-	if (!body || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		/* Its first line says what it is instead. */
-		char *line = out;
-		while (*line == '\n')
-			line++;
-		line[strcspn(line, "\n")] = '\0';
-		char how[64];
-		if (WIFEXITED(status))
-			snprintf(how, sizeof how, "exited %d", WEXITSTATUS(status));
-		else
-			snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(status));
-		snprintf(err, errlen,
-			 "%s: %s is not a Python interpreter (asked with -c, it %s%s%.60s%s); "
-			 "give an interpreter (.../bin/python3) or an environment folder (a "
-			 "venv, a conda env)",
-			 what, exe, how, *line ? ": \"" : "", line, *line ? "...\"" : "");
-		free(out);
-		return -1;
-	}
+	char *line = out;
+	while (*line == '\n')
+		line++;
+	line[strcspn(line, "\n")] = '\0';
+	char how[64];
+	if (WIFEXITED(status))
+		snprintf(how, sizeof how, "exited %d", WEXITSTATUS(status));
+	else
+		snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(status));
+	snprintf(err, errlen,
+		 "%s: %s is not a Python interpreter (asked with -c, it %s%s%.60s%s); give an "
+		 "interpreter (.../bin/python3) or an environment folder (a venv, a conda env)",
+		 what, exe, how, *line ? ": \"" : "", line, *line ? "...\"" : "");
+}
+
+/* Its answer's "name=value" lines into f[] (pointing into body). */
+static void read_answer(char *body, char *f[F_N])
+{
 	for (char *save = NULL, *l = strtok_r(body, "\n", &save); l;
 	     l = strtok_r(NULL, "\n", &save)) {
 		char *eq = strchr(l, '=');
@@ -296,11 +287,17 @@ static int take(const char *exe, const char *what, const char *source, char *err
 			if (strcmp(l, field_names[i]) == 0)
 				f[i] = eq + 1;
 	}
+}
+
+/* A Python the python plugins can embed: CPython 3.9 to 3.13, not free-threaded, with a
+ * shared libpython (*lib, malloc'd). 0, or -1 with err. */
+static int usable(const char *exe, const char *what, char *f[F_N], char **lib, char *err,
+		  size_t errlen)
+{
 	int major = 0, minor = 0;
 	if (!f[F_EXE] || !f[F_PREFIX] || !f[F_BASE] || !f[F_VERSION] ||
 	    sscanf(f[F_VERSION], "%d.%d", &major, &minor) != 2) {
 		snprintf(err, errlen, "%s: %s answered like no Python gpud knows", what, exe);
-		free(out);
 		return -1;
 	}
 	const char *fix = "choose one with [job] python = PATH (an interpreter or a venv "
@@ -310,7 +307,6 @@ static int take(const char *exe, const char *what, const char *source, char *err
 			err, errlen,
 			"%s: %s is %s %s, not CPython: the python plugins embed CPython 3.9 to 3.13; %s",
 			what, exe, f[F_IMPL], f[F_VERSION], fix);
-		free(out);
 		return -1;
 	}
 	if (major != 3 || minor < 9 || minor > 13) {
@@ -318,7 +314,6 @@ static int take(const char *exe, const char *what, const char *source, char *err
 			 "%s: %s is Python %s: the python plugins need CPython 3.9 to 3.13 "
 			 "(with a shared libpython); %s",
 			 what, exe, f[F_VERSION], fix);
-		free(out);
 		return -1;
 	}
 	if ((f[F_ABI] && strchr(f[F_ABI], 't')) || (f[F_NOGIL] && strcmp(f[F_NOGIL], "1") == 0)) {
@@ -326,11 +321,10 @@ static int take(const char *exe, const char *what, const char *source, char *err
 			 "%s: %s is Python %s built free-threaded (no GIL), which has no stable "
 			 "ABI for the python plugins; use the regular build of it",
 			 what, exe, f[F_VERSION]);
-		free(out);
 		return -1;
 	}
-	char *lib = find_library(f, major, minor);
-	if (!lib) {
+	*lib = find_library(f, major, minor);
+	if (!*lib) {
 		snprintf(err, errlen,
 			 "%s: %s is Python %s without a shared libpython (none in %s): the "
 			 "python plugins load it into gpud; use a Python built with "
@@ -338,9 +332,14 @@ static int take(const char *exe, const char *what, const char *source, char *err
 			 "conda, uv and Debian's libpython%d.%d have one)",
 			 what, exe, f[F_VERSION], f[F_LIBDIR] ? f[F_LIBDIR] : f[F_BASE], major,
 			 minor);
-		free(out);
 		return -1;
 	}
+	return 0;
+}
+
+/* Keeps the answer f[] (and lib, taken over) as the choice. 0, or -1 out of memory. */
+static int keep(char *f[F_N], char *lib, const char *source)
+{
 	forget();
 	char *env;
 	if (strcmp(f[F_PREFIX], f[F_BASE]) != 0)
@@ -357,17 +356,44 @@ static int take(const char *exe, const char *what, const char *source, char *err
 	owned[5] = strdup(f[F_SITE] ? f[F_SITE] : "");
 	owned[6] = env;
 	owned[7] = strdup(source);
-	free(out);
 	for (int i = 0; i < 8; i++)
 		if (!owned[i]) {
 			forget();
-			snprintf(err, errlen, "%s: out of memory", what);
 			return -1;
 		}
 	chosen = (struct python_choice){owned[0], owned[1], owned[2], owned[3],
 					owned[4], owned[5], owned[6], owned[7]};
 	have_chosen = true;
 	return 0;
+}
+
+/* Asks `exe` and keeps its answer as the choice; -1 with err (after "what: "). */
+static int take(const char *exe, const char *what, const char *source, char *err, size_t errlen)
+{
+	char why[512];
+	int status = 0;
+	char *out = ask(exe, &status, why, sizeof why);
+	if (!out) {
+		snprintf(err, errlen, "%s: %s: %s; %s is not a Python interpreter gpud can use",
+			 what, exe, why, exe);
+		return -1;
+	}
+	char *f[F_N] = {0};
+	char *lib = NULL;
+	char *body = strstr(out, "gpud-python-ask\n");
+	int rc = -1;
+	if (!body || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		not_a_python(exe, what, out, status, err, errlen);
+	} else {
+		read_answer(body, f);
+		if (usable(exe, what, f, &lib, err, errlen) == 0) {
+			rc = keep(f, lib, source);
+			if (rc < 0)
+				snprintf(err, errlen, "%s: out of memory", what);
+		}
+	}
+	free(out);
+	return rc;
 }
 
 /* An interpreter path or an environment folder, as the user gave it: its interpreter
