@@ -481,8 +481,12 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			setup_failed(h, w, msg);
 		}
 		return;
-	case HW_STOPPING:
-		if (tasks_held(w))
+	case HW_STOPPING: {
+		/* Killed or dead with tasks still held (a task that ran past task_timeout
+		 * on a worker told to stop): crashed() says what became of them, and that
+		 * is the whole story, not a cleanup that failed. */
+		bool in_task = tasks_held(w) != 0;
+		if (in_task)
 			crashed(h, w, status);
 		/* Told to stop while still in setup (the run ended first): how it ended
 		 * belongs to setup, not cleanup. */
@@ -492,6 +496,8 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 						    "setup failed without a message"));
 		} else if (w->cancelled) {
 			/* Killed in setup because the run had ended: nothing to report. */
+		} else if (in_task && s != WS_CLEANUP && s != WS_CLEANUP_FAILED) {
+			/* Said by crashed(). */
 		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->ctl.killing) {
 			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
 				 w->gpu_id, how);
@@ -520,6 +526,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			UI_SET(w->end, END_FINISHED);
 		UI_SET(w->state, HW_GONE);
 		return;
+	}
 	case HW_READY:
 		crashed(h, w, status);
 		restart(h, w);
