@@ -342,3 +342,123 @@ Test(api, check_a_job_of_keys_with_callbacks)
 	cr_expect_eq(atomic_load(&t.events), 0, "check runs nothing");
 	gpud_job_free(job);
 }
+
+/* A job of keys for the sha256 worker, which declares its keys, with callbacks. */
+static gpud_job *sha_job(struct feed *f, struct tally *t)
+{
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", "sha256"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, t), 0);
+	return job;
+}
+
+/* Every status 2 found before the run has its reason in gpud_job_error, not only on
+ * standard error. */
+Test(api, reasons_found_by_check_and_run_reach_the_error)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 5, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	/* A key the plugin does not declare: known only once the plugin is. */
+	gpud_job *job = sha_job(&f, &t);
+	cr_expect_eq(gpud_job_set(job, "worker.salty", "1"), 0, "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "--set worker.salty=1: unknown key 'salty'"), "%s",
+		  gpud_job_error(job));
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "--set worker.salty=1: unknown key 'salty'"), "%s",
+		  gpud_job_error(job));
+	gpud_job_free(job);
+
+	/* A worker plugin that is not there. */
+	job = sha_job(&f, &t);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", "/nonexistent.so"), 0);
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "/nonexistent.so"), "%s", gpud_job_error(job));
+	gpud_job_free(job);
+
+	/* A job file's undeclared key, on line 5. */
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\njournal = off\n[worker]\nroundz = 3\n"
+			     "plugin = sha256\n");
+	job = gpud_job_new();
+	cr_assert_eq(gpud_job_load(job, path), 0, "%s", gpud_job_error(job));
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	char want[4200];
+	snprintf(want, sizeof want, "%s:5: unknown key 'roundz'", path);
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), want), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), want), "%s", gpud_job_error(job));
+	gpud_job_free(job);
+	free(path);
+
+	/* A resume of a journal another job wrote. */
+	char journal[4200];
+	snprintf(journal, sizeof journal, "%s/other.journal", dir);
+	job = sha_job(&f, &t);
+	gpud_job_set(job, "job.journal", journal);
+	gpud_job_set(job, "worker.rounds", "1");
+	gpud_job_stop(job);
+	cr_assert_eq(gpud_job_run(job, NULL), 4, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+	job = sha_job(&f, &t);
+	gpud_job_set(job, "job.journal", journal);
+	gpud_job_set(job, "worker.rounds", "2");
+	struct gpud_run_options o = {.size = sizeof o, .flags = GPUD_RUN_RESUME};
+	cr_expect_eq(gpud_job_run(job, &o), 2);
+	cr_expect(strstr(gpud_job_error(job), "was written by another job"), "%s",
+		  gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+/* gpud_job_set refuses what cannot be one key and one value, whatever its length. */
+Test(api, set_refuses_control_bytes_and_lengths)
+{
+	gpud_job *job = gpud_job_new();
+	cr_expect_eq(gpud_job_set(job, "job.gpus", "0\n[worker]\nplugin=/x.so"), -1);
+	cr_expect(
+		strstr(gpud_job_error(job), "--set job.gpus: the value has a control byte (0x0a)"),
+		"%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "worker.salt", "1\tx"), -1);
+	cr_expect_eq(gpud_job_set(job, "worker.sa\nlt", "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "the key has a control byte"), "%s",
+		  gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "job.gpus=0", "1"), -1);
+	cr_expect_eq(gpud_job_set(job, "job.gpus", "abc"), -1);
+
+	char big[1200];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	cr_expect_eq(gpud_job_set(job, big, "1"), -1, "a 1,199-byte key");
+	cr_expect(strstr(gpud_job_error(job), "1199 bytes long"), "%s", gpud_job_error(job));
+	memcpy(big, "job", 3); /* "jobaaa...": no dot, but short */
+	big[40] = '\0';
+	cr_expect_eq(gpud_job_set(job, big, "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "expected SECTION.KEY=VALUE"), "%s",
+		  gpud_job_error(job));
+
+	char zeros[1200];
+	memset(zeros, '0', sizeof zeros - 1);
+	zeros[sizeof zeros - 1] = '\0';
+	cr_expect_eq(gpud_job_set(job, "job.queue_size", zeros), -1, "1,199 zeros");
+	cr_expect(strstr(gpud_job_error(job), "--set job.queue_size=000"), "%s",
+		  gpud_job_error(job));
+	char *huge = malloc((2 << 20) + 1);
+	memset(huge, '1', 2 << 20);
+	huge[2 << 20] = '\0';
+	cr_expect_eq(gpud_job_set(job, "worker.salt", huge), -1);
+	cr_expect(strstr(gpud_job_error(job), "bytes long: at most"), "%s", gpud_job_error(job));
+	free(huge);
+
+	/* None of them stayed in the job: its one fault is its own, said briefly. */
+	cr_expect_eq(gpud_job_set(job, "job.queue_size", "8"), 0);
+	cr_expect_str_empty(gpud_job_error(job), "a call that succeeds clears the error");
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "gpus is required"), "%s", gpud_job_error(job));
+	cr_expect_lt(strlen(gpud_job_error(job)), 200, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}

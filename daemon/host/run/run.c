@@ -33,6 +33,7 @@
 #include "run/stats.h"
 #include "view/ui.h"
 #include "wait.h"
+#include "util/say.h"
 
 #define ERRLEN 2048
 
@@ -48,17 +49,16 @@ static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 	if (!c->gpus_all) {
 		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
 			if (c->gpus[i] >= n) {
-				fprintf(stderr,
-					"gpud: %s: [job] gpus lists GPU %d, but this machine has "
-					"%d CUDA device%s (0 to %d)\n",
-					c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
+				say("%s: [job] gpus lists GPU %d, but this machine has "
+				    "%d CUDA device%s (0 to %d)",
+				    c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
 				return -1;
 			}
 		}
 		return 0;
 	}
 	if (n < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c->path, err);
+		say("%s: %s", c->path, err);
 		return -1;
 	}
 	for (int i = 0; i < n && i < CFG_MAX_GPUS; i++)
@@ -72,7 +72,7 @@ static int load_host_plugin(struct plugin *pl, const struct cfg_section *s, enum
 	char err[ERRLEN];
 	char *path = loader_find(s->plugin, k, err, sizeof err);
 	if (!path || loader_open(pl, path, k, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		free(path);
 		return -1;
 	}
@@ -111,28 +111,28 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	if (!h->pool.exe) {
 		const char *env = getenv("GPUD_WORKER_EXE");
 		if (env && *env)
-			fprintf(stderr, "gpud: GPUD_WORKER_EXE=%s: not an executable file\n", env);
+			say("GPUD_WORKER_EXE=%s: not an executable file", env);
 		else
-			fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
-				paths_exe_dir() ? paths_exe_dir() : "gpud");
+			say("cannot find gpud-worker next to %s",
+			    paths_exe_dir() ? paths_exe_dir() : "gpud");
 		return -1;
 	}
 	h->pool.plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
 	if (!h->pool.plugin) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	/* The Python the python plugins run on, in the host and every worker: chosen and
 	 * checked before any of them is loaded (job/python.h). */
 	if (python_needed(c) && !python_choose(c, err, sizeof err)) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	static char out[64 << 10]; /* the worker plugin's name and keys */
 	out[0] = '\0';
 	if (spawn_check_worker_plugin(h->pool.exe, h->pool.plugin, out, sizeof out, err,
 				      sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	if (host_plugins(h, c, opts) < 0)
@@ -141,7 +141,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 		return -1;
 	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
 	if (!h->pool.bus_ids) {
-		fprintf(stderr, "gpud: out of memory\n");
+		say("out of memory");
 		return -1;
 	}
 	if (resolve_gpus(h, c, h->pool.exe) < 0)
@@ -436,8 +436,8 @@ static int open_plugins(struct host *h, struct cfg *c)
 	/* A failure to open is a job error: nothing ran. */
 	if (gen->open(&c->generator.args, &h->gen, &err) != 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
-			err.message[0] ? err.message : "open failed");
+		say("generator %s: %s", c->generator.plugin,
+		    err.message[0] ? err.message : "open failed");
 		return -1;
 	}
 	if (gen->total)
@@ -451,8 +451,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 		so = sink->open(&c->sink.args, &h->sink, &err);
 	if (so != 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
-			err.message[0] ? err.message : "open failed");
+		say("sink %s: %s", c->sink.plugin, err.message[0] ? err.message : "open failed");
 		if (gen->close)
 			gen->close(h->gen);
 		return -1;
@@ -463,15 +462,15 @@ static int open_plugins(struct host *h, struct cfg *c)
 	err.message[0] = '\0';
 	if (resume_tell_sink(h, &err) < 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
-			err.message[0] ? err.message : "gpud_sink_resumed failed");
+		say("sink %s: %s", c->sink.plugin,
+		    err.message[0] ? err.message : "gpud_sink_resumed failed");
 		return 1;
 	}
 	if (resume_skip_prefix(h, &err) < 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
-			c->generator.plugin, (unsigned long long)h->journal.low,
-			err.message[0] ? err.message : "gpud_generator_skip failed");
+		say("generator %s: cannot skip the %llu tasks already done: %s",
+		    c->generator.plugin, (unsigned long long)h->journal.low,
+		    err.message[0] ? err.message : "gpud_generator_skip failed");
 		return 1;
 	}
 	return 0;
@@ -486,7 +485,7 @@ static int setup_run(struct host *h, struct cfg *c)
 	h->pool.restarts = calloc(c->n_gpus, sizeof *h->pool.restarts);
 	h->pool.retired = calloc(c->n_gpus, sizeof *h->pool.retired);
 	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
-		fprintf(stderr, "gpud: out of memory for %u workers\n", h->pool.n);
+		say("out of memory for %u workers", h->pool.n);
 		return -1;
 	}
 	for (unsigned k = 0; k < h->pool.n; k++) {
@@ -497,7 +496,7 @@ static int setup_run(struct host *h, struct cfg *c)
 		h->pool.w[k].pid = -1;
 	}
 	if (tasks_init(h, (c->queue_size + h->pool.n - 1) / h->pool.n) < 0) {
-		fprintf(stderr, "gpud: out of memory for the task table\n");
+		say("out of memory for the task table");
 		return -1;
 	}
 	files_open_run(h); /* said why if not; the run goes on */
@@ -521,8 +520,7 @@ static int open_tty(struct host *h, const struct run_opts *opts)
 		return 0;
 	h->view.fd = open(opts->ui_tty, O_WRONLY | O_NOCTTY | O_CLOEXEC);
 	if (h->view.fd < 0) {
-		fprintf(stderr, "gpud: cannot open %s for the dashboard: %s\n", opts->ui_tty,
-			strerror(errno));
+		say("cannot open %s for the dashboard: %s", opts->ui_tty, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -568,7 +566,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	if (prepare(&h, c, opts) < 0)
 		goto out;
 	if (c->n_gpus == 0) {
-		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
+		say("%s: no GPU to run on", c->path);
 		goto out;
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
