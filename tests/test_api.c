@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gpud/gpud.h>
@@ -460,5 +461,60 @@ Test(api, set_refuses_control_bytes_and_lengths)
 	cr_expect_eq(gpud_job_check(job, NULL), 2);
 	cr_expect(strstr(gpud_job_error(job), "gpus is required"), "%s", gpud_job_error(job));
 	cr_expect_lt(strlen(gpud_job_error(job)), 200, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+static int count_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	(void)err;
+	if (ev->kind == GPUD_TASK_OK)
+		(*(unsigned *)ctx)++;
+	return 0;
+}
+
+/* The caller's children from before the run are the caller's: the run neither kills
+ * them nor takes their exit status, and a worker's death is still seen while one of
+ * them is an unreaped zombie. */
+Test(api, the_callers_children_are_left_alone, .timeout = 120)
+{
+	pid_t sleeper = fork();
+	cr_assert_geq(sleeper, 0);
+	if (sleeper == 0) {
+		execlp("sleep", "sleep", "30", (char *)NULL);
+		_exit(127);
+	}
+	pid_t quick = fork();
+	cr_assert_geq(quick, 0);
+	if (quick == 0) {
+		usleep(50000);
+		_exit(7);
+	}
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	unsigned ok = 0;
+	struct gpud_sink_ops sink = {.size = sizeof sink, .event = count_event};
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.sleep_us", "3000"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.crash_on", "100"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.first_attempt_only", "1"), 0);
+	cr_assert_eq(gpud_job_set(job, "job.max_retries", "1"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "200"), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &sink, &ok), 0);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 0, "status %d: %s", rc, gpud_job_error(job));
+	cr_expect_eq(ok, 200);
+	cr_expect_geq(gpud_job_stats(job)->worker_restarts, 1, "the crash was seen");
+	/* The quick one exited during the run: its status is still ours to take. */
+	int st;
+	cr_expect_eq(waitpid(quick, &st, WNOHANG), quick, "the exited child kept its status");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 7, "status %#x", st);
+	/* The sleeper lives on. */
+	cr_expect_eq(waitpid(sleeper, &st, WNOHANG), 0, "the sleeping child is alive");
+	kill(sleeper, SIGTERM);
+	cr_expect_eq(waitpid(sleeper, &st, 0), sleeper);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
 	gpud_job_free(job);
 }

@@ -533,6 +533,9 @@ static int run_loop(struct host *h)
 {
 	int subreaper = 0;
 	prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+	/* The caller's children (libgpud) are its own: the run neither reaps nor kills
+	 * them. */
+	lifecycle_children_note();
 	if (shm_create(h) < 0) {
 		host_abort(h, "cannot create the shared memory");
 	} else {
@@ -554,6 +557,7 @@ static int run_loop(struct host *h)
 	int rc = finish_run(h);
 	host_restore_signals();
 	prctl(PR_SET_CHILD_SUBREAPER, subreaper);
+	lifecycle_children_forget();
 	return rc;
 }
 
