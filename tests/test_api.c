@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gpud/gpud.h>
@@ -516,5 +517,53 @@ Test(api, the_callers_children_are_left_alone, .timeout = 120)
 	kill(sleeper, SIGTERM);
 	cr_expect_eq(waitpid(sleeper, &st, 0), sleeper);
 	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+	gpud_job_free(job);
+}
+
+static double json_number(const char *json, const char *key)
+{
+	char k[64];
+	snprintf(k, sizeof k, "\"%s\": ", key);
+	const char *p = strstr(json, k);
+	cr_assert_not_null(p, "%s in %s", key, json);
+	return strtod(p + strlen(k), NULL);
+}
+
+static double wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The stats' times are the run's, on a precise clock; its CPU time is the run's share
+ * of the process's, not what the caller burnt before. */
+Test(api, stats_times_and_cpu_are_the_runs)
+{
+	const char *dir = t_tmpdir();
+	/* CPU the caller spends before the run. */
+	volatile double x = 0;
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	do {
+		for (int i = 0; i < 100000; i++)
+			x += i * 0.5;
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	} while ((double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9 < 0.6);
+	struct feed f = {.n = 20, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	gpud_job *job = keys_job(dir, 10000, false);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	double before = wall_now();
+	cr_assert_eq(gpud_job_run(job, NULL), 0, "%s", gpud_job_error(job));
+	double after = wall_now();
+	const char *json = gpud_job_stats_json(job);
+	cr_assert_not_null(json);
+	double start = json_number(json, "start_time"), end = json_number(json, "end_time");
+	cr_expect(start >= before - 0.002 && end <= after + 0.002 && start <= end,
+		  "start %.3f end %.3f, called at %.3f, returned at %.3f", start, end, before,
+		  after);
+	cr_expect_lt(json_number(json, "host_cpu_seconds"), 0.5, "%s", json);
 	gpud_job_free(job);
 }

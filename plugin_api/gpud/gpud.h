@@ -90,8 +90,9 @@ GPUD_API int gpud_job_load(gpud_job *job, const char *path);
  *  by gpud_job_check or gpud_job_run. */
 GPUD_API int gpud_job_set(gpud_job *job, const char *section_key, const char *value);
 
-/** The last error on this job: one line naming what and where ("job.ini:7: ...",
- *  "--set KEY=VALUE: ..."), the text `gpud` prints; "" when none. Never NULL (for a
+/** The error of the last call on this job: one line naming what and where ("job.ini:7:
+ *  ...", "--set KEY=VALUE: ..."), the text `gpud` prints; "" when that call succeeded
+ *  (every call on the job but gpud_job_stop and the getters clears it first). Never NULL (for a
  *  NULL job: a static string saying so). Owned by the job. */
 GPUD_API const char *gpud_job_error(const gpud_job *job);
 
@@ -202,7 +203,9 @@ GPUD_API void gpud_job_stop(gpud_job *job);
 GPUD_API const struct gpud_stats *gpud_job_stats(const gpud_job *job);
 /** After gpud_job_run: the final stats as the JSON `--stats-json` writes (one object:
  *  counts, times, per worker and per GPU), or NULL as for gpud_job_stats. Owned by the
- *  job. */
+ *  job. start_time and end_time are the run's on the wall clock (seconds since the
+ *  epoch, to the millisecond); host_cpu_seconds is this process's CPU time during the
+ *  run (every thread's: the callbacks' included, the workers' not). */
 GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
 
 /** `gpud check`: validates the job, loads every plugin and checks their keys, runs no

@@ -37,6 +37,17 @@
 
 #define ERRLEN 2048
 
+/* How a stopped run with a journal is finished: a job file's by the command, a job of
+ * keys (libgpud) by a new job with the same keys. */
+static void resume_hint(const struct cfg *c)
+{
+	if (strcmp(c->path, CFG_NO_FILE) == 0)
+		fprintf(stderr, "gpud: a new job of the same keys with GPUD_RUN_RESUME finishes it\n");
+	else
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it (or GPUD_RUN_RESUME)\n",
+			c->path);
+}
+
 /* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
  * Listed ids: checked against the devices where CUDA works; where it does not, they
  * stay as given (simulated GPUs: the plugin decides what an id means). */
@@ -287,7 +298,7 @@ static int finish_stuck(struct host *h)
 			strerror(errno));
 	fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
 	if (status == RUN_EXIT_RESUMABLE)
-		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		resume_hint(h->cfg);
 	return status;
 }
 
@@ -385,7 +396,7 @@ static int finish_run(struct host *h)
 			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
 				(unsigned long long)h->flow.next_id);
 		if (status == RUN_EXIT_RESUMABLE)
-			fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+			resume_hint(h->cfg);
 		return status;
 	}
 	return status;
@@ -412,7 +423,7 @@ static void exit_during_run(int status, void *arg)
 		"running tasks without an outcome and the sink not closed\n",
 		status);
 	if (h->journal.fd >= 0)
-		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		resume_hint(h->cfg);
 	_exit(3);
 }
 
@@ -508,6 +519,8 @@ static int setup_run(struct host *h, struct cfg *c)
 			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
 		h->out.held = calloc(c->queue_size, sizeof *h->out.held);
 	h->t_start_ns = wait_now_ns();
+	h->t_start_wall = stats_wall_now();
+	h->cpu_start = stats_cpu_now();
 	if (metrics_start(h) < 0) /* said why: a port asked for and not had */
 		return -1;
 	return 0;
