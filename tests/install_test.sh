@@ -13,7 +13,10 @@ meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >/dev/null
 pc=$(find "$tmp/root" -name gpud.pc | head -n 1)
 [ -n "$pc" ] || { echo "gpud.pc was not installed"; exit 1; }
 [ -f "$(dirname "$pc")/libgpud.pc" ] || { echo "libgpud.pc was not installed"; exit 1; }
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+# The .pc files are relocatable (prefix=${pcfiledir}/...): no sysroot nor
+# --define-variable needed, in the staging folder or after the move below.
+grep -q '^prefix=${pcfiledir}/' "$pc" || { echo "gpud.pc is not relocatable: $(grep ^prefix= "$pc")"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
 gpud=$(find "$tmp/root" -path '*/bin/gpud' | head -n 1)
 cp "$src"/docs/examples/{upper.c,words.c,csv.c,job.ini,poem.txt} "$tmp/"
 cd "$tmp"
@@ -23,7 +26,14 @@ done
 # Moved prefix: gpud finds its worker executable and plugins relative to itself.
 mv "$tmp/root" "$tmp/moved"
 gpud=${gpud/$tmp\/root/$tmp\/moved}
-export PKG_CONFIG_PATH=${PKG_CONFIG_PATH/$tmp\/root/$tmp\/moved} PKG_CONFIG_SYSROOT_DIR="$tmp/moved"
+export PKG_CONFIG_PATH=${PKG_CONFIG_PATH/$tmp\/root/$tmp\/moved}
+# Plain pkg-config now points into the moved prefix, not where it was installed.
+for p in gpud libgpud; do
+  case "$(pkg-config --cflags $p)" in
+    *"$tmp/moved/"*) ;;
+    *) echo "pkg-config --cflags $p: $(pkg-config --cflags $p) is not in $tmp/moved"; exit 1 ;;
+  esac
+done
 "$gpud" check job.ini
 "$gpud" run job.ini --ui off 2>run.err
 cat results.csv
@@ -36,6 +46,7 @@ grep -q '^# 9 tasks: 9 ok' results.csv
 # the worker executable from the library: docs/examples/embed.
 pkg-config --libs libgpud | grep -q -- '-lgpud'
 libdir=$(pkg-config --variable=libdir libgpud)
+[ -f "$libdir/libgpud.so" ] || { echo "pkg-config --variable=libdir libgpud: $libdir has no libgpud.so"; exit 1; }
 mkdir embed
 # A sanitized build's libgpud needs its program built with the same runtime first.
 san=""

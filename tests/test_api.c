@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gpud/gpud.h>
@@ -340,5 +342,228 @@ Test(api, check_a_job_of_keys_with_callbacks)
 	gpud_job_set_sink(job, &tally_ops, &t);
 	cr_expect_eq(gpud_job_check(job, NULL), 0, "%s", gpud_job_error(job));
 	cr_expect_eq(atomic_load(&t.events), 0, "check runs nothing");
+	gpud_job_free(job);
+}
+
+/* A job of keys for the sha256 worker, which declares its keys, with callbacks. */
+static gpud_job *sha_job(struct feed *f, struct tally *t)
+{
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", "sha256"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &tally_ops, t), 0);
+	return job;
+}
+
+/* Every status 2 found before the run has its reason in gpud_job_error, not only on
+ * standard error. */
+Test(api, reasons_found_by_check_and_run_reach_the_error)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 5, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	/* A key the plugin does not declare: known only once the plugin is. */
+	gpud_job *job = sha_job(&f, &t);
+	cr_expect_eq(gpud_job_set(job, "worker.salty", "1"), 0, "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "--set worker.salty=1: unknown key 'salty'"), "%s",
+		  gpud_job_error(job));
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "--set worker.salty=1: unknown key 'salty'"), "%s",
+		  gpud_job_error(job));
+	gpud_job_free(job);
+
+	/* A worker plugin that is not there. */
+	job = sha_job(&f, &t);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", "/nonexistent.so"), 0);
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "/nonexistent.so"), "%s", gpud_job_error(job));
+	gpud_job_free(job);
+
+	/* A job file's undeclared key, on line 5. */
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\njournal = off\n[worker]\nroundz = 3\n"
+			     "plugin = sha256\n");
+	job = gpud_job_new();
+	cr_assert_eq(gpud_job_load(job, path), 0, "%s", gpud_job_error(job));
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	char want[4200];
+	snprintf(want, sizeof want, "%s:5: unknown key 'roundz'", path);
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), want), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_run(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), want), "%s", gpud_job_error(job));
+	gpud_job_free(job);
+	free(path);
+
+	/* A resume of a journal another job wrote. */
+	char journal[4200];
+	snprintf(journal, sizeof journal, "%s/other.journal", dir);
+	job = sha_job(&f, &t);
+	gpud_job_set(job, "job.journal", journal);
+	gpud_job_set(job, "worker.rounds", "1");
+	gpud_job_stop(job);
+	cr_assert_eq(gpud_job_run(job, NULL), 4, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+	job = sha_job(&f, &t);
+	gpud_job_set(job, "job.journal", journal);
+	gpud_job_set(job, "worker.rounds", "2");
+	struct gpud_run_options o = {.size = sizeof o, .flags = GPUD_RUN_RESUME};
+	cr_expect_eq(gpud_job_run(job, &o), 2);
+	cr_expect(strstr(gpud_job_error(job), "was written by another job"), "%s",
+		  gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+/* gpud_job_set refuses what cannot be one key and one value, whatever its length. */
+Test(api, set_refuses_control_bytes_and_lengths)
+{
+	gpud_job *job = gpud_job_new();
+	cr_expect_eq(gpud_job_set(job, "job.gpus", "0\n[worker]\nplugin=/x.so"), -1);
+	cr_expect(
+		strstr(gpud_job_error(job), "--set job.gpus: the value has a control byte (0x0a)"),
+		"%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "worker.salt", "1\tx"), -1);
+	cr_expect_eq(gpud_job_set(job, "worker.sa\nlt", "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "the key has a control byte"), "%s",
+		  gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "job.gpus=0", "1"), -1);
+	cr_expect_eq(gpud_job_set(job, "job.gpus", "abc"), -1);
+
+	char big[1200];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	cr_expect_eq(gpud_job_set(job, big, "1"), -1, "a 1,199-byte key");
+	cr_expect(strstr(gpud_job_error(job), "1199 bytes long"), "%s", gpud_job_error(job));
+	memcpy(big, "job", 3); /* "jobaaa...": no dot, but short */
+	big[40] = '\0';
+	cr_expect_eq(gpud_job_set(job, big, "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "expected SECTION.KEY=VALUE"), "%s",
+		  gpud_job_error(job));
+
+	char zeros[1200];
+	memset(zeros, '0', sizeof zeros - 1);
+	zeros[sizeof zeros - 1] = '\0';
+	cr_expect_eq(gpud_job_set(job, "job.queue_size", zeros), -1, "1,199 zeros");
+	cr_expect(strstr(gpud_job_error(job), "--set job.queue_size=000"), "%s",
+		  gpud_job_error(job));
+	char *huge = malloc((2 << 20) + 1);
+	memset(huge, '1', 2 << 20);
+	huge[2 << 20] = '\0';
+	cr_expect_eq(gpud_job_set(job, "worker.salt", huge), -1);
+	cr_expect(strstr(gpud_job_error(job), "bytes long: at most"), "%s", gpud_job_error(job));
+	free(huge);
+
+	/* None of them stayed in the job: its one fault is its own, said briefly. */
+	cr_expect_eq(gpud_job_set(job, "job.queue_size", "8"), 0);
+	cr_expect_str_empty(gpud_job_error(job), "a call that succeeds clears the error");
+	cr_expect_eq(gpud_job_check(job, NULL), 2);
+	cr_expect(strstr(gpud_job_error(job), "gpus is required"), "%s", gpud_job_error(job));
+	cr_expect_lt(strlen(gpud_job_error(job)), 200, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+static int count_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	(void)err;
+	if (ev->kind == GPUD_TASK_OK)
+		(*(unsigned *)ctx)++;
+	return 0;
+}
+
+/* The caller's children from before the run are the caller's: the run neither kills
+ * them nor takes their exit status, and a worker's death is still seen while one of
+ * them is an unreaped zombie. */
+Test(api, the_callers_children_are_left_alone, .timeout = 120)
+{
+	pid_t sleeper = fork();
+	cr_assert_geq(sleeper, 0);
+	if (sleeper == 0) {
+		execlp("sleep", "sleep", "30", (char *)NULL);
+		_exit(127);
+	}
+	pid_t quick = fork();
+	cr_assert_geq(quick, 0);
+	if (quick == 0) {
+		usleep(50000);
+		_exit(7);
+	}
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	unsigned ok = 0;
+	struct gpud_sink_ops sink = {.size = sizeof sink, .event = count_event};
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.sleep_us", "3000"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.crash_on", "100"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.first_attempt_only", "1"), 0);
+	cr_assert_eq(gpud_job_set(job, "job.max_retries", "1"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "200"), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &sink, &ok), 0);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 0, "status %d: %s", rc, gpud_job_error(job));
+	cr_expect_eq(ok, 200);
+	cr_expect_geq(gpud_job_stats(job)->worker_restarts, 1, "the crash was seen");
+	/* The quick one exited during the run: its status is still ours to take. */
+	int st;
+	cr_expect_eq(waitpid(quick, &st, WNOHANG), quick, "the exited child kept its status");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 7, "status %#x", st);
+	/* The sleeper lives on. */
+	cr_expect_eq(waitpid(sleeper, &st, WNOHANG), 0, "the sleeping child is alive");
+	kill(sleeper, SIGTERM);
+	cr_expect_eq(waitpid(sleeper, &st, 0), sleeper);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+	gpud_job_free(job);
+}
+
+static double json_number(const char *json, const char *key)
+{
+	char k[64];
+	snprintf(k, sizeof k, "\"%s\": ", key);
+	const char *p = strstr(json, k);
+	cr_assert_not_null(p, "%s in %s", key, json);
+	return strtod(p + strlen(k), NULL);
+}
+
+static double wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The stats' times are the run's, on a precise clock; its CPU time is the run's share
+ * of the process's, not what the caller burnt before. */
+Test(api, stats_times_and_cpu_are_the_runs)
+{
+	const char *dir = t_tmpdir();
+	/* CPU the caller spends before the run. */
+	volatile double x = 0;
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	do {
+		for (int i = 0; i < 100000; i++)
+			x += i * 0.5;
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	} while ((double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9 < 0.6);
+	struct feed f = {.n = 20, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	gpud_job *job = keys_job(dir, 10000, false);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	double before = wall_now();
+	cr_assert_eq(gpud_job_run(job, NULL), 0, "%s", gpud_job_error(job));
+	double after = wall_now();
+	const char *json = gpud_job_stats_json(job);
+	cr_assert_not_null(json);
+	double start = json_number(json, "start_time"), end = json_number(json, "end_time");
+	cr_expect(start >= before - 0.002 && end <= after + 0.002 && start <= end,
+		  "start %.3f end %.3f, called at %.3f, returned at %.3f", start, end, before,
+		  after);
+	cr_expect_lt(json_number(json, "host_cpu_seconds"), 0.5, "%s", json);
 	gpud_job_free(job);
 }

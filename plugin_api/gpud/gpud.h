@@ -90,8 +90,9 @@ GPUD_API int gpud_job_load(gpud_job *job, const char *path);
  *  by gpud_job_check or gpud_job_run. */
 GPUD_API int gpud_job_set(gpud_job *job, const char *section_key, const char *value);
 
-/** The last error on this job: one line naming what and where ("job.ini:7: ...",
- *  "--set KEY=VALUE: ..."), the text `gpud` prints; "" when none. Never NULL (for a
+/** The error of the last call on this job: one line naming what and where ("job.ini:7:
+ *  ...", "--set KEY=VALUE: ..."), the text `gpud` prints; "" when that call succeeded
+ *  (every call on the job but gpud_job_stop and the getters clears it first). Never NULL (for a
  *  NULL job: a static string saying so). Owned by the job. */
 GPUD_API const char *gpud_job_error(const gpud_job *job);
 
@@ -202,7 +203,9 @@ GPUD_API void gpud_job_stop(gpud_job *job);
 GPUD_API const struct gpud_stats *gpud_job_stats(const gpud_job *job);
 /** After gpud_job_run: the final stats as the JSON `--stats-json` writes (one object:
  *  counts, times, per worker and per GPU), or NULL as for gpud_job_stats. Owned by the
- *  job. */
+ *  job. start_time and end_time are the run's on the wall clock (seconds since the
+ *  epoch, to the millisecond); host_cpu_seconds is this process's CPU time during the
+ *  run (every thread's: the callbacks' included, the workers' not). */
 GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
 
 /** `gpud check`: validates the job, loads every plugin and checks their keys, runs no
@@ -225,10 +228,19 @@ GPUD_API int gpud_merge(int n_files, char *const *files);
  * What a run does to the process (gpud_job_run, gpud_job_check, gpud_job_status):
  * - Worker processes are started with fork/exec (the worker executable is found next to
  *   libgpud, or GPUD_WORKER_EXE). During a run the process is a child subreaper
- *   (PR_SET_CHILD_SUBREAPER; the previous setting is restored after), it waits for
- *   every child that exits, and at the run's end it kills and reaps every child process
- *   still there: a program must not start children of its own while a run is in
- *   progress.
+ *   (PR_SET_CHILD_SUBREAPER; the previous setting is restored after), so what a worker
+ *   leaves behind becomes its child.
+ * - The caller's children: those that exist when gpud_job_run starts (known by pid and
+ *   start time) are never signalled nor waited for by gpud; one that exits during the
+ *   run stays a zombie with its exit status for the caller's waitpid. gpud waits for
+ *   its workers by pid, never with waitpid(-1). A child the caller starts DURING the
+ *   run (from another thread or a callback) cannot be told from one a worker left
+ *   behind: if it exits during the run gpud reaps it (its status is lost to the caller),
+ *   and if it is still there at the run's end gpud kills it with SIGKILL and reaps it.
+ *   So is a process orphaned during the run (a grandchild of the caller's whose parent
+ *   exited), which the subreaper setting makes the process's child. The caller must not
+ *   wait with waitpid(-1) (or wait()) during a run: it would take a worker's exit
+ *   status from gpud.
  * - Signals: unless GPUD_RUN_KEEP_SIGNALS, gpud's handlers for SIGINT, SIGTERM, SIGHUP
  *   (each stops the run as gpud_job_stop), SIGTSTP, SIGCONT and SIGCHLD are installed for
  *   the run and SIGPIPE is ignored; the caller's dispositions are restored when

@@ -21,11 +21,17 @@
 #include "record/outputs.h"
 #include "record/runlock.h"
 #include "run/run.h"
+#include "util/say.h"
 #include "workers/lifecycle.h"
 
 #ifndef GPUD_VERSION
 #define GPUD_VERSION "0.0.0"
 #endif
+
+/* The longest key and value gpud_job_set takes: a key is SECTION.KEY, a value fits on
+ * a job file's line. */
+#define GPUD_SET_KEY_MAX 256
+#define GPUD_SET_VALUE_MAX (1 << 20)
 
 /* What c->generator.plugin / c->sink.plugin say for callbacks: messages name them so. */
 #define CALLBACKS "(callbacks)"
@@ -97,8 +103,9 @@ const char *gpud_job_error(const gpud_job *job)
 }
 
 /* The job's configuration: its file and keys, the callbacks in place of the plugins
- * they replace. 0, or -1 with the error in job->err. */
-static int job_config(struct gpud_job *job, struct cfg *c)
+ * they replace. 0, or -1 with the error in job->err and what is at fault in *at
+ * (cfg_load_at; may be NULL). */
+static int job_config(struct gpud_job *job, struct cfg *c, long *at)
 {
 	char **sets = calloc(job->n_sets + 2, sizeof *sets);
 	if (!sets)
@@ -110,7 +117,7 @@ static int job_config(struct gpud_job *job, struct cfg *c)
 		sets[n++] = (char *)"generator.plugin=" CALLBACKS;
 	if (job->sink_cb)
 		sets[n++] = (char *)"sink.plugin=" CALLBACKS;
-	int rc = cfg_load(c, job->path, sets, n, job->err, sizeof job->err);
+	int rc = cfg_load_at(c, job->path, sets, n, job->err, sizeof job->err, at);
 	free(sets);
 	if (rc < 0)
 		return -1;
@@ -123,34 +130,29 @@ static int job_config(struct gpud_job *job, struct cfg *c)
 	return 0;
 }
 
-/* Whether the error text says that `where` is at fault: "WHERE: ..." or "WHERE:LINE:". */
-static bool error_at(const char *err, const char *where)
-{
-	size_t n = strlen(where);
-	return strncmp(err, where, n) == 0 && err[n] == ':' &&
-	       (err[n + 1] == ' ' || (err[n + 1] >= '0' && err[n + 1] <= '9'));
-}
-
-/* A trial load, for what gpud_job_load and gpud_job_set can tell on their own: the
- * error when it names `where` (the file and its lines, or the set), else 0 (a missing
- * required key is the whole job's, said when it is checked or run). */
-static int trial(struct gpud_job *job, const char *where, bool file)
+/* A trial load, for what gpud_job_load and gpud_job_set can tell on their own: -1 with
+ * the error when the load puts the fault on `culprit` (CFG_AT_FILE: the file and its
+ * lines; a set's index), else 0 (a missing required key is the whole job's, said when
+ * it is checked or run; a fault of an earlier set is that set's). */
+static int trial(struct gpud_job *job, long culprit)
 {
 	struct cfg c;
-	if (job_config(job, &c) == 0) {
+	long at = CFG_AT_JOB;
+	if (job_config(job, &c, &at) == 0) {
 		cfg_free(&c);
 		job->err[0] = '\0';
 		return 0;
 	}
-	if (file ? strncmp(job->err, where, strlen(where)) == 0 && !strstr(job->err, " is required")
-		 : error_at(job->err, where))
+	if (at == culprit)
 		return -1;
 	job->err[0] = '\0';
 	return 0;
 }
 
+/* Every call on a job starts so: the error text is the last call's (none: ""). */
 static bool job_usable(struct gpud_job *job)
 {
+	job->err[0] = '\0';
 	if (atomic_load(&job->state) != JOB_NEW) {
 		job_fail(job, "this job has run already: one run per job (a resume is a new "
 			      "job with GPUD_RUN_RESUME)");
@@ -173,12 +175,67 @@ int gpud_job_load(gpud_job *job, const char *path)
 		job->path = old;
 		return job_fail(job, "out of memory");
 	}
-	if (trial(job, path, true) < 0) {
+	if (trial(job, CFG_AT_FILE) < 0) {
 		free(job->path);
 		job->path = old;
 		return -1;
 	}
 	free(old);
+	return 0;
+}
+
+/* Where the first control byte of s is, or NULL. */
+static const char *control_byte(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return s;
+	return NULL;
+}
+
+/* What gpud_job_set refuses before parsing: a key that is not SECTION.KEY of a sane
+ * length, control bytes (a newline would be a line of its own in any file the job is
+ * written to, and hides in messages), a value longer than a job file's line. */
+static int set_refused(struct gpud_job *job, const char *section_key, const char *value)
+{
+	size_t key_len = value ? strlen(section_key) : strcspn(section_key, "=");
+	const char *val = value ? value : section_key[key_len] ? section_key + key_len + 1 : NULL;
+	const char *dot = memchr(section_key, '.', key_len);
+	if (key_len > GPUD_SET_KEY_MAX)
+		return job_fail(job,
+				"gpud_job_set: the key is %zu bytes long: at most %d (SECTION.KEY)",
+				key_len, GPUD_SET_KEY_MAX);
+	const char *bad = control_byte(section_key);
+	if (bad && (size_t)(bad - section_key) < key_len)
+		return job_fail(job,
+				"gpud_job_set: the key has a control byte (0x%02x) at offset %zu: "
+				"keys are SECTION.KEY, one line",
+				(unsigned char)*bad, (size_t)(bad - section_key));
+	if (value && strchr(section_key, '='))
+		return job_fail(job,
+				"gpud_job_set: key '%s' holds '=': with a value, the key is "
+				"SECTION.KEY alone",
+				section_key);
+	if (!dot || dot == section_key || dot + 1 == section_key + key_len)
+		return job_fail(
+			job,
+			"--set %.*s: expected SECTION.KEY=VALUE (job.gpus=0, worker.plugin=...)",
+			(int)key_len, section_key);
+	if (!val)
+		return job_fail(job,
+				"gpud_job_set: '%.*s' has no value (value is NULL, and no "
+				"'=VALUE' follows the key)",
+				(int)key_len, section_key);
+	size_t val_len = strlen(val);
+	if (val_len > GPUD_SET_VALUE_MAX)
+		return job_fail(job, "--set %.*s: the value is %zu bytes long: at most %d",
+				(int)key_len, section_key, val_len, GPUD_SET_VALUE_MAX);
+	if ((bad = control_byte(val)))
+		return job_fail(job,
+				"--set %.*s: the value has a control byte (0x%02x) at offset %zu: "
+				"a value is one line, without newlines or other control bytes",
+				(int)key_len, section_key, (unsigned char)*bad,
+				(size_t)(bad - val));
 	return 0;
 }
 
@@ -190,6 +247,8 @@ int gpud_job_set(gpud_job *job, const char *section_key, const char *value)
 		return -1;
 	if (!section_key)
 		return job_fail(job, "gpud_job_set: no key given");
+	if (set_refused(job, section_key, value) < 0)
+		return -1;
 	char *set;
 	if (value ? asprintf(&set, "%s=%s", section_key, value) < 0 : !(set = strdup(section_key)))
 		return job_fail(job, "out of memory");
@@ -204,9 +263,7 @@ int gpud_job_set(gpud_job *job, const char *section_key, const char *value)
 		job->cap_sets = cap;
 	}
 	job->sets[job->n_sets++] = set;
-	char where[1100];
-	snprintf(where, sizeof where, "--set %s", set);
-	if (trial(job, where, false) < 0) {
+	if (trial(job, (long)job->n_sets - 1) < 0) {
 		free(job->sets[--job->n_sets]);
 		return -1;
 	}
@@ -339,7 +396,7 @@ static int take_options(struct gpud_job *job, const struct gpud_run_options *in,
 static int job_ready(struct gpud_job *job, struct cfg *c, const char *rank, const char **stats_json,
 		     char **stats_owned, bool outputs)
 {
-	if (job_config(job, c) < 0)
+	if (job_config(job, c, NULL) < 0)
 		return 2;
 	if (ranks_detect(c, rank, job->err, sizeof job->err) < 0 ||
 	    ranks_gpus_auto(c, job->err, sizeof job->err) < 0 ||
@@ -379,7 +436,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	char *stats_owned = NULL;
 	int rc = job_ready(job, &c, o->rank, &stats_json, &stats_owned, cmd != CMD_STATUS);
 	if (rc != 0) {
-		fprintf(stderr, "gpud: %s\n", job->err);
+		say("%s", job->err);
 		free(stats_owned);
 		return rc;
 	}
@@ -393,7 +450,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		fprintf(stderr, "gpud: note: %s\n", why);
 	} else if (held < 0) {
 		job_fail(job, "%s: %s", c.path, why);
-		fprintf(stderr, "gpud: %s\n", job->err);
+		say("%s", job->err);
 		cfg_free(&c);
 		free(stats_owned);
 		return 2;
@@ -424,6 +481,10 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		if (job->result.abort_msg[0] && rc == 3)
 			job_fail(job, "aborted: %s", job->result.abort_msg);
 	}
+	/* Found by the checks before the run (a plugin, its keys, the journal...): the line
+	 * said on standard error. */
+	if (rc == 2 && !job->err[0])
+		say_last(job->err, sizeof job->err);
 	runlock_release(&lock);
 	cfg_free(&c);
 	free(stats_owned);
@@ -455,6 +516,7 @@ int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
 	atomic_store(&job->state, JOB_RUNNING);
 	for (unsigned n = atomic_exchange(&job->stops, 0); n > 0; n--)
 		lifecycle_interrupt();
+	say_forget();
 	int rc = job_command(job, &o, CMD_RUN);
 	atomic_store(&job->state, JOB_DONE);
 	atomic_store(&run_in_progress, false);
@@ -488,9 +550,10 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 	struct gpud_run_options o;
 	if (!job)
 		return -1;
+	job->err[0] = '\0';
 	if (take_options(job, options, &o) < 0 || claim_process(job) < 0)
 		return -1;
-	job->err[0] = '\0';
+	say_forget();
 	int rc = job_command(job, &o, cmd);
 	atomic_store(&run_in_progress, false);
 	return rc;

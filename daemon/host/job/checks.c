@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "job/keys.h"
+#include "util/say.h"
 
 /* The folder part of `path` ("." when it has none), malloc'd. */
 static char *parent_of(const char *path)
@@ -134,7 +135,7 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err, sizeof err) <
 		    0) {
 		ui_clean(err);
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		rc = -1;
 	}
 	free(wk);
@@ -158,8 +159,8 @@ static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *)
 	err.message[0] = '\0';
 	if (fn(&s->args, &err) != 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: %s %s: %s\n", kind, s->plugin,
-			err.message[0] ? err.message : "its check failed without a message");
+		say("%s %s: %s", kind, s->plugin,
+		    err.message[0] ? err.message : "its check failed without a message");
 		return -1;
 	}
 	return 0;
@@ -173,21 +174,20 @@ int checks_dry(const struct host *h, const struct cfg *c, FILE *out)
 	    plugin_check(h->sink_ops->check, &c->sink, "sink", "gpud_sink_check", out) < 0)
 		return -1;
 	if (c->log_dir && check_dir_usable(c->log_dir, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: [job] log_dir: %s\n", c->path, why);
+		say("%s: [job] log_dir: %s", c->path, why);
 		return -1;
 	}
 	if (c->journal && check_file_writable(c->journal, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: [job] journal: %s (journal = off runs without one)\n",
-			c->path, why);
+		say("%s: [job] journal: %s (journal = off runs without one)", c->path, why);
 		return -1;
 	}
 	if (c->metrics_file && check_file_writable(c->metrics_file, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: [ui] metrics_file: %s\n", c->path, why);
+		say("%s: [ui] metrics_file: %s", c->path, why);
 		return -1;
 	}
 	if (c->metrics_host &&
 	    metrics_can_listen(c->metrics_host, c->metrics_port, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: [ui] metrics_listen: %s\n", c->path, why);
+		say("%s: [ui] metrics_listen: %s", c->path, why);
 		return -1;
 	}
 	return 0;

@@ -26,6 +26,7 @@ struct raw {
 	char *section, *key, *value;
 	int line;
 	const char *set; /* the --set argument it came from */
+	long set_index;  /* its index in cfg_load's sets, or CFG_AT_FILE */
 };
 
 struct parse {
@@ -47,6 +48,8 @@ struct parse {
 	char *err;
 	size_t errlen;
 	bool failed;
+	long at;    /* what is being read: CFG_AT_FILE, a set's index, CFG_AT_JOB */
+	long blame; /* `at` when the first error was said */
 };
 
 static void fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -54,6 +57,7 @@ static void fail(struct parse *p, const char *fmt, ...)
 {
 	if (p->failed)
 		return; /* keep the first error: later ones tend to follow from it */
+	p->blame = p->at;
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(p->err, p->errlen, fmt, ap);
@@ -189,12 +193,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 		fail(p, "%s:%d: '%s' comes before any [section]", p->path, p->lineno, key);
 		return 0;
 	}
-	add_raw(p, (struct raw){strdup(section), strdup(key), strdup(value), p->lineno, NULL});
+	add_raw(p, (struct raw){strdup(section), strdup(key), strdup(value), p->lineno, NULL,
+				CFG_AT_FILE});
 	return 1;
 }
 
-/* Applies one "SECTION.KEY=VALUE" override. */
-static void apply_set(struct parse *p, const char *set)
+/* Applies one "SECTION.KEY=VALUE" override, sets[index]. */
+static void apply_set(struct parse *p, const char *set, long index)
 {
 	const char *dot = strchr(set, '.');
 	const char *eq = strchr(set, '=');
@@ -211,11 +216,12 @@ static void apply_set(struct parse *p, const char *set)
 		old->value = strdup(value);
 		old->line = -1;
 		old->set = set;
+		old->set_index = index;
 		free(section);
 		free(key);
 		return;
 	}
-	add_raw(p, (struct raw){section, key, strdup(value), -1, set});
+	add_raw(p, (struct raw){section, key, strdup(value), -1, set, index});
 }
 
 /* "file:line" or "--set X" for messages. */
@@ -443,6 +449,7 @@ static int read_keys(struct parse *p, struct cfg *c)
 	for (size_t i = 0; i < p->n_raw && !p->failed; i++) {
 		struct raw *r = &p->raw[i];
 		char loc[512];
+		p->at = r->set_index;
 		if (strcmp(r->section, "job") == 0 || strcmp(r->section, "ui") == 0) {
 			if (key(p, c, r) < 0)
 				return -1;
@@ -459,6 +466,7 @@ static int read_keys(struct parse *p, struct cfg *c)
 			return -1;
 		}
 	}
+	p->at = CFG_AT_JOB; /* from here, what the job as a whole lacks */
 	return p->failed ? -1 : 0;
 }
 
@@ -648,7 +656,17 @@ static int read_job_file(struct parse *p, struct cfg *c, const char *path)
 int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 	     size_t errlen)
 {
-	struct parse p = {.path = path ? path : CFG_NO_FILE, .err = err, .errlen = errlen};
+	return cfg_load_at(c, path, sets, n_sets, err, errlen, NULL);
+}
+
+int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
+		size_t errlen, long *at)
+{
+	struct parse p = {.path = path ? path : CFG_NO_FILE,
+			  .err = err,
+			  .errlen = errlen,
+			  .at = path ? CFG_AT_FILE : CFG_AT_JOB,
+			  .blame = path ? CFG_AT_FILE : CFG_AT_JOB};
 	int rc = -1;
 
 	*c = (struct cfg){
@@ -676,12 +694,17 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 				 strerror(errno));
 		goto out;
 	}
-	for (size_t i = 0; i < n_sets && !p.failed; i++)
-		apply_set(&p, sets[i]);
+	for (size_t i = 0; i < n_sets && !p.failed; i++) {
+		p.at = (long)i;
+		apply_set(&p, sets[i], (long)i);
+	}
+	p.at = CFG_AT_FILE; /* check_sections: the file's headers */
 	if (p.failed || validate(&p, c) < 0)
 		goto out;
 	rc = 0;
 out:
+	if (at)
+		*at = rc < 0 ? p.blame : CFG_AT_JOB;
 	if (p.f)
 		fclose(p.f);
 	parse_free(&p);

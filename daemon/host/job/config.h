@@ -106,6 +106,13 @@ struct cfg {
  */
 int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 	     size_t errlen);
+/* cfg_load, and on failure what is at fault in *at: CFG_AT_FILE (the file or one of its
+ * lines), the index in `sets` of the set at fault, or CFG_AT_JOB (the job as a whole: a
+ * required key missing, keys that do not go together). */
+#define CFG_AT_JOB (-1L)
+#define CFG_AT_FILE (-2L)
+int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
+		size_t errlen, long *at);
 void cfg_free(struct cfg *c);
 
 /* Parses a byte size: digits, then an optional K, M or G (powers of 1024; KiB, MiB,

@@ -14,6 +14,7 @@
 #include "loader.h"
 #include "cluster/ranks.h"
 #include "view/ui.h"
+#include "util/say.h"
 
 int resume_open(struct host *h, const struct run_opts *o)
 {
@@ -21,9 +22,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 	char why[1200];
 	if (c->journal_off || !c->journal) {
 		if (o->resume) {
-			fprintf(stderr,
-				"gpud: %s: --resume needs a journal ([job] journal is off)\n",
-				c->path);
+			say("%s: --resume needs a journal ([job] journal is off)", c->path);
 			return -1;
 		}
 		return 0;
@@ -33,17 +32,16 @@ int resume_open(struct host *h, const struct run_opts *o)
 	size_t n_in;
 	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (inputs_scan(c, &in, &n_in, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		say("%s: %s", c->path, why);
 		return -1;
 	}
 	if (!o->resume) {
 		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
 		inputs_free(in, n_in);
 		if (rc < 0) {
-			fprintf(stderr,
-				"gpud: %s: %s (set [job] journal to a writable place, or "
-				"journal = off)\n",
-				c->path, why);
+			say("%s: %s (set [job] journal to a writable place, or "
+			    "journal = off)",
+			    c->path, why);
 			return -1;
 		}
 		return 0;
@@ -52,7 +50,7 @@ int resume_open(struct host *h, const struct run_opts *o)
 				why, sizeof why);
 	inputs_free(in, n_in);
 	if (rc < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		say("%s: %s", c->path, why);
 		return -1;
 	}
 	/* A sink that can tell what its output holds is asked even after the end: its
@@ -316,11 +314,11 @@ int run_status(struct cfg *c)
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (c->journal_off || !c->journal) {
-		fprintf(stderr, "gpud: %s: [job] journal is off: nothing to tell\n", c->path);
+		say("%s: [job] journal is off: nothing to tell", c->path);
 		return 2;
 	}
 	if (journal_read(&j, c->journal, why, sizeof why) < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c->path, why);
+		say("%s: %s", c->path, why);
 		journal_close(&j);
 		return 2;
 	}

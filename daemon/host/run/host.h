@@ -260,6 +260,9 @@ struct host {
 	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
 	struct gpud_stats stats;       /* run/events.c counts; published for the view */
 	uint64_t t_start_ns;
+	/* The run's start on the wall clock (s since the epoch) and the process's CPU time
+	 * then (s): the stats JSON's start_time and host_cpu_seconds are from these. */
+	double t_start_wall, cpu_start;
 	struct journal journal; /* fd -1 when off */
 	struct host_resume resume;
 	struct host_files files;

@@ -33,8 +33,20 @@
 #include "run/stats.h"
 #include "view/ui.h"
 #include "wait.h"
+#include "util/say.h"
 
 #define ERRLEN 2048
+
+/* How a stopped run with a journal is finished: a job file's by the command, a job of
+ * keys (libgpud) by a new job with the same keys. */
+static void resume_hint(const struct cfg *c)
+{
+	if (strcmp(c->path, CFG_NO_FILE) == 0)
+		fprintf(stderr, "gpud: a new job of the same keys with GPUD_RUN_RESUME finishes it\n");
+	else
+		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it (or GPUD_RUN_RESUME)\n",
+			c->path);
+}
 
 /* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
  * Listed ids: checked against the devices where CUDA works; where it does not, they
@@ -48,17 +60,16 @@ static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 	if (!c->gpus_all) {
 		for (size_t i = 0; n > 0 && i < c->n_gpus; i++) {
 			if (c->gpus[i] >= n) {
-				fprintf(stderr,
-					"gpud: %s: [job] gpus lists GPU %d, but this machine has "
-					"%d CUDA device%s (0 to %d)\n",
-					c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
+				say("%s: [job] gpus lists GPU %d, but this machine has "
+				    "%d CUDA device%s (0 to %d)",
+				    c->path, c->gpus[i], n, n == 1 ? "" : "s", n - 1);
 				return -1;
 			}
 		}
 		return 0;
 	}
 	if (n < 0) {
-		fprintf(stderr, "gpud: %s: %s\n", c->path, err);
+		say("%s: %s", c->path, err);
 		return -1;
 	}
 	for (int i = 0; i < n && i < CFG_MAX_GPUS; i++)
@@ -72,7 +83,7 @@ static int load_host_plugin(struct plugin *pl, const struct cfg_section *s, enum
 	char err[ERRLEN];
 	char *path = loader_find(s->plugin, k, err, sizeof err);
 	if (!path || loader_open(pl, path, k, err, sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		free(path);
 		return -1;
 	}
@@ -111,28 +122,28 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	if (!h->pool.exe) {
 		const char *env = getenv("GPUD_WORKER_EXE");
 		if (env && *env)
-			fprintf(stderr, "gpud: GPUD_WORKER_EXE=%s: not an executable file\n", env);
+			say("GPUD_WORKER_EXE=%s: not an executable file", env);
 		else
-			fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
-				paths_exe_dir() ? paths_exe_dir() : "gpud");
+			say("cannot find gpud-worker next to %s",
+			    paths_exe_dir() ? paths_exe_dir() : "gpud");
 		return -1;
 	}
 	h->pool.plugin = loader_find(c->worker.plugin, LOADER_WORKER, err, sizeof err);
 	if (!h->pool.plugin) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	/* The Python the python plugins run on, in the host and every worker: chosen and
 	 * checked before any of them is loaded (job/python.h). */
 	if (python_needed(c) && !python_choose(c, err, sizeof err)) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	static char out[64 << 10]; /* the worker plugin's name and keys */
 	out[0] = '\0';
 	if (spawn_check_worker_plugin(h->pool.exe, h->pool.plugin, out, sizeof out, err,
 				      sizeof err) < 0) {
-		fprintf(stderr, "gpud: %s\n", err);
+		say("%s", err);
 		return -1;
 	}
 	if (host_plugins(h, c, opts) < 0)
@@ -141,7 +152,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 		return -1;
 	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
 	if (!h->pool.bus_ids) {
-		fprintf(stderr, "gpud: out of memory\n");
+		say("out of memory");
 		return -1;
 	}
 	if (resolve_gpus(h, c, h->pool.exe) < 0)
@@ -287,7 +298,7 @@ static int finish_stuck(struct host *h)
 			strerror(errno));
 	fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
 	if (status == RUN_EXIT_RESUMABLE)
-		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		resume_hint(h->cfg);
 	return status;
 }
 
@@ -385,7 +396,7 @@ static int finish_run(struct host *h)
 			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
 				(unsigned long long)h->flow.next_id);
 		if (status == RUN_EXIT_RESUMABLE)
-			fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+			resume_hint(h->cfg);
 		return status;
 	}
 	return status;
@@ -412,7 +423,7 @@ static void exit_during_run(int status, void *arg)
 		"running tasks without an outcome and the sink not closed\n",
 		status);
 	if (h->journal.fd >= 0)
-		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it\n", h->cfg->path);
+		resume_hint(h->cfg);
 	_exit(3);
 }
 
@@ -436,8 +447,8 @@ static int open_plugins(struct host *h, struct cfg *c)
 	/* A failure to open is a job error: nothing ran. */
 	if (gen->open(&c->generator.args, &h->gen, &err) != 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: %s\n", c->generator.plugin,
-			err.message[0] ? err.message : "open failed");
+		say("generator %s: %s", c->generator.plugin,
+		    err.message[0] ? err.message : "open failed");
 		return -1;
 	}
 	if (gen->total)
@@ -451,8 +462,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 		so = sink->open(&c->sink.args, &h->sink, &err);
 	if (so != 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
-			err.message[0] ? err.message : "open failed");
+		say("sink %s: %s", c->sink.plugin, err.message[0] ? err.message : "open failed");
 		if (gen->close)
 			gen->close(h->gen);
 		return -1;
@@ -463,15 +473,15 @@ static int open_plugins(struct host *h, struct cfg *c)
 	err.message[0] = '\0';
 	if (resume_tell_sink(h, &err) < 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: sink %s: %s\n", c->sink.plugin,
-			err.message[0] ? err.message : "gpud_sink_resumed failed");
+		say("sink %s: %s", c->sink.plugin,
+		    err.message[0] ? err.message : "gpud_sink_resumed failed");
 		return 1;
 	}
 	if (resume_skip_prefix(h, &err) < 0) {
 		ui_clean(err.message);
-		fprintf(stderr, "gpud: generator %s: cannot skip the %llu tasks already done: %s\n",
-			c->generator.plugin, (unsigned long long)h->journal.low,
-			err.message[0] ? err.message : "gpud_generator_skip failed");
+		say("generator %s: cannot skip the %llu tasks already done: %s",
+		    c->generator.plugin, (unsigned long long)h->journal.low,
+		    err.message[0] ? err.message : "gpud_generator_skip failed");
 		return 1;
 	}
 	return 0;
@@ -486,7 +496,7 @@ static int setup_run(struct host *h, struct cfg *c)
 	h->pool.restarts = calloc(c->n_gpus, sizeof *h->pool.restarts);
 	h->pool.retired = calloc(c->n_gpus, sizeof *h->pool.retired);
 	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
-		fprintf(stderr, "gpud: out of memory for %u workers\n", h->pool.n);
+		say("out of memory for %u workers", h->pool.n);
 		return -1;
 	}
 	for (unsigned k = 0; k < h->pool.n; k++) {
@@ -497,7 +507,7 @@ static int setup_run(struct host *h, struct cfg *c)
 		h->pool.w[k].pid = -1;
 	}
 	if (tasks_init(h, (c->queue_size + h->pool.n - 1) / h->pool.n) < 0) {
-		fprintf(stderr, "gpud: out of memory for the task table\n");
+		say("out of memory for the task table");
 		return -1;
 	}
 	files_open_run(h); /* said why if not; the run goes on */
@@ -509,6 +519,8 @@ static int setup_run(struct host *h, struct cfg *c)
 			    GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT))))
 		h->out.held = calloc(c->queue_size, sizeof *h->out.held);
 	h->t_start_ns = wait_now_ns();
+	h->t_start_wall = stats_wall_now();
+	h->cpu_start = stats_cpu_now();
 	if (metrics_start(h) < 0) /* said why: a port asked for and not had */
 		return -1;
 	return 0;
@@ -521,8 +533,7 @@ static int open_tty(struct host *h, const struct run_opts *opts)
 		return 0;
 	h->view.fd = open(opts->ui_tty, O_WRONLY | O_NOCTTY | O_CLOEXEC);
 	if (h->view.fd < 0) {
-		fprintf(stderr, "gpud: cannot open %s for the dashboard: %s\n", opts->ui_tty,
-			strerror(errno));
+		say("cannot open %s for the dashboard: %s", opts->ui_tty, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -535,6 +546,9 @@ static int run_loop(struct host *h)
 {
 	int subreaper = 0;
 	prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+	/* The caller's children (libgpud) are its own: the run neither reaps nor kills
+	 * them. */
+	lifecycle_children_note();
 	if (shm_create(h) < 0) {
 		host_abort(h, "cannot create the shared memory");
 	} else {
@@ -556,6 +570,7 @@ static int run_loop(struct host *h)
 	int rc = finish_run(h);
 	host_restore_signals();
 	prctl(PR_SET_CHILD_SUBREAPER, subreaper);
+	lifecycle_children_forget();
 	return rc;
 }
 
@@ -568,7 +583,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	if (prepare(&h, c, opts) < 0)
 		goto out;
 	if (c->n_gpus == 0) {
-		fprintf(stderr, "gpud: %s: no GPU to run on\n", c->path);
+		say("%s: no GPU to run on", c->path);
 		goto out;
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)

@@ -54,14 +54,28 @@ int stats_write_json(const struct host *h, const char *path, int exit_status)
 	return fclose(f);
 }
 
+double stats_wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double stats_cpu_now(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru); /* the host alone: workers are children */
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
 void stats_json(const struct host *h, FILE *f, int exit_status)
 {
 	const struct gpud_stats *s = &h->stats;
-	time_t end = time(NULL);
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru); /* the host alone: workers are children */
-	double host_cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-			  (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+	double end = stats_wall_now();
+	double start = h->t_start_wall > 0 ? h->t_start_wall : end - s->elapsed;
+	/* The run's share: in a library, the process ran before and may run again. */
+	double host_cpu = stats_cpu_now() - h->cpu_start;
 	double rate = s->elapsed > 0 ? (double)(s->ok + s->failed + s->timed_out) / s->elapsed : 0;
 	fprintf(f,
 		"{\"generated\": %llu, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
@@ -72,8 +86,7 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		(unsigned long long)s->generated, (unsigned long long)s->ok,
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
-		s->worker_restarts, (double)end - s->elapsed, (double)end, s->elapsed, rate,
-		host_cpu);
+		s->worker_restarts, start, end, s->elapsed, rate, host_cpu);
 	for (unsigned i = 0; i < h->pool.n; i++) {
 		const struct host_worker *w = &h->pool.w[i];
 		fprintf(f,

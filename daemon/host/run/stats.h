@@ -13,5 +13,9 @@ void stats_print(const struct host *h, FILE *f);
 int stats_write_json(const struct host *h, const char *path, int exit_status);
 /* The same JSON written to f (libgpud keeps it in memory). */
 void stats_json(const struct host *h, FILE *f, int exit_status);
+/* The wall clock (seconds since the epoch, to the nanosecond) and the process's CPU
+ * time (user + system, seconds): taken at a run's start for the stats JSON. */
+double stats_wall_now(void);
+double stats_cpu_now(void);
 
 #endif /* GPUD_STATS_H */

@@ -11,6 +11,7 @@
 
 #include "workers/memory.h"
 #include "util/textio.h"
+#include "util/say.h"
 
 static const char *human(uint64_t v, char *buf, size_t len)
 {
@@ -33,14 +34,13 @@ static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
 	    need <= rl.rlim_cur)
 		return 0;
 	if (rl.rlim_max != RLIM_INFINITY && need > rl.rlim_max) {
-		fprintf(stderr,
-			"gpud: %s: %u workers (%zu GPU%s x workers_per_gpu %u) need about "
-			"%llu open files, and this process may open %llu (ulimit -n, hard "
-			"limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
-			"or raise the limit\n",
-			c->path, n, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
-			(unsigned long long)need, (unsigned long long)rl.rlim_cur,
-			(unsigned long long)rl.rlim_max);
+		say("%s: %u workers (%zu GPU%s x workers_per_gpu %u) need about "
+		    "%llu open files, and this process may open %llu (ulimit -n, hard "
+		    "limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
+		    "or raise the limit",
+		    c->path, n, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+		    (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+		    (unsigned long long)rl.rlim_max);
 		return -1;
 	}
 	/* As daemons do: the soft limit is a default, the hard one the real bound. */
@@ -54,11 +54,9 @@ static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
 	}
 	rl.rlim_cur = to;
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
-		fprintf(stderr,
-			"gpud: %s: %u workers need about %llu open files; raising the "
-			"limit to %llu failed: %s\n",
-			c->path, n, (unsigned long long)need, (unsigned long long)to,
-			strerror(errno));
+		say("%s: %u workers need about %llu open files; raising the "
+		    "limit to %llu failed: %s",
+		    c->path, n, (unsigned long long)need, (unsigned long long)to, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -115,18 +113,15 @@ static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
 	if (c->batch_size > 1)
 		snprintf(batch, sizeof batch, " or batch_size (%u)", c->batch_size);
 	if (bad)
-		fprintf(stderr,
-			"gpud: %s: the shared memory for %u workers is too large to count: "
-			"lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
-			c->path, n, key, batch);
+		say("%s: the shared memory for %u workers is too large to count: "
+		    "lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)",
+		    c->path, n, key, batch);
 	else
-		fprintf(stderr,
-			"gpud: %s: the run's shared memory would take %s (%u workers x %s "
-			"of task ring and %s of results), more than %s (%s): lower [job] "
-			"%s%s, or run fewer workers ([job] gpus, workers_per_gpu)\n",
-			c->path, human(p.all, a, sizeof a), n, human(p.task_cap, b, sizeof b),
-			human(p.out_size, d, sizeof d), what, human(limit, e, sizeof e), key,
-			batch);
+		say("%s: the run's shared memory would take %s (%u workers x %s "
+		    "of task ring and %s of results), more than %s (%s): lower [job] "
+		    "%s%s, or run fewer workers ([job] gpus, workers_per_gpu)",
+		    c->path, human(p.all, a, sizeof a), n, human(p.task_cap, b, sizeof b),
+		    human(p.out_size, d, sizeof d), what, human(limit, e, sizeof e), key, batch);
 	return -1;
 }
 

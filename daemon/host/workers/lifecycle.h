@@ -28,8 +28,13 @@ void lifecycle_kill_all(struct host *h);
 void lifecycle_take_back(struct host *h, struct host_worker *w);
 unsigned lifecycle_live(const struct host *h);
 /* End of run: kills and reaps every process left below the host (children of workers
- * that outlived them); returns how many. */
+ * that outlived them), but the ones lifecycle_children_note saw; returns how many. */
 unsigned lifecycle_sweep(void);
+/* Notes the process's children at the start of a run (a libgpud caller's): neither
+ * lifecycle_reap nor lifecycle_sweep touches them, nor takes their exit status.
+ * lifecycle_children_forget ends that at the run's end. */
+void lifecycle_children_note(void);
+void lifecycle_children_forget(void);
 
 /* Signals: SIGCHLD, SIGINT/SIGTERM/SIGHUP (interrupts, counted), SIGTSTP (stop the job),
  * SIGCONT (the job goes on; counted in host_conts, which tells a stop from outside from
