@@ -55,6 +55,9 @@ fi
 
 setup() { # setup DIR [meson options...]
   local dir=$1; shift
+  # Set on every tree, also one made before meson.build's default said so: the .pc
+  # files name their prefix relative to themselves, so an install can move.
+  set -- -Dpkgconfig.relocatable=true "$@"
   if [ -f "$dir/build.ninja" ]; then
     meson configure "$dir" "$@" >/dev/null
   else
