@@ -111,6 +111,10 @@ class Dispatcher:
         if task_timeout is not None:
             keys.append(("job.task_timeout", _value(task_timeout)))
         for name, key in _OPTION_KEYS.items():
+            # A chunk is a batch of items already: the worker cuts it into calls of
+            # batch_size items; gpud hands out one chunk at a time.
+            if chunked and name == "batch_size":
+                continue
             if o.get(name) is not None:
                 keys.append((key, _value(o[name])))
         journal = o.get("journal")
@@ -268,7 +272,7 @@ class Dispatcher:
             budget = _CHUNK_SECONDS
             if task_timeout:
                 budget = min(budget, float(task_timeout) / 50)
-            chunk = _Chunks(generator, k, callbacks, budget,
+            chunk = _Chunks(generator, k, callbacks, budget, int(o.get("batch_size") or 1),
                             _size(o.get("max_task_bytes"), 1 << 20),
                             _size(o.get("max_result_bytes"), 1 << 20), _worker.loads_framed)
             generator, callbacks = chunk, chunk.callbacks()
@@ -313,7 +317,8 @@ class Dispatcher:
             if status == -1:
                 raise RuntimeError(error)
             if status == 2:
-                raise JobError(error)
+                raise JobError(error or "gpud refused the job (its message is above, on "
+                               "standard error)")
             if status == 3:
                 if setup_failed and stats.get("ok", 0) == 0 and "set up" in error:
                     raise RuntimeError(
@@ -327,7 +332,7 @@ class Dispatcher:
 
 # Automatic chunking: a chunk is cut to take about this long in a worker (less with a
 # task_timeout: a fiftieth of it), and holds at most _CHUNK_MAX items.
-_CHUNK_SECONDS = 0.005
+_CHUNK_SECONDS = 0.002
 _CHUNK_MAX = 1024
 
 
@@ -354,7 +359,8 @@ class _Chunks:
     (at most doubling from one result to the next) while the workers report that its
     items take little time, up to `budget` seconds of process() a chunk, _CHUNK_MAX
     items, half of max_task_bytes pickled and a quarter of max_result_bytes of results;
-    it shrinks at once when items turn slow. A chunk also ends when the program's
+    it shrinks at once when items turn slow, but not below `batch` (batch_size) once a
+    result has come: process_batch() then gets full batches. A chunk also ends when the program's
     iterator takes over a millisecond for its items (a live source's items are not
     held back).
 
@@ -363,12 +369,14 @@ class _Chunks:
     is the pickled (results, {index: error text}, seconds in process()), unpickled here
     in one call and given to the callbacks item by item."""
 
-    def __init__(self, iterable, k, callbacks, budget, max_task, max_result, loads_framed):
+    def __init__(self, iterable, k, callbacks, budget, batch, max_task, max_result,
+                 loads_framed):
         self.it = iter(iterable)
         self.fixed = k
         self.k = k or 1
         self.cb = callbacks
         self.budget = budget
+        self.batch = batch
         self.max_task = max_task
         self.max_result = max_result
         self.loads_framed = loads_framed
@@ -454,7 +462,9 @@ class _Chunks:
         if size > self.max_result // 4:
             target = min(target, n * (self.max_result // 4) / size)
         k = self.k
-        self.k = max(1, int(min(target, 2 * k, _CHUNK_MAX) if target > k else target))
+        k = int(min(target, 2 * k, _CHUNK_MAX) if target > k else target)
+        # With batch_size, process_batch() gets full batches once the items are seen.
+        self.k = max(1, self.batch if k < self.batch else k)
 
     def callbacks(self):
         cb = self.cb
