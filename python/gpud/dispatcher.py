@@ -80,8 +80,10 @@ class Dispatcher:
     stats_json (a path); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
-    from the generator at most, 256); chunksize (items per gpud task, 1: as
-    multiprocessing.Pool's chunksize, for many small items).
+    from the generator at most, 256); chunksize (items per gpud task: None, the
+    default, measures it (automatic chunks: several fast items to a task, each item
+    still its own task id, callbacks, error and count; one item a task with a journal
+    or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
     """
 
     def __init__(self, worker_cls, gpu_ids, queue_size=1024, **options):
