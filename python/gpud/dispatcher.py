@@ -386,6 +386,8 @@ class _Chunks:
         self.items = 0  # read from the program's iterable so far
         self.carry = []  # items read but left for the next chunk (a chunk too large)
         self.ended = False
+        self.raised = None  # the iterator's exception, raised at the next call
+        self._partial = []
         self.largest = 1  # the largest chunk sent
         self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
         self.total = None
@@ -405,6 +407,7 @@ class _Chunks:
 
     def _read(self, k):
         chunk, self.carry = self.carry[:k], self.carry[k:]
+        self._partial = chunk  # what was read when the iterator raises
         if self.ended:  # an iterator is not asked again once it has ended
             return chunk
         it = self.it
@@ -429,10 +432,34 @@ class _Chunks:
         return chunk
 
     def __next__(self):
-        chunk = self._read(self.k)
+        if self.raised is not None:  # after the items before it went
+            e, self.raised = self.raised, None
+            raise e
+        try:
+            chunk = self._read(self.k)
+        except BaseException as e:  # the iterator raised: what it gave before goes first
+            chunk, self.ended = self._partial, True
+            if not chunk:
+                raise
+            self.raised = e
         if not chunk:
             raise StopIteration
-        data = _dumps(chunk, 5)
+        try:
+            data = _dumps(chunk, 5)
+        except BaseException as e:  # an item that cannot be pickled: those before it go
+            good = 0
+            for x in chunk:
+                try:
+                    _dumps(x, 5)
+                except BaseException:
+                    break
+                good += 1
+            self.ended = True
+            if not good:
+                raise
+            self.raised = e
+            del chunk[good:]
+            data = _dumps(chunk, 5)
         # Past half of max_task_bytes: the tail waits for the next chunk (one item
         # too large fails alone, as a task does).
         while len(data) > self.max_task // 2 and len(chunk) > 1 and not self.fixed:

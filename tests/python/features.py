@@ -337,6 +337,24 @@ def auto():
     check(lens == {i: 100_000 for i in range(300)} and stats["failed"] == 0,
           f"large items: {len(lens)} {stats['failed']}")
 
+    # The generator raises after 5000 items (chunks are large by then): every item it
+    # gave ran, then run() raises its exception; the same for an item pickle refuses.
+    def gen():
+        yield from range(5000)
+        raise Boom("from the generator")
+
+    for items, exc in ((gen(), Boom), ([*range(3000), threading.Lock()], TypeError)):
+        got = {}
+        try:
+            Dispatcher(Worker, GPUS).run(items, lambda t, r, w: got.__setitem__(t, r["n"]),
+                                         scale=1)
+        except exc:
+            pass
+        else:
+            check(False, f"{exc.__name__} re-raised by run()")
+        n = 5000 if exc is Boom else 3000
+        check(got == {i: i for i in range(n)}, f"the {n} items before ran: {len(got)}")
+
     # A journal: one item a task (the journal's records are tasks; a resume must cut
     # the items the same way).
     journal = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"auto-{os.getpid()}.j")
