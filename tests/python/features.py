@@ -34,7 +34,7 @@ class Worker(BaseWorker):
                 seen.add(data["flaky"])
                 raise RuntimeError(f"flaky {data['flaky']}")
             data = data["flaky"]
-        if isinstance(data, bytes):
+        if isinstance(data, bytearray):  # auto(): large items, their length back
             return len(data)
         return {"n": data, "twice": data * self.scale, "gpu": self.gpu_id, "seed": self.seed,
                 "note": self.note, "pid": os.getpid(), "exe": sys.executable,
@@ -332,7 +332,7 @@ def auto():
     # Items of 100 KB (fast): chunks stay within max_task_bytes, none fails.
     lens = {}
     stats = Dispatcher(Worker, GPUS).run(
-        (bytes(100_000) for _ in range(300)), lambda t, r, w: lens.__setitem__(t, r),
+        (bytearray(100_000) for _ in range(300)), lambda t, r, w: lens.__setitem__(t, r),
         scale=1)
     check(lens == {i: 100_000 for i in range(300)} and stats["failed"] == 0,
           f"large items: {len(lens)} {stats['failed']}")
