@@ -355,6 +355,26 @@ def auto():
         n = 5000 if exc is Boom else 3000
         check(got == {i: i for i in range(n)}, f"the {n} items before ran: {len(got)}")
 
+    # task_timeout: an item that hangs among fast ones times its chunk out: the items
+    # of that chunk get on_timeout, every other item on_success, each id once.
+    seen = {}
+
+    def note(kind):
+        def f(t, x, w):
+            check(t not in seen, f"item {t} reported twice")
+            seen[t] = kind
+        return f
+
+    items = list(range(3000))
+    items[2000] = {"n": 2000, "sleep": 30}
+    stats = Dispatcher(Worker, GPUS).run(items, note("ok"), on_timeout=note("timeout"),
+                                         task_timeout=1, scale=1)
+    timed_out = [t for t, k in seen.items() if k == "timeout"]
+    check(len(seen) == 3000 and 2000 in timed_out, f"every item once, 2000 timed out: "
+          f"{len(seen)} {timed_out[:10]}")
+    check(stats["timeouts"] == len(timed_out) and stats["completed"] == 3000 - len(timed_out)
+          and stats["chunk_timeouts"] == 1, f"stats: {stats}")
+
     # A journal: one item a task (the journal's records are tasks; a resume must cut
     # the items the same way).
     journal = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"auto-{os.getpid()}.j")
