@@ -7,7 +7,8 @@
 #    and the ratio; the library also with its per-task TaskStarted messages on;
 # 2. the adapter's cost a task: gpud with 1 worker, less the Python call alone (timeit);
 # 3. 1 MiB inputs read as memoryview (GB/s); the Python generator and the Python sink
-#    on their own (items/s, with the C echo worker).
+#    on their own and together (items/s, with the C echo worker; together also in
+#    seconds for 1M against the built-in range and null).
 set -euo pipefail
 B=$(cd "${1:-build-release}" && pwd)
 R=${2:-3}
@@ -73,3 +74,8 @@ gen=$(gpud_rate $N "$(job 0,1 'plugin = echo' $'plugin = python\nscript = '"$tmp
 printf 'Python generator alone    %s items/s (echo worker, null sink)\n' "$gen"
 sink=$(gpud_rate $N "$(job 0,1 'plugin = echo' $'plugin = range\nstop = '$N $'plugin = python\nscript = '"$tmp"$'/mib.py')")
 printf 'Python sink alone         %s events/s (range, echo worker, on_success)\n' "$sink"
+both=$(gpud_rate $N "$(job 0,1 'plugin = echo' $'plugin = python\nscript = '"$tmp"$'/mib.py\nfunction = items\ncount = '$N $'plugin = python\nscript = '"$tmp"$'/mib.py')")
+builtin=$(gpud_rate $N "$(job 0,1 'plugin = echo' $'plugin = range\nstop = '$N 'plugin = null')")
+printf 'Python generator and sink %s items/s = %.2f s for 1M (range and null: %s = %.2f s): %.2f us a task\n' \
+  "$both" "$(awk -v r="$both" 'BEGIN {print 1e6 / r}')" "$builtin" "$(awk -v r="$builtin" 'BEGIN {print 1e6 / r}')" \
+  "$(awk -v a="$both" -v b="$builtin" 'BEGIN {print 1e6 / a - 1e6 / b}')"

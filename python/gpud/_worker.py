@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+from time import perf_counter as _clock
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -143,6 +144,11 @@ def _is_fatal(exc):
     return glue is not None and isinstance(exc, glue.WorkerFatal)
 
 
+def _rejected():
+    glue = sys.modules.get("gpud._glue")
+    return glue.TaskRejected if glue is not None else ()
+
+
 def _failure(exc):
     glue = sys.modules.get("gpud._glue")
     if glue is not None and isinstance(exc, (glue.WorkerFatal, glue.TaskRejected)):
@@ -159,7 +165,8 @@ class Worker:
     """The class the python worker plugin runs: it holds the user's worker."""
 
     def setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
-              gpud_seed="42", gpud_input="pickle", gpud_chunked="", **unused):
+              gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
+              gpud_retries="0", **unused):
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -169,31 +176,59 @@ class Worker:
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
         self.loads = pickle.loads if gpud_input == "pickle" else bytes
         self.chunked = gpud_chunked == "1"
+        self.batch = max(1, int(gpud_batch))
+        self.retries = int(gpud_retries)
         self.worker = cls()
         self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
         batch = getattr(self.worker, "process_batch", None)
         self.user_batch = batch if callable(batch) else None
 
-    def run_chunk(self, items):
-        """One task holding a list of items (Dispatcher's chunksize): their results and
-        {index: traceback text} for the items that raised, as one result."""
-        errors = {}
-        if self.user_batch is not None:
+    def _again(self, call, arg, exc):
+        """call(arg) run again after it raised exc, up to `retries` times (gpud's
+        max_retries for an item of a chunk). (True, result) or (False, traceback)."""
+        for _ in range(self.retries):
+            if isinstance(exc, _rejected()):
+                break
             try:
-                results = list(self.user_batch(items))
-                if len(results) != len(items):
-                    raise ValueError(
-                        f"process_batch() returned {len(results)} results for {len(items)} items")
+                return True, call(arg)
             except BaseException as e:
                 if _is_fatal(e):
                     raise
-                text = _traceback_text(e)
-                return [None] * len(items), dict.fromkeys(range(len(items)), text)
-            for j, r in enumerate(results):
-                if isinstance(r, BaseException):
-                    errors[j] = _traceback_text(r)
-                    results[j] = None
-            return results, errors
+                exc = e
+        return False, _traceback_text(exc)
+
+    def _batch_call(self, items):
+        results = list(self.user_batch(items))
+        if len(results) != len(items):
+            raise ValueError(
+                f"process_batch() returned {len(results)} results for {len(items)} items")
+        return results
+
+    def run_chunk(self, items):
+        """One task holding a list of items (Dispatcher's chunks): their results,
+        {index: traceback text} for the items that raised, and the seconds process()
+        took, as one result."""
+        errors = {}
+        t0 = _clock()
+        if self.user_batch is not None:
+            results = []
+            for at in range(0, len(items), self.batch):  # batch_size items a call
+                part = items[at : at + self.batch]
+                try:
+                    got = self._batch_call(part)
+                except BaseException as e:
+                    if _is_fatal(e):
+                        raise
+                    ok, got = self._again(self._batch_call, part, e)
+                    if not ok:
+                        errors.update(dict.fromkeys(range(at, at + len(part)), got))
+                        got = [None] * len(part)
+                for j, r in enumerate(got):
+                    if isinstance(r, BaseException):
+                        errors[at + j] = _traceback_text(r)
+                        got[j] = None
+                results.extend(got)
+            return results, errors, _clock() - t0
         process = self.worker.process
         results = []
         append = results.append
@@ -203,9 +238,11 @@ class Worker:
             except BaseException as e:
                 if _is_fatal(e):
                     raise
-                append(None)
-                errors[j] = _traceback_text(e)
-        return results, errors
+                ok, r = self._again(process, item, e)
+                append(r if ok else None)
+                if not ok:
+                    errors[j] = r
+        return results, errors, _clock() - t0
 
     def process_batch(self, items):
         loads = self.loads

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
 """gpud.Dispatcher: the gpu_dispatch library's Dispatcher on libgpud, in this process."""
+from array import array
 import base64
 import os
 from itertools import islice as _islice
 import pickle
+from pickle import dumps as _dumps, loads as _loads
 import signal
 import sys
+from time import perf_counter as _clock
 
 from . import JobError, RunAborted
 
@@ -77,8 +80,10 @@ class Dispatcher:
     stats_json (a path); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
-    from the generator at most, 256); chunksize (items per gpud task, 1: as
-    multiprocessing.Pool's chunksize, for many small items).
+    from the generator at most, 256); chunksize (items per gpud task: None, the
+    default, measures it (automatic chunks: several fast items to a task, each item
+    still its own task id, callbacks, error and count; one item a task with a journal
+    or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
     """
 
     def __init__(self, worker_cls, gpu_ids, queue_size=1024, **options):
@@ -98,7 +103,7 @@ class Dispatcher:
 
     # ---- the job's keys ----
 
-    def _keys(self, base_seed, task_timeout, setup_kwargs, python_items=True):
+    def _keys(self, base_seed, task_timeout, setup_kwargs, python_items=True, chunked=False):
         o = self.options
         keys = []
         g = self.gpu_ids
@@ -108,6 +113,10 @@ class Dispatcher:
         if task_timeout is not None:
             keys.append(("job.task_timeout", _value(task_timeout)))
         for name, key in _OPTION_KEYS.items():
+            # A chunk is a batch of items already: the worker cuts it into calls of
+            # batch_size items; gpud hands out one chunk at a time.
+            if chunked and name == "batch_size":
+                continue
             if o.get(name) is not None:
                 keys.append((key, _value(o[name])))
         journal = o.get("journal")
@@ -136,9 +145,15 @@ class Dispatcher:
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
-            if int(o.get("chunksize") or 1) > 1:
-                keys.append(("worker.gpud_chunked", "1"))
             codec = 1
+            if chunked:
+                # Each task is a pickled list of items, pickled here (_Chunks), and its
+                # result a pickled (results, errors, seconds), unpickled there: gpud
+                # carries both as bytes.
+                keys.append(("worker.gpud_chunked", "1"))
+                keys.append(("worker.gpud_batch", str(int(o.get("batch_size") or 1))))
+                keys.append(("worker.gpud_retries", str(self._item_retries())))
+                codec = 0
         if o.get("python") and codec == 0:
             keys.append(("job.python", o["python"]))
         for section in ("generator", "sink"):
@@ -147,6 +162,20 @@ class Dispatcher:
         for k, v in (o.get("keys") or {}).items():
             keys.append((k, _value(v)))
         return keys, codec
+
+    def _item_retries(self):
+        """How often a worker runs an item of a chunk again when process() raised
+        (max_retries when retry_on has "error", as gpud retries a failed task)."""
+        o = self.options
+        n = o.get("retries", o.get("max_retries"))
+        if not n:
+            return 0
+        retry_on = o.get("retry_on")
+        if retry_on is not None:
+            kinds = retry_on if isinstance(retry_on, (list, tuple)) else str(retry_on).split(",")
+            if "error" not in [str(x).strip() for x in kinds]:
+                return 0
+        return int(n)
 
     @staticmethod
     def _worker_keys(cls, base_seed, setup_kwargs):
@@ -210,26 +239,54 @@ class Dispatcher:
                 on_exit()
         return outcome()
 
+    def _chunking(self, generator):
+        """The items a gpud task holds: K (chunksize=K), None (automatic), or 1."""
+        o = self.options
+        k = o.get("chunksize")
+        python_pair = not isinstance(self.worker_cls, (str, os.PathLike)) and generator is not None
+        if k is not None:
+            k = int(k)
+            if k < 1:
+                raise JobError(f"Dispatcher: chunksize={k}: expected 1 or more, or None "
+                               "(automatic)")
+            if k > 1 and not python_pair:
+                raise JobError("Dispatcher: chunksize needs a Python worker class and this "
+                               "program's generator")
+            return k
+        # Automatic: not where a task must stand for the same items in another run
+        # (a journal's records, a rank's share of the ids) or where gpud cannot see
+        # the items (a C worker, a generator plugin).
+        if not python_pair or any(o.get(x) for x in ("journal", "resume", "retry_failed",
+                                                      "rank", "ranks")):
+            return 1
+        keys = o.get("keys") or {}
+        if any(k in keys for k in ("job.journal", "job.rank", "job.ranks")) or o.get("job"):
+            return 1
+        return None
+
     def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
         o = self.options
         chunk = None
-        k = int(o.get("chunksize") or 1)
-        if k > 1:
-            if isinstance(self.worker_cls, (str, os.PathLike)) or generator is None:
-                raise JobError("Dispatcher: chunksize needs a Python worker class and this "
-                               "program's generator")
-            chunk = _Chunks(generator, k, callbacks)
+        k = self._chunking(generator)
+        if k != 1:
+            budget = _CHUNK_SECONDS
+            if task_timeout:
+                budget = min(budget, float(task_timeout) / 50)
+            chunk = _Chunks(generator, k, callbacks, budget, int(o.get("batch_size") or 1),
+                            _size(o.get("max_task_bytes"), 1 << 20),
+                            _size(o.get("max_result_bytes"), 1 << 20), _worker.loads_framed)
             generator, callbacks = chunk, chunk.callbacks()
-        keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None)
+        keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None,
+                                 chunk is not None)
         total = -1
         if generator is not None:
             try:
                 total = len(generator)
             except TypeError:
                 pass
-        prefetch = int(o.get("prefetch", 256 if chunk is None else max(1, 256 // k)))
+        prefetch = int(o.get("prefetch", 256 if chunk is None else max(2, 256 // (k or 64))))
         ui = o.get("ui", "off")
         if ui not in _UI:
             raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(_UI)}")
@@ -262,7 +319,8 @@ class Dispatcher:
             if status == -1:
                 raise RuntimeError(error)
             if status == 2:
-                raise JobError(error)
+                raise JobError(error or "gpud refused the job (its message is above, on "
+                               "standard error)")
             if status == 3:
                 if setup_failed and stats.get("ok", 0) == 0 and "set up" in error:
                     raise RuntimeError(
@@ -274,22 +332,70 @@ class Dispatcher:
         return outcome
 
 
-class _Chunks:
-    """chunksize: the program's items k to a gpud task. Task c holds items c*k to
-    c*k+k-1 (every chunk full but the last, so a resume's skip of c tasks is c*k items);
-    its result is (results, {index: error}), given to the callbacks item by item."""
+# Automatic chunking: a chunk is cut to take about this long in a worker (less with a
+# task_timeout: a fiftieth of it), and holds at most _CHUNK_MAX items.
+_CHUNK_SECONDS = 0.002
+_CHUNK_MAX = 1024
 
-    def __init__(self, iterable, k, callbacks):
+
+def _size(v, default):
+    """A byte count as gpud reads one (4096, "64K", "1M", "1G")."""
+    if v is None:
+        return default
+    if isinstance(v, int):
+        return v
+    t = str(v).strip().upper().rstrip("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        return default
+
+
+class _Chunks:
+    """Several of the program's items to a gpud task, each item still its own task for
+    the callbacks and the stats.
+
+    k: a fixed chunksize (every chunk full but the last, so that a resume's skip of c
+    tasks is c*k items), or None: automatic. Then a chunk starts at one item and grows
+    (at most doubling from one result to the next) while the workers report that its
+    items take little time, up to `budget` seconds of process() a chunk, _CHUNK_MAX
+    items, half of max_task_bytes pickled and a quarter of max_result_bytes of results;
+    it shrinks at once when items turn slow, but not below `batch` (batch_size) once a
+    result has come: process_batch() then gets full batches. A chunk also ends when the program's
+    iterator takes over a millisecond for its items (a live source's items are not
+    held back).
+
+    Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task's
+    bytes are the pickled list of its items (pickled here, in one call); its result
+    is the pickled (results, {index: error text}, seconds in process()), unpickled here
+    in one call and given to the callbacks item by item."""
+
+    def __init__(self, iterable, k, callbacks, budget, batch, max_task, max_result,
+                 loads_framed):
         self.it = iter(iterable)
-        self.k = k
+        self.fixed = k
+        self.k = k or 1
         self.cb = callbacks
+        self.budget = budget
+        self.batch = batch
+        self.max_task = max_task
+        self.max_result = max_result
+        self.loads_framed = loads_framed
+        self.starts = array("q")  # chunk -> its first item
         self.items = 0  # read from the program's iterable so far
+        self.carry = []  # items read but left for the next chunk (a chunk too large)
+        self.ended = False
+        self.raised = None  # the iterator's exception, raised at the next call
+        self._partial = []
+        self.largest = 1  # the largest chunk sent
         self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
-        try:
-            n = len(iterable)
-            self.total = (n + k - 1) // k
-        except TypeError:
-            self.total = None
+        self.total = None
+        if k:
+            try:
+                self.total = (len(iterable) + k - 1) // k
+            except TypeError:
+                pass
 
     def __len__(self):
         if self.total is None:
@@ -299,37 +405,124 @@ class _Chunks:
     def __iter__(self):
         return self
 
-    def __next__(self):
-        chunk = list(_islice(self.it, self.k))
-        if not chunk:
-            raise StopIteration
-        self.items += len(chunk)
+    def _read(self, k):
+        chunk, self.carry = self.carry[:k], self.carry[k:]
+        self._partial = chunk  # what was read when the iterator raises
+        if self.ended:  # an iterator is not asked again once it has ended
+            return chunk
+        it = self.it
+        if self.fixed:
+            want = k - len(chunk)
+            chunk.extend(_islice(it, want))
+            self.ended = len(chunk) < k
+            return chunk
+        # Blocks of 1, 2, 4 ... 64 items, the clock read between them.
+        t0 = _clock()
+        block = 1
+        while len(chunk) < k:
+            want = min(block, k - len(chunk))
+            n = len(chunk)
+            chunk.extend(_islice(it, want))
+            if len(chunk) - n < want:
+                self.ended = True
+                break
+            if _clock() - t0 > 1e-3:
+                break
+            block = min(block * 2, 64)
         return chunk
 
+    def __next__(self):
+        if self.raised is not None:  # after the items before it went
+            e, self.raised = self.raised, None
+            raise e
+        try:
+            chunk = self._read(self.k)
+        except BaseException as e:  # the iterator raised: what it gave before goes first
+            chunk, self.ended = self._partial, True
+            if not chunk:
+                raise
+            self.raised = e
+        if not chunk:
+            raise StopIteration
+        try:
+            data = _dumps(chunk, 5)
+        except BaseException as e:  # an item that cannot be pickled: those before it go
+            good = 0
+            for x in chunk:
+                try:
+                    _dumps(x, 5)
+                except BaseException:
+                    break
+                good += 1
+            self.ended = True
+            if not good:
+                raise
+            self.raised = e
+            del chunk[good:]
+            data = _dumps(chunk, 5)
+        # Past half of max_task_bytes: the tail waits for the next chunk (one item
+        # too large fails alone, as a task does).
+        while len(data) > self.max_task // 2 and len(chunk) > 1 and not self.fixed:
+            half = len(chunk) // 2
+            self.carry[:0] = chunk[half:]
+            del chunk[half:]
+            data = _dumps(chunk, 5)
+            self.k = max(1, half)
+        self.starts.append(self.items)
+        self.items += len(chunk)
+        if len(chunk) > self.largest:
+            self.largest = len(chunk)
+        return data
+
     def ids(self, task_id):
-        start = task_id * self.k
-        return range(start, min(start + self.k, self.items))
+        s = self.starts
+        return range(s[task_id], s[task_id + 1] if task_id + 1 < len(s) else self.items)
 
     def count(self, gpu, slot, n):
-        self.per_gpu.setdefault(gpu, [0, 0, 0])[slot] += n
+        v = self.per_gpu.get(gpu)
+        if v is None:
+            v = self.per_gpu[gpu] = [0, 0, 0]
+        v[slot] += n
+
+    def _adapt(self, n, seconds, size):
+        """The next chunks' size from a result: n items took `seconds` in process()."""
+        per = seconds / n if n else 0.0
+        target = self.budget / per if per > 0 else _CHUNK_MAX
+        if size > self.max_result // 4:
+            target = min(target, n * (self.max_result // 4) / size)
+        k = self.k
+        k = int(min(target, 2 * k, _CHUNK_MAX) if target > k else target)
+        # With batch_size, process_batch() gets full batches once the items are seen.
+        self.k = max(1, self.batch if k < self.batch else k)
 
     def callbacks(self):
         cb = self.cb
         on_success, on_error = cb["on_success"], cb["on_error"]
         on_timeout, on_start = cb["on_timeout"], cb["on_task_start"]
+        loads, loads_framed, adaptive = _loads, self.loads_framed, not self.fixed
 
         def success(task_id, payload, gpu):
-            results, errors = payload
-            base = task_id * self.k
+            if payload[:4] == b"GPD5":
+                results, errors, seconds = loads_framed(bytearray(payload))
+            else:
+                results, errors, seconds = loads(payload)
+            ids = self.ids(task_id)
+            if adaptive:
+                self._adapt(len(ids), seconds, len(payload))
             if errors:
                 self.count(gpu, 1, len(errors))
             self.count(gpu, 0, len(results) - len(errors))
-            for j, r in enumerate(results):
+            if not errors:
+                for i, r in zip(ids, results):
+                    on_success(i, r, gpu)
+                return
+            for i, r in zip(ids, results):
+                j = i - ids.start
                 if j in errors:
                     if on_error is not None:
-                        on_error(base + j, errors[j], gpu)
+                        on_error(i, errors[j], gpu)
                 else:
-                    on_success(base + j, r, gpu)
+                    on_success(i, r, gpu)
 
         def error(task_id, text, gpu):
             ids = self.ids(task_id)
@@ -341,6 +534,8 @@ class _Chunks:
         def timeout(task_id, seconds, gpu):
             ids = self.ids(task_id)
             self.count(gpu, 2, len(ids))
+            if adaptive:
+                self.k = 1
             if on_timeout is not None:
                 for i in ids:
                     on_timeout(i, seconds, gpu)
@@ -349,6 +544,7 @@ class _Chunks:
             for i in self.ids(task_id):
                 on_start(i, gpu)
 
+        # on_error and on_timeout are always wanted: the stats count items.
         return dict(cb, on_success=success, on_error=error, on_timeout=timeout,
                     on_task_start=start if on_start is not None else None)
 
@@ -358,7 +554,7 @@ class _Chunks:
             stats["chunk_" + key] = stats[key]
         done = [sum(v[i] for v in self.per_gpu.values()) for i in range(3)]
         stats.update(total=self.items, completed=done[0], failed=done[1], timeouts=done[2],
-                     chunksize=self.k)
+                     chunksize=self.fixed or "auto", largest_chunk=self.largest)
         for gpu, st in stats["gpu_status"].items():
             v = self.per_gpu.get(gpu, [0, 0, 0])
             st.update(completed=v[0], failed=v[1], timeouts=v[2])

@@ -28,6 +28,14 @@ class Worker(BaseWorker):
             data = data["n"]
         if data == "boom":
             raise KeyError("boom")
+        if isinstance(data, dict) and "flaky" in data:  # fails on its first try
+            seen = self.__dict__.setdefault("flaky_seen", set())
+            if data["flaky"] not in seen:
+                seen.add(data["flaky"])
+                raise RuntimeError(f"flaky {data['flaky']}")
+            data = data["flaky"]
+        if isinstance(data, bytearray):  # auto(): large items, their length back
+            return len(data)
         return {"n": data, "twice": data * self.scale, "gpu": self.gpu_id, "seed": self.seed,
                 "note": self.note, "pid": os.getpid(), "exe": sys.executable,
                 "prefix": sys.prefix, "in_main": "__mp_main__" in sys.modules,
@@ -286,6 +294,95 @@ def chunks():
     check(sum(g["completed"] for g in stats["gpu_status"].values()) == 999, "per GPU")
 
 
+def auto():
+    # The default (chunksize=None): many fast items travel in chunks, yet each reaches
+    # the callbacks under its own id, once, with its own start, error and count.
+    got, errs, starts = {}, {}, []
+    items = list(range(20000))
+    items[7000] = "boom"
+    stats = Dispatcher(Worker, GPUS).run(
+        iter(items), lambda t, r, w: got.__setitem__(t, (r["n"], r["gpu"] == w)),
+        on_error=lambda t, e, w: errs.__setitem__(t, e),
+        on_task_start=lambda t, w: starts.append(t), scale=1)
+    check(sorted(got) == [i for i in range(20000) if i != 7000], f"{len(got)} results")
+    check(all(got[i] == (i, True) for i in got), "each item's result under its id")
+    check(list(errs) == [7000] and "KeyError: 'boom'" in errs[7000], f"one error: {errs}")
+    check(sorted(starts) == list(range(20000)), "on_task_start once per item")
+    check(stats["total"] == 20000 and stats["completed"] == 19999 and stats["failed"] == 1,
+          f"stats in items: {stats}")
+    check(stats["chunksize"] == "auto" and stats["largest_chunk"] > 16
+          and stats["chunk_total"] < 20000 / 4, f"fast items went in chunks: {stats}")
+    check(sum(g["completed"] for g in stats["gpu_status"].values()) == 19999, "per GPU")
+
+    # Slow items (20 ms each, over the 2 ms a chunk): one item a task, as the library.
+    stats = Dispatcher(Worker, GPUS).run(
+        [{"n": i, "sleep": 0.02} for i in range(40)], lambda *a: None, scale=1)
+    check(stats["completed"] == 40 and stats["largest_chunk"] == 1
+          and stats["chunk_total"] == 40, f"slow items one a task: {stats}")
+
+    # retries=1: an item that raises once runs again and succeeds; without, it fails.
+    for retries, want_ok in ((1, 100), (0, 0)):
+        ok, bad = [], []
+        Dispatcher(Worker, GPUS, retries=retries).run(
+            ({"flaky": i} for i in range(100)), lambda t, r, w: ok.append(t),
+            on_error=lambda t, e, w: bad.append(t), scale=1)
+        check(len(ok) == want_ok and len(ok) + len(bad) == 100,
+              f"retries={retries}: {len(ok)} ok, {len(bad)} failed")
+
+    # Items of 100 KB (fast): chunks stay within max_task_bytes, none fails.
+    lens = {}
+    stats = Dispatcher(Worker, GPUS).run(
+        (bytearray(100_000) for _ in range(300)), lambda t, r, w: lens.__setitem__(t, r),
+        scale=1)
+    check(lens == {i: 100_000 for i in range(300)} and stats["failed"] == 0,
+          f"large items: {len(lens)} {stats['failed']}")
+
+    # The generator raises after 5000 items (chunks are large by then): every item it
+    # gave ran, then run() raises its exception; the same for an item pickle refuses.
+    def gen():
+        yield from range(5000)
+        raise Boom("from the generator")
+
+    for items, exc in ((gen(), Boom), ([*range(3000), threading.Lock()], TypeError)):
+        got = {}
+        try:
+            Dispatcher(Worker, GPUS).run(items, lambda t, r, w: got.__setitem__(t, r["n"]),
+                                         scale=1)
+        except exc:
+            pass
+        else:
+            check(False, f"{exc.__name__} re-raised by run()")
+        n = 5000 if exc is Boom else 3000
+        check(got == {i: i for i in range(n)}, f"the {n} items before ran: {len(got)}")
+
+    # task_timeout: an item that hangs among fast ones times its chunk out: the items
+    # of that chunk get on_timeout, every other item on_success, each id once.
+    seen = {}
+
+    def note(kind):
+        def f(t, x, w):
+            check(t not in seen, f"item {t} reported twice")
+            seen[t] = kind
+        return f
+
+    items = list(range(3000))
+    items[2000] = {"n": 2000, "sleep": 30}
+    stats = Dispatcher(Worker, GPUS).run(items, note("ok"), on_timeout=note("timeout"),
+                                         task_timeout=1, scale=1)
+    timed_out = [t for t, k in seen.items() if k == "timeout"]
+    check(len(seen) == 3000 and 2000 in timed_out, f"every item once, 2000 timed out: "
+          f"{len(seen)} {timed_out[:10]}")
+    check(stats["timeouts"] == len(timed_out) and stats["completed"] == 3000 - len(timed_out)
+          and stats["chunk_timeouts"] == 1, f"stats: {stats}")
+
+    # A journal: one item a task (the journal's records are tasks; a resume must cut
+    # the items the same way).
+    journal = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"auto-{os.getpid()}.j")
+    stats = Dispatcher(Worker, GPUS, journal=journal).run(range(500), lambda *a: None,
+                                                          scale=1)
+    check("chunksize" not in stats and stats["total"] == 500, f"journal: {stats}")
+
+
 def interrupt(journal, k=1):
     # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
     # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
@@ -333,5 +430,5 @@ if __name__ == "__main__":
     else:
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
-         "arrays": arrays, "chunks": chunks}[mode]()
+         "arrays": arrays, "chunks": chunks, "auto": auto}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -7,7 +7,8 @@ the package by `./build.sh python VENV/bin/python` (the documented command), and
 the library's README quick start and design example (changed only in their import
 line) and the closures mode of features.py (which also checks that the workers run
 the venv's Python). Debian's Python, with the package installed by --target, runs
-every mode of features.py, Ctrl-C and resume included. Exit status 0 when all passed.
+every mode of features.py, Ctrl-C and resume included, and the PyTorch example when
+`import torch` works there (a SKIP line when not). Exit status 0 when all passed.
 """
 import glob
 import os
@@ -148,7 +149,7 @@ def main():
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
         env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
         modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
-                 "plugins", "chunks"]
+                 "plugins", "chunks", "auto"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
                           capture_output=True).returncode == 0:
             modes.append("arrays")
@@ -156,6 +157,18 @@ def main():
             log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
         for mode in modes:
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
+        # A real model: the torch example checks every result against a single-process
+        # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
+        # install it (apt-get install python3-torch).
+        if subprocess.run(["/usr/bin/python3", "-c", "import torch, numpy"], env=BASE_ENV,
+                          capture_output=True).returncode == 0:
+            run("debian: docs/examples/python/torch_embed.py (PyTorch, checked)",
+                "/usr/bin/python3",
+                [os.path.join(SRC, "docs", "examples", "python", "torch_embed.py"), "3000"],
+                env, "all equal to the single-process loop", timeout=400)
+        else:
+            log("SKIP debian: docs/examples/python/torch_embed.py (no PyTorch in "
+                "/usr/bin/python3: apt-get install python3-torch)")
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
                   "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
         interrupt("debian: the same with chunksize=4", "/usr/bin/python3",
