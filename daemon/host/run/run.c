@@ -42,7 +42,8 @@
 static void resume_hint(const struct cfg *c)
 {
 	if (strcmp(c->path, CFG_NO_FILE) == 0)
-		fprintf(stderr, "gpud: a new job of the same keys with GPUD_RUN_RESUME finishes it\n");
+		fprintf(stderr,
+			"gpud: a new job of the same keys with GPUD_RUN_RESUME finishes it\n");
 	else
 		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it (or GPUD_RUN_RESUME)\n",
 			c->path);
