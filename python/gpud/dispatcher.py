@@ -162,7 +162,7 @@ class Dispatcher:
     stats_json (a path); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
-    from the generator at most, 256); chunksize (items per gpud task: None, the
+    from the generator at most, 256, and never more than queue_size); chunksize (items per gpud task: None, the
     default, measures it (automatic chunks: several fast items to a task, each item
     still its own task id, callbacks, error and count; one item a task with a journal
     or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
@@ -309,8 +309,9 @@ class Dispatcher:
 
         Raises RuntimeError("All workers failed during setup ...") when no worker
         could be set up; KeyboardInterrupt after a Ctrl-C (the run drained; with a
-        journal, resume=True finishes it); the exception a callback or the generator
-        raised (the run stopped as for Ctrl-C); JobError when the job cannot start."""
+        journal, resume=True finishes it); the exception a callback raised (no
+        callback is called again, the run stops) or the generator raised (what it
+        yielded before ran); JobError when the job cannot start."""
         import gpud
 
         if getattr(gpud, "_in_worker", False):
