@@ -24,7 +24,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -78,6 +80,12 @@ struct run_ctx {
 	/* what went wrong in Python: the first exception, kept for run() to raise */
 	PyObject *exc;
 	const char *exc_where;
+	/* A callback raised (or a result could not be unpickled): no callback is called
+	 * again, and the sink fails (libgpud then aborts the run, and what no callback got
+	 * is not journaled as done). Read by the stand-in. */
+	atomic_bool cb_failed;
+	bool cb_failure_told; /* stop_msg reached libgpud through a failed sink call */
+	char stop_msg[400];
 	unsigned setup_failed;
 	PyObject *first_setup_error; /* its message (str) */
 };
@@ -115,11 +123,38 @@ static void stash_error(struct run_ctx *c, const char *where)
 	Py_XDECREF(tb);
 }
 
-/* A callback's exception: kept, and the run stops as Ctrl-C stops it. */
+/* A callback's exception (`where`: "on_success", "unpickling a result"...): kept for
+ * run() to raise, and the run stops: no callback is called again, and the sink's next
+ * call fails with a line saying why. GIL held. */
 static void keep_error(struct run_ctx *c, const char *where)
 {
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	/* 3.9's stable ABI has no PyUnicode_AsUTF8AndSize: through bytes. */
+	PyObject *tn = type ? PyObject_GetAttrString(type, "__name__") : NULL;
+	PyObject *str = value ? PyObject_Str(value) : NULL;
+	PyObject *name = tn ? PyUnicode_AsUTF8String(tn) : NULL;
+	PyObject *text = str ? PyUnicode_AsUTF8String(str) : NULL;
+	Py_XDECREF(tn);
+	Py_XDECREF(str);
+	const char *n = name ? PyBytes_AsString(name) : NULL;
+	const char *t = text ? PyBytes_AsString(text) : NULL;
+	if (!n || !t)
+		PyErr_Clear();
+	if (!atomic_load(&c->cb_failed)) {
+		/* One line: the message's first line, at most 200 bytes of it. */
+		int len = t ? (int)strcspn(t, "\r\n") : 0;
+		snprintf(c->stop_msg, sizeof c->stop_msg,
+			 "%s raised %s%s%.*s; stopping (run() re-raises it)", where,
+			 n ? n : "an exception", len ? ": " : "", len > 200 ? 200 : len,
+			 t ? t : "");
+		atomic_store(&c->cb_failed, true);
+	}
+	Py_XDECREF(name);
+	Py_XDECREF(text);
+	PyErr_Restore(type, value, tb);
 	stash_error(c, where);
-	gpud_job_stop(c->job);
 }
 
 /* ---- delivering events to the callbacks (calling thread, GIL held) ---- */
@@ -164,15 +199,47 @@ static PyObject *message_of(const char *m)
 	return r;
 }
 
+/* The text of a setup failure: the traceback the package's worker sent (the library's
+ * SetupFailed.error), from inside the plugin's "python: W.setup() failed: SetupFailed:
+ * <the error's line>\u2424<traceback> (at .../_worker.py:N in setup)"; a message
+ * without the traceback (no U+2424) whole; any other message as it is. */
+static PyObject *setup_message_of(const char *m)
+{
+	static const char mark[] = "SetupFailed: ", nl[] = "\xe2\x90\xa4";
+	const char *at = m ? strstr(m, mark) : NULL;
+	if (!at)
+		return message_of(m);
+	at += sizeof mark - 1;
+	const char *tb = strstr(at, nl);
+	if (tb)
+		at = tb + sizeof nl - 1;
+	size_t n = strlen(at);
+	const char *where = NULL;
+	for (const char *p = strstr(at, " (at "); p; p = strstr(p + 1, " (at "))
+		where = p; /* the last one: the plugin's note of where it was raised */
+	if (where && strstr(where, "_worker.py"))
+		n = (size_t)(where - at);
+	PyObject *s = PyUnicode_DecodeUTF8(at, (Py_ssize_t)n, "replace");
+	if (!s)
+		return NULL;
+	PyObject *r = PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n");
+	Py_DECREF(s);
+	return r;
+}
+
 static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_id, int worker_id,
 		    int gpu_id, double seconds, const char *message, const void *data, size_t size)
 {
 	PyObject *fn = NULL, *args = NULL;
+	const char *name = "a callback";
 	long wid = c->pass_gpu_id ? gpu_id : worker_id;
+	if (atomic_load(&c->cb_failed))
+		return; /* a callback raised: none is called again */
 	switch (kind) {
 	case GPUD_TASK_OK:
 		if (!(fn = c->on_success))
 			return;
+		name = "on_success";
 		{
 			PyObject *obj = decode_result(c, data, size);
 			if (!obj) {
@@ -185,32 +252,37 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 	case GPUD_TASK_ERROR:
 		if (!(fn = c->on_error))
 			return;
+		name = "on_error";
 		args = Py_BuildValue("(KNl)", (unsigned long long)task_id, message_of(message),
 				     wid);
 		break;
 	case GPUD_TASK_TIMEOUT:
 		if (!(fn = c->on_timeout))
 			return;
+		name = "on_timeout";
 		args = Py_BuildValue("(Kdl)", (unsigned long long)task_id, seconds, wid);
 		break;
 	case GPUD_TASK_START:
 		if (!(fn = c->on_task_start))
 			return;
+		name = "on_task_start";
 		args = Py_BuildValue("(Kl)", (unsigned long long)task_id, wid);
 		break;
 	case GPUD_SETUP_FAILED:
 		c->setup_failed++;
 		if (!c->first_setup_error)
-			c->first_setup_error = message_of(message);
+			c->first_setup_error = setup_message_of(message);
 		if (!c->first_setup_error)
 			PyErr_Clear();
 		if (!(fn = c->on_setup_fail))
 			return;
-		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
+		name = "on_setup_fail";
+		args = Py_BuildValue("(iN)", gpu_id, setup_message_of(message));
 		break;
 	case GPUD_CLEANUP_FAILED:
 		if (!(fn = c->on_cleanup_fail))
 			return;
+		name = "on_cleanup_fail";
 		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
 		break;
 	default:
@@ -219,7 +291,7 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 	PyObject *r = args ? PyObject_CallObject(fn, args) : NULL;
 	Py_XDECREF(args);
 	if (!r)
-		keep_error(c, "a callback");
+		keep_error(c, name);
 	Py_XDECREF(r);
 }
 
@@ -250,9 +322,18 @@ static bool have_queued(struct run_ctx *c)
 
 /* ---- the sink ---- */
 
+/* The sink's failure after a callback raised: libgpud aborts the run with stop_msg. */
+static int told_failure(struct run_ctx *c, struct gpud_error *err)
+{
+	c->cb_failure_told = true;
+	return gpud_fail(err, "%s", c->stop_msg);
+}
+
 static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct run_ctx *c = ctx;
+	if (atomic_load(&c->cb_failed)) /* stop_msg is written before the flag is set */
+		return told_failure(c, err);
 	if (!pthread_equal(pthread_self(), c->caller)) {
 		/* The stand-in: the calling thread is in the iterator. Copy, deliver later. */
 		size_t size = ev->kind == GPUD_TASK_OK ? ev->result_size : 0;
@@ -284,7 +365,9 @@ static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error 
 	deliver(c, ev->kind, ev->task_id, ev->worker_id, ev->gpu_id, ev->seconds, ev->message,
 		ev->result, ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
 	PyGILState_Release(g);
-	return 0;
+	/* This event's callback (or a queued one before it) raised: the sink fails, and
+	 * libgpud does not journal this outcome as done. */
+	return atomic_load(&c->cb_failed) ? told_failure(c, err) : 0;
 }
 
 static uint32_t sink_events(void *ctx)
@@ -306,12 +389,14 @@ static int sink_close(void *ctx, const struct gpud_stats *stats, struct gpud_err
 {
 	struct run_ctx *c = ctx;
 	(void)stats;
-	(void)err;
 	if (pthread_equal(pthread_self(), c->caller) && have_queued(c)) {
 		PyGILState_STATE g = PyGILState_Ensure();
 		deliver_queued(c);
 		PyGILState_Release(g);
 	}
+	/* A callback raised and no sink call has said so yet (no outcome came after). */
+	if (atomic_load(&c->cb_failed) && !c->cb_failure_told)
+		return told_failure(c, err);
 	return 0;
 }
 
@@ -390,11 +475,15 @@ fail:
 static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct run_ctx *c = ctx;
+	if (atomic_load(&c->cb_failed))
+		return 0; /* a callback raised: nothing more is read */
 	if (c->pos == c->n || have_queued(c)) {
 		PyGILState_STATE g = PyGILState_Ensure();
 		deliver_queued(c);
-		int r = c->pos == c->n ? refill(c) : 1;
+		int r = c->pos == c->n && !atomic_load(&c->cb_failed) ? refill(c) : 1;
 		PyGILState_Release(g);
+		if (atomic_load(&c->cb_failed))
+			return 0;
 		if (r < 0)
 			return gpud_fail(err,
 					 "the Python generator raised an exception (re-raised by "

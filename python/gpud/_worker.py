@@ -72,6 +72,10 @@ def _load_main(path):
     return mod
 
 
+class _NotAtTopLevel(LookupError):
+    """The script does not define the class where the workers look for it."""
+
+
 def _find_class(target, main_path):
     module, _, qualname = target.partition(":")
     if module == "__main__":
@@ -80,7 +84,15 @@ def _find_class(target, main_path):
         mod = importlib.import_module(module)
     obj = mod
     for part in qualname.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            if module == "__main__" and obj is mod:
+                raise _NotAtTopLevel(
+                    f"class {part} is not defined at the top level of the script: the "
+                    "workers import the script as a module, without running its "
+                    "__main__ block") from None
+            raise
     return obj
 
 
@@ -134,8 +146,10 @@ _MAX_MESSAGE = 850  # the plugin keeps a message of about 900 bytes
 
 def _traceback_text(exc):
     tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next  # from the user's process() on
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # from the user's process() (or setup()) on
+    if tb is None:  # raised by the call itself (a missing argument): no frame to show
+        return "".join(traceback.format_exception_only(type(exc), exc))
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
@@ -161,10 +175,37 @@ def _failure(exc):
     return TaskFailed(text.rstrip("\n").replace("\n", "\u2424"))
 
 
+class SetupFailed(Exception):
+    """A setup() that raised: its message is the error's line, then the traceback."""
+
+
+_MAX_SETUP_MESSAGE = 700  # what fits beside the plugin's "W.setup() failed: " words
+
+
 class Worker:
     """The class the python worker plugin runs: it holds the user's worker."""
 
-    def setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
+    def setup(self, *args, **kwargs):
+        """The user's setup(); what it raises goes back as TaskFailed with its traceback
+        (the library's SetupFailed.error), or, for a class the script does not define
+        where the workers look, as a sentence saying so."""
+        try:
+            self._setup(*args, **kwargs)
+        except BaseException as e:
+            glue = sys.modules.get("gpud._glue")
+            if glue is not None and isinstance(e, glue.WorkerFatal):
+                raise
+            if isinstance(e, _NotAtTopLevel):
+                raise SetupFailed(str(e)) from None
+            # The error's line first (gpud's own line on standard error shows it), then
+            # the traceback (gpud._gpud gives on_setup_fail the traceback alone).
+            text = _traceback_text(e).rstrip("\n")
+            head = text.splitlines()[-1][:200]
+            if len(text) > _MAX_SETUP_MESSAGE - len(head):
+                text = "...\n" + text[-(_MAX_SETUP_MESSAGE - len(head)):]
+            raise SetupFailed(f"{head}\n{text}".replace("\n", "\u2424")) from None
+
+    def _setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
               gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
               gpud_retries="0", **unused):
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):

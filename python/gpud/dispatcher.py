@@ -55,6 +55,88 @@ def _value(v):
     return str(v)
 
 
+def _check_callbacks(o, on_success, on_error, on_timeout, on_setup_fail, on_task_start,
+                     on_exit):
+    """TypeError for a callback that is not one, or no on_success and no sink."""
+    if on_success is None:
+        keys = o.get("keys") or {}
+        if not (o.get("sink") or o.get("job") or "sink.plugin" in keys):
+            raise TypeError("Dispatcher.run(): on_success is required (a callable "
+                            "taking task_id, result, worker_id); for gpud's own output "
+                            "name a sink plugin: sink={\"plugin\": \"jsonl\", ...}")
+    for name, fn in (("on_success", on_success), ("on_error", on_error),
+                     ("on_timeout", on_timeout), ("on_setup_fail", on_setup_fail),
+                     ("on_task_start", on_task_start), ("on_exit", on_exit)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"Dispatcher.run(): {name}={fn!r} is not callable")
+
+
+def _check_methods(cls):
+    """TypeError naming what a worker class lacks, before anything starts."""
+    name = cls.__qualname__
+    missing = []
+    if not callable(getattr(cls, "setup", None)):
+        missing.append("setup(self, gpu_id, seed, **kwargs)")
+    if not (callable(getattr(cls, "process", None))
+            or callable(getattr(cls, "process_batch", None))):
+        missing.append("process(self, data) (or process_batch(self, items))")
+    if missing:
+        raise TypeError(f"Dispatcher: the worker class {name} has no {' and no '.join(missing)}; "
+                        "a worker class defines both (gpud.BaseWorker's subclasses do)")
+    abstract = sorted(getattr(cls, "__abstractmethods__", None) or ())
+    if abstract:
+        raise TypeError(f"Dispatcher: the worker class {name} does not define "
+                        f"{', '.join(m + '()' for m in abstract)} (abstract in "
+                        f"{'gpud.BaseWorker' if set(abstract) <= {'setup', 'process'} else 'its bases'}), "
+                        "so it cannot be instantiated")
+
+
+def _is_main_guard(test):
+    """Whether an `if` tests `__name__ == "__main__"` (either way round)."""
+    import ast
+
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+            and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides))
+
+
+def _only_in_main_block(path, name):
+    """Whether the script binds `name` only inside its `if __name__ == "__main__":`
+    blocks, which the workers do not run. False when the script cannot be read or
+    parsed, or when it binds the name elsewhere at its top level (or in a way this
+    does not see): the workers then say what they find."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    top, guarded = set(), set()
+
+    def bound(stmts, into):
+        for st in stmts:
+            if isinstance(st, ast.If) and _is_main_guard(st.test):
+                bound(st.body, guarded)
+                bound(st.orelse, into)
+                continue
+            for node in ast.walk(st):
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    into.add(node.name)
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    into.add(node.id)
+                elif isinstance(node, ast.alias):
+                    into.add((node.asname or node.name).split(".")[0])
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    into.update(node.names)
+
+    bound(tree.body, top)
+    return name in guarded and name not in top
+
+
 def _main_file():
     main = sys.modules.get("__main__")
     f = getattr(main, "__file__", None)
@@ -80,7 +162,7 @@ class Dispatcher:
     stats_json (a path); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
-    from the generator at most, 256); chunksize (items per gpud task: None, the
+    from the generator at most, 256, and never more than queue_size); chunksize (items per gpud task: None, the
     default, measures it (automatic chunks: several fast items to a task, each item
     still its own task id, callbacks, error and count; one item a task with a journal
     or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
@@ -182,6 +264,7 @@ class Dispatcher:
         if not isinstance(cls, type):
             raise TypeError(f"Dispatcher: worker_cls must be a class or a plugin name, not {cls!r}")
         module, qualname = cls.__module__, cls.__qualname__
+        _check_methods(cls)
         if "<locals>" in qualname:
             raise JobError(
                 f"Dispatcher: the worker class {qualname} is defined inside a function; the "
@@ -193,6 +276,12 @@ class Dispatcher:
                 raise JobError(
                     f"Dispatcher: the worker class {qualname} is defined in an interactive "
                     "session; the workers cannot find it: define it in a script or a module")
+            if _only_in_main_block(main, qualname.split(".")[0]):
+                raise JobError(
+                    f"Dispatcher: the worker class {qualname} is defined inside the "
+                    f"script's `if __name__ == \"__main__\":` block ({main}); the workers "
+                    "import the script as a module, without running that block: define "
+                    "the class at the top level of the script")
         path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
         try:
             setup = base64.b64encode(pickle.dumps(setup_kwargs, 5)).decode("ascii")
@@ -220,8 +309,9 @@ class Dispatcher:
 
         Raises RuntimeError("All workers failed during setup ...") when no worker
         could be set up; KeyboardInterrupt after a Ctrl-C (the run drained; with a
-        journal, resume=True finishes it); the exception a callback or the generator
-        raised (the run stopped as for Ctrl-C); JobError when the job cannot start."""
+        journal, resume=True finishes it); the exception a callback raised (no
+        callback is called again, the run stops) or the generator raised (what it
+        yielded before ran); JobError when the job cannot start."""
         import gpud
 
         if getattr(gpud, "_in_worker", False):
@@ -229,6 +319,8 @@ class Dispatcher:
         from . import _gpud, _worker
 
         try:
+            _check_callbacks(self.options, on_success, on_error, on_timeout, on_setup_fail,
+                             on_task_start, on_exit)
             outcome = self._run(_gpud, _worker, generator,
                                 dict(on_success=on_success, on_error=on_error,
                                      on_timeout=on_timeout, on_setup_fail=on_setup_fail,
@@ -287,6 +379,9 @@ class Dispatcher:
             except TypeError:
                 pass
         prefetch = int(o.get("prefetch", 256 if chunk is None else max(2, 256 // (k or 64))))
+        # The read-ahead is tasks in flight too: queue_size bounds it, as the library's
+        # feeder blocks at queue_size items.
+        prefetch = max(1, min(prefetch, int(self.queue_size)))
         ui = o.get("ui", "off")
         if ui not in _UI:
             raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(_UI)}")
@@ -323,9 +418,11 @@ class Dispatcher:
                                "standard error)")
             if status == 3:
                 if setup_failed and stats.get("ok", 0) == 0 and "set up" in error:
+                    # A traceback's last line says what went wrong.
+                    lines = (first or "").strip().splitlines()
                     raise RuntimeError(
                         f"All workers failed during setup ({setup_failed} setup failures; "
-                        f"the first: {first})")
+                        f"the first: {lines[-1] if lines else first})")
                 raise RunAborted(error)
             return stats
 

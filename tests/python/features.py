@@ -414,6 +414,140 @@ def interrupt(journal, k=1):
     check(stats["resumed"] * k == first, f"resumed {stats['resumed']} tasks of {k} == {first}")
 
 
+class Plain:  # neither setup() nor process()
+    pass
+
+
+def stderr_of(fn):
+    """fn()'s outcome (its exception, or None) and what was written to fd 2 meanwhile."""
+    path = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"stderr-{os.getpid()}")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        fn()
+        exc = None
+    except BaseException as e:
+        exc = e
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    with open(path) as f:
+        text = f.read()
+    os.unlink(path)
+    return exc, text
+
+
+def callback_stops():
+    # A callback that raises is called once; the run stops at once saying why in one
+    # line (no "interrupted"); what no callback got is not journaled as done: the
+    # resume delivers every task.
+    journal = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"stops-{os.getpid()}.j")
+    calls, exits = [], []
+
+    def on_success(task_id, r, worker_id):
+        calls.append(task_id)
+        return 1 / 0
+
+    exc, err = stderr_of(lambda: Dispatcher(Worker, GPUS, journal=journal).run(
+        range(100), on_success, on_exit=lambda: exits.append(1), scale=1))
+    check(isinstance(exc, ZeroDivisionError), f"the callback's exception re-raised: {exc!r}")
+    check(len(calls) == 1, f"the raising callback called once, not {len(calls)} times")
+    check(exits == [1], "on_exit ran")
+    check("on_success raised ZeroDivisionError" in err and "interrupt" not in err
+          and err.count("Traceback") == 0, f"stderr: {err}")
+    seen = {}
+    Dispatcher(Worker, GPUS, journal=journal, resume=True).run(
+        range(100), lambda t, r, w: seen.__setitem__(t, r["n"]), scale=1)
+    check(seen == {i: i for i in range(100)}, f"the resume ran every task ({len(seen)})")
+    # The same with automatic chunks: one call, not one per item of the chunks.
+    calls.clear()
+    exc, err = stderr_of(lambda: Dispatcher(Worker, GPUS).run(range(2000), on_success,
+                                                              scale=1))
+    check(isinstance(exc, ZeroDivisionError) and len(calls) == 1,
+          f"chunks: {exc!r}, {len(calls)} calls")
+
+
+def checks():
+    # A misspelt C worker plugin: JobError with libgpud's reason.
+    try:
+        Dispatcher("ecoh", GPUS).run([b"x"], lambda *a: None)
+    except gpud.JobError as e:
+        check("'ecoh'" in str(e) and "no such built-in plugin" in str(e), f"message: {e}")
+    else:
+        check(False, "JobError for a worker plugin that does not exist")
+    # A class without setup() and process(): TypeError naming both, before the run.
+    try:
+        Dispatcher(Plain, GPUS).run(range(3), lambda *a: None)
+    except TypeError as e:
+        check("setup(" in str(e) and "process(" in str(e) and "Plain" in str(e), f"{e}")
+    else:
+        check(False, "TypeError for a class without setup() and process()")
+    # on_success=None without a sink plugin.
+    try:
+        Dispatcher(Worker, GPUS).run(range(3), None, scale=1)
+    except TypeError as e:
+        check("on_success is required" in str(e), f"{e}")
+    else:
+        check(False, "TypeError for on_success=None")
+    # A class the __main__ block defines (NotW, below): refused up front, naming it.
+    try:
+        Dispatcher(NotW, GPUS).run(range(3), lambda *a: None)
+    except gpud.JobError as e:
+        check("NotW" in str(e) and "__main__" in str(e) and "top level" in str(e), f"{e}")
+    else:
+        check(False, "JobError for a class defined in the __main__ block")
+    # Where the script cannot tell (the class set through globals()), the worker says it.
+    fails = []
+    globals()["Hidden"] = type("Hidden", (Worker,), {"__module__": "__main__"})
+    try:
+        Dispatcher(Hidden, GPUS).run(range(3), lambda *a: None,  # noqa: F821
+                                     on_setup_fail=lambda g, e: fails.append(e), scale=1)
+    except RuntimeError:
+        pass
+    check(fails and all(e.startswith("class Hidden is not defined at the top level of the "
+                                    "script: the workers import the script as a module")
+                        for e in fails), f"setup errors: {fails}")
+
+
+def setup_traceback():
+    # on_setup_fail's error is the traceback text (the library's SetupFailed.error).
+    fails = []
+    try:
+        Dispatcher(Worker, GPUS).run(range(3), lambda *a: None,
+                                     on_setup_fail=lambda g, e: fails.append(e), scale=1,
+                                     fail_setup=True)
+    except RuntimeError:
+        pass
+    check(len(fails) == 2, f"on_setup_fail per GPU: {fails}")
+    for e in fails:
+        check(e.startswith("Traceback (most recent call last):") and "features.py" in e
+              and "in setup" in e and e.rstrip().endswith("ValueError: no model for GPU "
+                                                        + e.rstrip()[-1]), f"error: {e!r}")
+
+
+def read_ahead():
+    # The generator is read ahead at most queue_size items: a closure generator that
+    # the callback stops after 20 results produced about 20 + 2 * queue_size.
+    state = {"stop": False, "made": 0}
+
+    def gen():
+        i = 0
+        while not state["stop"]:
+            state["made"] += 1
+            yield {"n": i, "sleep": 0.002}
+            i += 1
+
+    def on_success(t, r, w):
+        if t >= 19:
+            state["stop"] = True
+
+    Dispatcher(Worker, GPUS, queue_size=8, chunksize=1).run(gen(), on_success, scale=1)
+    check(state["made"] <= 20 + 2 * 8 + 2, f"{state['made']} items read")
+
+
 # Named by the host process; the workers inherit its environment.
 MARKER = os.environ.setdefault(
     "GPUD_TEST_MARKER",
@@ -424,11 +558,15 @@ if __name__ == "__main__":
     # __main__: the marker says so to the checks.
     if "gpud" in sys.modules and getattr(sys.modules["gpud"], "_in_worker", False):
         open(MARKER, "w").close()
+    class NotW(Worker):  # not there for the workers: checks() says so
+        pass
+
     mode = sys.argv[1]
     if mode == "interrupt":
         interrupt(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     else:
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
-         "arrays": arrays, "chunks": chunks, "auto": auto}[mode]()
+         "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
+         "checks": checks, "setup_traceback": setup_traceback, "read_ahead": read_ahead}[mode]()
     print(f"PASS {mode}", flush=True)
