@@ -237,7 +237,7 @@ struct host_view {
 	struct metrics_srv *srv;
 };
 
-/* One run: libgpud's job holds one while gpud_job_run runs it (run/run.c). */
+/* One run: a local of run_job (run/run.c), one at a time per process. */
 struct host {
 	const struct cfg *cfg;
 	const struct run_opts *opts;
