@@ -142,7 +142,7 @@ case "$1" in
     $sudo meson install -C build-install --no-rebuild --quiet
     bin="$prefix/bin"
     pc=$(dirname "$(find "$prefix" -path '*/pkgconfig/gpud.pc' -print -quit)")
-    echo "== installed: $bin/gpud (and its worker, plugins, gpud/plugin.h, gpud.pc)"
+    echo "== installed: $bin/gpud (and libgpud, its worker, plugins, gpud/plugin.h, gpud/gpud.h, gpud.pc, libgpud.pc)"
     "$bin/gpud" --version
     hints=0
     if [ "$(command -v gpud || true)" != "$bin/gpud" ]; then

@@ -33,7 +33,7 @@
  *              gpud_generator_next call is blocked on the loop's thread, the host's
  *              stand-in thread delivers the results that arrive meanwhile, so
  *              gpud_sink_event (and, when the run ends during that call,
- *              gpud_sink_close) can run on another thread while the generator is
+ *              gpud_sink_close or gpud_sink_finish) can run on another thread while the generator is
  *              still inside its call. A sink and a generator in one shared object
  *              must not share unguarded state; a sink must not rely on thread-local
  *              storage between calls. Calls on different threads are ordered by the
@@ -404,7 +404,7 @@ struct gpud_event {
 	void *reserved[4];   /* NULL; room for later ABI minors */
 };
 
-/** Final figures, given to gpud_sink_close. generated = ok + failed + timed_out + not_run. */
+/** Final figures, given to gpud_sink_close (or gpud_sink_finish). generated = ok + failed + timed_out + not_run. */
 struct gpud_stats {
 	uint64_t generated, ok, failed, timed_out, not_run, retried;
 	uint32_t worker_restarts, setup_failures;
@@ -419,7 +419,8 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
  *  Threads above). Returns 0, or -1 with err to abort the run. */
 GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err);
 /** Optional. Called exactly once at the end of every run that opened the sink, with the
- *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3). */
+ *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3).
+ *  Not called when the sink exports gpud_sink_finish (ABI 1.3), which takes its place. */
 GPUD_EXPORT int gpud_sink_close(void *state, const struct gpud_stats *stats,
 				struct gpud_error *err);
 /** Optional. Called once after open: the event kinds this sink wants, as a mask of
