@@ -211,7 +211,8 @@ GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
 /** `gpud check`: validates the job, loads every plugin and checks their keys, runs no
  *  task; prints what it found to standard output (errors to standard error). 0 when a
  *  run would start, 2 otherwise; -1 on misuse. options: rank, stats_json and the
- *  GPUD_CHECK_IMPORT flag are read (NULL: none). May be called any number of times, before a run. */
+ *  GPUD_CHECK_IMPORT flag are read (NULL: none). May be called any number of times, before a run.
+ */
 GPUD_API int gpud_job_check(gpud_job *job, const struct gpud_run_options *options);
 /** `gpud status`: how far the run its journal describes got, on standard output. 0, 2
  *  without a journal to read; -1 on misuse. options as for gpud_job_check. */

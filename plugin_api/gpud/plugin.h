@@ -33,12 +33,11 @@
  *              gpud_generator_next call is blocked on the loop's thread, the host's
  *              stand-in thread delivers the results that arrive meanwhile, so
  *              gpud_sink_event (and, when the run ends during that call,
- *              gpud_sink_close or gpud_sink_finish) can run on another thread while the generator is
- *              still inside its call. A sink and a generator in one shared object
- *              must not share unguarded state; a sink must not rely on thread-local
- *              storage between calls. Calls on different threads are ordered by the
- *              host (what one call wrote, the next one sees).
- * No plugin is called from the dashboard's or the metrics thread.
+ *              gpud_sink_close or gpud_sink_finish) can run on another thread while the generator
+ * is still inside its call. A sink and a generator in one shared object must not share unguarded
+ * state; a sink must not rely on thread-local storage between calls. Calls on different threads are
+ * ordered by the host (what one call wrote, the next one sees). No plugin is called from the
+ * dashboard's or the metrics thread.
  */
 #ifndef GPUD_PLUGIN_H
 #define GPUD_PLUGIN_H
@@ -404,7 +403,8 @@ struct gpud_event {
 	void *reserved[4];   /* NULL; room for later ABI minors */
 };
 
-/** Final figures, given to gpud_sink_close (or gpud_sink_finish). generated = ok + failed + timed_out + not_run. */
+/** Final figures, given to gpud_sink_close (or gpud_sink_finish). generated = ok + failed +
+ * timed_out + not_run. */
 struct gpud_stats {
 	uint64_t generated, ok, failed, timed_out, not_run, retried;
 	uint32_t worker_restarts, setup_failures;
