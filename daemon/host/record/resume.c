@@ -191,9 +191,15 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 		journal_sink_cancel(&h->journal);
 		return 0;
 	}
+	if (rc < 0) {
+		/* Failed part-way through its output: what it reported is not the whole
+		 * of it, so the journal is left as loaded (nothing runs). */
+		journal_sink_cancel(&h->journal);
+		return rc;
+	}
 	/* A sink that takes failures writes them: a recorded one its output does not
 	 * hold was lost with the output (its buffer, a crash) and runs again. */
-	uint32_t mask = rc == 0 && sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
+	uint32_t mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	journal_sink_end(&h->journal, mask & (GPUD_EVENT_BIT(GPUD_TASK_ERROR) |
 					      GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT)));
 	return rc;
