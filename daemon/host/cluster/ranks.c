@@ -211,7 +211,7 @@ static bool output_key(const char *k)
  * sink, whose outputs differ by rank. */
 static uint64_t job_id(const struct cfg *c)
 {
-	uint64_t h = UINT64_C(1469598103934665603);
+	uint64_t h = HASH_SEED;
 	const struct cfg_section *secs[] = {&c->worker, &c->generator};
 	for (size_t s = 0; s < 2; s++) {
 		h = hash_str(h, secs[s]->plugin ? secs[s]->plugin : "");

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "job/config.h"
+#include "util/hash.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -129,12 +130,7 @@ static char *reader(char *str, int num, void *stream)
 
 static size_t hash_key(const char *section, const char *key)
 {
-	uint64_t h = UINT64_C(1469598103934665603);
-	for (const char *s = section; *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
-	h = (h ^ 0xff) * UINT64_C(1099511628211);
-	for (const char *s = key; *s; s++)
-		h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+	uint64_t h = hash_str(hash_str(HASH_SEED, section), key);
 	return (size_t)(h ^ (h >> 29));
 }
 

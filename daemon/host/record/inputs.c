@@ -65,7 +65,7 @@ static int list_folder(int fd, const char *path, const char *rel, bool recursive
 				rc = list_folder(sub, path, name, recursive, count, sum, why, len);
 			}
 		} else if (S_ISREG(st.st_mode)) {
-			uint64_t h = hash_str(UINT64_C(1469598103934665603), name);
+			uint64_t h = hash_str(HASH_SEED, name);
 			h = hash_mix(h, (uint64_t)st.st_size);
 			*sum += hash_mix(h, mtime_ns(&st));
 			(*count)++;
@@ -107,9 +107,7 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 			in.a = (uint64_t)st.st_size;
 			in.b = mtime_ns(&st);
 		}
-		uint64_t t = hash_str(
-			hash_str(hash_str(UINT64_C(1469598103934665603), section), s->kv[i].key),
-			v);
+		uint64_t t = hash_str(hash_str(hash_str(HASH_SEED, section), s->kv[i].key), v);
 		in.tag = ((uint32_t)(t ^ t >> 32) & ~1u) | folder;
 		struct journal_input *more = realloc(*out, (*n + 1) * sizeof *more);
 		if (!more || asprintf(&in.key, "%s.%s", section, s->kv[i].key) < 0) {

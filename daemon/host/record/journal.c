@@ -83,7 +83,7 @@ static uint64_t section_print(uint64_t h, const struct cfg_section *s)
 
 uint64_t journal_fingerprint(const struct cfg *c)
 {
-	uint64_t h = UINT64_C(1469598103934665603);
+	uint64_t h = HASH_SEED;
 	h = section_print(h, &c->worker);
 	h = section_print(h, &c->generator);
 	/* The sink too: resuming into another output would leave the earlier results

@@ -6,6 +6,9 @@
 
 #include <stdint.h>
 
+/* FNV-1a's offset basis: where every hash here starts. */
+#define HASH_SEED UINT64_C(1469598103934665603)
+
 /* Mixes v into h (a 64-bit finaliser: every bit of v reaches every bit of the result). */
 static inline uint64_t hash_mix(uint64_t h, uint64_t v)
 {
