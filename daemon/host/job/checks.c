@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "job/checks.h"
+#include "util/textio.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -134,7 +135,7 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 		       sizeof err) < 0 ||
 	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err, sizeof err) <
 		    0) {
-		ui_clean(err);
+		text_clean(err);
 		say("%s", err);
 		rc = -1;
 	}
@@ -158,7 +159,7 @@ static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *)
 	struct gpud_error err;
 	err.message[0] = '\0';
 	if (fn(&s->args, &err) != 0) {
-		ui_clean(err.message);
+		text_clean(err.message);
 		say("%s %s: %s", kind, s->plugin,
 		    err.message[0] ? err.message : "its check failed without a message");
 		return -1;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "job/config.h"
 #include "util/hash.h"
+#include "util/textio.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -64,9 +65,7 @@ static void fail(struct parse *p, const char *fmt, ...)
 	vsnprintf(p->err, p->errlen, fmt, ap);
 	va_end(ap);
 	/* Values are echoed: a control byte in one must not reach the terminal raw. */
-	for (char *s = p->err; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
+	text_clean(p->err);
 	p->failed = true;
 }
 

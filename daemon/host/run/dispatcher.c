@@ -23,6 +23,7 @@
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "run/standin.h"
+#include "util/textio.h"
 #include "view/ui.h"
 
 #define WINDOW_S 5e-3
@@ -144,7 +145,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;
 			memcpy(msg, payload, len);
 			msg[len] = '\0';
-			ui_clean(msg);
+			text_clean(msg);
 			UI_ADD(w->failed, 1);
 			events_outcome(h, w, t, input,
 				       r.flags & REC_FLAG_REJECT ? CAUSE_REJECT : CAUSE_ERROR, NULL,
@@ -217,7 +218,7 @@ static void generator_failed(struct host *h, struct gpud_error *err)
 	if (host_interrupts)
 		return; /* a read cut short by Ctrl-C or SIGTERM: not a failure */
 	h->flow.failed = true;
-	ui_clean(err->message);
+	text_clean(err->message);
 	host_abort(h, "the generator failed after %llu tasks: %s",
 		   (unsigned long long)h->flow.next_id,
 		   err->message[0] ? err->message : "gpud_generator_next returned -1");
@@ -233,7 +234,7 @@ static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 	uint64_t to = ranks_next_own(h->flow.next_id, c->rank, c->ranks);
 	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
 		h->flow.done = h->flow.failed = true;
-		ui_clean(err->message);
+		text_clean(err->message);
 		host_abort(h, "the generator failed to skip to task %llu: %s",
 			   (unsigned long long)to,
 			   err->message[0] ? err->message : "gpud_generator_skip failed");

@@ -31,6 +31,7 @@
 #include "record/resume.h"
 #include "cluster/ranks.h"
 #include "run/stats.h"
+#include "util/textio.h"
 #include "view/ui.h"
 #include "wait.h"
 #include "util/say.h"
@@ -447,7 +448,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 	struct gpud_error err = {{0}};
 	/* A failure to open is a job error: nothing ran. */
 	if (gen->open(&c->generator.args, &h->gen, &err) != 0) {
-		ui_clean(err.message);
+		text_clean(err.message);
 		say("generator %s: %s", c->generator.plugin,
 		    err.message[0] ? err.message : "open failed");
 		return -1;
@@ -462,7 +463,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 	if (so == 1)
 		so = sink->open(&c->sink.args, &h->sink, &err);
 	if (so != 0) {
-		ui_clean(err.message);
+		text_clean(err.message);
 		say("sink %s: %s", c->sink.plugin, err.message[0] ? err.message : "open failed");
 		if (gen->close)
 			gen->close(h->gen);
@@ -473,13 +474,13 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	err.message[0] = '\0';
 	if (resume_tell_sink(h, &err) < 0) {
-		ui_clean(err.message);
+		text_clean(err.message);
 		say("sink %s: %s", c->sink.plugin,
 		    err.message[0] ? err.message : "gpud_sink_resumed failed");
 		return 1;
 	}
 	if (resume_skip_prefix(h, &err) < 0) {
-		ui_clean(err.message);
+		text_clean(err.message);
 		say("generator %s: cannot skip the %llu tasks already done: %s",
 		    c->generator.plugin, (unsigned long long)h->journal.low,
 		    err.message[0] ? err.message : "gpud_generator_skip failed");

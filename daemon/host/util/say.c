@@ -2,6 +2,7 @@
 /* Errors said on standard error and kept: the command prints them, the library also
  * hands the last one to its caller (gpud_job_error). */
 #include "util/say.h"
+#include "util/textio.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -20,9 +21,7 @@ void say(const char *fmt, ...)
 	va_end(ap);
 	/* One line: a value echoed in it must not start another, nor reach the
 	 * terminal raw. */
-	for (char *s = line; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
+	text_clean(line);
 	fprintf(stderr, "gpud: %s\n", line);
 	pthread_mutex_lock(&said_lock);
 	memcpy(said, line, sizeof said);

@@ -113,3 +113,10 @@ char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_
 	*size = n;
 	return buf;
 }
+
+void text_clean(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}

@@ -19,4 +19,8 @@ void io_json_string(FILE *f, const char *s);
  * bound. */
 char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_t len);
 
+/* Replaces control characters (a plugin's message may hold any bytes) with '?', in
+ * place, so they never reach a terminal raw. */
+void text_clean(char *s);
+
 #endif

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
+#include "util/textio.h"
 #include "view/ui.h"
 
 #include <errno.h>
@@ -728,13 +729,6 @@ void ui_stop(struct ui *u)
 	pthread_mutex_destroy(&u->lock);
 	pthread_cond_destroy(&u->wake);
 	free(u);
-}
-
-void ui_clean(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
 }
 
 void ui_suspend(struct host *h, bool stopping)

@@ -40,8 +40,4 @@ void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
 /* Job control: before the host stops (Ctrl-Z) the terminal gets its cursor back. */
 void ui_suspend(struct host *h, bool stopping);
 
-/* Replaces control characters (a plugin's message may hold any bytes) with '?', in
- * place, so they never reach a terminal raw. */
-void ui_clean(char *s);
-
 #endif /* GPUD_UI_H */

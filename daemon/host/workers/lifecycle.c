@@ -27,6 +27,7 @@
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
+#include "util/textio.h"
 #include "view/ui.h"
 
 /* While a task limit is set, the host looks at least this often for a task that began
@@ -235,7 +236,7 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 	if (n)
 		memcpy(buf, w->rep->message, n);
 	buf[n] = '\0';
-	ui_clean(buf);
+	text_clean(buf);
 	if (!buf[0])
 		snprintf(buf, len, "%s", none);
 	return buf;
