@@ -300,6 +300,57 @@ Test(api, bad_keys_are_named_with_their_place)
 	gpud_job_free(job);
 }
 
+/* A sink that, at its first outcome, tries to run a second job in the same process. */
+struct nester {
+	const char *dir;
+	int rc;
+	char why[512];
+	bool tried;
+};
+
+static int nest_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	(void)err;
+	struct nester *n = ctx;
+	if (ev->kind != GPUD_TASK_OK || n->tried)
+		return 0;
+	n->tried = true;
+	gpud_job *second = keys_job(n->dir, 0, false);
+	n->rc = gpud_job_run(second, NULL);
+	snprintf(n->why, sizeof n->why, "%s", gpud_job_error(second));
+	gpud_job_free(second);
+	return 0;
+}
+
+/* One run at a time per process; a key without a value, a key holding '=' beside a
+ * value and a sink without event are refused, each saying so. */
+Test(api, one_run_at_a_time_and_incomplete_calls_are_refused)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 20, .fail_at = -1};
+	struct nester n = {.dir = dir};
+	struct gpud_sink_ops nest_ops = {.size = sizeof nest_ops, .event = nest_event};
+	gpud_job *job = keys_job(dir, 0, false);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &nest_ops, &n), 0);
+	int rc = gpud_job_run(job, NULL);
+	cr_expect_eq(rc, 0, "the first run: %d (%s)", rc, gpud_job_error(job));
+	cr_assert(n.tried, "the sink saw an outcome");
+	cr_expect_eq(n.rc, -1, "a second run meanwhile: %d", n.rc);
+	cr_expect(strstr(n.why, "another gpud run is in progress"), "%s", n.why);
+	gpud_job_free(job);
+
+	job = gpud_job_new();
+	cr_expect_eq(gpud_job_set(job, "job.gpus", NULL), -1);
+	cr_expect(strstr(gpud_job_error(job), "has no value"), "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_set(job, "job.gpus=0", "1"), -1);
+	cr_expect(strstr(gpud_job_error(job), "holds '='"), "%s", gpud_job_error(job));
+	struct gpud_sink_ops no_event = {.size = sizeof no_event};
+	cr_expect_eq(gpud_job_set_sink(job, &no_event, NULL), -1);
+	cr_expect(strstr(gpud_job_error(job), "event is required"), "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}
+
 Test(api, misuse_is_answered_with_errors)
 {
 	cr_expect_eq(gpud_job_load(NULL, "x.ini"), -1);
