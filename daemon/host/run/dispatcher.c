@@ -544,10 +544,10 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	return false;
 }
 
-int dispatch(struct host *h)
+int dispatch(struct host *h, int (*finish)(struct host *h))
 {
-	static const struct standin_loop loop = {.pass = dispatch_pass,
-						 .signals = dispatch_signals};
+	struct standin_loop loop = {
+		.pass = dispatch_pass, .signals = dispatch_signals, .finish = finish};
 	h->ctl.last_check_ns = wait_now_ns();
 	if (standin_start(h, &loop) < 0)
 		ui_say(h, UI_EVENT,

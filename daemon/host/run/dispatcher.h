@@ -5,8 +5,9 @@
 
 #include "run/host.h"
 
-/* Runs the loop until every task has an outcome; 0, or 3 on abort. */
-int dispatch(struct host *h);
+/* Runs the loop until every task has an outcome; 0, or 3 on abort. `finish` is the rest
+ * of the run, which the stand-in runs itself if the run ends during a stuck call. */
+int dispatch(struct host *h, int (*finish)(struct host *h));
 /* One pass of the loop, waiting when it finds nothing to do; true when the run is
  * over. gen_ok = false (the stand-in): the generator is not called. */
 bool dispatch_pass(struct host *h, bool gen_ok);

@@ -257,8 +257,7 @@ struct host {
 	struct gate gate; /* the generator and sink call gate (standin.h) */
 	pthread_t standin;
 	bool standin_running;
-	int (*finish)(struct host *h); /* the rest of the run after the loop (run.c) */
-	struct gpud_stats stats;       /* run/events.c counts; published for the view */
+	struct gpud_stats stats; /* run/events.c counts; published for the view */
 	uint64_t t_start_ns;
 	/* The run's start on the wall clock (s since the epoch) and the process's CPU time
 	 * then (s): the stats JSON's start_time and host_cpu_seconds are from these. */

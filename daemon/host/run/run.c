@@ -567,7 +567,7 @@ static int run_loop(struct host *h)
 				UI_SET(h->pool.w[k].state, HW_GONE);
 			}
 		}
-		dispatch(h);
+		dispatch(h, finish_run);
 	}
 	int rc = finish_run(h);
 	host_restore_signals();
@@ -600,7 +600,6 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	if (op < 0)
 		goto out;
 	h.view.mode = opts->ui;
-	h.finish = finish_run;
 	pthread_mutex_init(&h.view.notes.lock, NULL);
 	if (op > 0 || setup_run(&h, c) < 0 || open_tty(&h, opts) < 0)
 		goto close_plugins;

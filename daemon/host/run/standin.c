@@ -52,7 +52,7 @@ static bool stand_in(struct host *h)
 	struct gate *g = &h->gate;
 	publish_filled(h);
 	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
-		if (h->gate.loop->pass(h, false))
+		if (h->gate.loop.pass(h, false))
 			return false;
 	}
 	atomic_store_explicit(&g->taken, 0, memory_order_release);
@@ -98,7 +98,7 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 	atomic_store(&h->out.stuck_ns, since_ns);
 	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
 		uint32_t bell = atomic_load_explicit(h->shm.bell.bell, memory_order_seq_cst);
-		h->gate.loop->signals(h); /* before the clock is read: it may start the drain's */
+		h->gate.loop.signals(h); /* before the clock is read: it may start the drain's */
 		uint64_t now = wait_now_ns();
 		uint64_t deadline = lifecycle_timeouts(h, now);
 		/* A stop of the job that lifecycle_timeouts found (and credited to the other
@@ -210,7 +210,7 @@ static void *standin_main(void *arg)
 					h->out.stuck = true;
 				else
 					h->flow.stuck = true;
-				int rc = h->finish(h);
+				int rc = h->gate.loop.finish(h);
 				fflush(NULL);
 				_exit(rc);
 			}
@@ -226,7 +226,7 @@ static void *standin_main(void *arg)
 int standin_start(struct host *h, const struct standin_loop *loop)
 {
 	struct gate *g = &h->gate;
-	g->loop = loop;
+	g->loop = *loop;
 	static int registered = -1;
 	if (registered < 0)
 		registered = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,

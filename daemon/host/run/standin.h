@@ -38,6 +38,18 @@
 struct host;
 struct host_worker;
 
+/* What the stand-in runs of the loop, given by the loop (dispatcher.c): the two know
+ * each other only through this and the gate. */
+struct standin_loop {
+	/* One pass of the loop without generator calls; true when the run is over. */
+	bool (*pass)(struct host *h, bool gen_ok);
+	/* Takes in Ctrl-C, SIGTERM, SIGHUP and job control. */
+	void (*signals)(struct host *h);
+	/* The rest of the run after the loop (run.c's finish_run): the stand-in runs it
+	 * when the run ends while a call never returns. Returns the exit status. */
+	int (*finish)(struct host *h);
+};
+
 /* The generator call gate. The loop's thread writes `in_call`, `calls` and `filling`;
  * the stand-in writes `taken`. */
 struct gate {
@@ -56,19 +68,10 @@ struct gate {
 	uint64_t sink_task;
 	int sink_attempt;
 	bool fence;                          /* no membarrier: fence on every call */
-	const struct standin_loop *loop;     /* set once, before the thread starts */
+	struct standin_loop loop;            /* set once, before the thread starts */
 	_Alignas(64) _Atomic uint32_t taken; /* the stand-in runs the loop */
 	_Atomic uint32_t ending;             /* the loop is done: the stand-in leaves */
 	_Alignas(64) char _end;
-};
-
-/* What the stand-in runs of the loop, given by the loop (dispatcher.c): the two know
- * each other only through this and the gate. */
-struct standin_loop {
-	/* One pass of the loop without generator calls; true when the run is over. */
-	bool (*pass)(struct host *h, bool gen_ok);
-	/* Takes in Ctrl-C, SIGTERM, SIGHUP and job control. */
-	void (*signals)(struct host *h);
 };
 
 /* Starts the stand-in (at the start of the loop). 0, or -errno. */
