@@ -236,8 +236,8 @@ class Dispatcher:
                 keys.append(("worker.gpud_batch", str(int(o.get("batch_size") or 1))))
                 keys.append(("worker.gpud_retries", str(self._item_retries())))
                 codec = 0
-        if o.get("python") and codec == 0:
-            keys.append(("job.python", o["python"]))
+        if o.get("python") and isinstance(cls, (str, os.PathLike)):
+            keys.append(("job.python", o["python"]))  # a Python class's is set above
         for section in ("generator", "sink"):
             for k, v in (o.get(section) or {}).items():
                 keys.append((f"{section}.{k}", _value(v)))
