@@ -1096,53 +1096,27 @@ static void runs_on(const char *py, int minor)
 	free(prefix);
 }
 
-Test(python, debian_3_11_and_a_venv_of_it, .timeout = 180)
+/* One Python (3.<minor>: Debian's, or pyenv's) and a venv of it. */
+static void python_and_a_venv(int minor, bool debian)
 {
 	need_python();
-	char *py = find_python(11, true);
-	runs_on(py, 11);
+	char *py = find_python(minor, debian);
+	runs_on(py, minor);
 	free(py);
 }
 
-Test(python, pyenv_3_9_and_a_venv_of_it, .timeout = 180)
-{
-	need_python();
-	char *py = find_python(9, false);
-	runs_on(py, 9);
-	free(py);
-}
+#define PYTHON_AND_A_VENV(name, minor, debian)                                                     \
+	Test(python, name, .timeout = 180)                                                         \
+	{                                                                                          \
+		python_and_a_venv(minor, debian);                                                  \
+	}
 
-Test(python, pyenv_3_10_and_a_venv_of_it, .timeout = 180)
-{
-	need_python();
-	char *py = find_python(10, false);
-	runs_on(py, 10);
-	free(py);
-}
-
-Test(python, pyenv_3_11_and_a_venv_of_it, .timeout = 180)
-{
-	need_python();
-	char *py = find_python(11, false);
-	runs_on(py, 11);
-	free(py);
-}
-
-Test(python, pyenv_3_12_and_a_venv_of_it, .timeout = 180)
-{
-	need_python();
-	char *py = find_python(12, false);
-	runs_on(py, 12);
-	free(py);
-}
-
-Test(python, pyenv_3_13_and_a_venv_of_it, .timeout = 180)
-{
-	need_python();
-	char *py = find_python(13, false);
-	runs_on(py, 13);
-	free(py);
-}
+PYTHON_AND_A_VENV(debian_3_11_and_a_venv_of_it, 11, true)
+PYTHON_AND_A_VENV(pyenv_3_9_and_a_venv_of_it, 9, false)
+PYTHON_AND_A_VENV(pyenv_3_10_and_a_venv_of_it, 10, false)
+PYTHON_AND_A_VENV(pyenv_3_11_and_a_venv_of_it, 11, false)
+PYTHON_AND_A_VENV(pyenv_3_12_and_a_venv_of_it, 12, false)
+PYTHON_AND_A_VENV(pyenv_3_13_and_a_venv_of_it, 13, false)
 
 /* A Python gpud cannot use is refused before anything runs: exit 2, one line naming
  * what was found and what to do, and no worker started. */

@@ -52,9 +52,6 @@ class BaseWorker(_abc.ABC):
     cleanup() at the end. The constructor takes no arguments and should stay light:
     load models in setup()."""
 
-    def __init__(self):
-        pass
-
     @_abc.abstractmethod
     def setup(self, gpu_id, seed, **kwargs):
         """Once, in the worker process, before any item. gpu_id is the GPU's id as
@@ -81,7 +78,7 @@ class RunAborted(RuntimeError):
 def __getattr__(name):
     # The host side (libgpud) is loaded only when a Dispatcher is used, never in the
     # workers, which import this package to find BaseWorker.
-    if name in ("Dispatcher",):
+    if name == "Dispatcher":
         from .dispatcher import Dispatcher
 
         return Dispatcher

@@ -48,7 +48,7 @@ struct qev {
 	struct qev *next;
 	enum gpud_event_kind kind;
 	uint64_t task_id;
-	int worker_id, gpu_id;
+	int gpu_id;
 	double seconds;
 	char *message;
 	size_t size;
@@ -70,16 +70,13 @@ struct run_ctx {
 	bool ended;
 	bool gen_failed; /* the iterator raised: -1 once what it gave before is handed on */
 	/* callbacks (NULL: not wanted) */
-	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start,
-		*on_cleanup_fail;
+	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start;
 	PyObject *loads, *dumps, *oob_loads, *five;
-	bool pass_gpu_id; /* the callbacks' worker_id is the GPU id (the library's) */
 	/* the stand-in's events */
 	pthread_mutex_t lock;
 	struct qev *head, *tail;
 	/* what went wrong in Python: the first exception, kept for run() to raise */
 	PyObject *exc;
-	const char *exc_where;
 	/* A callback raised (or a result could not be unpickled): no callback is called
 	 * again, and the sink fails (libgpud then aborts the run, and what no callback got
 	 * is not journaled as done). Read by the stand-in. */
@@ -102,7 +99,7 @@ static double now(void)
 
 /* The pending exception as the run's first one (later ones are printed), for run() to
  * raise. GIL held. */
-static void stash_error(struct run_ctx *c, const char *where)
+static void stash_error(struct run_ctx *c)
 {
 	PyObject *type, *value, *tb;
 	PyErr_Fetch(&type, &value, &tb);
@@ -111,7 +108,6 @@ static void stash_error(struct run_ctx *c, const char *where)
 		PyException_SetTraceback(value, tb);
 	if (!c->exc && value) {
 		c->exc = value;
-		c->exc_where = where;
 		value = NULL;
 	} else if (value) {
 		PyErr_Restore(type, value, tb);
@@ -154,7 +150,7 @@ static void keep_error(struct run_ctx *c, const char *where)
 	Py_XDECREF(name);
 	Py_XDECREF(text);
 	PyErr_Restore(type, value, tb);
-	stash_error(c, where);
+	stash_error(c);
 }
 
 /* ---- delivering events to the callbacks (calling thread, GIL held) ---- */
@@ -227,12 +223,12 @@ static PyObject *setup_message_of(const char *m)
 	return r;
 }
 
-static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_id, int worker_id,
-		    int gpu_id, double seconds, const char *message, const void *data, size_t size)
+static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_id, int gpu_id,
+		    double seconds, const char *message, const void *data, size_t size)
 {
 	PyObject *fn = NULL, *args = NULL;
 	const char *name = "a callback";
-	long wid = c->pass_gpu_id ? gpu_id : worker_id;
+	long wid = gpu_id; /* the callbacks' worker_id is the GPU id (the library's) */
 	if (atomic_load(&c->cb_failed))
 		return; /* a callback raised: none is called again */
 	switch (kind) {
@@ -279,12 +275,6 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 		name = "on_setup_fail";
 		args = Py_BuildValue("(iN)", gpu_id, setup_message_of(message));
 		break;
-	case GPUD_CLEANUP_FAILED:
-		if (!(fn = c->on_cleanup_fail))
-			return;
-		name = "on_cleanup_fail";
-		args = Py_BuildValue("(iN)", gpu_id, message_of(message));
-		break;
 	default:
 		return; /* kinds added later */
 	}
@@ -304,8 +294,8 @@ static void deliver_queued(struct run_ctx *c)
 	pthread_mutex_unlock(&c->lock);
 	while (q) {
 		struct qev *next = q->next;
-		deliver(c, q->kind, q->task_id, q->worker_id, q->gpu_id, q->seconds, q->message,
-			q->data, q->size);
+		deliver(c, q->kind, q->task_id, q->gpu_id, q->seconds, q->message, q->data,
+			q->size);
 		free(q->message);
 		free(q);
 		q = next;
@@ -343,7 +333,6 @@ static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error 
 		q->next = NULL;
 		q->kind = ev->kind;
 		q->task_id = ev->task_id;
-		q->worker_id = ev->worker_id;
 		q->gpu_id = ev->gpu_id;
 		q->seconds = ev->seconds;
 		q->message = ev->message ? strdup(ev->message) : NULL;
@@ -362,8 +351,8 @@ static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error 
 	PyGILState_STATE g = PyGILState_Ensure();
 	if (c->head)
 		deliver_queued(c);
-	deliver(c, ev->kind, ev->task_id, ev->worker_id, ev->gpu_id, ev->seconds, ev->message,
-		ev->result, ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
+	deliver(c, ev->kind, ev->task_id, ev->gpu_id, ev->seconds, ev->message, ev->result,
+		ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
 	PyGILState_Release(g);
 	/* This event's callback (or a queued one before it) raised: the sink fails, and
 	 * libgpud does not journal this outcome as done. */
@@ -380,8 +369,6 @@ static uint32_t sink_events(void *ctx)
 		m |= GPUD_EVENT_BIT(GPUD_TASK_TIMEOUT);
 	if (c->on_task_start)
 		m |= GPUD_EVENT_BIT(GPUD_TASK_START);
-	if (c->on_cleanup_fail)
-		m |= GPUD_EVENT_BIT(GPUD_CLEANUP_FAILED);
 	return m;
 }
 
@@ -466,7 +453,7 @@ static int refill(struct run_ctx *c)
 	}
 	return c->n > 0;
 fail:
-	stash_error(c, "the generator");
+	stash_error(c);
 	c->ended = true;
 	c->gen_failed = true;
 	return c->n > 0 ? 1 : -1;
@@ -522,7 +509,7 @@ static int gen_skip(void *ctx, uint64_t n, struct gpud_error *err)
 		PyObject *item = PyIter_Next(c->iter);
 		if (!item) {
 			if (PyErr_Occurred()) {
-				stash_error(c, "the generator");
+				stash_error(c);
 				rc = gpud_fail(err, "the Python generator raised an exception "
 						    "(re-raised by run())");
 			}
@@ -586,22 +573,22 @@ static PyObject *callback_or_null(PyObject *cbs, const char *name)
 }
 
 PyDoc_STRVAR(run_doc,
-	     "run(job_file, keys, iterable, total, codec, callbacks, pass_gpu_id, prefetch,\n"
-	     "    ui, flags, tty, rank, stats_json, helpers) -> (status, error, stats_json,\n"
-	     "    signal, exception, where, setup_failed, first_setup_error)\n\n"
+	     "run(job_file, keys, iterable, total, codec, callbacks, prefetch, ui, flags,\n"
+	     "    tty, stats_json, helpers) -> (status, error, stats_json, signal,\n"
+	     "    exception, setup_failed, first_setup_error)\n\n"
 	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).");
 
 static PyObject *py_run(PyObject *self, PyObject *args)
 {
 	(void)self;
-	const char *job_file, *tty, *rank, *stats_json;
+	const char *job_file, *tty, *stats_json;
 	PyObject *keys, *iterable, *cbs, *helpers;
 	long long total;
-	int codec, pass_gpu_id, ui, flags;
+	int codec, ui, flags;
 	Py_ssize_t prefetch;
-	if (!PyArg_ParseTuple(args, "zOOLiO!pniizzzO", &job_file, &keys, &iterable, &total, &codec,
-			      &PyDict_Type, &cbs, &pass_gpu_id, &prefetch, &ui, &flags, &tty, &rank,
-			      &stats_json, &helpers))
+	if (!PyArg_ParseTuple(args, "zOOLiO!niizzO", &job_file, &keys, &iterable, &total, &codec,
+			      &PyDict_Type, &cbs, &prefetch, &ui, &flags, &tty, &stats_json,
+			      &helpers))
 		return NULL;
 	if (active) {
 		PyErr_SetString(
@@ -616,7 +603,6 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	PyObject *result = NULL;
 	pthread_mutex_init(&c.lock, NULL);
 	c.caller = pthread_self();
-	c.pass_gpu_id = pass_gpu_id;
 	if (!PyArg_ParseTuple(helpers, "OOO", &c.loads, &c.dumps, &c.oob_loads))
 		goto out;
 	c.five = PyLong_FromLong(5);
@@ -625,7 +611,6 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	c.on_timeout = callback_or_null(cbs, "on_timeout");
 	c.on_setup_fail = callback_or_null(cbs, "on_setup_fail");
 	c.on_task_start = callback_or_null(cbs, "on_task_start");
-	c.on_cleanup_fail = callback_or_null(cbs, "on_cleanup_fail");
 	c.ptr = calloc((size_t)prefetch, sizeof *c.ptr);
 	c.len = calloc((size_t)prefetch, sizeof *c.len);
 	c.job = gpud_job_new();
@@ -665,7 +650,6 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 				     .ui = (enum gpud_ui)ui,
 				     .tty = tty,
 				     .flags = (unsigned)flags | GPUD_RUN_KEEP_SIGNALS,
-				     .rank = rank,
 				     .stats_json = stats_json};
 	struct sigaction sa = {.sa_handler = on_stop_signal}, old[N_STOP_SIGNALS];
 	sigemptyset(&sa.sa_mask);
@@ -683,8 +667,8 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
-	result = Py_BuildValue("(isziOzIO)", status, gpud_job_error(c.job), json,
-			       (int)caught_signal, exc, c.exc_where, c.setup_failed,
+	result = Py_BuildValue("(isziOIO)", status, gpud_job_error(c.job), json, (int)caught_signal,
+			       exc, c.setup_failed,
 			       c.first_setup_error ? c.first_setup_error : Py_None);
 out:
 	Py_XDECREF(c.batch);
@@ -697,7 +681,6 @@ out:
 	Py_XDECREF(c.on_timeout);
 	Py_XDECREF(c.on_setup_fail);
 	Py_XDECREF(c.on_task_start);
-	Py_XDECREF(c.on_cleanup_fail);
 	for (struct qev *q = c.head, *n; q; q = n) {
 		n = q->next;
 		free(q->message);

@@ -27,12 +27,18 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
     del sys.path[0]
 
 
+_glue = None  # the plugin's built-in `gpud` module (None outside the plugin): set by
+# _install_package()
+
+
 def _install_package():
     """Makes `import gpud` give this package (the user's script imports Dispatcher
-    from it), keeping the plugin's built-in `gpud` module as gpud._glue: its
-    WorkerFatal and TaskRejected are the classes the plugin recognises."""
+    from it), keeping the plugin's built-in `gpud` module as gpud._glue (and _glue):
+    its WorkerFatal and TaskRejected are the classes the plugin recognises."""
+    global _glue
     pkg = sys.modules.get("gpud")
     if pkg is not None and getattr(pkg, "__path__", None):
+        _glue = sys.modules.get("gpud._glue")
         return  # already ours
     try:
         import gpud as glue  # the plugin's built-in module
@@ -40,6 +46,7 @@ def _install_package():
         glue = None
     if glue is not None:
         sys.modules["gpud._glue"] = glue
+    _glue = glue
     spec = importlib.util.spec_from_file_location(
         "gpud", os.path.join(_HERE, "__init__.py"), submodule_search_locations=[_HERE]
     )
@@ -154,18 +161,15 @@ def _traceback_text(exc):
 
 
 def _is_fatal(exc):
-    glue = sys.modules.get("gpud._glue")
-    return glue is not None and isinstance(exc, glue.WorkerFatal)
+    return _glue is not None and isinstance(exc, _glue.WorkerFatal)
 
 
 def _rejected():
-    glue = sys.modules.get("gpud._glue")
-    return glue.TaskRejected if glue is not None else ()
+    return _glue.TaskRejected if _glue is not None else ()
 
 
 def _failure(exc):
-    glue = sys.modules.get("gpud._glue")
-    if glue is not None and isinstance(exc, (glue.WorkerFatal, glue.TaskRejected)):
+    if _glue is not None and isinstance(exc, (_glue.WorkerFatal, _glue.TaskRejected)):
         return exc  # the plugin treats these by their kind
     text = _traceback_text(exc)
     if len(text) > _MAX_MESSAGE:  # the end says most: the innermost frames and the error
@@ -173,6 +177,13 @@ def _failure(exc):
     # Its lines joined by U+2424: the host turns control characters into '?' (gpud's
     # log and dashboard show the symbol; gpud._gpud gives on_error the lines back).
     return TaskFailed(text.rstrip("\n").replace("\n", "\u2424"))
+
+
+def _counted(results, n):
+    """process_batch()'s results, checked to be one per item."""
+    if len(results) != n:
+        raise ValueError(f"process_batch() returned {len(results)} results for {n} items")
+    return results
 
 
 class SetupFailed(Exception):
@@ -192,8 +203,7 @@ class Worker:
         try:
             self._setup(*args, **kwargs)
         except BaseException as e:
-            glue = sys.modules.get("gpud._glue")
-            if glue is not None and isinstance(e, glue.WorkerFatal):
+            if _is_fatal(e):
                 raise
             if isinstance(e, _NotAtTopLevel):
                 raise SetupFailed(str(e)) from None
@@ -239,11 +249,7 @@ class Worker:
         return False, _traceback_text(exc)
 
     def _batch_call(self, items):
-        results = list(self.user_batch(items))
-        if len(results) != len(items):
-            raise ValueError(
-                f"process_batch() returned {len(results)} results for {len(items)} items")
-        return results
+        return _counted(list(self.user_batch(items)), len(items))
 
     def run_chunk(self, items):
         """One task holding a list of items (Dispatcher's chunks): their results,
@@ -297,10 +303,7 @@ class Worker:
             return out
         if self.user_batch is not None:
             try:
-                results = self.user_batch([loads(x) for x in items])
-                if len(results) != len(items):
-                    raise ValueError(
-                        f"process_batch() returned {len(results)} results for {len(items)} items")
+                results = _counted(self.user_batch([loads(x) for x in items]), len(items))
             except BaseException as e:
                 return [_failure(e)] * len(items)
             return [r if isinstance(r, BaseException) else dumps(r) for r in results]

@@ -236,8 +236,8 @@ class Dispatcher:
                 keys.append(("worker.gpud_batch", str(int(o.get("batch_size") or 1))))
                 keys.append(("worker.gpud_retries", str(self._item_retries())))
                 codec = 0
-        if o.get("python") and codec == 0:
-            keys.append(("job.python", o["python"]))
+        if o.get("python") and isinstance(cls, (str, os.PathLike)):
+            keys.append(("job.python", o["python"]))  # a Python class's is set above
         for section in ("generator", "sink"):
             for k, v in (o.get(section) or {}).items():
                 keys.append((f"{section}.{k}", _value(v)))
@@ -393,10 +393,10 @@ class Dispatcher:
         if main is not None:
             sys.modules.setdefault("__mp_main__", main)
         try:
-            status, error, stats_json, sig, exc, where, setup_failed, first = _gpud.run(
+            status, error, stats_json, sig, exc, setup_failed, first = _gpud.run(
                 os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
-                callbacks, True, prefetch, _UI[ui], flags, o.get("tty"),
-                None, os.fspath(o["stats_json"]) if o.get("stats_json") else None,
+                callbacks, prefetch, _UI[ui], flags, o.get("tty"),
+                os.fspath(o["stats_json"]) if o.get("stats_json") else None,
                 (pickle.loads, pickle.dumps, _worker.loads_framed))
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
