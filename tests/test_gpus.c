@@ -84,6 +84,14 @@ Test(gpus, listed_ids_in_groups_of_two, .timeout = 120)
 	has(dir, "m.prom", "gpud_gpu_retired{gpu=\"0\",gpus=\"0,1\"} 0\n");
 	has(dir, "m.prom", "gpud_gpu_retired{gpu=\"2\",gpus=\"2,3\"} 0\n");
 	has(dir, "m.prom", "gpud_gpu_task_attempts_total{gpu=\"2\",gpus=\"2,3\",outcome=\"ok\"} ");
+	/* A worker plugin built for ABI 1.3 runs as it did, on both GPUs of its group. */
+	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --ui off --set worker.plugin=gpus13 2>err"),
+		     0);
+	static const char *const old[] = {"wid=0 gpu=0 n=0 ids=old cvd=0,1 env_ids=0,1",
+					  "wid=1 gpu=0 n=0 ids=old cvd=0,1 env_ids=0,1",
+					  "wid=2 gpu=2 n=0 ids=old cvd=2,3 env_ids=2,3",
+					  "wid=3 gpu=2 n=0 ids=old cvd=2,3 env_ids=2,3", NULL};
+	results_among(dir, old);
 	/* One GPU a worker, as before: each sees its own. */
 	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --ui off --set job.gpus_per_worker=1 "
 			       "--set job.workers_per_gpu=1 2>err"),
