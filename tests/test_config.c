@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 
 #include "job/config.h"
+#include "job/groups.h"
 #include "job/keys.h"
 #include "helpers.h"
 
@@ -222,6 +223,44 @@ Test(config, gpu_lists)
 	cfg_free(&c);
 }
 
+/* gpus_per_worker: groups of listed ids, refused where it does not divide the list,
+ * naming where it was set and both numbers; `all` and `auto` wait for the count. */
+Test(config, gpus_per_worker)
+{
+	struct cfg c;
+	cr_assert_eq(load("[job]\ngpus = 0,1,2,3\ngpus_per_worker = 2\n" BASE, NULL, 0, &c), 0,
+		     "%s", err);
+	cr_expect_eq(c.gpus_per_worker, 2);
+	cr_expect_eq(groups_count(&c), 2);
+	char ids[GROUPS_LABEL], *cvd = groups_visible(&c, 1);
+	cr_expect_str_eq(groups_ids(&c, 0, ids, sizeof ids), "0,1");
+	cr_expect_str_eq(cvd, "2,3");
+	cr_expect_str_eq(groups_label(&c, 2, ids, sizeof ids), "2,3");
+	free(cvd);
+	cfg_free(&c);
+	cr_assert_eq(load("[job]\ngpus = 0\n" BASE, NULL, 0, &c), 0, "%s", err);
+	cr_expect_eq(c.gpus_per_worker, 1, "one GPU a worker by default");
+	cfg_free(&c);
+	bad("[job]\ngpus = 0,1,2\ngpus_per_worker = 2\n" BASE,
+	    "job.ini:3: [job] gpus_per_worker = 2 does not divide the 3 GPUs [job] gpus lists",
+	    "a multiple of 2 GPUs");
+	bad("[job]\ngpus_per_worker = 4\ngpus = 5, 6\n" BASE,
+	    "job.ini:2: [job] gpus_per_worker = 4 does not divide the 2 GPUs", NULL);
+	bad("[job]\ngpus = 0\ngpus_per_worker = 0\n" BASE, "job.ini:3:", "gpus_per_worker");
+	bad("[job]\ngpus = 0\ngpus_per_worker = 257\n" BASE, "job.ini:3:", "gpus_per_worker");
+	char *sets[] = {"job.gpus_per_worker=3"};
+	cr_assert_eq(load("[job]\ngpus = 0,1,2,3\n" BASE, sets, 1, &c), -1);
+	cr_expect(strstr(err, "--set job.gpus_per_worker=3: [job] gpus_per_worker = 3 does not "
+			      "divide the 4 GPUs"),
+		  "%s", err);
+	cr_assert_eq(load("[job]\ngpus = all\ngpus_per_worker = 3\n" BASE, NULL, 0, &c), 0,
+		     "counted at run start: %s", err);
+	cfg_free(&c);
+	cr_assert_eq(load("[job]\ngpus = auto\ngpus_per_worker = 3\n" BASE, NULL, 0, &c), 0, "%s",
+		     err);
+	cfg_free(&c);
+}
+
 Test(config, missing_pieces)
 {
 	bad("[worker]\nplugin=/w.so\n[generator]\nplugin=range\n", "gpus is required", NULL);
@@ -294,7 +333,10 @@ static int load_key(const struct cfg_key *k, const char *value, struct cfg *c, c
 	char *text;
 	if (strcmp(k->section, "job") == 0)
 		cr_assert(asprintf(&text, "[job]\n%s = %s\n%s%s" BASE, k->name, value, other,
-				   strcmp(k->name, "gpus") ? "gpus = 0\n" : "") > 0);
+				   !strcmp(k->name, "gpus") ? ""
+				   /* counted at run start: any gpus_per_worker may divide it */
+				   : !strcmp(k->name, "gpus_per_worker") ? "gpus = all\n"
+									 : "gpus = 0\n") > 0);
 	else
 		cr_assert(asprintf(&text, "[%s]\n%s = %s\n[job]\ngpus = 0\n" BASE, k->section,
 				   k->name, value) > 0);

@@ -263,3 +263,30 @@ Test(ui, the_cursor_comes_back_after_a_host_crash, .timeout = 60)
 	stop_tmux();
 	free(path);
 }
+
+/* Workers on two GPUs each: the dashboard's rows and title, and plain mode's lines,
+ * name both GPUs of a worker. */
+Test(ui, workers_on_two_gpus_show_both, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1,2,3\ngpus_per_worker = 2\n"
+				 "[worker]\nplugin = faulty\nsleep_us = 20000\nfail_every = 37\n"
+				 "[generator]\nplugin = range\nstop = 300\n"
+				 "[sink]\nplugin = null\n");
+	start_in_tmux(dir, "", path);
+	free(pane_with(dir, "failed on worker", 30));
+	char *pane = pane_with(dir, "processing", 10);
+	cr_expect(strstr(pane, "2 workers on 4 GPUs (2 each)"), "%s", pane);
+	cr_expect(strstr(pane, "\n 0,1      0  "), "worker 0 on GPUs 0 and 1: %s", pane);
+	cr_expect(strstr(pane, "\n 2,3      1  "), "worker 1 on GPUs 2 and 3: %s", pane);
+	cr_expect(strstr(pane, "(GPU 0,1): ") || strstr(pane, "(GPU 2,3): "), "%s", pane);
+	free(pane);
+	wait_exit(dir);
+	stop_tmux();
+
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui plain --set job.gpus=0,1", path), 1);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: task 36 failed on worker 0 (GPU 0,1): "), "%s", err);
+	free(err);
+	free(path);
+}

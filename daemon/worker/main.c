@@ -31,6 +31,7 @@
 
 #include "loader.h"
 #include "ring.h"
+#include "gpus.h"
 #include "output.h"
 #include "tools.h"
 #include "wait.h"
@@ -685,9 +686,12 @@ static void set_up_plugin(struct worker *w)
 		set_state(w, WS_SETUP_FAILED, msg);
 		finish(1);
 	}
+	static int gpu_ids[WORKER_MAX_GPUS];
 	struct gpud_worker_info info = {
 		.worker_id = w->feed->worker_id,
 		.gpu_id = w->feed->gpu_id,
+		.n_gpus = worker_gpu_ids(w->feed->gpu_id, gpu_ids, WORKER_MAX_GPUS),
+		.gpu_ids = gpu_ids,
 		.seed = w->feed->seed,
 		.args = &w->args,
 		.flags = pinned ? GPUD_WORKER_PINNED : 0,

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.3 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud plugin ABI, version 1.4 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
  * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
  * gpud_generator_check, gpud_sink_check, gpud_task_reject, worker plugins that export
  * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
  * gpud_sink_finish and gpud_sink_resumed, with struct gpud_run_end and struct
- * gpud_resume_info).
+ * gpud_resume_info; 1.4 added gpud_worker_info.n_gpus and gpu_ids, every GPU of a worker
+ * that spans several with `gpus_per_worker`).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -57,7 +58,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 3
+#define GPUD_ABI_MINOR 4
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -220,7 +221,10 @@ static inline double gpud_arg_double(const struct gpud_args *args, const char *k
 
 /** What a worker knows about itself, passed to setup. worker_id is 0-based over all
  *  workers of the run; gpu_id is the id from the job's `gpus` list (CUDA sees that GPU
- *  as device 0); seed is base_seed + worker_id; args is the [worker] section. */
+ *  as device 0); seed is base_seed + worker_id; args is the [worker] section. A worker
+ *  of `gpus_per_worker = N` sees its N GPUs as devices 0 to N-1: gpu_id is the first,
+ *  gpu_ids (ABI 1.4) all of them. The host fills every field for every plugin; a plugin
+ *  built against 1.3 or older simply does not read the newer ones. */
 struct gpud_worker_info {
 	int worker_id;
 	int gpu_id;
@@ -228,8 +232,11 @@ struct gpud_worker_info {
 	const struct gpud_args *args;
 	uint64_t flags;      /* (ABI 1.1) GPUD_WORKER_* bits below */
 	unsigned batch_size; /* (ABI 1.1) most tasks a gpud_worker_process_batch call gets */
-	unsigned _pad;
-	void *reserved[2]; /* zero; room for later ABI minors */
+	/* ABI 1.4: workers that span GPUs. */
+	unsigned n_gpus;    /* (ABI 1.4) the GPUs this worker sees: [job] gpus_per_worker */
+	const int *gpu_ids; /* (ABI 1.4) their ids from `gpus`, n_gpus of them, in CUDA's
+			       order (device i is gpu_ids[i]); gpu_ids[0] == gpu_id */
+	void *reserved[1];  /* zero; room for later ABI minors */
 };
 
 /** flags: task inputs and result buffers live in memory registered with the CUDA

@@ -17,6 +17,7 @@ _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_work
 # Dispatcher keyword -> gpud job key (values written as gpud reads them).
 _OPTION_KEYS = {
     "workers_per_gpu": "job.workers_per_gpu",
+    "gpus_per_worker": "job.gpus_per_worker",
     "retries": "job.max_retries",
     "max_retries": "job.max_retries",
     "retry_on": "job.retry_on",
@@ -152,7 +153,7 @@ class Dispatcher:
     bytes. gpu_ids: a list of GPU ids, or "all" / "auto" as gpud's [job] gpus.
     queue_size: tasks in flight at most (backpressure on the generator).
 
-    Options (gpud's job keys, all optional): workers_per_gpu, retries (max_retries),
+    Options (gpud's job keys, all optional): workers_per_gpu, gpus_per_worker, retries (max_retries),
     retry_on, batch_size, batch_wait_ms, setup_timeout, cleanup_timeout,
     drain_timeout, sink_timeout, max_task_bytes, max_result_bytes,
     max_worker_restarts, ordered, log_dir, pin_memory, rank, ranks, metrics_listen,

@@ -17,6 +17,7 @@
 
 #include <ini.h>
 
+#include "job/groups.h"
 #include "job/keys.h"
 #include "job/suggest.h"
 
@@ -523,10 +524,15 @@ static void default_journal(struct cfg *c)
 /* The worker count and the plugin sections' sizes; then the plugins' views of them. */
 static int check_sizes(struct parse *p, struct cfg *c)
 {
-	if (!c->gpus_all && !c->gpus_auto &&
-	    (size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
-		fail(p, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers", p->path,
-		     c->n_gpus, c->workers_per_gpu, CFG_MAX_WORKERS);
+	struct raw *gpw = find_raw(p, "job", "gpus_per_worker");
+	if (gpw) {
+		char loc[512];
+		c->gpus_per_worker_at = strdup(where(p, gpw, loc, sizeof loc));
+	}
+	/* `all` and `auto` are counted at run start (run.c, ranks.c), and checked there. */
+	char why[1024];
+	if (!c->gpus_all && !c->gpus_auto && groups_check(c, why, sizeof why) < 0) {
+		fail(p, "%s", why);
 		return -1;
 	}
 	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
@@ -666,6 +672,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 
 	*c = (struct cfg){
 		.workers_per_gpu = 1,
+		.gpus_per_worker = 1,
 		.queue_size = 1024,
 		.base_seed = 42,
 		.max_task_bytes = 1u << 20,
@@ -728,6 +735,7 @@ void cfg_free(struct cfg *c)
 	for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
 		free(c->gpu_tokens[i]);
 	free(c->gpu_tokens);
+	free(c->gpus_per_worker_at);
 	free(c->log_dir);
 	free(c->python);
 	free(c->python_at);

@@ -48,8 +48,10 @@ struct cfg {
 	bool gpus_all;     /* `gpus = all`: resolved by discovery, n_gpus is 0 until then */
 	bool gpus_auto;    /* `gpus = auto`: the launcher's CUDA_VISIBLE_DEVICES (ranks.c) */
 	char **gpu_tokens; /* with gpus_auto: slot i's CUDA_VISIBLE_DEVICES token; gpus[i] = i */
-	size_t gpu_token_from; /* ... which is token gpu_token_from + i of the launcher's list */
-	unsigned workers_per_gpu;
+	size_t gpu_token_from;    /* ... which is token gpu_token_from + i of the launcher's list */
+	unsigned workers_per_gpu; /* workers per group of gpus_per_worker GPUs */
+	unsigned gpus_per_worker; /* GPUs each worker sees (job/groups.h) */
+	char *gpus_per_worker_at; /* where it was set ("file:line", "--set ..."), or NULL */
 	unsigned queue_size;
 	double task_timeout;    /* seconds; 0 = none */
 	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */

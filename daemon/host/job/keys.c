@@ -52,7 +52,11 @@ const struct cfg_key cfg_keys[] = {
 	 .doc = "required: GPU ids, `all` (counted through CUDA by a helper process), or `auto` "
 		"(the launcher's CUDA_VISIBLE_DEVICES)"},
 	{"job", "workers_per_gpu", CFG_UINT, FIELD(workers_per_gpu), .min = 1, .max = 256,
-	 .example = "2", .doc = "worker processes per GPU"},
+	 .example = "2", .doc = "worker processes per GPU (per group of gpus_per_worker GPUs)"},
+	{"job", "gpus_per_worker", CFG_UINT, FIELD(gpus_per_worker), .min = 1, .max = 256,
+	 .example = "2",
+	 .doc = "GPUs each worker sees: consecutive groups of gpus, CUDA_VISIBLE_DEVICES = "
+		"the group's ids or tokens; must divide the GPU count"},
 	{"job", "queue_size", CFG_UINT, FIELD(queue_size), .min = 1, .max = CFG_MAX_QUEUE,
 	 .example = "64",
 	 .doc = "most tasks in flight between generator and workers (backpressure)"},
@@ -77,7 +81,8 @@ const struct cfg_key cfg_keys[] = {
 	 .example = "error,crash", .doc = "which failures run again"},
 	{"job", "max_worker_restarts", CFG_UINT, FIELD(max_worker_restarts), .min = 0,
 	 .max = 100000, .example = "9",
-	 .doc = "per GPU: replacements of crashed or timed-out workers before the GPU is retired"},
+	 .doc = "per GPU (or group of gpus_per_worker): replacements of crashed or timed-out "
+		"workers before it is retired"},
 	{"job", "ordered", CFG_BOOL, FIELD(ordered), .expect = "expected true or false",
 	 .example = "true", .doc = "the sink gets outcomes in task-id order"},
 	{"job", "log_dir", CFG_PATH, FIELD(log_dir), .at_off = offsetof(struct cfg, log_dir_at),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "run/events.h"
+#include "job/groups.h"
 #include "record/failures.h"
 #include "view/ui.h"
 
@@ -255,10 +256,10 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	if (kind != GPUD_TASK_OK) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, false);
 		if (w)
-			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %d): %s",
+			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %s): %s",
 			       (unsigned long long)t->id,
 			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index,
-			       w->gpu_id, message ? message : "");
+			       GROUPS_OF(h, w), message ? message : "");
 		else
 			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
 			       message ? message : "");

@@ -18,6 +18,7 @@
 
 #include "workers/capacity.h"
 #include "job/checks.h"
+#include "job/groups.h"
 #include "job/python.h"
 #include "run/dispatcher.h"
 #include "run/events.h"
@@ -53,7 +54,7 @@ static void resume_hint(const struct cfg *c)
 /* gpus = all: counted through CUDA by a helper process (the host never touches CUDA).
  * Listed ids: checked against the devices where CUDA works; where it does not, they
  * stay as given (simulated GPUs: the plugin decides what an id means). */
-static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
+static int count_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 {
 	char err[ERRLEN];
 	int n = spawn_count_gpus(worker_exe, h->pool.bus_ids, CFG_MAX_GPUS, err, sizeof err);
@@ -77,6 +78,20 @@ static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
 	for (int i = 0; i < n && i < CFG_MAX_GPUS; i++)
 		c->gpus[i] = i;
 	c->n_gpus = (size_t)n;
+	return 0;
+}
+
+/* The GPUs counted, then cut into groups of gpus_per_worker (job/groups.h): a count it
+ * does not divide is refused here for `all` and `auto`, now that it is known. */
+static int resolve_gpus(struct host *h, struct cfg *c, const char *worker_exe)
+{
+	char err[ERRLEN];
+	if (count_gpus(h, c, worker_exe) < 0)
+		return -1;
+	if (c->n_gpus && groups_check(c, err, sizeof err) < 0) {
+		say("%s", err);
+		return -1;
+	}
 	return 0;
 }
 
@@ -185,6 +200,21 @@ static void release(struct host *h)
 	free(h->pool.bus_ids);
 }
 
+/* `gpud check` with gpus_per_worker: each group, its workers and what they see. */
+static void run_check_groups(const struct cfg *c)
+{
+	printf("  %zu GPU groups of %zu (gpus_per_worker), %u worker%s each:\n", groups_count(c),
+	       groups_width(c), c->workers_per_gpu, c->workers_per_gpu == 1 ? "" : "s");
+	for (size_t g = 0; g < groups_count(c); g++) {
+		char ids[GROUPS_LABEL], *cvd = groups_visible(c, g);
+		unsigned k0 = (unsigned)g * c->workers_per_gpu;
+		printf("  GPU %s: workers %u to %u, CUDA_VISIBLE_DEVICES=%s\n",
+		       groups_ids(c, g, ids, sizeof ids), k0, k0 + c->workers_per_gpu - 1,
+		       cvd ? cvd : "?");
+		free(cvd);
+	}
+}
+
 int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
@@ -206,9 +236,12 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
-		for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
-			printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
-			       c->gpu_tokens[i]);
+		if (groups_width(c) > 1)
+			run_check_groups(c);
+		else
+			for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
+				printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
+				       c->gpu_tokens[i]);
 		if (python_chosen()) {
 			char py[2048];
 			python_describe(python_chosen(), py, sizeof py);
@@ -493,17 +526,18 @@ static int open_plugins(struct host *h, struct cfg *c)
  * table, the run's files, the held outcomes and the metrics. 0, or -1 (said why). */
 static int setup_run(struct host *h, struct cfg *c)
 {
-	h->pool.n = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	/* Restarts and retirement are counted per group of gpus_per_worker GPUs. */
+	h->pool.n = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
-	h->pool.restarts = calloc(c->n_gpus, sizeof *h->pool.restarts);
-	h->pool.retired = calloc(c->n_gpus, sizeof *h->pool.retired);
+	h->pool.restarts = calloc(groups_count(c), sizeof *h->pool.restarts);
+	h->pool.retired = calloc(groups_count(c), sizeof *h->pool.retired);
 	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
 		say("out of memory for %u workers", h->pool.n);
 		return -1;
 	}
 	for (unsigned k = 0; k < h->pool.n; k++) {
 		h->pool.w[k].index = (int)k;
-		h->pool.w[k].gpu_id = c->gpus[k / c->workers_per_gpu];
+		h->pool.w[k].gpu_id = c->gpus[groups_first(c, k / c->workers_per_gpu)];
 		h->pool.w[k].log_fd = -1;
 		h->pool.w[k].out_fd = -1;
 		h->pool.w[k].pid = -1;

@@ -15,6 +15,7 @@
 
 #include "job/python.h"
 #include "record/files.h"
+#include "job/groups.h"
 #include "run/host.h"
 
 void stats_print(const struct host *h, FILE *f)
@@ -87,31 +88,35 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
 		s->worker_restarts, start, end, s->elapsed, rate, host_cpu);
+	char ids[2048]; /* 256 ids: never cut short */
 	for (unsigned i = 0; i < h->pool.n; i++) {
 		const struct host_worker *w = &h->pool.w[i];
 		fprintf(f,
-			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
-			"\"timed_out\": %llu, \"restarts\": %u}",
-			i ? ", " : "", w->index, w->gpu_id, (unsigned long long)w->ok,
+			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"gpu_ids\": [%s], \"ok\": %llu, "
+			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
+			i ? ", " : "", w->index, w->gpu_id,
+			groups_label(h->cfg, w->gpu_id, ids, sizeof ids), (unsigned long long)w->ok,
 			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
 			w->restarts);
 	}
+	/* One entry per group of gpus_per_worker GPUs (job/groups.h), named by its first. */
 	fprintf(f, "], \"gpus\": [");
-	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
+	for (size_t g = 0; g < groups_count(h->cfg); g++) {
+		int first = h->cfg->gpus[groups_first(h->cfg, g)];
 		uint64_t ok = 0, failed = 0, timed_out = 0;
 		for (unsigned i = 0; i < h->pool.n; i++) {
-			if (h->pool.w[i].gpu_id != h->cfg->gpus[g])
+			if (h->pool.w[i].gpu_id != first)
 				continue;
 			ok += h->pool.w[i].ok;
 			failed += h->pool.w[i].failed;
 			timed_out += h->pool.w[i].timeouts;
 		}
 		fprintf(f,
-			"%s{\"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
-			"\"restarts\": %u, \"retired\": %s}",
-			g ? ", " : "", h->cfg->gpus[g], (unsigned long long)ok,
-			(unsigned long long)failed, (unsigned long long)timed_out,
-			h->pool.restarts ? h->pool.restarts[g] : 0,
+			"%s{\"gpu_id\": %d, \"gpu_ids\": [%s], \"ok\": %llu, \"failed\": %llu, "
+			"\"timed_out\": %llu, \"restarts\": %u, \"retired\": %s}",
+			g ? ", " : "", first, groups_ids(h->cfg, g, ids, sizeof ids),
+			(unsigned long long)ok, (unsigned long long)failed,
+			(unsigned long long)timed_out, h->pool.restarts ? h->pool.restarts[g] : 0,
 			h->pool.retired && h->pool.retired[g] ? "true" : "false");
 	}
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and

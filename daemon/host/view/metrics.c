@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "job/groups.h"
 #include "run/host.h"
 #include "view/httpd.h"
 #include "view/nvml.h"
@@ -76,14 +77,31 @@ static void gauge(FILE *o, const char *name, const char *help, double v)
 	fprintf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, v);
 }
 
+/* A group's label: gpu="<its first GPU>", and with gpus_per_worker > 1 gpus="0,1". */
+static const char *group_label(const struct cfg *c, size_t g, char *buf, size_t len)
+{
+	char ids[GROUPS_LABEL];
+	int first = c->gpus[groups_first(c, g)];
+	if (groups_width(c) > 1)
+		snprintf(buf, len, "gpu=\"%d\",gpus=\"%s\"", first,
+			 groups_ids(c, g, ids, sizeof ids));
+	else
+		snprintf(buf, len, "gpu=\"%d\"", first);
+	return buf;
+}
+
+/* The counters by worker group (one GPU, or gpus_per_worker of them: labelled by the
+ * first, job/groups.h); NVML's figures by GPU, every GPU of every group. */
 static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 {
 	const struct cfg *c = h->cfg;
 	static const char *const outcomes[] = {"ok", "error", "timeout"};
+	size_t groups = groups_count(c);
+	char l[GROUPS_LABEL + 32];
 	fprintf(o, "# HELP gpud_gpu_task_attempts_total Task runs that ended on the GPU's "
 		   "workers, by how (every attempt, retries included).\n"
 		   "# TYPE gpud_gpu_task_attempts_total counter\n");
-	for (size_t g = 0; g < c->n_gpus; g++) {
+	for (size_t g = 0; g < groups; g++) {
 		uint64_t n[3] = {0, 0, 0};
 		for (unsigned k = 0; k < h->pool.n; k++) {
 			struct host_worker *w = &h->pool.w[k];
@@ -94,32 +112,35 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 			n[2] += UI_READ(w->timeouts);
 		}
 		for (int i = 0; i < 3; i++)
-			fprintf(o, "gpud_gpu_task_attempts_total{gpu=\"%d\",outcome=\"%s\"} %llu\n",
-				c->gpus[g], outcomes[i], (unsigned long long)n[i]);
+			fprintf(o, "gpud_gpu_task_attempts_total{%s,outcome=\"%s\"} %llu\n",
+				group_label(c, g, l, sizeof l), outcomes[i],
+				(unsigned long long)n[i]);
 	}
 	fprintf(o, "# HELP gpud_gpu_workers_ready Workers of the GPU taking tasks.\n"
 		   "# TYPE gpud_gpu_workers_ready gauge\n");
-	for (size_t g = 0; g < c->n_gpus; g++) {
+	for (size_t g = 0; g < groups; g++) {
 		unsigned ready = 0;
 		for (unsigned k = 0; k < h->pool.n; k++)
 			ready += (size_t)k / c->workers_per_gpu == g &&
 				 UI_READ(h->pool.w[k].state) == HW_READY;
-		fprintf(o, "gpud_gpu_workers_ready{gpu=\"%d\"} %u\n", c->gpus[g], ready);
+		fprintf(o, "gpud_gpu_workers_ready{%s} %u\n", group_label(c, g, l, sizeof l),
+			ready);
 	}
 	fprintf(o,
 		"# HELP gpud_gpu_worker_restarts_total Worker processes of the GPU "
 		"started again after one ended.\n# TYPE gpud_gpu_worker_restarts_total counter\n");
-	for (size_t g = 0; g < c->n_gpus; g++) {
+	for (size_t g = 0; g < groups; g++) {
 		unsigned r = 0;
 		for (unsigned k = 0; k < h->pool.n; k++)
 			if ((size_t)k / c->workers_per_gpu == g)
 				r += UI_READ(h->pool.w[k].restarts);
-		fprintf(o, "gpud_gpu_worker_restarts_total{gpu=\"%d\"} %u\n", c->gpus[g], r);
+		fprintf(o, "gpud_gpu_worker_restarts_total{%s} %u\n",
+			group_label(c, g, l, sizeof l), r);
 	}
 	fprintf(o, "# HELP gpud_gpu_retired 1 when the GPU was retired (its workers crashed "
 		   "past max_worker_restarts).\n# TYPE gpud_gpu_retired gauge\n");
-	for (size_t g = 0; g < c->n_gpus; g++)
-		fprintf(o, "gpud_gpu_retired{gpu=\"%d\"} %d\n", c->gpus[g],
+	for (size_t g = 0; g < groups; g++)
+		fprintf(o, "gpud_gpu_retired{%s} %d\n", group_label(c, g, l, sizeof l),
 			UI_READ(h->pool.retired[g]) ? 1 : 0);
 	if (!nvml)
 		return;

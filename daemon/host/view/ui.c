@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "job/groups.h"
 #include "job/python.h"
 #include "record/files.h"
 #include "run/host.h"
@@ -327,8 +328,10 @@ static void dash_title(struct ui *u, struct frame *fr, const struct figures *f, 
 	l_text(&l, "gpud ");
 	l_color(&l, C_RESET);
 	fmt_duration(a, sizeof a, f->elapsed);
-	l_fmt(&l, " %s  |  %u workers on %zu GPUs  |  elapsed %s", h->cfg->path, h->pool.n,
-	      h->cfg->n_gpus, a);
+	l_fmt(&l, " %s  |  %u workers on %zu GPUs", h->cfg->path, h->pool.n, h->cfg->n_gpus);
+	if (groups_width(h->cfg) > 1)
+		l_fmt(&l, " (%zu each)", groups_width(h->cfg));
+	l_fmt(&l, "  |  elapsed %s", a);
 	if (h->cfg->ranks > 1)
 		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
 	if (python_chosen())
@@ -414,7 +417,22 @@ static void dash_table_head(struct ui *u, struct frame *fr, const struct columns
 	frame_add(fr, &l);
 }
 
-/* One worker's row: status, its task and timings, its counts, its GPU's NVML figures. */
+/* A worker's NVML figures: utilisation and memory of each of its GPUs, in order. */
+static void dash_worker_nvml(struct ui *u, struct line *l, const struct host_worker *w)
+{
+	const struct cfg *c = u->h->cfg;
+	long g = groups_width(c) > 1 ? groups_of_gpu(c, w->gpu_id) : -1;
+	size_t n = g < 0 ? 1 : groups_width(c), first = g < 0 ? 0 : groups_first(c, (size_t)g);
+	for (size_t i = 0; u->nvml && i < n; i++) {
+		int id = g < 0 ? w->gpu_id : c->gpus[first + i];
+		struct nvml_sample ns;
+		if (nvml_sample(u->nvml, host_bus_id(u->h, id), id, &ns) == 0)
+			l_fmt(l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9,
+			      ns.mem_total / 1e9);
+	}
+}
+
+/* One worker's row: status, its task and timings, its counts, its GPUs' NVML figures. */
 static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *w,
 			    const struct columns *k, int width)
 {
@@ -423,7 +441,9 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	const char *color;
 	const char *status = worker_status(w, &color);
 	new_line(&l, u, width);
-	l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
+	char gpus[GROUPS_LABEL];
+	l_fmt(&l, "%*s %*d  ", k->gpu, groups_label(u->h->cfg, w->gpu_id, gpus, sizeof gpus),
+	      k->worker, w->index);
 	l_color(&l, color);
 	l_fmt(&l, "%-*.*s", k->status, k->status, status);
 	l_color(&l, C_RESET);
@@ -456,9 +476,7 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
 	l_color(&l, C_RESET);
 	l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
-	struct nvml_sample ns;
-	if (u->nvml && nvml_sample(u->nvml, host_bus_id(u->h, w->gpu_id), w->gpu_id, &ns) == 0)
-		l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);
+	dash_worker_nvml(u, &l, w);
 	frame_add(fr, &l);
 }
 
@@ -467,7 +485,15 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 static void dash_workers(struct ui *u, struct frame *fr, int width, int height)
 {
 	struct host *h = u->h;
-	const struct columns *k = width < UI_WIDE ? &narrow_columns : &wide_columns;
+	struct columns wide = width < UI_WIDE ? narrow_columns : wide_columns;
+	const struct columns *k = &wide;
+	/* A worker on several GPUs (gpus_per_worker) shows them all: "0,1". */
+	for (size_t g = 0; groups_width(h->cfg) > 1 && g < groups_count(h->cfg); g++) {
+		char ids[GROUPS_LABEL];
+		int len = (int)strlen(groups_ids(h->cfg, g, ids, sizeof ids));
+		if (len > wide.gpu)
+			wide.gpu = len;
+	}
 	dash_table_head(u, fr, k, width);
 	int room = height - 10;
 	unsigned shown = 0;

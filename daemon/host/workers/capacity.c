@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "job/groups.h"
 #include "workers/memory.h"
 #include "util/textio.h"
 #include "util/say.h"
@@ -38,8 +39,11 @@ static int check_fds(const struct cfg *c, unsigned n, bool raise, FILE *notes)
 		    "%llu open files, and this process may open %llu (ulimit -n, hard "
 		    "limit %llu): lower [job] workers_per_gpu or the GPUs of [job] gpus, "
 		    "or raise the limit",
-		    c->path, n, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
-		    (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+		    c->path, n, groups_count(c),
+		    groups_width(c) > 1    ? " groups"
+		    : groups_count(c) == 1 ? ""
+					   : "s",
+		    c->workers_per_gpu, (unsigned long long)need, (unsigned long long)rl.rlim_cur,
 		    (unsigned long long)rl.rlim_max);
 		return -1;
 	}
@@ -127,7 +131,7 @@ static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
 
 int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes)
 {
-	unsigned n = (unsigned)(c->n_gpus * c->workers_per_gpu);
+	unsigned n = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	if (n == 0)
 		return 0; /* no GPU: said by the run */
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;

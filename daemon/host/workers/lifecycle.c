@@ -24,6 +24,7 @@
 
 #include "run/events.h"
 #include "record/failures.h"
+#include "job/groups.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
@@ -245,7 +246,7 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
-	ui_say(h, UI_EVENT, "worker %d (GPU %d) setup failed: %s", w->index, w->gpu_id, why);
+	ui_say(h, UI_EVENT, "worker %d (GPU %s) setup failed: %s", w->index, GROUPS_OF(h, w), why);
 	events_worker(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
 	UI_SET(w->state, HW_GONE);
@@ -281,9 +282,9 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 	 * times: the first few are told, then that the rest are not. */
 	if (++h->pool.corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %d) corrupted its shared memory (%s); "
+		       "worker %d (GPU %s) corrupted its shared memory (%s); "
 		       "restarting it%s",
-		       w->index, w->gpu_id, why,
+		       w->index, GROUPS_OF(h, w), why,
 		       h->pool.corruptions == LIFECYCLE_CORRUPTIONS_TOLD
 			       ? " (further corruptions are not told; the tasks they fail are "
 				 "in the failures list)"
@@ -340,8 +341,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				UI_ADD(w->failed, 1);
 				snprintf(msg, sizeof msg,
 					 "its worker was killed %u times while running it "
-					 "(last: worker %d (GPU %d) %s)",
-					 t.strikes, w->index, w->gpu_id, w->corrupt_why);
+					 "(last: worker %d (GPU %s) %s)",
+					 t.strikes, w->index, GROUPS_OF(h, w), w->corrupt_why);
 				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
 				tasks_requeue(h, &t, input, -1);
@@ -350,8 +351,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
 				snprintf(msg, sizeof msg,
-					 "timed out after %g s on worker %d (GPU %d)",
-					 h->cfg->task_timeout, w->index, w->gpu_id);
+					 "timed out after %g s on worker %d (GPU %s)",
+					 h->cfg->task_timeout, w->index, GROUPS_OF(h, w));
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
 					       h->cfg->task_timeout);
 			} else {
@@ -366,13 +367,13 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					cause = CAUSE_FINAL;
 					snprintf(msg, sizeof msg,
 						 "poison task: %u workers died while "
-						 "running it (last: worker %d (GPU %d) %s)",
-						 t.crashes, w->index, w->gpu_id, how);
+						 "running it (last: worker %d (GPU %s) %s)",
+						 t.crashes, w->index, GROUPS_OF(h, w), how);
 				} else {
 					snprintf(msg, sizeof msg,
-						 "worker %d (GPU %d) %s while running "
+						 "worker %d (GPU %s) %s while running "
 						 "task %llu",
-						 w->index, w->gpu_id, how,
+						 w->index, GROUPS_OF(h, w), how,
 						 (unsigned long long)t.id);
 				}
 				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
@@ -385,17 +386,17 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	w->task_free = w->task_head;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %d): its plugin wrote before a result buffer; "
+		       "worker %d (GPU %s): its plugin wrote before a result buffer; "
 		       "restarted",
-		       w->index, w->gpu_id);
+		       w->index, GROUPS_OF(h, w));
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
 		 worker_message(w, msg, sizeof msg, "")[0])
 		/* A plugin that calls exit(70) itself leaves no message: that is an exit
 		 * like any other, told below. */
-		ui_say(h, UI_EVENT, "worker %d (GPU %d) restarted at its plugin's request: %s",
-		       w->index, w->gpu_id, msg);
+		ui_say(h, UI_EVENT, "worker %d (GPU %s) restarted at its plugin's request: %s",
+		       w->index, GROUPS_OF(h, w), msg);
 	else if (!w->timed_out && !h->ctl.killing && !w->corrupt && !w->held_still)
-		ui_say(h, UI_EVENT, "worker %d (GPU %d) %s", w->index, w->gpu_id, how);
+		ui_say(h, UI_EVENT, "worker %d (GPU %s) %s", w->index, GROUPS_OF(h, w), how);
 }
 
 void lifecycle_take_back(struct host *h, struct host_worker *w)
@@ -419,11 +420,12 @@ static void restart(struct host *h, struct host_worker *w)
 	bool free_restart = w->free_restart;
 	w->free_restart = false;
 	if (!free_restart && h->pool.restarts[slot] >= h->cfg->max_worker_restarts) {
-		char msg[200];
+		char msg[300], gpus[GROUPS_LABEL];
 		snprintf(msg, sizeof msg,
-			 "GPU %d retired: its workers were restarted %u times "
+			 "GPU %s retired: its workers were restarted %u times "
 			 "(max_worker_restarts = %u)",
-			 w->gpu_id, h->pool.restarts[slot], h->cfg->max_worker_restarts);
+			 groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus), h->pool.restarts[slot],
+			 h->cfg->max_worker_restarts);
 		UI_SET(w->state, HW_GONE);
 		UI_SET(w->end, END_ERROR);
 		UI_SET(h->pool.retired[slot], true);
@@ -469,17 +471,17 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 	case HW_STARTING:
 		if (w->setup_timed_out) {
 			snprintf(msg, sizeof msg,
-				 "worker %d (GPU %d): setup did not finish within "
+				 "worker %d (GPU %s): setup did not finish within "
 				 "%g s (setup_timeout); killed",
-				 w->index, w->gpu_id, h->cfg->setup_timeout);
+				 w->index, GROUPS_OF(h, w), h->cfg->setup_timeout);
 			setup_failed(h, w, msg);
 		} else if (s == WS_SETUP_FAILED) {
 			setup_failed(h, w,
 				     worker_message(w, wmsg, sizeof wmsg,
 						    "setup failed without a message"));
 		} else {
-			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
-				 w->gpu_id, how);
+			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during setup", w->index,
+				 GROUPS_OF(h, w), how);
 			setup_failed(h, w, msg);
 		}
 		return;
@@ -501,26 +503,26 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 		} else if (in_task && s != WS_CLEANUP && s != WS_CLEANUP_FAILED) {
 			/* Said by crashed(). */
 		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->ctl.killing) {
-			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during setup", w->index,
-				 w->gpu_id, how);
+			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during setup", w->index,
+				 GROUPS_OF(h, w), how);
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
 			UI_SET(w->end, END_ERROR);
 			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
-			ui_say(h, UI_EVENT, "worker %d (GPU %d) cleanup failed: %s", w->index,
-			       w->gpu_id, wmsg);
+			ui_say(h, UI_EVENT, "worker %d (GPU %s) cleanup failed: %s", w->index,
+			       GROUPS_OF(h, w), wmsg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			UI_SET(w->end, END_ERROR);
 			snprintf(msg, sizeof msg,
-				 "worker %d (GPU %d): cleanup did not finish within "
+				 "worker %d (GPU %s): cleanup did not finish within "
 				 "%g s; killed",
-				 w->index, w->gpu_id, h->cfg->cleanup_timeout);
+				 w->index, GROUPS_OF(h, w), h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->ctl.killing) {
-			snprintf(msg, sizeof msg, "worker %d (GPU %d) %s during cleanup", w->index,
-				 w->gpu_id, how);
+			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during cleanup", w->index,
+				 GROUPS_OF(h, w), how);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
@@ -726,9 +728,9 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 		w->still_ns = now;
 	} else if (wait_since(now, w->still_ns) >= limit) {
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %d) held %u tasks for %.1f s without starting "
+		       "worker %d (GPU %s) held %u tasks for %.1f s without starting "
 		       "one; giving them to another worker",
-		       w->index, w->gpu_id, tasks_held(w),
+		       w->index, GROUPS_OF(h, w), tasks_held(w),
 		       (double)wait_since(now, w->still_ns) * 1e-9);
 		w->held_still = true;
 		kill_worker(w);

@@ -15,41 +15,46 @@
 #include <poll.h>
 #include <time.h>
 
+#include "job/groups.h"
 #include "workers/spawner.h"
 #include "wait.h"
 
 extern char **environ;
 
 /* The host's environment minus the variables a worker gets its own of, plus those. */
-static char **worker_env(const struct host *h, const struct host_worker *w, char *own[3],
+static char **worker_env(const struct host *h, const struct host_worker *w, char *own[4],
 			 bool prefix)
 {
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	char **env = calloc(n + 5, sizeof *env);
+	char **env = calloc(n + 6, sizeof *env);
 	if (!env)
 		return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 ||
 		    strncmp(environ[i], "GPUD_GPU_ID=", 12) == 0 ||
+		    strncmp(environ[i], "GPUD_GPU_IDS=", 13) == 0 ||
 		    strncmp(environ[i], "GPUD_WORKER_ID=", 15) == 0 ||
 		    strncmp(environ[i], "GPUD_OUTPUT_PREFIX=", 19) == 0)
 			continue;
 		env[k++] = environ[i];
 	}
-	const char *const *tokens = (const char *const *)h->cfg->gpu_tokens;
-	if ((tokens ? asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", tokens[w->gpu_id])
-		    : asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%d", w->gpu_id)) < 0 ||
+	/* Its group's GPUs (job/groups.h): one with gpus_per_worker = 1. */
+	size_t g = (size_t)w->index / h->cfg->workers_per_gpu;
+	char ids[2048], *cvd = groups_visible(h->cfg, g); /* 256 ids of 7 bytes at most */
+	if (!cvd || asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", cvd) < 0 ||
 	    asprintf(&own[1], "GPUD_GPU_ID=%d", w->gpu_id) < 0 ||
-	    asprintf(&own[2], "GPUD_WORKER_ID=%d", w->index) < 0) {
+	    asprintf(&own[2], "GPUD_WORKER_ID=%d", w->index) < 0 ||
+	    asprintf(&own[3], "GPUD_GPU_IDS=%s", groups_ids(h->cfg, g, ids, sizeof ids)) < 0) {
+		free(cvd);
 		free(env);
 		return NULL;
 	}
-	env[k++] = own[0];
-	env[k++] = own[1];
-	env[k++] = own[2];
+	free(cvd);
+	for (int i = 0; i < 4; i++)
+		env[k++] = own[i];
 	if (prefix)
 		env[k++] = "GPUD_OUTPUT_PREFIX=1";
 	env[k] = NULL;
@@ -65,7 +70,7 @@ void spawn_kill(pid_t pid, int sig)
 int spawn_worker(struct host *h, struct host_worker *w)
 {
 	char idx_arg[16], pid_arg[24];
-	char *own[3] = {NULL, NULL, NULL};
+	char *own[4] = {NULL, NULL, NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, dfl;
@@ -114,7 +119,7 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
 	free(env);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		free(own[i]);
 	if (rc != 0) {
 		w->pid = -1;
