@@ -100,6 +100,8 @@ struct worker {
 	/* batches that fit (ABI 1.4; refit): the batch size as adapted to out of memory */
 	bool oom_abi;           /* the plugin is 1.4 or newer: GPUD_OOM means out of memory */
 	uint32_t batch_cap;     /* the most tasks the next call gets: 1..batch */
+	uint32_t shown;         /* the batch size the host is told: batch_cap once a call of
+				 * that many fitted (a step up is tried before it is said) */
 	uint32_t fitted;        /* the largest call that fitted since the cap last fell */
 	uint32_t full_runs;     /* calls of batch_cap tasks that fitted since it last changed */
 	uint32_t grow_after;    /* full calls that fit before the cap grows a step */
@@ -324,10 +326,11 @@ static enum breach disarm(const struct shm_rec *r, uint32_t capacity)
  * batch size (batch_cap) adapts: down at once to the largest call that fitted (or the
  * size that fitted before, when that is below the one that ran out), back up by an
  * eighth (at least one task) after grow_after full calls in a row fit, never above
- * batch_size. grow_after starts at FIT_GROW_AFTER and doubles each time memory runs
- * out (up to FIT_GROW_MAX), so a worker at its limit seldom tries a size that fails; it
- * is back at FIT_GROW_AFTER once a size that ran out has fitted grow_after times. Only this path
- * pays: a call that fits costs a look at each task's mark. */
+ * batch_size; the host is told a size once a call of that many fitted. grow_after starts at
+ * FIT_GROW_AFTER and doubles each time memory runs out (up to FIT_GROW_MAX), so a worker at its
+ * limit seldom tries a size that fails; it is back at FIT_GROW_AFTER once a size that ran out has
+ * fitted grow_after times. Only this path pays: a call that fits costs a look at each task's mark.
+ */
 #define FIT_GROW_AFTER 16u
 #define FIT_GROW_MAX 1024u
 
@@ -366,23 +369,29 @@ static bool any_oom(const struct worker *w, uint32_t n, int rc)
 /* The batch size and the splits, for the host (a line written only when they change). */
 static void publish_fit(struct worker *w)
 {
-	atomic_store_explicit(&w->rep->batch_now, w->batch_cap, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->batch_now, w->shown, memory_order_relaxed);
 	atomic_store_explicit(&w->rep->oom_splits, w->oom_splits, memory_order_relaxed);
 }
 
-/* A call of n tasks fitted while the batch size is below batch_size. */
+/* A call of n tasks fitted while the batch size is (or was said to be) below
+ * batch_size. */
 static void fit_grow(struct worker *w, uint32_t n)
 {
 	if (n > w->fitted)
 		w->fitted = n;
-	if (n < w->batch_cap || ++w->full_runs < w->grow_after)
+	if (n < w->batch_cap)
+		return;
+	if (w->shown != w->batch_cap) {
+		w->shown = w->batch_cap; /* the step up held */
+		publish_fit(w);
+	}
+	if (w->batch_cap == w->batch || ++w->full_runs < w->grow_after)
 		return;
 	uint32_t step = w->batch_cap / 8 ? w->batch_cap / 8 : 1;
 	if (w->batch_cap >= w->bad)
 		w->grow_after = FIT_GROW_AFTER; /* what ran out fits now: memory was freed */
 	w->batch_cap = w->batch - w->batch_cap > step ? w->batch_cap + step : w->batch;
 	w->full_runs = 0;
-	publish_fit(w);
 }
 
 /* Task i ran out of memory in a call of its own: it fails, saying so. */
@@ -507,7 +516,7 @@ static int refit(struct worker *w, uint32_t n, int rc)
 		/* Down at once: to what fitted now, or before when that is below what ran out. */
 		uint32_t before = w->fitted < bad ? w->fitted : 0;
 		w->fitted = fit > before ? fit : before;
-		w->batch_cap = w->fitted ? w->fitted : 1;
+		w->batch_cap = w->shown = w->fitted ? w->fitted : 1;
 		w->full_runs = 0;
 		w->grow_after = w->grow_after < FIT_GROW_MAX ? 2 * w->grow_after : FIT_GROW_MAX;
 		w->bad = bad;
@@ -635,7 +644,7 @@ static void run_tasks(struct worker *w)
 		leave_if_forked();
 		if (slots && w->oom_abi && any_oom(w, n, rc))
 			rc = refit(w, n, rc);
-		else if (slots && w->batch_cap < w->batch)
+		else if (slots && w->shown < w->batch)
 			fit_grow(w, n);
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
@@ -878,7 +887,7 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	w->idx = calloc(2 * (size_t)w->batch, sizeof *w->idx);
 	w->part = calloc(w->batch, sizeof *w->part);
 	w->oom_abi = w->plugin.info->abi_minor >= 4;
-	w->batch_cap = w->batch;
+	w->batch_cap = w->shown = w->batch;
 	w->grow_after = FIT_GROW_AFTER;
 	w->bad = UINT32_MAX;
 	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->idx || !w->part) {

@@ -3,15 +3,20 @@
  * (how = return) or marks each of its tasks with gpud_task_oom (how = mark); a task whose
  * input number is `huge` runs out even alone. Each result is "<input> n=<n>", n the size
  * of the call it came in; calls larger than `fit` write garbage first, as a real one
- * might. Built twice: worker-oomer with gpud_worker_process_batch, and, with
- * OOMER_PROCESS_ONLY, worker-oomer_one with gpud_worker_process alone. */
+ * might. Built three times: worker-oomer with gpud_worker_process_batch; with
+ * OOMER_PROCESS_ONLY, worker-oomer_one with gpud_worker_process alone; with OOMER_ABI13,
+ * worker-oomer13, declared for ABI 1.3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <gpud/plugin.h>
 
-#ifdef OOMER_PROCESS_ONLY
+#if defined(OOMER_ABI13)
+/* Built for ABI 1.3, where -12 was any failure's return value. */
+GPUD_EXTERN_C GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {
+	GPUD_ABI_MAJOR, 3, "worker", "oomer13", "1.0"};
+#elif defined(OOMER_PROCESS_ONLY)
 GPUD_PLUGIN("worker", "oomer_one", "1.0");
 #else
 GPUD_PLUGIN("worker", "oomer", "1.0");
