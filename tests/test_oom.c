@@ -162,6 +162,27 @@ Test(oom, a_task_too_large_alone_fails_alone, .timeout = 120)
 	free(path);
 }
 
+/* A crash in a part of a split call: the whole call is blamed, as for any crash, and
+ * every task still gets exactly one outcome. */
+Test(oom, a_crash_while_split_loses_nothing, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "gpus = 0\nbatch_size = 64\nbatch_wait_ms = 20\nmax_retries = 1",
+			 "plugin = oomer\nfit = 5\ncrash_on = 10", 2000);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1);
+	char *out = t_read_in(dir, "out"), *js = t_read_in(dir, "s.json");
+	int ok = check_results(out, 2000, 5);
+	cr_expect_geq(ok, 2000 - 2 * 64, "only the crashed calls' tasks may fail: %d ok", ok);
+	const char *ten = strstr(out, "{\"task_id\": 10, \"status\": \"error\"");
+	cr_assert(ten, "%s", out);
+	const char *nl = strchr(ten, '\n');
+	cr_expect(strstr(ten, "SIGSEGV") && strstr(ten, "SIGSEGV") < nl, "%.300s", ten);
+	cr_expect(!strstr(js, "\"worker_restarts\": 0,"), "%s", js);
+	free(out);
+	free(js);
+	free(path);
+}
+
 /* A plugin with process() alone: a task it says ran out of memory fails with the same
  * message (a call of one task cannot be split); the others are untouched. */
 Test(oom, process_that_runs_out_fails_its_task, .timeout = 120)

@@ -322,15 +322,16 @@ static enum breach disarm(const struct shm_rec *r, uint32_t capacity)
  * gpud_task_oom) does not fail its tasks: those it did not finish run again on this
  * worker in calls half its size, halving again while a part runs out, down to single
  * tasks; one that runs out alone fails, saying so. Each task keeps its result slot, so
- * the records are written as for any call (finish_result), in task order. Then the
- * batch size (batch_cap) adapts: down at once to the largest call that fitted (or the
- * size that fitted before, when that is below the one that ran out), back up by an
- * eighth (at least one task) after grow_after full calls in a row fit, never above
- * batch_size; the host is told a size once a call of that many fitted. grow_after starts at
- * FIT_GROW_AFTER and doubles each time memory runs out (up to FIT_GROW_MAX), so a worker at its
- * limit seldom tries a size that fails; it is back at FIT_GROW_AFTER once a size that ran out has
- * fitted grow_after times. Only this path pays: a call that fits costs a look at each task's mark.
- */
+ * the records are written as for any call (finish_result), in task order.
+ *
+ * Then the batch size (batch_cap) adapts: down at once to the largest call that fitted
+ * (or the size that fitted before, when that is below the one that ran out), back up
+ * by an eighth (at least one task) after grow_after full calls in a row fit, never
+ * above batch_size; the host is told a size once a call of that many fitted.
+ * grow_after starts at FIT_GROW_AFTER and doubles each time memory runs out (up to
+ * FIT_GROW_MAX), so a worker at its limit seldom tries a size that fails; it is back at
+ * FIT_GROW_AFTER once a size that ran out has fitted grow_after times. Only this path
+ * pays: a call that fits costs a look at each task's mark. */
 #define FIT_GROW_AFTER 16u
 #define FIT_GROW_MAX 1024u
 
