@@ -247,6 +247,32 @@ Test(oom, metrics_show_the_batch_size, .timeout = 120)
 	free(path);
 }
 
+/* gpud merge adds the ranks' splits up. */
+Test(oom, merge_adds_the_splits, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "gpus = 0\nbatch_size = 64\nbatch_wait_ms = 20\njournal = off",
+			 "plugin = oomer\nfit = 5", 2000);
+	long splits = 0;
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(t_gpud(dir, "run '%s' --rank %d/2 --stats-json '%s/s-{rank}.json'",
+				    path, k, dir),
+			     0);
+		char name[16];
+		snprintf(name, sizeof name, "s-%d.json", k);
+		char *js = t_read_in(dir, name);
+		splits += strtol(strstr(js, "\"oom_splits\": ") + 14, NULL, 10);
+		free(js);
+	}
+	cr_assert_eq(t_gpud(dir, "merge '%s/s-0.json' '%s/s-1.json'", dir, dir), 0);
+	char *out = t_read_in(dir, "out"), want[48];
+	snprintf(want, sizeof want, "\"oom_splits\": %ld,", splits);
+	cr_expect_geq(splits, 2, "each rank split calls");
+	cr_expect(strstr(out, want), "want %s in %s", want, out);
+	free(out);
+	free(path);
+}
+
 /* The dashboard's BATCH column (in a real terminal, tmux): the final frame shows the
  * size the worker came down to. */
 Test(oom, dashboard_shows_the_batch_size, .timeout = 120)
