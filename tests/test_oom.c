@@ -183,6 +183,24 @@ Test(oom, a_crash_while_split_loses_nothing, .timeout = 120)
 	free(path);
 }
 
+/* Each call of a split has its own task_timeout: three calls of 0.4 s (one that runs
+ * out, its two halves) under a timeout of 1 s time nothing out. */
+Test(oom, each_part_has_its_own_timeout, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir,
+			 "gpus = 0\nbatch_size = 32\nbatch_wait_ms = 200\ntask_timeout = 1\n"
+			 "max_retries = 0",
+			 "plugin = oomer\nfit = 16\nsleep_ms = 400", 32);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0);
+	char *out = t_read_in(dir, "out"), *js = t_read_in(dir, "s.json");
+	cr_expect_eq(check_results(out, 32, 16), 32);
+	cr_expect(strstr(js, "\"timed_out\": 0,"), "%s", js);
+	free(out);
+	free(js);
+	free(path);
+}
+
 /* A plugin with process() alone: a task it says ran out of memory fails with the same
  * message (a call of one task cannot be split); the others are untouched. */
 Test(oom, process_that_runs_out_fails_its_task, .timeout = 120)

@@ -2,15 +2,16 @@
 /* Test worker that runs out of memory: a call of more than `fit` tasks returns GPUD_OOM
  * (how = return) or marks each of its tasks with gpud_task_oom (how = mark); a task whose
  * input number is `huge` runs out even alone; a call that fits and holds `crash_on`
- * crashes (SIGSEGV), as a rerun part of a split call can. Each result is "<input> n=<n>", n the
- * size of the call it came in; calls larger than `fit` write garbage first, as a real one might.
- * Built three times: worker-oomer with gpud_worker_process_batch; with OOMER_PROCESS_ONLY,
- * worker-oomer_one with gpud_worker_process alone; with OOMER_ABI13, worker-oomer13, declared for
- * ABI 1.3. */
+ * crashes (SIGSEGV), as a rerun part of a split call can; every call sleeps sleep_ms. Each result
+ * is "<input> n=<n>", n the size of the call it came in; calls larger than `fit` write garbage
+ * first, as a real one might. Built three times: worker-oomer with gpud_worker_process_batch; with
+ * OOMER_PROCESS_ONLY, worker-oomer_one with gpud_worker_process alone; with OOMER_ABI13,
+ * worker-oomer13, declared for ABI 1.3. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <gpud/plugin.h>
 
@@ -23,10 +24,10 @@ GPUD_PLUGIN("worker", "oomer_one", "1.0");
 #else
 GPUD_PLUGIN("worker", "oomer", "1.0");
 #endif
-GPUD_PLUGIN_KEYS("fit", "how", "huge", "crash_on");
+GPUD_PLUGIN_KEYS("fit", "how", "huge", "crash_on", "sleep_ms");
 
 struct oomer {
-	long fit, huge, crash_on;
+	long fit, huge, crash_on, sleep_ms;
 	int mark;
 	unsigned max;
 };
@@ -40,6 +41,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	o->fit = gpud_arg_long(info->args, "fit", 1000000);
 	o->huge = gpud_arg_long(info->args, "huge", -1);
 	o->crash_on = gpud_arg_long(info->args, "crash_on", -1);
+	o->sleep_ms = gpud_arg_long(info->args, "sleep_ms", 0);
 	o->mark = strcmp(gpud_arg(info->args, "how", "return"), "mark") == 0;
 	o->max = info->batch_size;
 	*state = o;
@@ -59,6 +61,8 @@ static int run(struct oomer *o, struct gpud_task *t, size_t n)
 {
 	if (n == 0 || n > o->max)
 		abort(); /* the host broke its promise */
+	if (o->sleep_ms)
+		usleep((useconds_t)o->sleep_ms * 1000);
 	int huge = 0;
 	for (size_t i = 0; i < n; i++)
 		huge |= number(&t[i]) == o->huge;
