@@ -22,6 +22,18 @@ Test(abi, version)
 	cr_expect_eq(GPUD_ABI_MINOR, 4);
 }
 
+/* (1.4) Out of memory: the values a built plugin returns and sets. */
+Test(abi, out_of_memory_values)
+{
+	cr_expect_eq(GPUD_OOM, -12);
+	cr_expect_eq(GPUD_TASK_OOM, 4);
+	struct gpud_error e = {{0}};
+	struct gpud_task t = {.error = &e};
+	cr_expect_eq(gpud_task_oom(&t, "need %d MiB", 512), GPUD_OOM);
+	cr_expect_eq(t.failed, GPUD_TASK_OOM);
+	cr_expect_str_eq(e.message, "need 512 MiB");
+}
+
 Test(abi, struct_sizes)
 {
 	SIZE(gpud_kv, 16);
@@ -104,6 +116,8 @@ Test(abi, shm_layout)
 	OFF(shm_report, result_head, 64);
 	OFF(shm_report, state, 128);
 	OFF(shm_report, sleeping, 132);
+	OFF(shm_report, batch_now, 136);
+	OFF(shm_report, oom_splits, 140);
 	OFF(shm_report, message, 192);
 	OFF(shm_header, host_sleeping, 128);
 }

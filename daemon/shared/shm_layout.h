@@ -181,10 +181,14 @@ struct shm_report {
 	/* line 1, once per burst of results */
 	_Atomic uint64_t result_head;
 	uint8_t _pad1[56];
-	/* line 2, when it changes state or goes to sleep */
-	_Atomic uint32_t state;    /* enum shm_worker_state */
-	_Atomic uint32_t sleeping; /* it sleeps on shm_feed.bell */
-	uint8_t _pad2[56];
+	/* line 2, when it changes state or goes to sleep, or its batch size changes */
+	_Atomic uint32_t state;      /* enum shm_worker_state */
+	_Atomic uint32_t sleeping;   /* it sleeps on shm_feed.bell */
+	_Atomic uint32_t batch_now;  /* the most tasks its next call gets (the batch size as
+				      * adapted to out-of-memory calls); 0 until it says */
+	_Atomic uint32_t oom_splits; /* calls of this process that ran out of memory and were
+				      * split */
+	uint8_t _pad2[48];
 	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
 	char message[SHM_MSG_MAX];
 };
@@ -243,6 +247,7 @@ _Static_assert(offsetof(struct shm_feed, task_base) == 3 * SHM_LINE, "feed line 
 _Static_assert(sizeof(struct shm_feed) == 4 * SHM_LINE, "shm_feed size");
 _Static_assert(offsetof(struct shm_report, result_head) == 1 * SHM_LINE, "report line 1");
 _Static_assert(offsetof(struct shm_report, state) == 2 * SHM_LINE, "report line 2");
+_Static_assert(offsetof(struct shm_report, batch_now) == 2 * SHM_LINE + 8, "report line 2");
 _Static_assert(offsetof(struct shm_report, message) == 3 * SHM_LINE, "report message");
 _Static_assert(sizeof(struct shm_report) == 3 * SHM_LINE + SHM_MSG_MAX, "shm_report size");
 _Static_assert(sizeof(struct shm_report) <= SHM_OUT_RING_OFF, "report fits its page");

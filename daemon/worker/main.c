@@ -97,6 +97,19 @@ struct worker {
 	struct gpud_error *err;
 	char fatal[SHM_MSG_MAX];
 	bool tainted; /* the plugin wrote before a result buffer: replace this process */
+
+	/* batches that fit (ABI 1.4; refit): the batch size as adapted to out of memory */
+	bool oom_abi;           /* the plugin is 1.4 or newer: GPUD_OOM means out of memory */
+	uint32_t batch_cap;     /* the most tasks the next call gets: 1..batch */
+	uint32_t shown;         /* the batch size the host is told: batch_cap once a call of
+				 * that many fitted (a step up is tried before it is said) */
+	uint32_t fitted;        /* the largest call that fitted since the cap last fell */
+	uint32_t full_runs;     /* calls of batch_cap tasks that fitted since it last changed */
+	uint32_t grow_after;    /* full calls that fit before the cap grows a step */
+	uint32_t bad;           /* the smallest call that ran out of memory, last time */
+	uint32_t oom_splits;    /* calls that ran out of memory and were split */
+	uint32_t *idx;          /* 2 x batch: an out-of-memory call's tasks, and scratch */
+	struct gpud_task *part; /* batch: a part's tasks when they are not side by side */
 };
 
 /* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
@@ -245,7 +258,7 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 	uint64_t deadline = 0;
 	w->in[n++] = first;
 	pos += ring_span(first->size);
-	while (n < w->batch) {
+	while (n < w->batch_cap) {
 		struct shm_rec *t = ring_peek(&w->tasks, &pos, w->task_head);
 		if (!t) {
 			w->task_head =
@@ -304,6 +317,216 @@ static enum breach disarm(const struct shm_rec *r, uint32_t capacity)
 	return bad ? BREACH_AFTER : BREACH_NONE;
 }
 
+/* ---- batches that fit (ABI 1.4) ----
+ *
+ * A call that ran out of memory (it returned GPUD_OOM, or marked tasks with
+ * gpud_task_oom) does not fail its tasks: those it did not finish run again on this
+ * worker in calls half its size, halving again while a part runs out, down to single
+ * tasks; one that runs out alone fails, saying so. Each task keeps its result slot, so
+ * the records are written as for any call (finish_result), in task order.
+ *
+ * Then the batch size (batch_cap) adapts: down at once to the largest call that fitted
+ * (or the size that fitted before, when that is below the one that ran out), back up
+ * by an eighth (at least one task) after grow_after full calls in a row fit, never
+ * above batch_size; the host is told a size once a call of that many fitted.
+ * grow_after starts at FIT_GROW_AFTER and doubles each time memory runs out (up to
+ * FIT_GROW_MAX), so a worker at its limit seldom tries a size that fails; it is back at
+ * FIT_GROW_AFTER once a size that ran out has fitted grow_after times. Only this path
+ * pays: a call that fits costs a look at each task's mark. */
+#define FIT_GROW_AFTER 16u
+#define FIT_GROW_MAX 1024u
+
+/* Task i's struct as the plugin first sees it, pointing at its input and result slot. */
+static void task_init(struct worker *w, uint32_t i)
+{
+	struct shm_rec *t = w->in[i];
+	w->err[i].message[0] = '\0';
+	w->t[i] = (struct gpud_task){
+		.id = t->task_id,
+		.input = ring_payload(t),
+		.input_size = t->size,
+		.result = {.data = ring_payload(w->out[i]),
+			   .size = 0,
+			   .capacity = w->hdr->max_result_bytes},
+		.error = &w->err[i],
+		.attempt = (int)t->attempt,
+	};
+}
+
+/* Whether task i, of a call that returned rc, ran out of memory. */
+static bool task_oom(const struct worker *w, uint32_t i, int rc)
+{
+	int f = w->t[i].failed;
+	return f == GPUD_TASK_OOM || (rc == GPUD_OOM && f == 0);
+}
+
+static bool any_oom(const struct worker *w, uint32_t n, int rc)
+{
+	bool oom = rc == GPUD_OOM;
+	for (uint32_t i = 0; i < n; i++)
+		oom |= w->t[i].failed == GPUD_TASK_OOM;
+	return oom;
+}
+
+/* The batch size and the splits, for the host (a line written only when they change). */
+static void publish_fit(struct worker *w)
+{
+	atomic_store_explicit(&w->rep->batch_now, w->shown, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->oom_splits, w->oom_splits, memory_order_relaxed);
+}
+
+/* A call of n tasks fitted while the batch size is (or was said to be) below
+ * batch_size. */
+static void fit_grow(struct worker *w, uint32_t n)
+{
+	if (n > w->fitted)
+		w->fitted = n;
+	if (n < w->batch_cap)
+		return;
+	if (w->shown != w->batch_cap) {
+		w->shown = w->batch_cap; /* the step up held */
+		publish_fit(w);
+	}
+	if (w->batch_cap == w->batch || ++w->full_runs < w->grow_after)
+		return;
+	uint32_t step = w->batch_cap / 8 ? w->batch_cap / 8 : 1;
+	if (w->batch_cap >= w->bad)
+		w->grow_after = FIT_GROW_AFTER; /* what ran out fits now: memory was freed */
+	w->batch_cap = w->batch - w->batch_cap > step ? w->batch_cap + step : w->batch;
+	w->full_runs = 0;
+}
+
+/* Task i ran out of memory in a call of its own: it fails, saying so. */
+static void oom_alone(struct worker *w, uint32_t i)
+{
+	static const char what[] =
+		"out of memory: this task alone does not fit on the GPU (batch of 1)";
+	char *msg = w->err[i].message;
+	size_t said = strnlen(msg, sizeof w->err[i].message), room = sizeof w->err[i].message;
+	size_t head = sizeof what - 1 + (said ? 2 : 0);
+	if (said > room - 1 - head)
+		said = room - 1 - head;
+	memmove(msg + head, msg, said);
+	memcpy(msg, what, sizeof what - 1);
+	if (said)
+		memcpy(msg + sizeof what - 1, ": ", 2);
+	msg[head + said] = '\0';
+	w->t[i].failed = 1;
+}
+
+/* Task i's failure when its call returned rc (other than GPUD_OOM) and did not mark it. */
+static void settle(struct worker *w, uint32_t i, int rc)
+{
+	if (rc == 0 || rc == GPUD_OOM || w->t[i].failed)
+		return;
+	w->t[i].failed = 1;
+	if (!w->err[i].message[0])
+		snprintf(w->err[i].message, sizeof w->err[i].message,
+			 "process_batch() returned %d without a message", rc);
+}
+
+/* After a call over the tasks idx[from, from + m) returned rc: settles those it
+ * finished and moves those that ran out of memory, in order, to the end of the range;
+ * returns how many did. A task whose canary the call overwrote is finished (its record
+ * says so), and *stop is set when the process is to be replaced (a write before a result
+ * buffer, gpud_task_fatal): nothing more runs in it. */
+static uint32_t sort_out(struct worker *w, uint32_t from, uint32_t m, int rc, bool *stop)
+{
+	uint32_t *idx = w->idx + from, *oom = w->idx + w->batch, kept = 0, o = 0;
+	for (uint32_t j = 0; j < m; j++) {
+		uint32_t i = idx[j];
+		enum breach b = disarm(w->out[i], w->hdr->max_result_bytes);
+		if (b == BREACH_BEFORE || w->t[i].failed == GPUD_TASK_FATAL)
+			*stop = true;
+		if (b == BREACH_NONE && task_oom(w, i, rc)) {
+			oom[o++] = i;
+		} else {
+			settle(w, i, rc);
+			idx[kept++] = i;
+		}
+	}
+	memcpy(idx + kept, oom, o * sizeof *oom);
+	return o;
+}
+
+/* Runs the tasks idx[from, from + m) again in one call; returns what it returned. */
+static int call_part(struct worker *w, uint32_t from, uint32_t m)
+{
+	const uint32_t *idx = w->idx + from;
+	for (uint32_t j = 0; j < m; j++) {
+		arm(w->out[idx[j]], w->hdr->max_result_bytes);
+		task_init(w, idx[j]);
+	}
+	/* The plugin takes an array: the part's own when its tasks are side by side. */
+	bool side_by_side = idx[m - 1] - idx[0] == m - 1;
+	struct gpud_task *t = side_by_side ? &w->t[idx[0]] : w->part;
+	for (uint32_t j = 0; !side_by_side && j < m; j++)
+		w->part[j] = w->t[idx[j]];
+	/* Each call has its own task_timeout. */
+	atomic_store_explicit(&w->rep->cur_task, w->t[idx[0]].id, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->busy_since_ns, wait_now_ns(), memory_order_relaxed);
+	int rc = w->plugin.worker.process_batch(w->state, t, m);
+	leave_if_forked();
+	for (uint32_t j = 0; !side_by_side && j < m; j++)
+		w->t[idx[j]] = w->part[j];
+	return rc;
+}
+
+/* The first n tasks' call returned rc and ran out of memory: see above. Every task has
+ * its outcome in w->t when it returns 0 (for finish_result). */
+static int refit(struct worker *w, uint32_t n, int rc)
+{
+	bool stop = false;
+	for (uint32_t i = 0; i < n; i++)
+		w->idx[i] = i;
+	uint32_t left = sort_out(w, 0, n, rc, &stop), from = n - left;
+	uint32_t fit = 0, bad = n, part = (n + 1) / 2;
+	if (n == 1 && left) {
+		oom_alone(w, w->idx[from++]);
+		left--;
+	} else if (left) {
+		w->oom_splits++;
+	}
+	while (left) {
+		if (stop) {
+			for (uint32_t j = from; j < from + left; j++) {
+				uint32_t i = w->idx[j];
+				w->t[i].failed = 1;
+				snprintf(w->err[i].message, sizeof w->err[i].message,
+					 "out of memory in a call of %u tasks, and not run again: "
+					 "another task of the call ended this worker",
+					 n);
+			}
+			break;
+		}
+		uint32_t m = left < part ? left : part;
+		uint32_t o = sort_out(w, from, m, call_part(w, from, m), &stop);
+		from += m - o;
+		left -= m - o;
+		if (!o) {
+			fit = m > fit ? m : fit;
+		} else if (m == 1) {
+			oom_alone(w, w->idx[from++]);
+			left--;
+		} else {
+			w->oom_splits++;
+			bad = m < bad ? m : bad;
+			part = (m + 1) / 2;
+		}
+	}
+	if (n > 1) {
+		/* Down at once: to what fitted now, or before when that is below what ran out. */
+		uint32_t before = w->fitted < bad ? w->fitted : 0;
+		w->fitted = fit > before ? fit : before;
+		w->batch_cap = w->shown = w->fitted ? w->fitted : 1;
+		w->full_runs = 0;
+		w->grow_after = w->grow_after < FIT_GROW_MAX ? 2 * w->grow_after : FIT_GROW_MAX;
+		w->bad = bad;
+		publish_fit(w);
+	}
+	return 0;
+}
+
 /* Writes task i's result record at ring position `pos` (and, in a batch slot, a filler
  * over the rest of the slot). Returns the bytes the record takes, gap included. */
 static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc, double seconds,
@@ -333,6 +556,8 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 			breach == BREACH_BEFORE ? "before the start of" : "past the end of",
 			max_result);
 	} else if (task->failed || rc != 0) {
+		if (w->oom_abi && task_oom(w, i, rc))
+			oom_alone(w, i); /* process(): a call of one task */
 		if (!err->message[0])
 			snprintf(err->message, sizeof err->message,
 				 "%s returned %d without a message",
@@ -401,20 +626,8 @@ static void run_tasks(struct worker *w)
 			arm(w->out[i], cap);
 			head += slots ? w->result_need : 0;
 		}
-		for (uint32_t i = 0; i < n; i++) {
-			struct shm_rec *t = w->in[i];
-			w->err[i].message[0] = '\0';
-			w->t[i] = (struct gpud_task){
-				.id = t->task_id,
-				.input = ring_payload(t),
-				.input_size = t->size,
-				.result = {.data = ring_payload(w->out[i]),
-					   .size = 0,
-					   .capacity = cap},
-				.error = &w->err[i],
-				.attempt = (int)t->attempt,
-			};
-		}
+		for (uint32_t i = 0; i < n; i++)
+			task_init(w, i);
 
 		/* Tell the host which tasks run, since when (timeouts, starts, dashboard).
 		 * The clock starts now: waiting for tasks or result space never counts. */
@@ -431,6 +644,10 @@ static void run_tasks(struct worker *w)
 		int rc = slots ? w->plugin.worker.process_batch(w->state, w->t, n)
 			       : w->plugin.worker.process(w->state, &w->t[0]);
 		leave_if_forked();
+		if (slots && w->oom_abi && any_oom(w, n, rc))
+			rc = refit(w, n, rc);
+		else if (slots && w->shown < w->batch)
+			fit_grow(w, n);
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
 
@@ -669,10 +886,17 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	w->out = calloc(w->batch, sizeof *w->out);
 	w->out_pos = calloc(w->batch, sizeof *w->out_pos);
 	w->err = malloc(w->batch * sizeof *w->err);
-	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err) {
+	w->idx = calloc(2 * (size_t)w->batch, sizeof *w->idx);
+	w->part = calloc(w->batch, sizeof *w->part);
+	w->oom_abi = w->plugin.info->abi_minor >= 4;
+	w->batch_cap = w->shown = w->batch;
+	w->grow_after = FIT_GROW_AFTER;
+	w->bad = UINT32_MAX;
+	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->idx || !w->part) {
 		set_state(w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
 		finish(1);
 	}
+	publish_fit(w);
 }
 
 /* The plugin's setup, with the rings pinned first when asked; on failure the setup is

@@ -6,7 +6,9 @@
  * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
  * gpud_sink_finish and gpud_sink_resumed, with struct gpud_run_end and struct
  * gpud_resume_info; 1.4 added gpud_worker_info.n_gpus and gpu_ids, every GPU of a worker
- * that spans several with `gpus_per_worker`).
+ * that spans several with `gpus_per_worker`, and GPUD_OOM, GPUD_TASK_OOM and
+ * gpud_task_oom, with which a worker says a call ran out of memory, so gpud runs its
+ * tasks again in smaller calls).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -321,6 +323,42 @@ gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 	return -1;
 }
 
+/* ---- Out of memory (ABI 1.4): batches that fit ---- */
+
+/** (ABI 1.4) Returned by gpud_worker_process_batch (or gpud_worker_process): the call ran
+ *  out of memory (a CUDA allocation, cudaErrorMemoryAllocation, a host malloc) because
+ *  it was given too many tasks at once. gpud does not fail its tasks: every task of the
+ *  call that is not marked failed otherwise (gpud_task_fail, _reject, _fatal) runs
+ *  again on the same worker in a call half the size, halving down to single tasks; the
+ *  results the call wrote for them are dropped. The worker's batch size then adapts
+ *  (docs/plugins.md, "Batches that fit"). A single task that runs out of memory alone
+ *  fails with "out of memory: this task alone does not fit on the GPU (batch of 1)"
+ *  and the plugin's message (retried up to max_retries, like any failure). A plugin
+ *  built for ABI 1.3 or older never means this by a return value. */
+#define GPUD_OOM (-12)
+
+/** task->failed value set by gpud_task_oom(). */
+#define GPUD_TASK_OOM 4
+
+/** (ABI 1.4) Marks `task` out of memory: it runs again in a smaller call (GPUD_OOM);
+ *  the other tasks of the call keep what the plugin gave them. The message is kept for
+ *  when the task fails alone. Returns GPUD_OOM, so `return gpud_task_oom(task, ...);`
+ *  in gpud_worker_process; in gpud_worker_process_batch, mark the tasks and return 0
+ *  (or return GPUD_OOM to say the whole call ran out). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int
+gpud_task_oom(struct gpud_task *task, const char *fmt, ...)
+{
+	task->failed = GPUD_TASK_OOM;
+	va_list ap;
+	va_start(ap, fmt);
+	gpud_task_failv_(task, fmt, ap);
+	va_end(ap);
+	return GPUD_OOM;
+}
+
 /** Required. Called once per worker process before any task, on the thread that makes
  *  every later call of this process. Allocate your state
  *  (load the model...) and store it in *state. Returns 0, or -1 with err filled: the
@@ -328,13 +366,16 @@ gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err);
 /** Required unless gpud_worker_process_batch is exported (ABI 1.2). Processes one
- *  task: returns 0 with task->result filled, or -1 after gpud_task_fail(). */
+ *  task: returns 0 with task->result filled, or -1 after gpud_task_fail() (ABI 1.4:
+ *  GPUD_OOM after gpud_task_oom(), when the task alone does not fit). */
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
 /** Optional. Processes n tasks at once (1 <= n <= info->batch_size; `[job] batch_size`,
  *  `batch_wait_ms`). Each task has its own input and its own result buffer; mark
  *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 fails
- *  every task of the call. When exported it is called instead of gpud_worker_process,
- *  also with n = 1. */
+ *  every task of the call; (ABI 1.4) returning GPUD_OOM, or marking tasks with
+ *  gpud_task_oom(), runs them again in smaller calls. n may then be below the
+ *  worker's batch_size for a while (the batch size adapts). When exported it is called instead of
+ * gpud_worker_process, also with n = 1. */
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n);
 /** Optional. Called once when the run ends (only after a successful setup); free the
  *  state here. Returns 0, or -1 with err filled (reported as a cleanup-failed event). */

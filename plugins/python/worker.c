@@ -351,12 +351,38 @@ static bool kept_view(struct py_worker *pw, PyObject *mv, input_obj *in)
 	return kept;
 }
 
+/* Whether an exception of class `type` says memory ran out: a MemoryError, or a class
+ * named OutOfMemoryError anywhere in its MRO (torch.cuda.OutOfMemoryError), found by
+ * name so that torch is never imported for it. The task then runs again in a smaller
+ * call (gpud_task_oom). */
+static bool oom_type(PyObject *type)
+{
+	if (!type)
+		return false;
+	if (PyErr_GivenExceptionMatches(type, PyExc_MemoryError))
+		return true;
+	PyObject *mro = PyObject_GetAttrString(type, "__mro__");
+	bool oom = false;
+	Py_ssize_t n = mro && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
+	for (Py_ssize_t i = 0; i < n && !oom; i++) {
+		PyObject *name = PyObject_GetAttrString(PyTuple_GetItem(mro, i), "__name__");
+		const char *s = name && PyUnicode_Check(name) ? py_utf8(name, NULL) : NULL;
+		oom = s && !strcmp(s, "OutOfMemoryError");
+		Py_XDECREF(name);
+	}
+	Py_XDECREF(mro);
+	PyErr_Clear();
+	return oom;
+}
+
 /* Fails task t from the pending exception, by its kind. */
 static void task_error(struct gpud_task *t)
 {
 	char why[900];
 	PyObject *type = py_take_error(why, sizeof why);
-	if (type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal))
+	if (oom_type(type))
+		gpud_task_oom(t, "%s", why);
+	else if (type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal))
 		gpud_task_fatal(t, "%s", why);
 	else if (type && PyErr_GivenExceptionMatches(type, gpud_task_rejected))
 		gpud_task_reject(t, "%s", why);
@@ -540,10 +566,13 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
 		bool fatal = type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal);
+		bool oom = oom_type(type);
 		Py_XDECREF(type);
 		for (size_t i = 0; i < n; i++)
 			if (made[i]) {
-				if (fatal)
+				if (oom) /* the call ran out: its tasks run again in smaller ones */
+					gpud_task_oom(&t[i], "%s", why);
+				else if (fatal)
 					gpud_task_fatal(&t[i], "%s", why);
 				else
 					gpud_task_fail(&t[i], "%s", why);

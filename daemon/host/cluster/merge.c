@@ -160,7 +160,8 @@ static const char *const sums[] = {"generated",      "ok",
 				   "failed",         "timed_out",
 				   "not_run",        "retried",
 				   "setup_failures", "worker_restarts",
-				   "resumed",        "host_cpu_seconds"};
+				   "resumed",        "host_cpu_seconds",
+				   "oom_splits"};
 enum { N_SUMS = sizeof sums / sizeof *sums };
 
 /* The files' figures added up. */
@@ -177,7 +178,9 @@ static int add_file(struct totals *t, int i, const char *path, const char *text)
 	double v, s, e, n, x;
 	for (int k = 0; k < N_SUMS; k++) {
 		int found = number(text, sums[k], &v);
-		if ((found < 0 && strcmp(sums[k], "resumed") != 0) || (found == 0 && v < 0)) {
+		/* resumed and oom_splits: files of older gpuds may lack them */
+		bool optional = !strcmp(sums[k], "resumed") || !strcmp(sums[k], "oom_splits");
+		if ((found < 0 && !optional) || (found == 0 && v < 0)) {
 			fprintf(stderr,
 				"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
 				"--stats-json file\n",

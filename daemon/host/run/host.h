@@ -62,6 +62,7 @@ struct host_worker {
 	char corrupt_why[160];
 	enum hw_end end;
 	uint64_t ok, failed, timeouts;
+	uint64_t oom_splits_past; /* out-of-memory splits of its earlier processes (fit.h) */
 	unsigned restarts;
 	double last_seconds; /* its last task's time in process() */
 	uint64_t spawned_ns; /* when this process started (setup_timeout) */

@@ -17,6 +17,7 @@
 #include "record/files.h"
 #include "job/groups.h"
 #include "run/host.h"
+#include "workers/fit.h"
 
 void stats_print(const struct host *h, FILE *f)
 {
@@ -82,22 +83,24 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		"{\"generated\": %llu, \"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, "
 		"\"not_run\": %llu, \"retried\": %llu, \"setup_failures\": %u, "
 		"\"worker_restarts\": %u, \"start_time\": %.3f, \"end_time\": %.3f, "
-		"\"elapsed\": %.6f, \"throughput\": %.1f, \"host_cpu_seconds\": %.6f, "
-		"\"workers\": [",
+		"\"elapsed\": %.6f, \"throughput\": %.1f, \"host_cpu_seconds\": %.6f, ",
 		(unsigned long long)s->generated, (unsigned long long)s->ok,
 		(unsigned long long)s->failed, (unsigned long long)s->timed_out,
 		(unsigned long long)s->not_run, (unsigned long long)s->retried, s->setup_failures,
 		s->worker_restarts, start, end, s->elapsed, rate, host_cpu);
+	fprintf(f, "\"oom_splits\": %llu, \"workers\": [",
+		(unsigned long long)fit_oom_splits_total(h));
 	char ids[2048]; /* 256 ids: never cut short */
 	for (unsigned i = 0; i < h->pool.n; i++) {
 		const struct host_worker *w = &h->pool.w[i];
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"gpu_ids\": [%s], \"ok\": %llu, "
-			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
+			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u, "
+			"\"batch_size\": %u, \"oom_splits\": %llu}",
 			i ? ", " : "", w->index, w->gpu_id,
 			groups_label(h->cfg, w->gpu_id, ids, sizeof ids), (unsigned long long)w->ok,
 			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
-			w->restarts);
+			w->restarts, fit_batch_now(h, w), (unsigned long long)fit_oom_splits(w));
 	}
 	/* One entry per group of gpus_per_worker GPUs (job/groups.h), named by its first. */
 	fprintf(f, "], \"gpus\": [");

@@ -20,6 +20,7 @@
 #include "view/httpd.h"
 #include "view/nvml.h"
 #include "util/textio.h"
+#include "workers/fit.h"
 
 const double metrics_sec_bounds[METRICS_SEC_BUCKETS] = {
 	1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
@@ -168,6 +169,20 @@ static void per_gpu(FILE *o, struct host *h, struct nvml *nvml)
 				s[g].mem_total);
 }
 
+/* Batches that fit (workers/fit.h): the splits, and each worker's batch size now. */
+static void fit_metrics(FILE *o, const struct host *h)
+{
+	counter(o, "gpud_oom_splits_total",
+		"Calls that ran out of memory and were run again in halves.",
+		fit_oom_splits_total(h));
+	fprintf(o, "# HELP gpud_worker_batch_size The most tasks a worker's next call gets "
+		   "(batch_size, lowered after calls ran out of memory).\n"
+		   "# TYPE gpud_worker_batch_size gauge\n");
+	for (unsigned i = 0; i < h->pool.n; i++)
+		fprintf(o, "gpud_worker_batch_size{worker=\"%d\",gpu=\"%d\"} %u\n",
+			h->pool.w[i].index, h->pool.w[i].gpu_id, fit_batch_now(h, &h->pool.w[i]));
+}
+
 static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 {
 	struct gpud_stats *s = &h->stats;
@@ -233,6 +248,7 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 		fprintf(o, "gpud_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
 		fprintf(o, "gpud_batch_size_sum %llu\ngpud_batch_size_count %llu\n",
 			(unsigned long long)UI_READ(m->batch_sum), (unsigned long long)cum);
+		fit_metrics(o, h);
 	}
 	per_gpu(o, h, nvml);
 }

@@ -19,6 +19,7 @@
 #include "run/host.h"
 #include "view/nvml.h"
 #include "wait.h"
+#include "workers/fit.h"
 
 /* Throughput "now" is measured over about this window. */
 #define RECENT_S 5.0
@@ -412,6 +413,8 @@ static void dash_table_head(struct ui *u, struct frame *fr, const struct columns
 		l_fmt(&l, " %9s %9s", "RUNNING", "LAST");
 	l_fmt(&l, " %*s %6s %*s %*s", k->ok, "OK", "FAILED", k->to, "T/O", k->restarts,
 	      k->restarts_name);
+	if (u->h->cfg->batch_size > 1)
+		l_fmt(&l, " %5s", "BATCH");
 	if (u->nvml)
 		l_fmt(&l, " %5s %15s", "UTIL", "MEMORY");
 	frame_add(fr, &l);
@@ -432,7 +435,20 @@ static void dash_worker_nvml(struct ui *u, struct line *l, const struct host_wor
 	}
 }
 
-/* One worker's row: status, its task and timings, its counts, its GPUs' NVML figures. */
+/* A batching worker's batch size now: below batch_size (in yellow) after its calls ran
+ * out of memory (workers/fit.h). */
+static void dash_batch(struct ui *u, struct line *l, const struct host_worker *w)
+{
+	uint32_t max = u->h->cfg->batch_size, now = fit_batch_now(u->h, w);
+	if (max <= 1)
+		return;
+	l_color(l, now < max ? C_YELLOW : C_RESET);
+	l_fmt(l, " %5u", now);
+	l_color(l, C_RESET);
+}
+
+/* One worker's row: status, its task and timings, its counts, its batch size, its GPUs'
+ * NVML figures. */
 static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *w,
 			    const struct columns *k, int width)
 {
@@ -476,6 +492,7 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	l_fmt(&l, " %*llu", k->to, (unsigned long long)wt);
 	l_color(&l, C_RESET);
 	l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
+	dash_batch(u, &l, w);
 	dash_worker_nvml(u, &l, w);
 	frame_add(fr, &l);
 }

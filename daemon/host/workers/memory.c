@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "run/host.h"
+#include "workers/fit.h"
 #include "workers/memory.h"
 
 _Static_assert(CFG_MAX_KEYS == SHM_MAX_ARGS, "a worker takes every key the job file may give");
@@ -93,6 +94,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	 * reach the next one's results. It replaces the old mapping in place, so the
 	 * dashboard thread, which reads w->rep, never meets an unmapped page. */
 	char name[32];
+	fit_worker_ends(w);
 	snprintf(name, sizeof name, "gpud-out-%d", w->index);
 	int fd = sealed_memfd(name, h->shm.out_size);
 	if (fd < 0)
