@@ -99,8 +99,8 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 			"\"batch_size\": %u, \"oom_splits\": %llu}",
 			i ? ", " : "", w->index, w->gpu_id,
 			groups_label(h->cfg, w->gpu_id, ids, sizeof ids), (unsigned long long)w->ok,
-			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
-			w->restarts, fit_batch_now(h, w), (unsigned long long)fit_oom_splits(w));
+			(unsigned long long)w->failed, (unsigned long long)w->timeouts, w->restarts,
+			fit_batch_now(h, w), (unsigned long long)fit_oom_splits(w));
 	}
 	/* One entry per group of gpus_per_worker GPUs (job/groups.h), named by its first. */
 	fprintf(f, "], \"gpus\": [");
