@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 3);
+	cr_expect_eq(GPUD_ABI_MINOR, 4);
 }
 
 Test(abi, struct_sizes)
@@ -50,6 +50,7 @@ Test(abi, offsets)
 	OFF(gpud_worker_info, args, 16);
 	OFF(gpud_worker_info, flags, 24);
 	OFF(gpud_worker_info, batch_size, 32);
+	OFF(gpud_worker_info, max_in_flight, 36);
 	OFF(gpud_task, input, 8);
 	OFF(gpud_task, input_size, 16);
 	OFF(gpud_task, result, 24);

@@ -678,6 +678,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
 		.metrics_interval = 5,
 		.batch_size = 1,
+		.max_in_flight = 1,
 		.plain_interval = 5,
 	};
 	c->path = strdup(p.path);
