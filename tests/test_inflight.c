@@ -271,3 +271,132 @@ Test(inflight, max_in_flight_key_is_checked)
 	char *err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "job.ini:4: [job] max_in_flight"), "%s", err);
 }
+
+/* ---- python: async def process ---- */
+
+static const char async_worker[] = "import asyncio\n"
+				   "class W:\n"
+				   "    def setup(self, gpu_id, seed, **kw):\n"
+				   "        self.now = self.most = 0\n"
+				   "    async def process(self, data):\n"
+				   "        n = int(bytes(data))\n"
+				   "        self.now += 1\n"
+				   "        self.most = max(self.most, self.now)\n"
+				   "        try:\n"
+				   "            await asyncio.sleep(0.001 * ((n * 7) % 5))\n"
+				   "        finally:\n"
+				   "            self.now -= 1\n"
+				   "        if n == 5:\n"
+				   "            raise ValueError('five is bad')\n"
+				   "        return 'sq=%d most=%d' % (n * n, self.most)\n";
+
+static void python_job(const char *dir, const char *script, long n, const char *job_extra)
+{
+	free(t_write(dir, "w.py", script));
+	t_jobf(dir,
+	       "[job]\ngpus = 0\nordered = true\n%s\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+	       "[generator]\nplugin = range\nstop = %ld\n"
+	       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	       job_extra, n);
+}
+
+static void need_python(void)
+{
+	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
+		cr_skip_test("the python worker plugin was not built (no python3-embed)");
+}
+
+/* Up to max_in_flight coroutines at once on the worker's event loop, finishing in any
+ * order; an exception fails its own task only; ordered output holds. */
+Test(inflight, python_async_process_runs_many_at_once, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	python_job(dir, async_worker, 400, "max_in_flight = 16");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1, "%s", t_read_in(dir, "err"));
+	struct outcomes o;
+	read_outcomes(dir, 400, &o);
+	cr_expect(o.in_order);
+	cr_expect_eq(o.ok, 399);
+	cr_expect_str_eq(o.status[5], "error");
+	cr_expect(strstr(o.text[5], "ValueError: five is bad"), "%s", o.text[5]);
+	long most = 0;
+	for (long i = 0; i < 400; i++) {
+		if (i == 5)
+			continue;
+		char want[48];
+		snprintf(want, sizeof want, "sq=%ld most=", i * i);
+		cr_expect(o.text[i] && !strncmp(o.text[i], want, strlen(want)), "task %ld: %s", i,
+			  o.text[i]);
+		long m = o.text[i] ? strtol(strstr(o.text[i], "most=") + 5, NULL, 10) : 0;
+		most = m > most ? m : most;
+	}
+	cr_expect(most > 1 && most <= 16, "most coroutines at once: %ld", most);
+}
+
+/* max_in_flight = 1 (the default): each coroutine runs to its end, one at a time; and a
+ * plain process with max_in_flight > 1 runs as it always did. */
+Test(inflight, python_async_one_at_a_time_and_plain_with_many, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	python_job(dir, async_worker, 50, "");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1, "%s", t_read_in(dir, "err"));
+	struct outcomes o;
+	read_outcomes(dir, 50, &o);
+	cr_expect_eq(o.ok, 49);
+	cr_expect(strstr(o.text[7], "sq=49 most=1"), "%s", o.text[7]);
+	cr_expect(strstr(o.text[5], "ValueError: five is bad"), "%s", o.text[5]);
+
+	const char *dir2 = t_tmpdir();
+	python_job(dir2,
+		   "class W:\n"
+		   "    def setup(self, gpu_id, seed, **kw):\n"
+		   "        pass\n"
+		   "    def process(self, data):\n"
+		   "        return b'p' + bytes(data)\n",
+		   300, "max_in_flight = 8");
+	cr_assert_eq(t_gpud(dir2, "run '%s/job.ini' --ui off", dir2), 0, "%s",
+		     t_read_in(dir2, "err"));
+	read_outcomes(dir2, 300, &o);
+	cr_expect(o.in_order);
+	cr_expect_eq(o.ok, 300);
+	cr_expect_str_eq(o.text[123], "p123");
+}
+
+/* A worker running coroutines killed part way: each task it held runs again. */
+Test(inflight, python_async_worker_killed_mid_run, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	char script[1024];
+	snprintf(script, sizeof script,
+		 "import asyncio, os, signal\n"
+		 "class W:\n"
+		 "    def setup(self, gpu_id, seed, **kw):\n"
+		 "        self.done = 0\n"
+		 "    async def process(self, data):\n"
+		 "        await asyncio.sleep(0.002)\n"
+		 "        self.done += 1\n"
+		 "        if self.done == 60 and not os.path.exists('%s/killed'):\n"
+		 "            open('%s/killed', 'w').close()\n"
+		 "            os.kill(os.getpid(), signal.SIGKILL)\n"
+		 "        return bytes(data)\n",
+		 dir, dir);
+	python_job(dir, script, 300, "max_in_flight = 32\nmax_retries = 1");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 0,
+		     "%s", t_read_in(dir, "err"));
+	cr_assert(t_read_in(dir, "killed"));
+	struct outcomes o;
+	read_outcomes(dir, 300, &o);
+	cr_expect_eq(o.ok, 300);
+	for (long i = 0; i < 300; i++) {
+		char want[24];
+		snprintf(want, sizeof want, "%ld", i);
+		cr_expect_str_eq(o.text[i], want);
+	}
+	char *js = t_read_in(dir, "s.json");
+	cr_expect_eq(stat_of(js, "worker_restarts"), 1, "%s", js);
+	cr_expect(stat_of(js, "retried") >= 1, "%s", js);
+}

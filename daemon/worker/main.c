@@ -104,10 +104,13 @@ struct worker {
 	char fatal[SHM_MSG_MAX];
 	bool tainted; /* the plugin wrote before a result buffer: replace this process */
 
-	/* Tasks in flight (gpud_worker_submit/poll; 0: process or process_batch). The
-	 * arrays above are then a ring of `flight` entries in submit order: the oldest is
-	 * entry `oldest`, `flying` are in flight (run_in_flight). */
-	uint32_t flight, oldest, flying;
+	/* Tasks in flight (gpud_worker_submit/poll; flight 0: process or process_batch).
+	 * The arrays above are then a ring of `held` entries in submit order, the task of
+	 * sequence number q in entry q % held: [oldest, next) are held (not yet published),
+	 * `running` of them with the plugin, `first_running` the oldest of those
+	 * (run_in_flight). */
+	uint32_t flight, held, running;
+	uint64_t oldest, next, first_running;
 	uint64_t reserved_head; /* past the last result slot reserved */
 	struct flight *fly;     /* per entry: its task's ring positions, submit time, state */
 	struct gpud_task **done;
@@ -491,21 +494,25 @@ static void run_tasks(struct worker *w)
  * (full size, as a batch's: the plugin writes its result in place), and finish in any
  * order; results are published in submit order as the finished prefix grows. So the
  * host sees results in the order it handed tasks out, and its checks and its recovery
- * stay as they are. busy_since_ns is the oldest unfinished task's submit time (its
- * task_timeout), run_from..task_tail what is in flight (a crash blames all of it),
- * timed_to the oldest's end (a timeout blames it alone). */
+ * stay as they are. Up to max_in_flight run at once; finished ones wait behind an
+ * older running one in up to as many entries again (`held`), so one long task does not
+ * keep the engine from running others. The report names the oldest running task:
+ * busy_since_ns its submit time (its task_timeout), run_from..timed_to its record (a
+ * timeout blames it alone), run_from..task_tail what a crash blames (what is before
+ * it finished, and runs again elsewhere). */
 
 /* How long a poll may wait: with room for more tasks, briefly, so new ones go in soon
  * after they arrive; otherwise only a finished task can change anything. */
 #define FLY_POLL_MS 1
 #define FLY_WAIT_MS 100
 
-/* The report for what is in flight now (after each submit and each finish). */
+/* The report for what runs now (after each submit and each finish). */
 static void report_flight(struct worker *w)
 {
-	if (w->flying) {
-		const struct flight *f = &w->fly[w->oldest];
-		atomic_store_explicit(&w->rep->cur_task, w->t[w->oldest].id, memory_order_relaxed);
+	if (w->running) {
+		uint32_t i = (uint32_t)(w->first_running % w->held);
+		const struct flight *f = &w->fly[i];
+		atomic_store_explicit(&w->rep->cur_task, w->t[i].id, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->busy_since_ns, f->since, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->run_from, f->from, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->timed_to, f->to, memory_order_relaxed);
@@ -518,10 +525,10 @@ static void report_flight(struct worker *w)
 }
 
 /* A result slot for the next task without waiting, or NULL when the ring is full (or,
- * with nothing in flight, after waiting for room). */
+ * with nothing held, after waiting for room). */
 static struct shm_rec *reserve_flight(struct worker *w, uint64_t *head)
 {
-	if (!w->flying)
+	if (w->next == w->oldest)
 		return reserve_result(w, head);
 	struct shm_rec *r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
 	if (r)
@@ -534,13 +541,14 @@ static struct shm_rec *reserve_flight(struct worker *w, uint64_t *head)
 static void land(struct worker *w, uint32_t i, int rc, uint64_t now)
 {
 	w->fly[i].state = FLY_DONE;
+	w->running--;
 	finish_result(w, i, w->out_pos[i], rc, (double)(now - w->fly[i].since) * 1e-9, true, 0);
 }
 
 /* Submits task record `t` (at w->task_tail); false when no result slot is free now. */
 static bool submit_one(struct worker *w, struct shm_rec *t, uint64_t now)
 {
-	uint32_t i = (w->oldest + w->flying) % w->flight;
+	uint32_t i = (uint32_t)(w->next % w->held);
 	uint64_t head = w->reserved_head;
 	struct shm_rec *r = reserve_flight(w, &head);
 	if (!r)
@@ -565,7 +573,10 @@ static bool submit_one(struct worker *w, struct shm_rec *t, uint64_t now)
 				    .since = now,
 				    .state = FLY_RUNNING};
 	w->task_tail = w->fly[i].to;
-	w->flying++;
+	if (!w->running)
+		w->first_running = w->next;
+	w->next++;
+	w->running++;
 	report_flight(w);
 	int rc = w->plugin.worker.submit(w->state, &w->t[i]);
 	leave_if_forked();
@@ -583,16 +594,20 @@ static _Noreturn void flight_broken(struct worker *w, const char *msg, uint64_t 
 	finish(WORKER_EXIT_FATAL);
 }
 
-/* Publishes the finished prefix (in submit order) and reports what is still in flight. */
+/* Publishes the finished prefix (in submit order) and reports what still runs. */
 static void settle(struct worker *w, uint64_t now)
 {
-	while (w->flying && w->fly[w->oldest].state == FLY_DONE) {
-		w->fly[w->oldest].state = FLY_FREE;
-		w->result_head = w->out_pos[w->oldest] + w->result_need;
-		w->oldest = (w->oldest + 1) % w->flight;
-		w->flying--;
+	while (w->oldest != w->next && w->fly[w->oldest % w->held].state == FLY_DONE) {
+		uint32_t i = (uint32_t)(w->oldest % w->held);
+		w->fly[i].state = FLY_FREE;
+		w->result_head = w->out_pos[i] + w->result_need;
+		w->oldest++;
 		w->pending++;
 	}
+	if (w->first_running < w->oldest)
+		w->first_running = w->oldest;
+	while (w->running && w->fly[w->first_running % w->held].state != FLY_RUNNING)
+		w->first_running++;
 	atomic_store_explicit(&w->committed, w->result_head, memory_order_release);
 	report_flight(w);
 	if (w->tainted) {
@@ -630,7 +645,7 @@ static void poll_flight(struct worker *w, int timeout_ms)
 		uintptr_t p = (uintptr_t)w->done[k], base = (uintptr_t)w->t;
 		uintptr_t off = p - base;
 		uint32_t i = (uint32_t)(off / sizeof *w->t);
-		if (p < base || off % sizeof *w->t || i >= w->flight ||
+		if (p < base || off % sizeof *w->t || i >= w->held ||
 		    w->fly[i].state != FLY_RUNNING)
 			flight_broken(w,
 				      "gpud_worker_poll returned a task that is not in flight "
@@ -646,9 +661,9 @@ static void run_in_flight(struct worker *w)
 	uint64_t now = wait_now_ns();
 	w->reserved_head = w->result_head;
 	for (;;) {
-		/* Everything the ring holds goes in, up to max_in_flight. */
+		/* What the ring holds goes in, up to max_in_flight running. */
 		bool room = true;
-		while (w->flying < w->flight) {
+		while (w->running < w->flight && w->next - w->oldest < w->held) {
 			struct shm_rec *t = ring_peek(&w->tasks, &w->task_tail, w->task_head);
 			if (!t) {
 				w->task_head = atomic_load_explicit(&w->feed->task_head,
@@ -664,14 +679,14 @@ static void run_in_flight(struct worker *w)
 			now = wait_now_ns();
 		}
 		settle(w, now); /* submit may have failed some at once */
-		if (!w->flying) {
+		if (w->oldest == w->next) {
 			/* Idle: wait for a task, or the end. */
 			if (!next_task(w, &now))
 				break;
 			now = wait_now_ns();
 			continue;
 		}
-		bool more = room && w->flying < w->flight &&
+		bool more = room && w->running < w->flight && w->next - w->oldest < w->held &&
 			    !atomic_load_explicit(&w->feed->stop, memory_order_acquire);
 		poll_flight(w, more ? FLY_POLL_MS : FLY_WAIT_MS);
 		now = wait_now_ns();
@@ -880,15 +895,16 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	uint32_t most = w->hdr->max_in_flight ? w->hdr->max_in_flight : 1;
 	if (ops->submit && (most > 1 || (!ops->process && !ops->process_batch))) {
 		w->flight = most;
+		w->held = 2 * most; /* finished ones wait behind a running one: as many again */
 		w->batch = 1;
 	}
-	uint32_t n = w->flight > w->batch ? w->flight : w->batch;
+	uint32_t n = w->held > w->batch ? w->held : w->batch;
 	w->t = calloc(n, sizeof *w->t);
 	w->in = calloc(n, sizeof *w->in);
 	w->out = calloc(n, sizeof *w->out);
 	w->out_pos = calloc(n, sizeof *w->out_pos);
 	w->err = malloc(n * sizeof *w->err);
-	w->fly = calloc(w->flight ? w->flight : 1, sizeof *w->fly);
+	w->fly = calloc(w->held ? w->held : 1, sizeof *w->fly);
 	w->done = calloc(w->flight ? w->flight : 1, sizeof *w->done);
 	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->fly || !w->done) {
 		set_state(w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
