@@ -227,11 +227,14 @@ struct gpud_worker_info {
 	int gpu_id;
 	uint64_t seed;
 	const struct gpud_args *args;
-	uint64_t flags;         /* (ABI 1.1) GPUD_WORKER_* bits below */
-	unsigned batch_size;    /* (ABI 1.1) most tasks a gpud_worker_process_batch call gets */
+	uint64_t flags;      /* (ABI 1.1) GPUD_WORKER_* bits below */
+	unsigned batch_size; /* (ABI 1.1) most tasks a gpud_worker_process_batch call gets */
+	unsigned _pad;
+	void *reserved[1]; /* zero; room for later ABI minors */
+	/* ABI 1.4: tasks in flight. */
 	unsigned max_in_flight; /* (ABI 1.4) most tasks gpud_worker_submit is given before
 				   gpud_worker_poll hands one back ([job] max_in_flight) */
-	void *reserved[2];      /* zero; room for later ABI minors */
+	unsigned _pad2;
 };
 
 /** flags: task inputs and result buffers live in memory registered with the CUDA
