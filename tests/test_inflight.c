@@ -157,6 +157,20 @@ Test(inflight, two_workers_unordered, .timeout = 120)
 		expect_result(&o, i, 16);
 }
 
+/* A plugin with submit and poll alone runs with the default max_in_flight of 1. */
+Test(inflight, submit_and_poll_alone_run_one_at_a_time, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	inflight_job(dir, 1, 500, "ordered = true", "");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0, "%s", t_read_in(dir, "err"));
+	struct outcomes o;
+	read_outcomes(dir, 500, &o);
+	cr_expect_eq(o.ok, 500);
+	cr_expect_eq(o.most_held, 1);
+	for (long i = 0; i < 500; i++)
+		expect_result(&o, i, 1);
+}
+
 /* kill -9 of a worker holding 64 tasks in flight: each of them runs again (one retry
  * allowed) and every task ends ok, exactly once. */
 Test(inflight, killed_with_64_in_flight_all_run_again, .timeout = 120)
