@@ -14,6 +14,7 @@
 #define CFG_MAX_WORKERS 4096
 #define CFG_MAX_QUEUE (1u << 24)
 #define CFG_MAX_BATCH 65536
+#define CFG_MAX_IN_FLIGHT 1024 /* within the default queue_size */
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 #define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
