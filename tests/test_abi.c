@@ -64,6 +64,7 @@ Test(abi, offsets)
 	OFF(gpud_worker_info, batch_size, 32);
 	OFF(gpud_worker_info, n_gpus, 36);
 	OFF(gpud_worker_info, gpu_ids, 40);
+	OFF(gpud_worker_info, max_in_flight, 48);
 	OFF(gpud_task, input, 8);
 	OFF(gpud_task, input_size, 16);
 	OFF(gpud_task, result, 24);

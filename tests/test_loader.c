@@ -135,6 +135,24 @@ Test(loader, missing_symbol)
 		"exports neither gpud_worker_process nor gpud_worker_process_batch");
 }
 
+/* Tasks in flight (1.4): submit and poll resolved together; not for a 1.3 plugin, which
+ * then has no way to run a task. */
+Test(loader, submit_and_poll)
+{
+	char *path = fixture("worker-inflight.so");
+	struct plugin pl;
+	char err[1024];
+	cr_assert_eq(loader_open(&pl, path, LOADER_WORKER, err, sizeof err), 0, "%s", err);
+	cr_expect(pl.worker.submit && pl.worker.poll);
+	cr_expect(!pl.worker.process && !pl.worker.process_batch);
+	loader_close(&pl);
+	free(path);
+	refused("inflight-minor3.so", LOADER_WORKER,
+		"exports neither gpud_worker_process nor gpud_worker_process_batch; a worker");
+	refused("inflight-no-poll.so", LOADER_WORKER,
+		"exports gpud_worker_submit without gpud_worker_poll; tasks in flight need both");
+}
+
 Test(loader, no_descriptor)
 {
 	refused("no-info.so", LOADER_WORKER, "not a gpud plugin");

@@ -41,6 +41,10 @@ static void resolve(struct plugin *pl)
 		SYM(pl, worker.process, "gpud_worker_process");
 		SYM(pl, worker.process_batch, "gpud_worker_process_batch");
 		SYM(pl, worker.cleanup, "gpud_worker_cleanup");
+		if (minor >= 4) {
+			SYM(pl, worker.submit, "gpud_worker_submit");
+			SYM(pl, worker.poll, "gpud_worker_poll");
+		}
 		break;
 	case LOADER_GENERATOR:
 		SYM(pl, gen.open, "gpud_generator_open");
@@ -177,15 +181,24 @@ int loader_open(struct plugin *pl, const char *path, enum loader_kind kind, char
 			goto fail;
 		}
 	}
-	if (kind == LOADER_WORKER && !dlsym(pl->handle, "gpud_worker_process") &&
-	    !dlsym(pl->handle, "gpud_worker_process_batch")) {
+	resolve(pl);
+	if (kind == LOADER_WORKER && !pl->worker.submit != !pl->worker.poll) {
 		snprintf(err, errlen,
-			 "worker plugin %s: exports neither gpud_worker_process nor "
-			 "gpud_worker_process_batch; a worker plugin needs one of them",
-			 path);
+			 "worker plugin %s: exports %s without %s; tasks in flight need both", path,
+			 pl->worker.submit ? "gpud_worker_submit" : "gpud_worker_poll",
+			 pl->worker.submit ? "gpud_worker_poll" : "gpud_worker_submit");
 		goto fail;
 	}
-	resolve(pl);
+	if (kind == LOADER_WORKER && !pl->worker.process && !pl->worker.process_batch &&
+	    !pl->worker.submit) {
+		snprintf(err, errlen,
+			 "worker plugin %s: exports neither gpud_worker_process nor "
+			 "gpud_worker_process_batch%s; a worker plugin needs one of them",
+			 path,
+			 pl->info->abi_minor >= 4 ? " nor gpud_worker_submit and gpud_worker_poll"
+						  : "");
+		goto fail;
+	}
 	pl->path = strdup(path);
 	return 0;
 fail:

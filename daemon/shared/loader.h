@@ -46,12 +46,17 @@ struct sink_ops {
 		       struct gpud_error *err); /* optional, 1.3 */
 };
 
-/* At least one of process and process_batch is set (1.2 allows process_batch alone). */
+/* At least one of process, process_batch and the pair submit and poll is set (1.2
+ * allows process_batch alone, 1.4 submit and poll alone); submit and poll are both set
+ * or both NULL. */
 struct worker_ops {
 	int (*setup)(const struct gpud_worker_info *info, void **state, struct gpud_error *err);
 	int (*process)(void *state, struct gpud_task *task);
 	int (*process_batch)(void *state, struct gpud_task *tasks, size_t n); /* optional */
 	int (*cleanup)(void *state, struct gpud_error *err);                  /* optional */
+	int (*submit)(void *state, struct gpud_task *task); /* optional, 1.4, with poll */
+	int (*poll)(void *state, struct gpud_task **done, size_t max, int timeout_ms,
+		    struct gpud_error *err); /* optional, 1.4, with submit */
 };
 
 /* A loaded plugin. Only the table of its kind is filled; the other two stay zero. The

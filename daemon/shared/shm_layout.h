@@ -177,7 +177,10 @@ struct shm_report {
 	_Atomic uint64_t cur_task;      /* id of the (first) task it runs */
 	_Atomic uint64_t run_from;      /* ring position of the first task of the current
 					   call (a batch runs [run_from, task_tail)) */
-	uint8_t _pad0[32];
+	_Atomic uint64_t timed_to;      /* tasks in flight: ring position past the oldest
+					   one, which busy_since_ns times and a timeout blames
+					   alone; 0: busy_since_ns times the whole call */
+	uint8_t _pad0[24];
 	/* line 1, once per burst of results */
 	_Atomic uint64_t result_head;
 	uint8_t _pad1[56];
@@ -211,7 +214,8 @@ struct shm_header {
 	uint32_t report_size;   /* sizeof(struct shm_report) */
 	uint64_t batch_wait_ns; /* how long to wait to fill a batch */
 	uint64_t out_size;      /* bytes of each out memfd */
-	uint8_t _pad1[32];
+	uint32_t max_in_flight; /* most tasks gpud_worker_submit holds at once */
+	uint8_t _pad1[28];
 	/* line 2, host: it sleeps on the bell memfd's word */
 	_Atomic uint32_t host_sleeping;
 	uint8_t _pad2[60];

@@ -57,6 +57,13 @@
 #define TINY_NS 2000u
 #define TINY_RUN 32u
 
+/* One entry of the tasks in flight. */
+struct flight {
+	uint64_t from, to; /* its task's record in the task ring: [from, to) */
+	uint64_t since;    /* when it was submitted */
+	enum { FLY_FREE, FLY_RUNNING, FLY_DONE } state;
+};
+
 struct worker {
 	const struct shm_header *hdr;
 	const struct shm_feed *feed; /* read-only: the host's */
@@ -110,6 +117,16 @@ struct worker {
 	uint32_t oom_splits;    /* calls that ran out of memory and were split */
 	uint32_t *idx;          /* 2 x batch: an out-of-memory call's tasks, and scratch */
 	struct gpud_task *part; /* batch: a part's tasks when they are not side by side */
+	/* Tasks in flight (gpud_worker_submit/poll; flight 0: process or process_batch).
+	 * The arrays above are then a ring of `held` entries in submit order, the task of
+	 * sequence number q in entry q % held: [oldest, next) are held (not yet published),
+	 * `running` of them with the plugin, `first_running` the oldest of those
+	 * (run_in_flight). */
+	uint32_t flight, held, running;
+	uint64_t oldest, next, first_running;
+	uint64_t reserved_head; /* past the last result slot reserved */
+	struct flight *fly;     /* per entry: its task's ring positions, submit time, state */
+	struct gpud_task **done;
 };
 
 /* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
@@ -561,7 +578,10 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 		if (!err->message[0])
 			snprintf(err->message, sizeof err->message,
 				 "%s returned %d without a message",
-				 slot ? "process_batch()" : "process()", rc);
+				 w->flight ? "gpud_worker_submit/poll"
+				 : slot    ? "process_batch()"
+					   : "process()",
+				 rc);
 		kind = REC_FAIL;
 		size = (uint32_t)strnlen(err->message, sizeof err->message);
 		memcpy(ring_payload(r), err->message, size);
@@ -680,6 +700,213 @@ static void run_tasks(struct worker *w)
 		}
 		if (w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS || slots)
 			publish(w, end);
+	}
+	if (w->pending)
+		publish(w, now);
+}
+
+/* ---- Tasks in flight (ABI 1.4: gpud_worker_submit, gpud_worker_poll) ----
+ *
+ * Tasks are submitted in ring order, each with its result slot reserved in ring order
+ * (full size, as a batch's: the plugin writes its result in place), and finish in any
+ * order; results are published in submit order as the finished prefix grows. So the
+ * host sees results in the order it handed tasks out, and its checks and its recovery
+ * stay as they are. Up to max_in_flight run at once; finished ones wait behind an
+ * older running one in up to as many entries again (`held`), so one long task does not
+ * keep the engine from running others. The report names the oldest running task:
+ * busy_since_ns its submit time (its task_timeout), run_from..timed_to its record (a
+ * timeout blames it alone), run_from..task_tail what a crash blames (what is before
+ * it finished, and runs again elsewhere). */
+
+/* How long a poll may wait: with room for more tasks, briefly, so new ones go in soon
+ * after they arrive; otherwise only a finished task can change anything. */
+#define FLY_POLL_MS 1
+#define FLY_WAIT_MS 100
+
+/* The report for what runs now (after each submit and each finish). */
+static void report_flight(struct worker *w)
+{
+	if (w->running) {
+		uint32_t i = (uint32_t)(w->first_running % w->held);
+		const struct flight *f = &w->fly[i];
+		atomic_store_explicit(&w->rep->cur_task, w->t[i].id, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->busy_since_ns, f->since, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->run_from, f->from, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->timed_to, f->to, memory_order_relaxed);
+	} else {
+		atomic_store_explicit(&w->rep->busy_since_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->run_from, w->task_tail, memory_order_relaxed);
+		atomic_store_explicit(&w->rep->timed_to, 0, memory_order_relaxed);
+	}
+	atomic_store_explicit(&w->rep->task_tail, w->task_tail, memory_order_release);
+}
+
+/* A result slot for the next task without waiting, or NULL when the ring is full (or,
+ * with nothing held, after waiting for room). */
+static struct shm_rec *reserve_flight(struct worker *w, uint64_t *head)
+{
+	if (w->next == w->oldest)
+		return reserve_result(w, head);
+	struct shm_rec *r = ring_reserve(&w->results, head, w->result_tail, w->result_need);
+	if (r)
+		return r;
+	w->result_tail = atomic_load_explicit(&w->feed->result_tail, memory_order_acquire);
+	return ring_reserve(&w->results, head, w->result_tail, w->result_need);
+}
+
+/* Task `i` finished (rc: submit's or poll's verdict): its result written in its slot. */
+static void land(struct worker *w, uint32_t i, int rc, uint64_t now)
+{
+	w->fly[i].state = FLY_DONE;
+	w->running--;
+	finish_result(w, i, w->out_pos[i], rc, (double)(now - w->fly[i].since) * 1e-9, true, 0);
+}
+
+/* Submits task record `t` (at w->task_tail); false when no result slot is free now. */
+static bool submit_one(struct worker *w, struct shm_rec *t, uint64_t now)
+{
+	uint32_t i = (uint32_t)(w->next % w->held);
+	uint64_t head = w->reserved_head;
+	struct shm_rec *r = reserve_flight(w, &head);
+	if (!r)
+		return false;
+	uint32_t cap = w->hdr->max_result_bytes;
+	w->in[i] = t;
+	w->out[i] = r;
+	w->out_pos[i] = head;
+	w->reserved_head = head + w->result_need;
+	arm(r, cap);
+	w->err[i].message[0] = '\0';
+	w->t[i] = (struct gpud_task){
+		.id = t->task_id,
+		.input = ring_payload(t),
+		.input_size = t->size,
+		.result = {.data = ring_payload(r), .size = 0, .capacity = cap},
+		.error = &w->err[i],
+		.attempt = (int)t->attempt,
+	};
+	w->fly[i] = (struct flight){.from = w->task_tail,
+				    .to = w->task_tail + ring_span(t->size),
+				    .since = now,
+				    .state = FLY_RUNNING};
+	w->task_tail = w->fly[i].to;
+	if (!w->running)
+		w->first_running = w->next;
+	w->next++;
+	w->running++;
+	report_flight(w);
+	int rc = w->plugin.worker.submit(w->state, &w->t[i]);
+	leave_if_forked();
+	if (rc != 0)
+		land(w, i, rc, wait_now_ns());
+	return true;
+}
+
+/* Leaves after a poll that failed, or that handed back what is not in flight: the
+ * finished results go to the host first; the rest fail or run again (a crash). */
+static _Noreturn void flight_broken(struct worker *w, const char *msg, uint64_t now)
+{
+	publish(w, now);
+	snprintf(w->rep->message, sizeof w->rep->message, "%s", msg);
+	finish(WORKER_EXIT_FATAL);
+}
+
+/* Publishes the finished prefix (in submit order) and reports what still runs. */
+static void flight_settle(struct worker *w, uint64_t now)
+{
+	while (w->oldest != w->next && w->fly[w->oldest % w->held].state == FLY_DONE) {
+		uint32_t i = (uint32_t)(w->oldest % w->held);
+		w->fly[i].state = FLY_FREE;
+		w->result_head = w->out_pos[i] + w->result_need;
+		w->oldest++;
+		w->pending++;
+	}
+	if (w->first_running < w->oldest)
+		w->first_running = w->oldest;
+	while (w->running && w->fly[w->first_running % w->held].state != FLY_RUNNING)
+		w->first_running++;
+	atomic_store_explicit(&w->committed, w->result_head, memory_order_release);
+	report_flight(w);
+	if (w->tainted) {
+		/* It may have written anywhere in our memory, the report block too:
+		 * reported again above. */
+		publish(w, now);
+		finish(WORKER_EXIT_TAINTED);
+	}
+	if (w->fatal[0]) /* the plugin says this process is beyond repair */
+		flight_broken(w, w->fatal, now);
+	if (w->pending >= PUBLISH_BURST || (w->pending && now - w->published_ns >= PUBLISH_NS))
+		publish(w, now);
+}
+
+/* One poll of the plugin, its finished tasks landed and settled. */
+static void poll_flight(struct worker *w, int timeout_ms)
+{
+	struct gpud_error err = {{0}};
+	if (timeout_ms && w->pending)
+		publish(w, wait_now_ns()); /* nothing for the host waits behind the poll */
+	int n = w->plugin.worker.poll(w->state, w->done, w->flight, timeout_ms, &err);
+	leave_if_forked();
+	uint64_t now = wait_now_ns();
+	if (n < 0) {
+		char msg[SHM_MSG_MAX + 32];
+		snprintf(msg, sizeof msg, "gpud_worker_poll failed: %s",
+			 err.message[0] ? err.message : "it returned -1 without a message");
+		flight_broken(w, msg, now);
+	}
+	if ((uint32_t)n > w->flight)
+		flight_broken(w, "gpud_worker_poll returned more tasks than it was given room for",
+			      now);
+	for (int k = 0; k < n; k++) {
+		/* The plugin's pointers: each must be an entry of ours that is running. */
+		uintptr_t p = (uintptr_t)w->done[k], base = (uintptr_t)w->t;
+		uintptr_t off = p - base;
+		uint32_t i = (uint32_t)(off / sizeof *w->t);
+		if (p < base || off % sizeof *w->t || i >= w->held ||
+		    w->fly[i].state != FLY_RUNNING)
+			flight_broken(w,
+				      "gpud_worker_poll returned a task that is not in flight "
+				      "(not one submit was given, or one it returned before)",
+				      now);
+		land(w, i, w->t[i].failed ? -1 : 0, now);
+	}
+	flight_settle(w, now);
+}
+
+static void run_in_flight(struct worker *w)
+{
+	uint64_t now = wait_now_ns();
+	w->reserved_head = w->result_head;
+	for (;;) {
+		/* What the ring holds goes in, up to max_in_flight running. */
+		bool room = true;
+		while (w->running < w->flight && w->next - w->oldest < w->held) {
+			struct shm_rec *t = ring_peek(&w->tasks, &w->task_tail, w->task_head);
+			if (!t) {
+				w->task_head = atomic_load_explicit(&w->feed->task_head,
+								    memory_order_acquire);
+				t = ring_peek(&w->tasks, &w->task_tail, w->task_head);
+			}
+			if (!t)
+				break;
+			if (!submit_one(w, t, now)) {
+				room = false;
+				break;
+			}
+			now = wait_now_ns();
+		}
+		flight_settle(w, now); /* submit may have failed some at once */
+		if (w->oldest == w->next) {
+			/* Idle: wait for a task, or the end. */
+			if (!next_task(w, &now))
+				break;
+			now = wait_now_ns();
+			continue;
+		}
+		bool more = room && w->running < w->flight && w->next - w->oldest < w->held &&
+			    !atomic_load_explicit(&w->feed->stop, memory_order_acquire);
+		poll_flight(w, more ? FLY_POLL_MS : FLY_WAIT_MS);
+		now = wait_now_ns();
 	}
 	if (w->pending)
 		publish(w, now);
@@ -881,18 +1108,29 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	}
 	const struct worker_ops *ops = &w->plugin.worker;
 	w->batch = ops->process_batch && w->hdr->batch_size > 1 ? w->hdr->batch_size : 1;
-	w->t = calloc(w->batch, sizeof *w->t);
-	w->in = calloc(w->batch, sizeof *w->in);
-	w->out = calloc(w->batch, sizeof *w->out);
-	w->out_pos = calloc(w->batch, sizeof *w->out_pos);
-	w->err = malloc(w->batch * sizeof *w->err);
+	/* Tasks in flight: with more than one allowed, or when it is all the plugin has. */
+	uint32_t most = w->hdr->max_in_flight ? w->hdr->max_in_flight : 1;
+	if (ops->submit && (most > 1 || (!ops->process && !ops->process_batch))) {
+		w->flight = most;
+		w->held = 2 * most; /* finished ones wait behind a running one: as many again */
+		w->batch = 1;
+	}
+	uint32_t n = w->held > w->batch ? w->held : w->batch;
+	w->t = calloc(n, sizeof *w->t);
+	w->in = calloc(n, sizeof *w->in);
+	w->out = calloc(n, sizeof *w->out);
+	w->out_pos = calloc(n, sizeof *w->out_pos);
+	w->err = malloc(n * sizeof *w->err);
+	w->fly = calloc(w->held ? w->held : 1, sizeof *w->fly);
+	w->done = calloc(w->flight ? w->flight : 1, sizeof *w->done);
 	w->idx = calloc(2 * (size_t)w->batch, sizeof *w->idx);
 	w->part = calloc(w->batch, sizeof *w->part);
 	w->oom_abi = w->plugin.info->abi_minor >= 4;
 	w->batch_cap = w->shown = w->batch;
 	w->grow_after = FIT_GROW_AFTER;
 	w->bad = UINT32_MAX;
-	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->idx || !w->part) {
+	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->fly || !w->done ||
+	    !w->idx || !w->part) {
 		set_state(w, WS_SETUP_FAILED, "worker: out of memory for a batch of tasks");
 		finish(1);
 	}
@@ -920,6 +1158,7 @@ static void set_up_plugin(struct worker *w)
 		.args = &w->args,
 		.flags = pinned ? GPUD_WORKER_PINNED : 0,
 		.batch_size = w->batch,
+		.max_in_flight = w->flight ? w->flight : 1,
 	};
 	int set_up = w->plugin.worker.setup(&info, &w->state, &err);
 	leave_if_forked();
@@ -975,7 +1214,10 @@ static int run(long index, long host_pid)
 	set_up_plugin(&w);
 	set_state(&w, WS_READY, NULL);
 	__atomic_store_n(&watched, &w, __ATOMIC_RELEASE);
-	run_tasks(&w);
+	if (w.flight)
+		run_in_flight(&w);
+	else
+		run_tasks(&w);
 	clean_up_plugin(&w);
 }
 

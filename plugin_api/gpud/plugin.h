@@ -6,9 +6,10 @@
  * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
  * gpud_sink_finish and gpud_sink_resumed, with struct gpud_run_end and struct
  * gpud_resume_info; 1.4 added gpud_worker_info.n_gpus and gpu_ids, every GPU of a worker
- * that spans several with `gpus_per_worker`, and GPUD_OOM, GPUD_TASK_OOM and
- * gpud_task_oom, with which a worker says a call ran out of memory, so gpud runs its
- * tasks again in smaller calls).
+ * that spans several with `gpus_per_worker`; GPUD_OOM, GPUD_TASK_OOM and gpud_task_oom,
+ * with which a worker says a call ran out of memory, so gpud runs its tasks again in
+ * smaller calls; and gpud_worker_submit and gpud_worker_poll, which keep up to
+ * gpud_worker_info.max_in_flight tasks in flight and finish them in any order).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -238,7 +239,10 @@ struct gpud_worker_info {
 	unsigned n_gpus;    /* (ABI 1.4) the GPUs this worker sees: [job] gpus_per_worker */
 	const int *gpu_ids; /* (ABI 1.4) their ids from `gpus`, n_gpus of them, in CUDA's
 			       order (device i is gpu_ids[i]); gpu_ids[0] == gpu_id */
-	void *reserved[1];  /* zero; room for later ABI minors */
+	/* ABI 1.4: tasks in flight. */
+	unsigned max_in_flight; /* (ABI 1.4) most tasks gpud_worker_submit is given before
+				   gpud_worker_poll hands one back ([job] max_in_flight) */
+	unsigned _pad2;
 };
 
 /** flags: task inputs and result buffers live in memory registered with the CUDA
@@ -377,6 +381,40 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
  *  worker's batch_size for a while (the batch size adapts). When exported it is called instead of
  * gpud_worker_process, also with n = 1. */
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n);
+/* ---- (ABI 1.4) Many tasks in flight ---------------------------------------------- */
+/*
+ * For an engine that schedules requests itself (continuous batching: vLLM, TensorRT-LLM,
+ * a CUDA stream per request): the worker hands it tasks as they come, up to
+ * `[job] max_in_flight` (info->max_in_flight) before any has finished, and takes them
+ * back as they finish, in any order. Export both functions. They are used instead of
+ * gpud_worker_process/process_batch when max_in_flight > 1, or when the plugin exports
+ * neither of those (then with max_in_flight tasks, 1 by default); batch_size does not
+ * apply. Results still reach the sink as with process(): ordered = true holds.
+ * Both calls come from the process's one calling thread, like every other; an engine's
+ * own threads must not write a task after poll has handed it back.
+ * task_timeout counts for each task from its submit; a task still running past it gets
+ * the timeout, and the worker is replaced: the other tasks it held run again. A worker
+ * that dies with tasks in flight has each of them retried or failed (as a crash), none lost.
+ */
+
+/** (ABI 1.4) Takes `task` to run in the background. The task, its input, its result
+ *  buffer and its error stay valid and in place until gpud_worker_poll hands the task
+ *  back (gpud does not touch them meanwhile): write the result into task->result as
+ *  process() would, from any thread of the plugin's. Returns 0 (the task will come back
+ *  from poll, exactly once), or -1 with the task marked failed (gpud_task_fail, _reject,
+ *  _fatal): it is finished at once and must not come back from poll. */
+GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *task);
+/** (ABI 1.4) Waits up to timeout_ms milliseconds (0: does not wait) until submitted tasks
+ *  have finished; puts up to `max` of them (the same pointers submit was given, each
+ *  once, in any order) into done[] and returns how many (0 when none finished in time).
+ *  Each one's result or failure is set as process() sets it. gpud calls it only while
+ *  tasks are in flight, with timeout_ms of 100 at most, and cleanup only once every task
+ *  has come back.
+ *  Returns -1 with err filled when this process cannot go on: every task it holds is
+ *  then retried or failed (as in a crash) and the worker is replaced. */
+GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t max, int timeout_ms,
+				 struct gpud_error *err);
+
 /** Optional. Called once when the run ends (only after a successful setup); free the
  *  state here. Returns 0, or -1 with err filled (reported as a cleanup-failed event). */
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err);

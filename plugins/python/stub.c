@@ -106,6 +106,8 @@ static int check_source(const struct gpud_args *args, const char *need, struct g
 
 static int (*w_process_batch)(void *, struct gpud_task *, size_t);
 static int (*w_cleanup)(void *, struct gpud_error *);
+static int (*w_submit)(void *, struct gpud_task *);
+static int (*w_poll)(void *, struct gpud_task **, size_t, int, struct gpud_error *);
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err)
@@ -118,7 +120,10 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	w_process_batch =
 		(int (*)(void *, struct gpud_task *, size_t))glue_sym("gpud_worker_process_batch");
 	w_cleanup = (int (*)(void *, struct gpud_error *))glue_sym("gpud_worker_cleanup");
-	if (!setup || !w_process_batch || !w_cleanup)
+	w_submit = (int (*)(void *, struct gpud_task *))glue_sym("gpud_worker_submit");
+	w_poll = (int (*)(void *, struct gpud_task **, size_t, int, struct gpud_error *))glue_sym(
+		"gpud_worker_poll");
+	if (!setup || !w_process_batch || !w_cleanup || !w_submit || !w_poll)
 		return gpud_fail(err, "python: the glue python/worker.so lacks an entry point");
 	return setup(info, state, err);
 }
@@ -131,6 +136,18 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 {
 	return w_cleanup(state, err);
+}
+
+/* max_in_flight > 1: an async def process runs many tasks at once (worker.c). */
+GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *task)
+{
+	return w_submit(state, task);
+}
+
+GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t max, int timeout_ms,
+				 struct gpud_error *err)
+{
+	return w_poll(state, done, max, timeout_ms, err);
 }
 
 #elif defined(PY_KIND_GENERATOR)

@@ -15,7 +15,10 @@
  *
  * The class has setup(gpu_id, seed, **kwargs), process(data), optionally
  * process_batch(items) and cleanup(); it may inherit from gpud.BaseWorker (the `gpud`
- * module is importable inside the worker) or just have the methods. The interpreter
+ * module is importable inside the worker) or just have the methods. An `async def
+ * process` runs on an asyncio event loop of the worker's, up to [job] max_in_flight
+ * tasks at once (gpud_worker_submit/poll: each call is a coroutine started at submit;
+ * the loop runs while gpud polls), finishing in any order. The interpreter
  * starts in setup, after CUDA_VISIBLE_DEVICES is set, and installs no signal handlers:
  * gpud's stay in charge (a stuck process() is killed at task_timeout like any worker).
  *
@@ -67,6 +70,19 @@ struct py_worker {
 	PyThreadState *ts;       /* between calls the GIL is let go: threads the class
 				  * started (data loaders, a model library's) run then too */
 	PyObject *release_name;  /* "release", interned */
+
+	/* async def process: the event loop's driver (drive_source), and the tasks in
+	 * flight by slot: the task, its input object and exporter (max_in_flight each). */
+	bool is_async;
+	PyObject *driver;
+	size_t flight;
+	struct flying {
+		struct gpud_task *task; /* NULL: a free slot */
+		PyObject *data;
+		struct input_obj *in;
+	} * fly;
+	struct gpud_task **ready; /* finished at submit (a plain process), not yet polled */
+	size_t n_ready;
 };
 
 /* ---- the input exporter: a buffer over shared memory that counts its exports ---- */
@@ -118,6 +134,84 @@ static PyTypeObject *input_type;
 /* ---- messages ---- */
 
 /* ---- setup ---- */
+
+/* The event loop an async def process runs on. submit(coro, key) starts a coroutine as
+ * a task; poll(timeout, most) runs the loop until a task has finished or `timeout`
+ * seconds have passed, and returns up to `most` (key, task) pairs of finished ones;
+ * run(coro) runs one to its end (max_in_flight = 1). */
+static const char drive_source[] =
+	"import asyncio\n"
+	"class Driver:\n"
+	"    def __init__(self):\n"
+	"        self.loop = asyncio.new_event_loop()\n"
+	"        asyncio.set_event_loop(self.loop)\n"
+	"        self.done = []\n"
+	"        self.waiter = None\n"
+	"    def _finished(self, key, task):\n"
+	"        self.done.append((key, task))\n"
+	"        if self.waiter is not None and not self.waiter.done():\n"
+	"            self.waiter.set_result(None)\n"
+	"    def _wake(self):\n"
+	"        if not self.waiter.done():\n"
+	"            self.waiter.set_result(None)\n"
+	"    def submit(self, coro, key):\n"
+	"        t = self.loop.create_task(coro)\n"
+	"        t.add_done_callback(lambda t, key=key: self._finished(key, t))\n"
+	"    def poll(self, timeout, most):\n"
+	"        if not self.done:\n"
+	"            self.waiter = self.loop.create_future()\n"
+	"            h = self.loop.call_later(timeout, self._wake)\n"
+	"            try:\n"
+	"                self.loop.run_until_complete(self.waiter)\n"
+	"            finally:\n"
+	"                h.cancel()\n"
+	"                self.waiter = None\n"
+	"        out, self.done = self.done[:most], self.done[most:]\n"
+	"        return out\n"
+	"    def run(self, coro):\n"
+	"        return self.loop.run_until_complete(coro)\n";
+
+/* An async def process gets the loop's driver, and max_in_flight > 1 its slots. 0, or -1
+ * with err (the GIL held). */
+static int start_flight(struct py_worker *pw, const struct gpud_worker_info *info,
+			struct gpud_error *err)
+{
+	char why[900];
+	pw->flight = info->max_in_flight > 1 ? info->max_in_flight : 1;
+	PyObject *inspect = PyImport_ImportModule("inspect");
+	PyObject *is = pw->process && inspect ? PyObject_CallMethod(inspect, "iscoroutinefunction",
+								    "O", pw->process)
+					      : NULL;
+	pw->is_async = is && PyObject_IsTrue(is) == 1;
+	Py_XDECREF(is);
+	Py_XDECREF(inspect);
+	PyErr_Clear();
+	if (pw->is_async) {
+		PyObject *g = PyDict_New();
+		PyObject *code = g ? Py_CompileString(drive_source, "<gpud>", Py_file_input) : NULL;
+		PyObject *ok =
+			code && PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) == 0
+				? PyEval_EvalCode(code, g, g)
+				: NULL;
+		PyObject *cls = ok ? PyDict_GetItemString(g, "Driver") : NULL; /* borrowed */
+		pw->driver = cls ? PyObject_CallObject(cls, NULL) : NULL;
+		Py_XDECREF(ok);
+		Py_XDECREF(code);
+		Py_XDECREF(g);
+		if (!pw->driver) {
+			Py_XDECREF(py_take_error(why, sizeof why));
+			return gpud_fail(err, "python: cannot start the asyncio event loop: %s",
+					 why);
+		}
+	}
+	if (pw->flight > 1) {
+		pw->fly = calloc(pw->flight, sizeof *pw->fly);
+		pw->ready = calloc(pw->flight, sizeof *pw->ready);
+		if (!pw->fly || !pw->ready)
+			return gpud_fail(err, "python: out of memory");
+	}
+	return 0;
+}
 
 static const char *const our_keys[] = {"script", "module", "class", "python_path",
 				       "input",  "result", NULL};
@@ -269,6 +363,11 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		free(pw);
 		return gpud_fail(err, "python: class %s has neither process() nor process_batch()",
 				 cls_name);
+	}
+	if (start_flight(pw, info, err) < 0) {
+		Py_DECREF(pw->obj);
+		free(pw);
+		return -1;
 	}
 	pw->ts = PyEval_SaveThread();
 	*state = pw;
@@ -520,6 +619,9 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r, c
 	py_bytes_release(&b);
 }
 
+static void finish_one(struct py_worker *pw, struct gpud_task *t, PyObject *r, PyObject *data,
+		       input_obj *in);
+
 static void run_one(struct py_worker *pw, struct gpud_task *t)
 {
 	input_obj *in;
@@ -527,6 +629,18 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	if (!data)
 		return;
 	PyObject *r = py_call1(pw->process, data);
+	if (r && pw->is_async) { /* one at a time (max_in_flight = 1): run to its end */
+		PyObject *coro = r;
+		r = PyObject_CallMethod(pw->driver, "run", "O", coro);
+		Py_DECREF(coro);
+	}
+	finish_one(pw, t, r, data, in);
+}
+
+/* Task t's call returned r (NULL: raised): its result or failure set, its input cut off. */
+static void finish_one(struct py_worker *pw, struct gpud_task *t, PyObject *r, PyObject *data,
+		       input_obj *in)
+{
 	if (!r) {
 		task_error(t);
 	} else {
@@ -627,6 +741,108 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, 
 			run_one(pw, &tasks[i]);
 	pw->ts = PyEval_SaveThread();
 	return 0;
+}
+
+/* ---- tasks in flight (max_in_flight > 1) ---- */
+
+/* Starts task t: an async def process as a task on the loop; a plain one runs now and
+ * waits in `ready` for the next poll. 0, or -1 with t failed (finished now). */
+GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *t)
+{
+	struct py_worker *pw = state;
+	int rc = 0;
+	PyEval_RestoreThread(pw->ts);
+	if (!pw->is_async) {
+		if (pw->process)
+			run_one(pw, t);
+		else
+			run_batch(pw, t, 1);
+		pw->ready[pw->n_ready++] = t;
+		goto out;
+	}
+	size_t slot = 0;
+	while (slot < pw->flight && pw->fly[slot].task)
+		slot++;
+	if (slot == pw->flight) {
+		gpud_task_fail(t, "python: more than max_in_flight (%zu) tasks submitted",
+			       pw->flight);
+		rc = -1;
+		goto out;
+	}
+	input_obj *in;
+	PyObject *data = make_input(pw, t, &in);
+	if (!data) {
+		rc = -1;
+		goto out;
+	}
+	PyObject *coro = py_call1(pw->process, data);
+	PyObject *ok =
+		coro ? PyObject_CallMethod(pw->driver, "submit", "On", coro, (Py_ssize_t)slot)
+		     : NULL;
+	Py_XDECREF(coro);
+	if (!ok) {
+		finish_one(pw, t, NULL, data, in);
+		rc = -1;
+		goto out;
+	}
+	Py_DECREF(ok);
+	pw->fly[slot] = (struct flying){.task = t, .data = data, .in = in};
+out:
+	pw->ts = PyEval_SaveThread();
+	return rc;
+}
+
+/* One finished asyncio task (key, task) of the driver's: its task's result or error. */
+static struct gpud_task *land_async(struct py_worker *pw, PyObject *pair)
+{
+	PyObject *key =
+		PyTuple_Check(pair) && PyTuple_Size(pair) == 2 ? PyTuple_GetItem(pair, 0) : NULL;
+	PyObject *task = key ? PyTuple_GetItem(pair, 1) : NULL;
+	Py_ssize_t slot = key ? PyLong_AsSsize_t(key) : -1;
+	if (slot < 0 || (size_t)slot >= pw->flight || !pw->fly[slot].task) {
+		PyErr_Clear();
+		return NULL;
+	}
+	struct flying f = pw->fly[slot];
+	pw->fly[slot] = (struct flying){0};
+	/* task.result() raises what the coroutine raised, with its traceback. */
+	PyObject *r = PyObject_CallMethod(task, "result", NULL);
+	finish_one(pw, f.task, r, f.data, f.in);
+	return f.task;
+}
+
+/* Hands back what finished: the plain ones at once, the async ones after running the
+ * loop for up to timeout_ms. */
+GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t max, int timeout_ms,
+				 struct gpud_error *err)
+{
+	struct py_worker *pw = state;
+	size_t n = 0;
+	int rc = 0;
+	while (pw->n_ready && n < max)
+		done[n++] = pw->ready[--pw->n_ready];
+	if (!pw->is_async || n == max)
+		return (int)n;
+	PyEval_RestoreThread(pw->ts);
+	PyObject *list = PyObject_CallMethod(pw->driver, "poll", "dn", n ? 0.0 : timeout_ms * 1e-3,
+					     (Py_ssize_t)(max - n));
+	if (!list || !PyList_Check(list)) {
+		char why[900];
+		Py_XDECREF(py_take_error(why, sizeof why));
+		rc = gpud_fail(err, "python: the asyncio event loop failed: %s",
+			       list ? "poll returned no list" : why);
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < PyList_Size(list) && n < max; i++) {
+		struct gpud_task *t = land_async(pw, PyList_GetItem(list, i));
+		if (t)
+			done[n++] = t;
+	}
+	rc = (int)n;
+out:
+	Py_XDECREF(list);
+	pw->ts = PyEval_SaveThread();
+	return rc;
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)

@@ -506,6 +506,22 @@ static int check_ranks(struct parse *p, struct cfg *c)
 	return 0;
 }
 
+/* A worker holds at most queue_size tasks: max_in_flight above it could never be met
+ * (an engine waiting for that many before it finishes any would wait for ever). */
+static int check_in_flight(struct parse *p, const struct cfg *c)
+{
+	struct raw *r = find_raw(p, "job", "max_in_flight");
+	if (!r || c->max_in_flight <= c->queue_size)
+		return 0;
+	char at[512];
+	fail(p,
+	     "%s: [job] max_in_flight = %u is more than queue_size = %u, the most tasks the "
+	     "run holds: raise queue_size to max_in_flight x the workers (3 x, to keep each "
+	     "engine fed)",
+	     where(p, r, at, sizeof at), c->max_in_flight, c->queue_size);
+	return -1;
+}
+
 /* The journal: beside the job file by default, named after it (job.ini ->
  * job.journal), so a plain run can always be resumed. */
 static void default_journal(struct cfg *c)
@@ -556,7 +572,7 @@ static int check_sizes(struct parse *p, struct cfg *c)
 static int validate(struct parse *p, struct cfg *c)
 {
 	if (check_sections(p) < 0 || read_keys(p, c) < 0 || check_required(p, c) < 0 ||
-	    check_ranks(p, c) < 0)
+	    check_ranks(p, c) < 0 || check_in_flight(p, c) < 0)
 		return -1;
 	default_journal(c);
 	return check_sizes(p, c);
@@ -685,6 +701,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
 		.metrics_interval = 5,
 		.batch_size = 1,
+		.max_in_flight = 1,
 		.plain_interval = 5,
 	};
 	c->path = strdup(p.path);

@@ -14,6 +14,7 @@
 #define CFG_MAX_WORKERS 4096
 #define CFG_MAX_QUEUE (1u << 24)
 #define CFG_MAX_BATCH 65536
+#define CFG_MAX_IN_FLIGHT 1024 /* within the default queue_size */
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 #define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
@@ -67,6 +68,7 @@ struct cfg {
 	bool ordered;                 /* deliver outcomes to the sink in task-id order */
 	unsigned batch_size;          /* most tasks per gpud_worker_process_batch call */
 	double batch_wait_ms;         /* how long a worker waits to fill a batch */
+	unsigned max_in_flight;       /* most tasks gpud_worker_submit holds at once */
 	int pin_memory;               /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
 	char *log_dir;                /* where the dashboard puts worker output; NULL = a default */
 	char *journal;                /* the journal of finished tasks; NULL with journal_off */

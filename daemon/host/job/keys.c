@@ -93,6 +93,10 @@ const struct cfg_key cfg_keys[] = {
 	{"job", "batch_wait_ms", CFG_REAL, FIELD(batch_wait_ms), .lo = 0, .hi = 60000,
 	 .expect = "expected milliseconds from 0 to 60000", .example = "1.5",
 	 .doc = "how long a worker waits to fill a batch"},
+	{"job", "max_in_flight", CFG_UINT, FIELD(max_in_flight), .min = 1, .max = CFG_MAX_IN_FLIGHT,
+	 .example = "32",
+	 .doc = "most tasks a worker with gpud_worker_submit (or an async def process) runs "
+		"at once, finishing them in any order"},
 	{"job", "pin_memory", CFG_ENUM, FIELD(pin_memory), .names = pin_names,
 	 .expect = "expected auto, on or off", .example = "off",
 	 .doc = "register the rings with CUDA (direct DMA)"},

@@ -65,9 +65,28 @@ static unsigned emit_starts(struct host *h, struct host_worker *w)
 	return n;
 }
 
+/* The most tasks one worker may hold: its share of queue_size. */
+static uint32_t window_max(const struct host *h)
+{
+	return (h->cfg->queue_size + h->pool.n - 1) / h->pool.n;
+}
+
+/* A worker that takes tasks in flight may hold three times max_in_flight, from the
+ * start: as many as its engine runs, as many finished behind an older one still
+ * running (results go back in order), and as many ready to go in as they finish. */
+#define IN_FLIGHT_WINDOW 3
+
+void dispatch_first_window(struct host *h, struct host_worker *w)
+{
+	uint32_t max = window_max(h), want = 1;
+	if (h->cfg->max_in_flight > 1)
+		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
+	w->window = want < max ? want : max;
+}
+
 static void update_window(struct host *h, struct host_worker *w)
 {
-	uint32_t max = (h->cfg->queue_size + h->pool.n - 1) / h->pool.n;
+	uint32_t max = window_max(h);
 	double per = w->task_seconds;
 	double want = per > 0 ? WINDOW_S / per : (double)max;
 	if (want < 1)
@@ -76,6 +95,8 @@ static void update_window(struct host *h, struct host_worker *w)
 	 * GPU does not wait for the host between batches. */
 	if (h->cfg->batch_size > 1 && want < 2.0 * h->cfg->batch_size)
 		want = 2.0 * h->cfg->batch_size;
+	if (h->cfg->max_in_flight > 1 && want < IN_FLIGHT_WINDOW * h->cfg->max_in_flight)
+		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
 

@@ -16,5 +16,7 @@ bool dispatch_pass(struct host *h, bool gen_ok);
 void dispatch_signals(struct host *h);
 /* Takes in worker w's published results; returns how many. */
 unsigned dispatch_drain(struct host *h, struct host_worker *w);
+/* The tasks worker w may hold before its first result (tasks in flight: 2 x max_in_flight). */
+void dispatch_first_window(struct host *h, struct host_worker *w);
 
 #endif

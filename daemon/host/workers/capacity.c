@@ -108,14 +108,19 @@ static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
 	if (results > tasks)
 		snprintf(key, sizeof key, "max_result_bytes (%s)",
 			 human(c->max_result_bytes, a, sizeof a));
-	else if (2 * p.task_need * c->batch_size >= p.task_cap / 2)
+	else if (2 * p.task_need *
+			 (c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight) >=
+		 p.task_cap / 2)
 		snprintf(key, sizeof key, "max_task_bytes (%s)",
 			 human(c->max_task_bytes, a, sizeof a));
 	else
 		snprintf(key, sizeof key, "queue_size (%u)", c->queue_size);
-	char batch[48] = "";
+	char batch[96] = "";
 	if (c->batch_size > 1)
 		snprintf(batch, sizeof batch, " or batch_size (%u)", c->batch_size);
+	if (c->max_in_flight > 1)
+		snprintf(batch + strlen(batch), sizeof batch - strlen(batch),
+			 " or max_in_flight (%u)", c->max_in_flight);
 	if (bad)
 		say("%s: the shared memory for %u workers is too large to count: "
 		    "lower [job] %s%s, or run fewer workers ([job] gpus, workers_per_gpu)",

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "run/dispatcher.h"
 #include "run/events.h"
 #include "record/failures.h"
 #include "job/groups.h"
@@ -259,7 +260,8 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 	if (s == WS_READY) {
 		UI_SET(w->state, HW_READY);
 		h->pool.ever_ready = true;
-		w->window = 1; /* until its first results tell how long its tasks take */
+		/* until its first results tell how long its tasks take */
+		dispatch_first_window(h, w);
 	} else if (s == WS_SETUP_FAILED) {
 		setup_failed(h, w,
 			     worker_message(w, msg, sizeof msg, "setup failed without a message"));
@@ -306,6 +308,16 @@ static void reported_call(const struct host_worker *w, uint64_t *from, uint64_t 
 	*to = started;
 }
 
+/* With tasks in flight, what a timeout blames: the oldest task alone, [from, *timed);
+ * otherwise the whole call. Kept inside [from, to]. */
+static uint64_t reported_timed(const struct host_worker *w, uint64_t from, uint64_t to)
+{
+	uint64_t timed = atomic_load(&w->rep->timed_to);
+	if (!timed || timed == from || timed - from > to - from)
+		return to;
+	return timed;
+}
+
 /* A worker died while it held tasks: the call it was running gets the blame (an error,
  * a timeout if we killed it for one, a strike if we killed it for corrupting its
  * memory), the others go back to the queue. */
@@ -318,6 +330,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 
 	how_it_ended(status, how, sizeof how);
 	reported_call(w, &from, &to);
+	uint64_t timed = reported_timed(w, from, to);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
@@ -347,6 +360,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			} else {
 				tasks_requeue(h, &t, input, -1);
 			}
+		} else if (in_call && w->timed_out &&
+			   t.pos - w->task_free >= timed - w->task_free) {
+			/* In flight beside the one that timed out: not its fault. */
+			tasks_requeue(h, &t, input, -1);
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);

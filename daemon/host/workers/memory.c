@@ -147,9 +147,10 @@ int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 
 	*p = (struct shm_plan){.task_need = ring_span(c->max_task_bytes)};
 	/* A batching worker holds a whole batch of tasks, and reserves a full result slot
-	 * (with its gap) for each before the call. The limits of the keys keep these far
-	 * from overflowing, and the sums below are checked all the same. */
-	uint64_t batch = c->batch_size;
+	 * (with its gap) for each before the call; one with tasks in flight, as many as
+	 * max_in_flight. The limits of the keys keep these far from overflowing, and the
+	 * sums below are checked all the same. */
+	uint64_t batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
 	p->task_cap = ring_capacity_for(p->task_need * batch,
 					small_tasks > MIN_RING ? small_tasks : MIN_RING);
 	p->result_cap = ring_capacity_for((ring_span(res_payload) + SHM_SLOT_GAP) * batch,
@@ -249,6 +250,7 @@ static void write_header(struct host *h, const struct shm_plan *plan)
 		.max_task_bytes = c->max_task_bytes,
 		.max_result_bytes = c->max_result_bytes,
 		.batch_size = c->batch_size,
+		.max_in_flight = c->max_in_flight,
 		.pin_memory = (uint32_t)c->pin_memory,
 		.report_size = sizeof(struct shm_report),
 		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
