@@ -94,6 +94,9 @@ static bool is_python_spec(const char *spec, const char *kind)
 
 bool python_needed(const struct cfg *c)
 {
+	for (size_t i = 0; i < c->n_stages; i++)
+		if (is_python_spec(c->stages[i].sec.plugin, "worker"))
+			return true;
 	return is_python_spec(c->worker.plugin, "worker") ||
 	       is_python_spec(c->generator.plugin, "generator") ||
 	       is_python_spec(c->sink.plugin, "sink");

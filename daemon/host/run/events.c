@@ -232,13 +232,20 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
 				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
 							     : GPUD_TASK_ERROR;
+	/* A CPU stage's failure says which stage (failures list, notes, the sink). */
+	char staged[SHM_MSG_MAX + 256];
+	if (__builtin_expect(w && w->stage < h->pool.n_stages, 0) && message) {
+		snprintf(staged, sizeof staged, "stage %s: %s", h->pool.stages[w->stage].name,
+			 message);
+		message = staged;
+	}
 	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->ctl.killing &&
 	    retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;
 		UI_ADD(h->stats.retried, 1);
-		tasks_requeue(h, &again, input, w ? w->index : -1);
+		tasks_requeue(h, &again, input, w ? w->index : -1, w ? w->stage : 0);
 		return;
 	}
 	switch (kind) {

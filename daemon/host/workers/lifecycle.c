@@ -344,7 +344,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					 t.strikes, w->index, w->gpu_id, w->corrupt_why);
 				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
-				tasks_requeue(h, &t, input, -1);
+				tasks_requeue(h, &t, input, -1, w->stage);
 			}
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
@@ -379,7 +379,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					       (double)wait_since(now, since) * 1e-9);
 			}
 		} else {
-			tasks_requeue(h, &t, input, -1);
+			tasks_requeue(h, &t, input, -1, w->stage);
 		}
 	}
 	w->task_free = w->task_head;
@@ -402,16 +402,25 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 {
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
-		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
+		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
 	w->task_free = w->task_head;
 }
 
+/* Where w's restarts are counted: its GPU, or (a CPU stage's worker) its stage, after
+ * the GPUs. */
+static unsigned restart_slot(const struct host *h, const struct host_worker *w)
+{
+	if (w->stage < h->pool.n_stages)
+		return (unsigned)h->cfg->n_gpus + w->stage;
+	return (unsigned)w->index / h->cfg->workers_per_gpu;
+}
+
 static void restart(struct host *h, struct host_worker *w)
 {
-	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
+	unsigned slot = restart_slot(h, w);
 	if (h->ctl.killing || h->ctl.stopping || h->ctl.interrupted || h->pool.retired[slot]) {
 		UI_SET(w->state, HW_GONE);
 		return;
@@ -420,17 +429,24 @@ static void restart(struct host *h, struct host_worker *w)
 	w->free_restart = false;
 	if (!free_restart && h->pool.restarts[slot] >= h->cfg->max_worker_restarts) {
 		char msg[200];
-		snprintf(msg, sizeof msg,
-			 "GPU %d retired: its workers were restarted %u times "
-			 "(max_worker_restarts = %u)",
-			 w->gpu_id, h->pool.restarts[slot], h->cfg->max_worker_restarts);
+		if (w->stage < h->pool.n_stages)
+			snprintf(msg, sizeof msg,
+				 "stage %s retired: its workers were restarted %u times "
+				 "(max_worker_restarts = %u)",
+				 h->pool.stages[w->stage].name, h->pool.restarts[slot],
+				 h->cfg->max_worker_restarts);
+		else
+			snprintf(msg, sizeof msg,
+				 "GPU %d retired: its workers were restarted %u times "
+				 "(max_worker_restarts = %u)",
+				 w->gpu_id, h->pool.restarts[slot], h->cfg->max_worker_restarts);
 		UI_SET(w->state, HW_GONE);
 		UI_SET(w->end, END_ERROR);
 		UI_SET(h->pool.retired[slot], true);
 		/* Its other workers finish what they hold, then leave too. */
 		for (unsigned i = 0; i < h->pool.n; i++) {
 			struct host_worker *o = &h->pool.w[i];
-			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
+			if (o != w && restart_slot(h, o) == slot && o->state == HW_READY) {
 				UI_SET(o->state, HW_STOPPING);
 				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
 				wait_ring(shm_worker_bell(o));

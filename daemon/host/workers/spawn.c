@@ -40,9 +40,10 @@ static char **worker_env(const struct host *h, const struct host_worker *w, char
 		env[k++] = environ[i];
 	}
 	const char *const *tokens = (const char *const *)h->cfg->gpu_tokens;
-	if ((tokens ? asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", tokens[w->gpu_id])
-		    : asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%d", w->gpu_id)) < 0 ||
-	    asprintf(&own[1], "GPUD_GPU_ID=%d", w->gpu_id) < 0 ||
+	int cvd = w->gpu_id < 0 ? asprintf(&own[0], "CUDA_VISIBLE_DEVICES=") /* a CPU stage's */
+		  : tokens      ? asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", tokens[w->gpu_id])
+				: asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%d", w->gpu_id);
+	if (cvd < 0 || asprintf(&own[1], "GPUD_GPU_ID=%d", w->gpu_id) < 0 ||
 	    asprintf(&own[2], "GPUD_WORKER_ID=%d", w->index) < 0) {
 		free(env);
 		return NULL;
@@ -73,7 +74,16 @@ int spawn_worker(struct host *h, struct host_worker *w)
 
 	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->pool.w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
-	char *argv[] = {h->pool.exe, "--run", idx_arg, pid_arg, NULL};
+	char stage_arg[16];
+	snprintf(stage_arg, sizeof stage_arg, "%u", w->stage);
+	/* A CPU stage's worker is told its stage: its plugin and keys in the config blob */
+	char *argv[] = {h->pool.exe,
+			"--run",
+			idx_arg,
+			pid_arg,
+			w->stage < h->pool.n_stages ? "--stage" : NULL,
+			stage_arg,
+			NULL};
 	char **env = worker_env(h, w, own, h->view.mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;

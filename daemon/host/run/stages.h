@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CPU stages before the GPU workers ([stage.NAME] sections): each a worker plugin run
+ * in a pool of gpud-worker processes with no GPU, feeding the next stage, the last of
+ * which is the GPU workers. Stage workers are more slots of the one pool (after the GPU
+ * workers' slots) and the loop's one mechanism runs them: the generator feeds stage 0,
+ * and a stage's ok result is copied once, from its worker's result ring straight into
+ * a task ring of the next stage's worker, keeping its id (stages_forward). When no
+ * worker of the next stage has room, the result stays where it is and its worker is
+ * `blocked`: it is not news for the loop's wait until something downstream frees room,
+ * and its result ring fills, then its worker waits: backpressure end to end, bounded
+ * by queue_size (flow.in_flight counts a task once, from generation to its outcome).
+ * A failure in a stage is the task's one outcome; it never reaches later stages.
+ */
+#ifndef GPUD_STAGES_H
+#define GPUD_STAGES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cfg;
+struct host;
+struct host_worker;
+struct task_ent;
+
+/* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
+ * number `gpu_workers`; returns their sum (0 without stages). A stage without
+ * `workers` gets the machine's online cores left over by the GPU workers and the
+ * stages that name their count, shared among such stages, at least 1. */
+unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
+
+/* The stages' plugins found and checked (each in a helper process, with its declared
+ * keys), before anything starts; fills h->pool.stages. 0, or -1 said. */
+int stages_prepare(struct host *h);
+
+/* Assigns the stage slots of the pool (h->pool.w from n_gpu_workers on) to their
+ * stages; after the pool is allocated. */
+void stages_assign(struct host *h);
+
+/* The most tasks one worker's table must hold: queue_size shared by the smallest
+ * stage's workers. */
+uint32_t stages_per_worker(const struct host *h);
+
+/* The ok result of task t (ring payload `payload`, `size` bytes) of stage worker w,
+ * handed to a worker of the next stage (copied into its task ring), or failed when it
+ * cannot go on (too large for max_task_bytes; not run after an interrupt, or when the
+ * next stage has no worker left). false: no worker of the next stage has room now;
+ * nothing was done and the result stays in w's ring. */
+bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent *t,
+		    const void *payload, uint32_t size);
+
+/* Feeds the later stages' workers from their queues of tasks to run again; returns the
+ * tasks given. */
+unsigned stages_feed_retries(struct host *h);
+
+/* Every 100 ms (by `now`): each stage's live workers and its queue, for the view. */
+void stages_publish(struct host *h, uint64_t now);
+
+/* A stage with no worker left (all set up failed or retired) while tasks remain: the
+ * run is aborted (said once). */
+void stages_check_alive(struct host *h);
+
+void stages_free(struct host *h);
+
+#endif /* GPUD_STAGES_H */
