@@ -563,6 +563,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	    (h->flow.done || h->ctl.abort))
 		lifecycle_stop_all(h);
 	if (lifecycle_live(h) == 0) {
+		stages_publish(h, 0); /* the final figures */
 		if (tasks_requeued_any(h) || h->flow.in_flight ||
 		    (!h->ctl.stopping && !h->flow.done)) {
 			tasks_drop_requeued(h);

@@ -267,7 +267,7 @@ static uint64_t unstarted(const struct host_worker *w, uint64_t *finished)
 void stages_publish(struct host *h, uint64_t now)
 {
 	static __thread uint64_t last;
-	if (!h->pool.stages || now - last < 100000000u)
+	if (!h->pool.stages || (now && now - last < 100000000u))
 		return;
 	last = now;
 	uint64_t waiting = 0; /* results of the stage before, waiting for room */
@@ -317,4 +317,97 @@ void stages_free(struct host *h)
 	free(h->pool.stages);
 	h->pool.stages = NULL;
 	h->pool.n_stages = 0;
+}
+
+double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed)
+{
+	double busy = 0;
+	for (unsigned i = 0; i < n; i++)
+		busy += UI_READ(h->pool.w[first + i].busy_s);
+	if (elapsed <= 0 || n == 0)
+		return 0;
+	busy /= elapsed * n;
+	return busy < 0 ? 0 : busy > 1 ? 1 : busy;
+}
+
+void stages_json(const struct host *h, FILE *f, double elapsed)
+{
+	fprintf(f, ", \"gpu_busy\": %.4f, \"stages\": [",
+		stages_busy(h, 0, h->pool.n_gpu_workers, elapsed));
+	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
+		const struct host_stage *st = &h->pool.stages[s];
+		uint64_t ok = 0, failed = 0, timed_out = 0;
+		unsigned restarts = 0;
+		for (unsigned i = 0; i < st->n; i++) {
+			const struct host_worker *w = &h->pool.w[st->first + i];
+			ok += w->ok;
+			failed += w->failed;
+			timed_out += w->timeouts;
+			restarts += w->restarts;
+		}
+		fprintf(f, "%s{\"name\": ", s ? ", " : "");
+		io_json_string(f, st->name);
+		fprintf(f,
+			", \"workers\": %u, \"busy\": %.4f, \"queued\": %llu, \"ok\": %llu, "
+			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
+			st->n, stages_busy(h, st->first, st->n, elapsed),
+			(unsigned long long)st->queued, (unsigned long long)ok,
+			(unsigned long long)failed, (unsigned long long)timed_out, restarts);
+	}
+	fprintf(f, "]");
+}
+
+void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len)
+{
+	struct host_stage *st = &h->pool.stages[s];
+	uint64_t ok = 0, failed = 0;
+	for (unsigned i = 0; i < st->n; i++) {
+		struct host_worker *w = &h->pool.w[st->first + i];
+		ok += UI_READ(w->ok);
+		failed += UI_READ(w->failed) + UI_READ(w->timeouts);
+	}
+	snprintf(buf, len,
+		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
+		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(st->alive), st->n,
+		 100 * stages_busy(h, st->first, st->n, elapsed),
+		 (unsigned long long)UI_READ(st->queued), (unsigned long long)ok,
+		 (unsigned long long)failed);
+}
+
+void stages_metrics(const struct host *h, FILE *o, double elapsed)
+{
+	if (!h->pool.stages)
+		return;
+	fprintf(o, "# HELP gpud_stage_workers Workers of the stage set up or setting up "
+		   "(stage=\"gpu\": the GPU workers).\n# TYPE gpud_stage_workers gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_workers{stage=\"%s\"} %u\n", h->pool.stages[s].name,
+			UI_READ(h->pool.stages[s].alive));
+	fprintf(o, "# HELP gpud_stage_busy_ratio The stage's workers' time in process() over "
+		   "the run's time, 0 to 1.\n# TYPE gpud_stage_busy_ratio gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
+			stages_busy(h, h->pool.stages[s].first, h->pool.stages[s].n, elapsed));
+	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
+		   "# TYPE gpud_stage_queued gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_queued{stage=\"%s\"} %llu\n", h->pool.stages[s].name,
+			(unsigned long long)UI_READ(h->pool.stages[s].queued));
+	fprintf(o, "# HELP gpud_stage_task_attempts_total Task runs that ended in the stage, "
+		   "by how.\n# TYPE gpud_stage_task_attempts_total counter\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		uint64_t n[3] = {0, 0, 0};
+		for (unsigned i = 0; i < st->n; i++) {
+			struct host_worker *w = &h->pool.w[st->first + i];
+			n[0] += UI_READ(w->ok);
+			n[1] += UI_READ(w->failed);
+			n[2] += UI_READ(w->timeouts);
+		}
+		static const char *const outcomes[] = {"ok", "error", "timeout"};
+		for (int i = 0; i < 3; i++)
+			fprintf(o,
+				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
+				st->name, outcomes[i], (unsigned long long)n[i]);
+	}
 }

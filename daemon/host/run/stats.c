@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "run/stats.h"
+#include "run/stages.h"
 #include "util/textio.h"
 
 #include <errno.h>
@@ -91,10 +92,15 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		const struct host_worker *w = &h->pool.w[i];
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"ok\": %llu, \"failed\": %llu, "
-			"\"timed_out\": %llu, \"restarts\": %u}",
+			"\"timed_out\": %llu, \"restarts\": %u",
 			i ? ", " : "", w->index, w->gpu_id, (unsigned long long)w->ok,
 			(unsigned long long)w->failed, (unsigned long long)w->timeouts,
 			w->restarts);
+		if (w->stage < h->pool.n_stages) { /* a CPU stage's worker: its stage */
+			fprintf(f, ", \"stage\": ");
+			io_json_string(f, h->pool.stages[w->stage].name);
+		}
+		fprintf(f, "}");
 	}
 	fprintf(f, "], \"gpus\": [");
 	for (size_t g = 0; g < h->cfg->n_gpus; g++) {
@@ -116,7 +122,9 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	}
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
 	 * names the ranks it was not given. */
-	fprintf(f, "], \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
+	fprintf(f, "]");
+	stages_json(h, f, s->elapsed);
+	fprintf(f, ", \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
 		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
 	fprintf(f,
 		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "

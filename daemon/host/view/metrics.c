@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "run/host.h"
+#include "run/stages.h"
 #include "view/httpd.h"
 #include "view/nvml.h"
 #include "util/textio.h"
@@ -214,6 +215,7 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 			(unsigned long long)UI_READ(m->batch_sum), (unsigned long long)cum);
 	}
 	per_gpu(o, h, nvml);
+	stages_metrics(h, o, (double)(wait_now_ns() - h->t_start_ns) * 1e-9);
 }
 
 /* The text in a malloc'd buffer. */

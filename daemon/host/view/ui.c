@@ -16,6 +16,7 @@
 #include "job/python.h"
 #include "record/files.h"
 #include "run/host.h"
+#include "run/stages.h"
 #include "view/nvml.h"
 #include "wait.h"
 
@@ -423,7 +424,10 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	const char *color;
 	const char *status = worker_status(w, &color);
 	new_line(&l, u, width);
-	l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
+	if (w->gpu_id < 0) /* a CPU stage's worker */
+		l_fmt(&l, "%*s %*d  ", k->gpu, "cpu", k->worker, w->index);
+	else
+		l_fmt(&l, "%*d %*d  ", k->gpu, w->gpu_id, k->worker, w->index);
 	l_color(&l, color);
 	l_fmt(&l, "%-*.*s", k->status, k->status, status);
 	l_color(&l, C_RESET);
@@ -457,7 +461,8 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	l_color(&l, C_RESET);
 	l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
 	struct nvml_sample ns;
-	if (u->nvml && nvml_sample(u->nvml, host_bus_id(u->h, w->gpu_id), w->gpu_id, &ns) == 0)
+	if (u->nvml && w->gpu_id >= 0 &&
+	    nvml_sample(u->nvml, host_bus_id(u->h, w->gpu_id), w->gpu_id, &ns) == 0)
 		l_fmt(&l, " %4u%% %6.1f/%5.1fG", ns.util, ns.mem_used / 1e9, ns.mem_total / 1e9);
 	frame_add(fr, &l);
 }
@@ -545,6 +550,20 @@ static void dash_write(struct ui *u, const struct frame *fr, bool final)
 	u->prev_lines = fr->lines;
 }
 
+/* With CPU stages, a row per stage and one for the GPU workers: where the time goes. */
+static void dash_stages(struct ui *u, struct frame *fr, const struct figures *f, int width)
+{
+	struct host *h = u->h;
+	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++) {
+		struct line l;
+		char text[256];
+		stages_describe(h, s, f->elapsed, text, sizeof text);
+		new_line(&l, u, width);
+		l_text(&l, text);
+		frame_add(fr, &l);
+	}
+}
+
 /* A frame of the dashboard: heading lines, the worker table, the last messages. */
 static void draw_dashboard(struct ui *u, bool final)
 {
@@ -556,6 +575,7 @@ static void draw_dashboard(struct ui *u, bool final)
 	dash_title(u, &fr, &f, width, final);
 	dash_progress(u, &fr, &f, width);
 	dash_outcomes(u, &fr, &f, width);
+	dash_stages(u, &fr, &f, width);
 	dash_workers(u, &fr, width, height);
 	dash_notes(u, &fr, width, height);
 	dash_write(u, &fr, final);
@@ -598,6 +618,11 @@ static void plain_progress(struct ui *u, bool final)
 	else if (hidden)
 		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
 	fputc('\n', stderr);
+	for (unsigned s = 0; u->h->pool.stages && s <= u->h->pool.n_stages; s++) {
+		char text[256];
+		stages_describe(u->h, s, f.elapsed, text, sizeof text);
+		fprintf(stderr, "gpud:   %s\n", text);
+	}
 	u->failures_shown = 0;
 }
 
