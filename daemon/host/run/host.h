@@ -177,7 +177,7 @@ struct host_pool {
 	/* CPU stages (run/stages.h): w[0] to w[n_gpu_workers - 1] are the GPU workers,
 	 * the stages' follow; `stages` has n_stages + 1 entries, the GPU workers last
 	 * (NULL without stages). restarts and retired have one entry per GPU, then one
-	 * per stage. */
+	 * per stage worker. */
 	unsigned n_gpu_workers, n_stages;
 	struct host_stage *stages;
 };

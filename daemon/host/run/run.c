@@ -499,11 +499,12 @@ static int setup_run(struct host *h, struct cfg *c)
 {
 	unsigned per[CFG_MAX_STAGES];
 	h->pool.n_gpu_workers = (unsigned)(c->n_gpus * c->workers_per_gpu);
-	h->pool.n = h->pool.n_gpu_workers + stages_workers(c, h->pool.n_gpu_workers, per);
+	unsigned staged = stages_workers(c, h->pool.n_gpu_workers, per);
+	h->pool.n = h->pool.n_gpu_workers + staged;
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
-	/* restarts are counted per GPU, then per CPU stage */
-	h->pool.restarts = calloc(c->n_gpus + c->n_stages, sizeof *h->pool.restarts);
-	h->pool.retired = calloc(c->n_gpus + c->n_stages, sizeof *h->pool.retired);
+	/* restarts are counted per GPU, then per CPU stage worker */
+	h->pool.restarts = calloc(c->n_gpus + staged, sizeof *h->pool.restarts);
+	h->pool.retired = calloc(c->n_gpus + staged, sizeof *h->pool.retired);
 	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
 		say("out of memory for %u workers", h->pool.n);
 		return -1;

@@ -409,12 +409,13 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 	w->task_free = w->task_head;
 }
 
-/* Where w's restarts are counted: its GPU, or (a CPU stage's worker) its stage, after
- * the GPUs. */
+/* Where w's restarts are counted: its GPU, or (a CPU stage's worker) its own slot,
+ * after the GPUs': a stage's workers are no one GPU's, and one that keeps crashing is
+ * retired alone. */
 static unsigned restart_slot(const struct host *h, const struct host_worker *w)
 {
 	if (w->stage < h->pool.n_stages)
-		return (unsigned)h->cfg->n_gpus + w->stage;
+		return (unsigned)h->cfg->n_gpus + (unsigned)w->index - h->pool.n_gpu_workers;
 	return (unsigned)w->index / h->cfg->workers_per_gpu;
 }
 
@@ -431,9 +432,9 @@ static void restart(struct host *h, struct host_worker *w)
 		char msg[200];
 		if (w->stage < h->pool.n_stages)
 			snprintf(msg, sizeof msg,
-				 "stage %s retired: its workers were restarted %u times "
+				 "stage %s: worker %d retired: it was restarted %u times "
 				 "(max_worker_restarts = %u)",
-				 h->pool.stages[w->stage].name, h->pool.restarts[slot],
+				 h->pool.stages[w->stage].name, w->index, h->pool.restarts[slot],
 				 h->cfg->max_worker_restarts);
 		else
 			snprintf(msg, sizeof msg,
