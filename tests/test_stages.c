@@ -142,7 +142,7 @@ Test(stages, stage_workers_killed_with_kill_9_mid_run_lose_no_task, .timeout = 1
 	/* Each stage process writes its pid at setup: kill the first two (each is
 	 * replaced, and its successor's pid is added), then the next one. */
 	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
-			   "w '[ $(wc -l < pids 2>/dev/null || echo 0) -ge 2 ]'\n"
+			   "w '[ $(cat pids 2>/dev/null | wc -l) -ge 2 ]'\n"
 			   "sleep 0.3; kill -9 $(sed -n 1p pids) $(sed -n 2p pids)\n"
 			   "w '[ $(wc -l < pids) -ge 4 ]'\n"
 			   "sleep 0.2; kill -9 $(sed -n 3p pids)\n"
@@ -263,7 +263,7 @@ Test(stages, a_slow_gpu_behind_a_fast_stage_bounds_what_waits_and_the_figures_sa
 	 * every such task is in flight. (The stage's count is read first; the GPU's only
 	 * grows.) */
 	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off --stats-json s.json 2>err & p=$!\n"
-			   "w '[ $(wc -l < gpu_ran 2>/dev/null || echo 0) -ge 100 ]'\n"
+			   "w '[ $(cat gpu_ran 2>/dev/null | wc -l) -ge 100 ]'\n"
 			   "for k in 1 2 3 4 5; do s=$(wc -l < stage_ran); g=$(wc -l < gpu_ran);"
 			   " echo $((s - g)) >> ahead; sleep 0.1; done\n"
 			   "wait $p; echo $? > rc\n");
