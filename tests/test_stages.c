@@ -158,8 +158,9 @@ Test(stages, stage_workers_killed_with_kill_9_mid_run_lose_no_task, .timeout = 1
 Test(stages, a_stage_timeout_is_the_tasks_outcome_or_a_retry, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	stage_job(dir, 200, "task_timeout = 1\nmax_retries = 1",
-		  "hang_on = 7\nfirst_attempt_only = 1", "");
+	/* The stage's own task_timeout and max_retries: the job has none. */
+	stage_job(dir, 200, "max_retries = 0",
+		  "task_timeout = 1\nmax_retries = 1\nhang_on = 7\nfirst_attempt_only = 1", "");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	char *out = read_out(dir);
 	cr_expect_eq(check_once(out, 200, NULL, false), 0);
@@ -336,6 +337,10 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 		{"[stage.x]\nplugin = tagger\nworkers = 0\n",
 		 "job.ini:6: [stage.x] workers = '0': expected a count from 1"},
 		{"[stage.x]\nplugin = no_such_plugin\n", "[stage.x]: "},
+		{"[stage.x]\nplugin = tagger\ntask_timeout = soon\n",
+		 "job.ini:6: [stage.x] task_timeout = 'soon': "},
+		{"[stage.x]\nplugin = tagger\nmax_retries = -1\n",
+		 "job.ini:6: [stage.x] max_retries = '-1': "},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		const char *dir = t_tmpdir();
@@ -389,4 +394,30 @@ Test(stages, a_python_stage_in_front_of_a_c_gpu_worker, .timeout = 120)
 	cr_expect_eq(check_once(out, 400, "stage decode: ValueError: thirteen", false), 1);
 	cr_expect(strstr(out, "{\"task_id\": 13, \"status\": \"error\""), "%s", out);
 	free(out);
+}
+
+Test(stages, a_stage_worker_waiting_for_room_downstream_is_not_taken_for_wedged, .timeout = 180)
+{
+	/* Large results (500 KB each, in slots of 1000 KiB) fill the stage worker's
+	 * result memory after two; it then holds tasks it cannot start while the GPU worker
+	 * takes 3.3 s a task: longer than a worker may hold tasks without starting one
+	 * (3 s), which is backpressure here, not a wedged worker. */
+	const char *dir = t_tmpdir();
+	t_sh(dir, "for k in 1 2 3 4 5 6; do head -c 500000 /dev/zero | tr '\\0' x; echo; done"
+		  " > in.txt");
+	free(t_jobf(dir, "[job]\ngpus = 0\nqueue_size = 8\nmax_task_bytes = 1M\n"
+			 "max_result_bytes = 1000K\n"
+			 "[stage.decode]\nplugin = tagger\ntag = d:\nworkers = 1\n"
+			 "[worker]\nplugin = tagger\ntag = g:\nsleep_us = 3300000\n"
+			 "[generator]\nplugin = lines\npath = in.txt\n"
+			 "[sink]\nplugin = null\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir),
+		     0);
+	char *s = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_assert(s, "%s", err);
+	cr_expect(strstr(s, "\"ok\": 6,"), "%s", s);
+	cr_expect(strstr(s, "\"worker_restarts\": 0,"), "%s\n%s", s, err);
+	cr_expect(!strstr(err, "without starting"), "%s", err);
+	free(s);
+	free(err);
 }

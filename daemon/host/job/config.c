@@ -448,10 +448,13 @@ static struct cfg_stage *stage_get(struct parse *p, struct cfg *c, const char *n
 	struct cfg_stage *st = &c->stages[c->n_stages++];
 	st->name = strdup(name);
 	st->line = line > 0 ? line : 0;
+	st->task_timeout = -1;
+	st->max_retries = -1;
 	return st;
 }
 
-/* A [stage.NAME] key: `workers` is the stage's own, the rest its plugin's. */
+/* A [stage.NAME] key: `workers`, `task_timeout` and `max_retries` are the stage's own,
+ * the rest its plugin's. */
 static int stage_key(struct parse *p, struct cfg *c, const struct raw *r)
 {
 	char loc[512];
@@ -475,6 +478,21 @@ static int stage_key(struct parse *p, struct cfg *c, const struct raw *r)
 			return -1;
 		}
 		st->workers = (unsigned)v;
+		return 0;
+	}
+	if (strcmp(r->key, "task_timeout") == 0 || strcmp(r->key, "max_retries") == 0) {
+		/* The stage's own, read by [job]'s row (its bounds, its message). */
+		struct cfg scratch = {0};
+		char why[256] = "";
+		struct cfg_val v = {r->value, where(p, r, loc, sizeof loc), c->dir};
+		if (cfg_key_set(&scratch, cfg_key_find("job", r->key), &v, why, sizeof why) < 0) {
+			fail(p, "%s: [%s] %s = '%s': %s", loc, r->section, r->key, r->value, why);
+			return -1;
+		}
+		if (r->key[0] == 't')
+			st->task_timeout = scratch.task_timeout;
+		else
+			st->max_retries = (int)scratch.max_retries;
 		return 0;
 	}
 	section_add(p, c, &st->sec, r);

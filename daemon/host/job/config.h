@@ -45,6 +45,8 @@ struct cfg_stage {
 	char *name;             /* NAME, owned */
 	int line;               /* its header's line; 0 when it came from --set alone */
 	unsigned workers;       /* 0: the default (cores left over by the GPU workers) */
+	double task_timeout;    /* the stage's own, or -1: [job]'s */
+	int max_retries;        /* the stage's own, or -1: [job]'s */
 	struct cfg_section sec; /* plugin and its keys, as [worker]'s (minus `workers`) */
 };
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "run/events.h"
+#include "run/stages.h"
 #include "record/failures.h"
 #include "view/ui.h"
 
@@ -239,7 +240,7 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 			 message);
 		message = staged;
 	}
-	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->ctl.killing &&
+	if (kind != GPUD_TASK_OK && t->attempt < stages_max_retries(h, w) && !h->ctl.killing &&
 	    retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;

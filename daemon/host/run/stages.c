@@ -310,6 +310,28 @@ void stages_check_alive(struct host *h)
 	}
 }
 
+double stages_task_timeout(const struct host *h, const struct host_worker *w)
+{
+	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].task_timeout >= 0)
+		return h->cfg->stages[w->stage].task_timeout;
+	return h->cfg->task_timeout;
+}
+
+unsigned stages_max_retries(const struct host *h, const struct host_worker *w)
+{
+	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].max_retries >= 0)
+		return (unsigned)h->cfg->stages[w->stage].max_retries;
+	return h->cfg->max_retries;
+}
+
+bool stages_any_timeout(const struct host *h)
+{
+	for (unsigned s = 0; s < h->pool.n_stages; s++)
+		if (h->cfg->stages[s].task_timeout > 0)
+			return true;
+	return false;
+}
+
 void stages_free(struct host *h)
 {
 	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++)

@@ -77,6 +77,13 @@ void stages_metrics(const struct host *h, FILE *o, double elapsed);
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);
 
+/* Worker w's task_timeout (seconds, 0 none) and max_retries: its stage's own when the
+ * stage sets them, else [job]'s. */
+double stages_task_timeout(const struct host *h, const struct host_worker *w);
+unsigned stages_max_retries(const struct host *h, const struct host_worker *w);
+/* Whether some stage sets a task_timeout of its own. */
+bool stages_any_timeout(const struct host *h);
+
 void stages_free(struct host *h);
 
 #endif /* GPUD_STAGES_H */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "run/events.h"
+#include "run/stages.h"
 #include "record/failures.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
@@ -351,9 +352,9 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				UI_ADD(w->timeouts, 1);
 				snprintf(msg, sizeof msg,
 					 "timed out after %g s on worker %d (GPU %d)",
-					 h->cfg->task_timeout, w->index, w->gpu_id);
+					 stages_task_timeout(h, w), w->index, w->gpu_id);
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
-					       h->cfg->task_timeout);
+					       stages_task_timeout(h, w));
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
@@ -362,7 +363,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				 * this restart is its, not the GPU's. */
 				if (t.crashes++ > 0)
 					w->free_restart = true;
-				if (t.crashes > h->cfg->max_retries && t.crashes > 1) {
+				if (t.crashes > stages_max_retries(h, w) && t.crashes > 1) {
 					cause = CAUSE_FINAL;
 					snprintf(msg, sizeof msg,
 						 "poison task: %u workers died while "
@@ -725,8 +726,9 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 {
 	/* While a sink call is stuck, nothing is taken from the workers or given to them:
 	 * one that holds tasks it has not started waits for the host (backpressure, as
-	 * with result rings sized otherwise or batches), it is not wedged. */
-	if (atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
+	 * with result rings sized otherwise or batches), it is not wedged. Nor is a CPU
+	 * stage's worker whose results wait for room in the next stage (blocked). */
+	if (w->blocked || atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
 		w->still_ns = 0;
 		return 0;
 	}
@@ -884,9 +886,18 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	 * (worker/main.c, TINY_NS). */
 	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
-	deadline = earlier(deadline, now + (limit_s > 0 ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
-	for (unsigned i = 0; i < h->pool.n; i++)
-		deadline = enforce_worker(h, &h->pool.w[i], now, limit, setup_limit, deadline);
+	bool staged = h->pool.n_stages && stages_any_timeout(h);
+	deadline = earlier(deadline,
+			   now + (limit_s > 0 || staged ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
+		uint64_t own = limit;
+		if (w->stage < h->pool.n_stages) { /* a CPU stage's: its own, if it has one */
+			double s = stages_task_timeout(h, w);
+			own = s > 0 ? (uint64_t)(s * 1e9) + coarse_tick_ns() : 0;
+		}
+		deadline = enforce_worker(h, w, now, own, setup_limit, deadline);
+	}
 	return deadline;
 }
 
