@@ -389,6 +389,16 @@ Test(stages, a_python_stage_in_front_of_a_c_gpu_worker, .timeout = 120)
 			 "[worker]\nplugin = tagger\ntag = g:\n"
 			 "[generator]\nplugin = range\nstop = 400\n"
 			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import", dir), 0);
+	char *chk = t_read_in(dir, "out");
+	cr_expect(chk && strstr(chk, "import: [stage.decode] Decode in script = "), "%s", chk);
+	free(chk);
+	cr_expect_eq(
+		t_gpud(dir, "check '%s/job.ini' --import --set stage.decode.class=Decoder", dir),
+		2);
+	chk = t_read_in(dir, "err");
+	cr_expect(chk && strstr(chk, "[stage.decode] class = Decoder: "), "%s", chk);
+	free(chk);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
 	char *out = read_out(dir);
 	cr_expect_eq(check_once(out, 400, "stage decode: ValueError: thirteen", false), 1);

@@ -79,6 +79,10 @@ static void update_window(struct host *h, struct host_worker *w)
 	 * GPU does not wait for the host between batches. */
 	if (h->cfg->batch_size > 1 && want < 2.0 * h->cfg->batch_size)
 		want = 2.0 * h->cfg->batch_size;
+	/* Fed by a CPU stage: the next task is ready while one runs, so the GPU does not
+	 * wait for the hand-over between its tasks. */
+	else if (h->pool.stages && w->stage == h->pool.n_stages && want < 2)
+		want = 2;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
 
