@@ -107,8 +107,15 @@ Test(stages, two_stages_in_file_order_then_the_gpu, .timeout = 120)
 			 "[worker]\nplugin = tagger\ntag = g:\n"
 			 "[generator]\nplugin = range\nstop = 3000\n"
 			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
-	char *out = read_out(dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0);
+	char *out = read_out(dir), *err = t_read_in(dir, "err");
+	/* Plain progress: a line per stage, then the GPU workers'. */
+	const char *a = strstr(err, "gpud:   stage first "),
+		   *b = strstr(err, "gpud:   stage second "),
+		   *g = strstr(err, "gpud:         gpu ");
+	cr_expect(a && b && g && a < b && b < g, "%s", err);
+	cr_expect(b && strstr(b, "ok 3000"), "%s", err);
+	free(err);
 	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 3000);
 	cr_expect(strstr(out, "\"result\": \"g:b:a:2999\""), "%.300s", out);
 	cr_expect(!strstr(out, "\"status\": \"error\""));
