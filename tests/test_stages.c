@@ -142,9 +142,9 @@ Test(stages, stage_workers_killed_with_kill_9_mid_run_lose_no_task, .timeout = 1
 {
 	const char *dir = t_tmpdir();
 	char *pids = NULL;
-	if (asprintf(&pids, "sleep_us = 300\npid_file = %s/pids", dir) < 0)
+	if (asprintf(&pids, "sleep_us = 400\npid_file = %s/pids", dir) < 0)
 		cr_assert_fail();
-	stage_job(dir, 6000, "max_retries = 3\nmax_worker_restarts = 10", pids, "");
+	stage_job(dir, 10000, "max_retries = 3\nmax_worker_restarts = 10", pids, "");
 	free(pids);
 	/* Each stage process writes its pid at setup: kill the first two (each is
 	 * replaced, and its successor's pid is added), then the next one. */
@@ -156,7 +156,7 @@ Test(stages, stage_workers_killed_with_kill_9_mid_run_lose_no_task, .timeout = 1
 			   "wait $p; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	char *out = read_out(dir), *err = t_read_in(dir, "err");
-	cr_expect_eq(check_once(out, 6000, NULL, false), 0);
+	cr_expect_eq(check_once(out, 10000, NULL, false), 0);
 	cr_expect(err && strstr(err, "killed by SIGKILL"), "%s", err);
 	free(out);
 	free(err);
