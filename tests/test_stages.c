@@ -106,8 +106,18 @@ Test(stages, two_stages_in_file_order_then_the_gpu, .timeout = 120)
 			 "[stage.second]\nplugin = tagger\ntag = b:\nworkers = 3\n"
 			 "[worker]\nplugin = tagger\ntag = g:\n"
 			 "[generator]\nplugin = range\nstop = 3000\n"
-			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"
+			 "[ui]\nmetrics_file = m.prom\n"));
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 0);
+	char *m = t_read_in(dir, "m.prom");
+	cr_expect(m && strstr(m, "gpud_stage_workers{stage=\"second\"} ") &&
+			  strstr(m, "gpud_stage_busy_ratio{stage=\"gpu\"} ") &&
+			  strstr(m, "gpud_stage_queued{stage=\"first\"} 0\n") &&
+			  strstr(m,
+				 "gpud_stage_task_attempts_total{stage=\"first\",outcome=\"ok\"} "
+				 "3000\n"),
+		  "%s", m);
+	free(m);
 	char *out = read_out(dir), *err = t_read_in(dir, "err");
 	/* Plain progress: a line per stage, then the GPU workers'. */
 	const char *a = strstr(err, "gpud:   stage first "),
