@@ -185,6 +185,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	}
 	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
 	wait_ring_fast(shm_worker_bell(w));
+	if (__builtin_expect(w->stage < h->pool.n_stages, 0))
+		stages_publish_handed(h, w->stage + 1);
 	update_window(h, w);
 	if (rc < 0)
 		lifecycle_corrupt(h, w, why);

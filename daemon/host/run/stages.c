@@ -151,8 +151,8 @@ static struct host_worker *room_in(struct host *h, unsigned stage, uint32_t size
 	return NULL;
 }
 
-/* Task `ent` (input `data`) written into the reserved record `rec` of w's ring and
- * published. */
+/* Task `ent` (input `data`) written into the reserved record `rec` of w's ring (to be
+ * published). */
 static void hand_over(struct host_worker *w, struct shm_rec *rec, struct task_ent ent,
 		      const void *data)
 {
@@ -165,8 +165,20 @@ static void hand_over(struct host_worker *w, struct shm_rec *rec, struct task_en
 	rec->kind = REC_TASK;
 	tasks_push(w, &ent);
 	w->task_head += ring_span(ent.size);
-	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
-	wait_ring_fast(shm_worker_bell(w));
+	w->handed = true; /* published with the others of the burst: stages_publish_handed */
+}
+
+void stages_publish_handed(struct host *h, unsigned stage)
+{
+	struct host_stage *st = &h->pool.stages[stage];
+	for (unsigned i = 0; i < st->n; i++) {
+		struct host_worker *w = &h->pool.w[st->first + i];
+		if (!w->handed)
+			continue;
+		w->handed = false;
+		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+		wait_ring_fast(shm_worker_bell(w));
+	}
 }
 
 /* Whether any worker of `stage` is set up or setting up. */
@@ -241,6 +253,7 @@ unsigned stages_feed_retries(struct host *h)
 			UI_ADD(h->flow.in_flight, 1);
 			n++;
 		}
+		stages_publish_handed(h, s);
 	}
 	return n;
 }

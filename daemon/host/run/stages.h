@@ -44,12 +44,17 @@ void stages_assign(struct host *h);
 uint32_t stages_per_worker(const struct host *h);
 
 /* The ok result of task t (ring payload `payload`, `size` bytes) of stage worker w,
- * handed to a worker of the next stage (copied into its task ring), or failed when it
- * cannot go on (too large for max_task_bytes; not run after an interrupt, or when the
- * next stage has no worker left). false: no worker of the next stage has room now;
+ * handed to a worker of the next stage (copied into its task ring; published by
+ * stages_publish_handed), or failed when it cannot go on (too large for
+ * max_task_bytes; not run after an interrupt, or when the next stage has no worker
+ * left). false: no worker of the next stage has room now;
  * nothing was done and the result stays in w's ring. */
 bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent *t,
 		    const void *payload, uint32_t size);
+
+/* Publishes the tasks handed to `stage`'s workers since the last call (after a burst
+ * of stages_forward: one release store and bell per worker, not per task). */
+void stages_publish_handed(struct host *h, unsigned stage);
 
 /* Feeds the later stages' workers from their queues of tasks to run again; returns the
  * tasks given. */
