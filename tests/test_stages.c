@@ -358,6 +358,8 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 		 "job.ini:6: [stage.x] task_timeout = 'soon': "},
 		{"[stage.x]\nplugin = tagger\nmax_retries = -1\n",
 		 "job.ini:6: [stage.x] max_retries = '-1': "},
+		{"[stage.x]\nplugin = tagger\nlog_file = s.json\n",
+		 "job.ini:6: [stage.x] log_file are the same file"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		const char *dir = t_tmpdir();
@@ -365,7 +367,8 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 			    "[job]\ngpus = 0\n\n%s[worker]\nplugin = tagger\n"
 			    "[generator]\nplugin = range\nstop = 5\n",
 			    cases[i].text));
-		cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2, "%s", cases[i].text);
+		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --stats-json '%s/s.json'", dir, dir),
+			     2, "%s", cases[i].text);
 		char *err = t_read_in(dir, "err");
 		cr_expect(err && strstr(err, cases[i].want), "want '%s' in: %s", cases[i].want,
 			  err);
