@@ -250,6 +250,23 @@ Test(stages, kill_9_of_the_host_then_resume_gives_every_id_once, .timeout = 240)
 	free(out);
 }
 
+Test(stages, a_journal_of_a_job_with_other_stages_is_refused_on_resume, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	stage_job(dir, 100, "", "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --set stage.decode.tag=e:", dir),
+		2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, "was written by another job"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, "100 tasks were already done"), "%s", err);
+	free(err);
+}
+
 /* A number after "key": in text at or after `from`, or -1. */
 static double json_num(const char *text, const char *from, const char *key)
 {
