@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* CPU stages before the GPU workers (stages.h). */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per
 		else
 			unnamed++;
 	}
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	/* The cores this process may run on (a batch system's share), else those online. */
+	cpu_set_t set;
+	long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								 : sysconf(_SC_NPROCESSORS_ONLN);
 	long left = cores - (long)gpu_workers - (long)named;
 	unsigned each = unnamed && left > (long)unnamed ? (unsigned)(left / (long)unnamed) : 1;
 	for (size_t i = 0; i < c->n_stages; i++) {
