@@ -375,6 +375,9 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 		 "job.ini:6: [stage.x] task_timeout = 'soon': "},
 		{"[stage.x]\nplugin = tagger\nmax_retries = -1\n",
 		 "job.ini:6: [stage.x] max_retries = '-1': "},
+		{"[stage.x]\nplugin = sha256\nrouns = 3\n",
+		 "job.ini:6: unknown key 'rouns' in [stage.x] for plugin sha256 (did you mean "
+		 "'rounds'?"},
 		{"[stage.x]\nplugin = tagger\nlog_file = s.json\n",
 		 "job.ini:6: [stage.x] log_file are the same file"},
 	};
