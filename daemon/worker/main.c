@@ -88,6 +88,7 @@ struct worker {
 	void *state;
 	struct gpud_kv *kv;
 	struct gpud_args args;
+	bool cpu_stage; /* --stage K: a CPU stage's worker */
 	uint64_t flags; /* GPUD_WORKER_* */
 
 	/* one call's tasks: batch_size of each */
@@ -779,6 +780,7 @@ static int run(long index, long host_pid, long stage)
 	}
 	/* From here on every exit is _exit: the plugin may hold threads or memory that
 	 * exit-time handlers must not walk into. */
+	w.cpu_stage = stage >= 0;
 	if (read_config(&w, &plugin_path, stage) < 0) {
 		set_state(&w, WS_SETUP_FAILED, "worker: malformed configuration in shared memory");
 		finish(1);
@@ -798,7 +800,7 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 					    "/usr/local/cuda/lib64/libcudart.so"};
 	uint32_t mode = w->hdr->pin_memory;
 	void *lib = NULL;
-	if (mode == SHM_PIN_OFF)
+	if (mode == SHM_PIN_OFF || w->cpu_stage) /* a CPU stage's worker has no GPU */
 		return 0;
 	/* auto: only when the plugin brought the CUDA runtime in with it, so a plugin that
 	 * does not use CUDA never pays for a CUDA context. */
