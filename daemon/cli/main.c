@@ -26,6 +26,8 @@ static const char help[] =
 	"\n"
 	"gpud runs a worker plugin over every task a generator plugin yields, with one\n"
 	"persistent worker process per GPU slot, and hands every outcome to a sink plugin.\n"
+	"[stage.NAME] sections run worker plugins on CPU processes before the GPU workers\n"
+	"(set a stage's keys with --set stage.NAME.KEY=VALUE).\n"
 	"\n"
 	"commands:\n"
 	"  run JOB.ini      run the job\n"

@@ -204,7 +204,9 @@ struct shm_header {
 	uint32_t n_workers;
 	uint32_t feed_size; /* sizeof(struct shm_feed) */
 	uint64_t feeds_off;
-	uint64_t config_off; /* worker plugin path, NUL, then n_args (key NUL value NUL) */
+	/* worker plugin path, NUL, then n_args (key NUL value NUL); then per CPU stage:
+	 * its plugin path NUL, its key count in decimal NUL, its keys and values */
+	uint64_t config_off;
 	uint64_t config_len;
 	uint32_t n_args;
 	uint32_t max_task_bytes;

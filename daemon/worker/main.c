@@ -7,6 +7,8 @@
  *
  *   gpud-worker --run INDEX HOST_PID      run as worker INDEX of the run (descriptors 3-6:
  *                                         shm_layout.h)
+ *   gpud-worker --run INDEX HOST_PID --stage K   the same, as a worker of CPU stage K
+ *                                         ([stage.NAME], its plugin and keys: memory.c)
  *   gpud-worker --check PLUGIN            load PLUGIN as a worker plugin and report
  *   gpud-worker --count-gpus              print the number of CUDA devices (gpus = all)
  *   gpud-worker --describe PLUGIN         print kind, name, version, description (gpud plugins)
@@ -94,6 +96,7 @@ struct worker {
 	void *state;
 	struct gpud_kv *kv;
 	struct gpud_args args;
+	bool cpu_stage; /* --stage K: a CPU stage's worker */
 	uint64_t flags; /* GPUD_WORKER_* */
 
 	/* one call's tasks: batch_size of each */
@@ -919,8 +922,32 @@ static _Noreturn void finish(int status)
 	_exit(status);
 }
 
-/* Reads the plugin path and [worker] args from the config blob, bounds-checked. */
-static int read_config(struct worker *w, const char **plugin)
+/* A key count written in decimal. */
+static int blob_str_n(const char *s, size_t *n)
+{
+	char *e;
+	errno = 0;
+	unsigned long v = strtoul(s, &e, 10);
+	if (!*s || *e || errno)
+		return -1;
+	*n = v;
+	return 0;
+}
+
+/* The next NUL-terminated string of the blob at *p (before end), or NULL. */
+static const char *blob_str(const char **p, const char *end)
+{
+	const char *nul = memchr(*p, '\0', (size_t)(end - *p));
+	if (!nul)
+		return NULL;
+	const char *s = *p;
+	*p = nul + 1;
+	return s;
+}
+
+/* Reads the plugin path and [worker] args from the config blob, bounds-checked; a CPU
+ * stage's worker (stage >= 0) reads its [stage.NAME]'s, which follow (memory.c). */
+static int read_config(struct worker *w, const char **plugin, long stage)
 {
 	const char *p = (const char *)w->hdr + w->hdr->config_off;
 	const char *end = p + w->hdr->config_len;
@@ -929,7 +956,22 @@ static int read_config(struct worker *w, const char **plugin)
 
 	if (n > SHM_MAX_ARGS || w->hdr->config_off + w->hdr->config_len > w->hdr->total_size)
 		return -1;
-	for (size_t i = 0; i < 2 * n + 1; i++) {
+	const char *stage_plugin = NULL;
+	for (long k = -1; k < stage; k++) {
+		/* skip a section: the plugin, then n keys and values; then the next
+		 * stage's plugin and key count */
+		for (size_t i = 0; i < 2 * n + (k < 0); i++)
+			if (!blob_str(&p, end))
+				return -1;
+		const char *count = NULL;
+		if (!(stage_plugin = blob_str(&p, end)) || !(count = blob_str(&p, end)) ||
+		    blob_str_n(count, &n) < 0 || n > SHM_MAX_ARGS)
+			return -1;
+	}
+	size_t i0 = 0;
+	if (stage_plugin)
+		strs[i0++] = stage_plugin;
+	for (size_t i = i0; i < 2 * n + 1; i++) {
 		const char *nul = memchr(p, '\0', (size_t)(end - p));
 		if (!nul)
 			return -1;
@@ -1191,7 +1233,7 @@ static _Noreturn void clean_up_plugin(struct worker *w)
 	finish(0);
 }
 
-static int run(long index, long host_pid)
+static int run(long index, long host_pid, long stage)
 {
 	struct worker w = {0};
 	const char *plugin_path;
@@ -1205,7 +1247,8 @@ static int run(long index, long host_pid)
 	}
 	/* From here on every exit is _exit: the plugin may hold threads or memory that
 	 * exit-time handlers must not walk into. */
-	if (read_config(&w, &plugin_path) < 0) {
+	w.cpu_stage = stage >= 0;
+	if (read_config(&w, &plugin_path, stage) < 0) {
 		set_state(&w, WS_SETUP_FAILED, "worker: malformed configuration in shared memory");
 		finish(1);
 	}
@@ -1227,7 +1270,7 @@ static int pin_rings(struct worker *w, char *why, size_t len)
 					    "/usr/local/cuda/lib64/libcudart.so"};
 	uint32_t mode = w->hdr->pin_memory;
 	void *lib = NULL;
-	if (mode == SHM_PIN_OFF)
+	if (mode == SHM_PIN_OFF || w->cpu_stage) /* a CPU stage's worker has no GPU */
 		return 0;
 	/* auto: only when the plugin brought the CUDA runtime in with it, so a plugin that
 	 * does not use CUDA never pays for a CUDA context. */
@@ -1277,7 +1320,10 @@ int main(int argc, char **argv)
 	if (argc == 3 && strcmp(argv[1], "--check") == 0)
 		return worker_check(argv[2]);
 	if (argc == 4 && strcmp(argv[1], "--run") == 0)
-		return run(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10));
+		return run(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10), -1);
+	if (argc == 6 && strcmp(argv[1], "--run") == 0 && strcmp(argv[4], "--stage") == 0)
+		return run(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10),
+			   strtol(argv[5], NULL, 10));
 	fprintf(stderr, "gpud-worker is started by gpud; it is not meant to be run by hand.\n");
 	return 2;
 }

@@ -220,6 +220,15 @@ static uint64_t job_id(const struct cfg *c)
 			h = hash_str(h, secs[s]->kv[i].value);
 		}
 	}
+	for (size_t s = 0; s < c->n_stages; s++) {
+		const struct cfg_section *sec = &c->stages[s].sec;
+		h = hash_str(h, c->stages[s].name);
+		h = hash_str(h, sec->plugin ? sec->plugin : "");
+		for (size_t i = 0; i < sec->count; i++) {
+			h = hash_str(h, sec->kv[i].key);
+			h = hash_str(h, sec->kv[i].value);
+		}
+	}
 	char seed[32];
 	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->base_seed);
 	return hash_str(h, seed);

@@ -199,6 +199,12 @@ static void apply_set(struct parse *p, const char *set, long index)
 {
 	const char *dot = strchr(set, '.');
 	const char *eq = strchr(set, '=');
+	/* stage.NAME.KEY: the section is stage.NAME */
+	if (dot && eq && dot < eq && (size_t)(dot - set) == 5 && !strncmp(set, "stage", 5)) {
+		const char *d2 = strchr(dot + 1, '.');
+		if (d2 && d2 < eq)
+			dot = d2;
+	}
 	if (!dot || !eq || dot > eq || dot == set || eq == dot + 1) {
 		fail(p, "--set %s: expected SECTION.KEY=VALUE", set);
 		return;
@@ -411,11 +417,114 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, c
 	free(cwd);
 }
 
+/* A stage's name: letters, digits, '_' and '-'. */
+static bool stage_name_ok(const char *n)
+{
+	if (!*n)
+		return false;
+	for (; *n; n++)
+		if (!isalnum((unsigned char)*n) && *n != '_' && *n != '-')
+			return false;
+	return true;
+}
+
+/* The stage named `name` ("decode" of [stage.decode]), added in order when new; NULL
+ * (said) past CFG_MAX_STAGES. */
+static struct cfg_stage *stage_get(struct parse *p, struct cfg *c, const char *name, int line)
+{
+	for (size_t i = 0; i < c->n_stages; i++)
+		if (strcmp(c->stages[i].name, name) == 0)
+			return &c->stages[i];
+	if (c->n_stages >= CFG_MAX_STAGES) {
+		fail(p, "%s:%d: more than %d [stage.NAME] sections", p->path, line, CFG_MAX_STAGES);
+		return NULL;
+	}
+	if (!c->stages) {
+		c->stages = calloc(CFG_MAX_STAGES, sizeof *c->stages);
+		if (!c->stages) {
+			perror("gpud");
+			abort(); /* as grow() */
+		}
+	}
+	struct cfg_stage *st = &c->stages[c->n_stages++];
+	st->name = strdup(name);
+	st->line = line > 0 ? line : 0;
+	st->task_timeout = -1;
+	st->max_retries = -1;
+	return st;
+}
+
+/* A [stage.NAME] key: `workers`, `task_timeout` and `max_retries` are the stage's own,
+ * the rest its plugin's. */
+static int stage_key(struct parse *p, struct cfg *c, const struct raw *r)
+{
+	char loc[512];
+	const char *name = r->section + 6;
+	if (!stage_name_ok(name)) {
+		fail(p, "%s: [%s]: a stage's name is letters, digits, '_' and '-'",
+		     where(p, r, loc, sizeof loc), r->section);
+		return -1;
+	}
+	struct cfg_stage *st = stage_get(p, c, name, r->line);
+	if (!st)
+		return -1;
+	if (strcmp(r->key, "workers") == 0) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(r->value, &end, 10);
+		if (!isdigit((unsigned char)r->value[0]) || *end || errno || v < 1 ||
+		    v > CFG_MAX_WORKERS) {
+			fail(p, "%s: [%s] workers = '%s': expected a count from 1 to %d",
+			     where(p, r, loc, sizeof loc), r->section, r->value, CFG_MAX_WORKERS);
+			return -1;
+		}
+		st->workers = (unsigned)v;
+		return 0;
+	}
+	if (strcmp(r->key, "task_timeout") == 0 || strcmp(r->key, "max_retries") == 0) {
+		/* The stage's own, read by [job]'s row (its bounds, its message). */
+		struct cfg scratch = {0};
+		char why[256] = "";
+		struct cfg_val v = {r->value, where(p, r, loc, sizeof loc), c->dir};
+		if (cfg_key_set(&scratch, cfg_key_find("job", r->key), &v, why, sizeof why) < 0) {
+			fail(p, "%s: [%s] %s = '%s': %s", loc, r->section, r->key, r->value, why);
+			return -1;
+		}
+		if (r->key[0] == 't')
+			st->task_timeout = scratch.task_timeout;
+		else
+			st->max_retries = (int)scratch.max_retries;
+		return 0;
+	}
+	section_add(p, c, &st->sec, r);
+	return 0;
+}
+
 /* Every [section] header names a known section, once. */
-static int check_sections(struct parse *p)
+static int check_sections(struct parse *p, struct cfg *c)
 {
 	for (size_t i = 0; i < p->n_sections; i++) {
 		const char *n = p->sections[i].name;
+		if (strncmp(n, "stage.", 6) == 0 || strcmp(n, "stage") == 0) {
+			if (strcmp(n, "stage") == 0 || !stage_name_ok(n + 6)) {
+				fail(p,
+				     "%s:%d: [%s]: a stage section is [stage.NAME], NAME letters, "
+				     "digits, '_' and '-'",
+				     p->path, p->sections[i].line, n);
+				return -1;
+			}
+			for (size_t j = 0; j < i; j++) {
+				if (strcmp(p->sections[j].name, n) == 0) {
+					fail(p,
+					     "%s:%d: section [%s] appears twice (first on line %d)",
+					     p->path, p->sections[i].line, n, p->sections[j].line);
+					return -1;
+				}
+			}
+			if (!stage_get(p, c, n + 6, p->sections[i].line))
+				return -1;
+			continue;
+		}
 		if (strcmp(n, "job") && strcmp(n, "worker") && strcmp(n, "generator") &&
 		    strcmp(n, "sink") && strcmp(n, "ui")) {
 			const char *near = suggest(n, section_names);
@@ -423,7 +532,8 @@ static int check_sections(struct parse *p)
 			if (near)
 				snprintf(hint, sizeof hint, "did you mean [%s]? ", near);
 			fail(p,
-			     "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, ui)",
+			     "%s:%d: unknown section [%s] (%sknown: job, worker, generator, sink, "
+			     "ui, stage.NAME)",
 			     p->path, p->sections[i].line, n, hint);
 			return -1;
 		}
@@ -455,9 +565,13 @@ static int read_keys(struct parse *p, struct cfg *c)
 			section_add(p, c, &c->generator, r);
 		} else if (strcmp(r->section, "sink") == 0) {
 			section_add(p, c, &c->sink, r);
+		} else if (strncmp(r->section, "stage.", 6) == 0) {
+			if (stage_key(p, c, r) < 0)
+				return -1;
 		} else {
 			fail(p,
-			     "%s: unknown section [%s] (known: job, worker, generator, sink, ui)",
+			     "%s: unknown section [%s] (known: job, worker, generator, sink, ui, "
+			     "stage.NAME)",
 			     where(p, r, loc, sizeof loc), r->section);
 			return -1;
 		}
@@ -485,6 +599,19 @@ static int check_required(struct parse *p, struct cfg *c)
 	}
 	if (!c->sink.plugin)
 		c->sink.plugin = strdup("jsonl");
+	for (size_t i = 0; i < c->n_stages; i++) {
+		const struct cfg_stage *st = &c->stages[i];
+		if (!st->sec.plugin) {
+			if (st->line > 0)
+				fail(p,
+				     "%s:%d: [stage.%s] plugin is required (a worker plugin's .so, "
+				     "or python)",
+				     p->path, st->line, st->name);
+			else
+				fail(p, "%s: [stage.%s] plugin is required", p->path, st->name);
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -564,6 +691,16 @@ static int check_sizes(struct parse *p, struct cfg *c)
 		secs[i]->args.items = secs[i]->kv;
 		secs[i]->args.count = secs[i]->count;
 	}
+	for (size_t i = 0; i < c->n_stages; i++) {
+		struct cfg_section *s = &c->stages[i].sec;
+		if (s->count > CFG_MAX_KEYS) {
+			fail(p, "%s: [stage.%s] has %zu keys; at most %d are allowed", p->path,
+			     c->stages[i].name, s->count, CFG_MAX_KEYS);
+			return -1;
+		}
+		s->args.items = s->kv;
+		s->args.count = s->count;
+	}
 	return 0;
 }
 
@@ -571,7 +708,7 @@ static int check_sizes(struct parse *p, struct cfg *c)
  * across keys and sections. */
 static int validate(struct parse *p, struct cfg *c)
 {
-	if (check_sections(p) < 0 || read_keys(p, c) < 0 || check_required(p, c) < 0 ||
+	if (check_sections(p, c) < 0 || read_keys(p, c) < 0 || check_required(p, c) < 0 ||
 	    check_ranks(p, c) < 0 || check_in_flight(p, c) < 0)
 		return -1;
 	default_journal(c);
@@ -765,5 +902,10 @@ void cfg_free(struct cfg *c)
 	section_free(&c->worker);
 	section_free(&c->generator);
 	section_free(&c->sink);
+	for (size_t i = 0; i < c->n_stages; i++) {
+		free(c->stages[i].name);
+		section_free(&c->stages[i].sec);
+	}
+	free(c->stages);
 	*c = (struct cfg){0};
 }

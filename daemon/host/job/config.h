@@ -39,6 +39,18 @@ struct cfg_section {
 	struct gpud_args args; /* view of kv for the plugin */
 };
 
+/* A [stage.NAME] section: a worker plugin run in a pool of CPU processes before the
+ * GPU workers, in file order (run/stages.c). */
+#define CFG_MAX_STAGES 16
+struct cfg_stage {
+	char *name;             /* NAME, owned */
+	int line;               /* its header's line; 0 when it came from --set alone */
+	unsigned workers;       /* 0: the default (cores left over by the GPU workers) */
+	double task_timeout;    /* the stage's own, or -1: [job]'s */
+	int max_retries;        /* the stage's own, or -1: [job]'s */
+	struct cfg_section sec; /* plugin and its keys, as [worker]'s (minus `workers`) */
+};
+
 struct cfg {
 	char *path; /* the job file as given */
 	char *dir;  /* its folder, absolute */
@@ -97,6 +109,8 @@ struct cfg {
 	double metrics_interval; /* seconds */
 
 	struct cfg_section worker, generator, sink;
+	struct cfg_stage *stages; /* [stage.NAME] sections, file order; owned */
+	size_t n_stages;
 };
 
 /* What messages and c->path call a job built from `sets` alone (no job file). */

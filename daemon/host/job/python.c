@@ -94,6 +94,9 @@ static bool is_python_spec(const char *spec, const char *kind)
 
 bool python_needed(const struct cfg *c)
 {
+	for (size_t i = 0; i < c->n_stages; i++)
+		if (is_python_spec(c->stages[i].sec.plugin, "worker"))
+			return true;
 	return is_python_spec(c->worker.plugin, "worker") ||
 	       is_python_spec(c->generator.plugin, "generator") ||
 	       is_python_spec(c->sink.plugin, "sink");
@@ -521,7 +524,7 @@ static const char import_script[] =
 	"        real = os.path.realpath(a['script'])\n"
 	"        if real not in loaded:\n"
 	"            sys.path.insert(0, os.path.dirname(real))\n"
-	"            spec = importlib.util.spec_from_file_location('__gpud_%s__' % kind, real)\n"
+	"            spec = importlib.util.spec_from_file_location('__gpud_%s__' % kind.replace('.', '_'), real)\n"
 	"            if spec is None:\n"
 	"                raise ImportError('not a Python file')\n"
 	"            mod = importlib.util.module_from_spec(spec)\n"
@@ -547,7 +550,8 @@ static const char import_script[] =
 	"            what, sig, keys, e)\n"
 	"    return None\n"
 	"for kind, a in sections:\n"
-	"    kw = {k: v for k, v in a.items() if k not in OURS[kind]}\n"
+	"    role = 'worker' if kind.startswith('stage.') else kind\n"
+	"    kw = {k: v for k, v in a.items() if k not in OURS[role]}\n"
 	"    try:\n"
 	"        mod, src = load(kind, a)\n"
 	"    except BaseException as e:\n"
@@ -555,7 +559,7 @@ static const char import_script[] =
 	"            'script = ' + a['script'] if 'script' in a else 'module = ' + a.get('module', '?'),\n"
 	"            type(e).__name__, e, where(e)))\n"
 	"        continue\n"
-	"    if kind == 'worker':\n"
+	"    if role == 'worker':\n"
 	"        name = a.get('class', '')\n"
 	"        cls = getattr(mod, name, None)\n"
 	"        if not inspect.isclass(cls):\n"
@@ -582,7 +586,7 @@ static const char import_script[] =
 	"            continue\n"
 	"        ok(kind, '%s in %s: %s; setup() takes %s' % (name, src, ', '.join(has),\n"
 	"           ', '.join(sorted(kw)) or 'no keys'))\n"
-	"    elif kind == 'generator':\n"
+	"    elif role == 'generator':\n"
 	"        name = a.get('function', '')\n"
 	"        fn = getattr(mod, name, None)\n"
 	"        if not callable(fn):\n"
@@ -623,6 +627,8 @@ int python_check_import(const struct cfg *c, FILE *out)
 	size_t n = 4;
 	for (int i = 0; i < 3; i++)
 		n += 1 + secs[i]->count;
+	for (size_t i = 0; i < c->n_stages; i++)
+		n += 1 + c->stages[i].sec.count;
 	char **argv = calloc(n + 1, sizeof *argv), **owned_args = calloc(n + 1, sizeof *argv);
 	size_t k = 0, o = 0;
 	int rc = -1;
@@ -643,6 +649,19 @@ int python_check_import(const struct cfg *c, FILE *out)
 		for (size_t j = 0; j < secs[i]->count; j++) {
 			if (asprintf(&owned_args[o], "%s=%s", secs[i]->kv[j].key,
 				     secs[i]->kv[j].value) < 0)
+				goto oom;
+			argv[k++] = owned_args[o++];
+		}
+	}
+	for (size_t i = 0; i < c->n_stages; i++) { /* [stage.NAME]: worker plugins */
+		const struct cfg_section *sec = &c->stages[i].sec;
+		if (!is_python_spec(sec->plugin, "worker"))
+			continue;
+		if (asprintf(&owned_args[o], "--section=stage.%s", c->stages[i].name) < 0)
+			goto oom;
+		argv[k++] = owned_args[o++];
+		for (size_t j = 0; j < sec->count; j++) {
+			if (asprintf(&owned_args[o], "%s=%s", sec->kv[j].key, sec->kv[j].value) < 0)
 				goto oom;
 			argv[k++] = owned_args[o++];
 		}

@@ -126,8 +126,13 @@ int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char
 {
 	*out = NULL;
 	*n = 0;
-	if (scan_section("worker", &c->worker, false, out, n, why, len) < 0 ||
-	    scan_section("generator", &c->generator, true, out, n, why, len) < 0) {
+	int rc = scan_section("worker", &c->worker, false, out, n, why, len);
+	for (size_t i = 0; rc == 0 && i < c->n_stages; i++) { /* a stage's files, as the worker's */
+		char section[80];
+		snprintf(section, sizeof section, "stage.%s", c->stages[i].name);
+		rc = scan_section(section, &c->stages[i].sec, false, out, n, why, len);
+	}
+	if (rc < 0 || scan_section("generator", &c->generator, true, out, n, why, len) < 0) {
 		inputs_free(*out, *n);
 		*out = NULL;
 		*n = 0;

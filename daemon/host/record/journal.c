@@ -85,6 +85,10 @@ uint64_t journal_fingerprint(const struct cfg *c)
 {
 	uint64_t h = HASH_SEED;
 	h = section_print(h, &c->worker);
+	for (size_t i = 0; i < c->n_stages; i++) { /* CPU stages make the input too */
+		h = hash_str(h, c->stages[i].name);
+		h = section_print(h, &c->stages[i].sec);
+	}
 	h = section_print(h, &c->generator);
 	/* The sink too: resuming into another output would leave the earlier results
 	 * elsewhere (an output file is not an input: only its name counts). */

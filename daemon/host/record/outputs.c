@@ -236,6 +236,8 @@ static void add(struct named *f, size_t *n, const char *what, const char *at, co
 int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, size_t len)
 {
 	size_t cap = 8 + c->sink.count + c->generator.count + c->worker.count, n = 0;
+	for (size_t i = 0; i < c->n_stages; i++)
+		cap += c->stages[i].sec.count;
 	struct named *f = calloc(cap, sizeof *f);
 	char *failures = NULL, *log_dir = NULL, stats_label[300];
 	snprintf(stats_label, sizeof stats_label, "--stats-json %s", stats_json ? stats_json : "");
@@ -265,6 +267,17 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 				continue;
 			snprintf(what[n], sizeof what[n], "%s%s", names[s], secs[s]->kv[i].key);
 			add(f, &n, what[n], secs[s]->where[i], secs[s]->kv[i].value, s == 0);
+		}
+	}
+	for (size_t s = 0; what && s < c->n_stages;
+	     s++) { /* a stage's files: read, as the worker's */
+		const struct cfg_section *sec = &c->stages[s].sec;
+		for (size_t i = 0; i < sec->count; i++) {
+			if (!outputs_file_key(sec->kv[i].key, sec->kv[i].value))
+				continue;
+			snprintf(what[n], sizeof what[n], "[stage.%.40s] %.30s", c->stages[s].name,
+				 sec->kv[i].key);
+			add(f, &n, what[n], sec->where[i], sec->kv[i].value, false);
 		}
 	}
 	for (size_t i = 0; i < n; i++)

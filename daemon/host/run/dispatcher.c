@@ -22,6 +22,7 @@
 #include "record/failures.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
+#include "run/stages.h"
 #include "run/standin.h"
 #include "util/textio.h"
 #include "view/ui.h"
@@ -65,10 +66,12 @@ static unsigned emit_starts(struct host *h, struct host_worker *w)
 	return n;
 }
 
-/* The most tasks one worker may hold: its share of queue_size. */
-static uint32_t window_max(const struct host *h)
+/* The most tasks one worker may hold: its share of queue_size, which is shared by the
+ * workers of one stage (all of them without stages). */
+static uint32_t window_max(const struct host *h, const struct host_worker *w)
 {
-	return (h->cfg->queue_size + h->pool.n - 1) / h->pool.n;
+	unsigned n = h->pool.stages ? h->pool.stages[w->stage].n : h->pool.n;
+	return (h->cfg->queue_size + n - 1) / n;
 }
 
 /* A worker that takes tasks in flight may hold three times max_in_flight, from the
@@ -78,7 +81,7 @@ static uint32_t window_max(const struct host *h)
 
 void dispatch_first_window(struct host *h, struct host_worker *w)
 {
-	uint32_t max = window_max(h), want = 1;
+	uint32_t max = window_max(h, w), want = 1;
 	if (h->cfg->max_in_flight > 1)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
 	w->window = want < max ? want : max;
@@ -86,7 +89,7 @@ void dispatch_first_window(struct host *h, struct host_worker *w)
 
 static void update_window(struct host *h, struct host_worker *w)
 {
-	uint32_t max = window_max(h);
+	uint32_t max = window_max(h, w);
 	double per = w->task_seconds;
 	double want = per > 0 ? WINDOW_S / per : (double)max;
 	if (want < 1)
@@ -97,6 +100,10 @@ static void update_window(struct host *h, struct host_worker *w)
 		want = 2.0 * h->cfg->batch_size;
 	if (h->cfg->max_in_flight > 1 && want < IN_FLIGHT_WINDOW * h->cfg->max_in_flight)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
+	/* Fed by a CPU stage: the next task is ready while one runs, so the GPU does not
+	 * wait for the hand-over between its tasks. */
+	if (h->pool.stages && w->stage == h->pool.n_stages && want < 2)
+		want = 2;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
 
@@ -107,7 +114,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	uint64_t head = atomic_load_explicit(&w->rep->result_head, memory_order_acquire);
 	if (head == w->result_tail || w->corrupt)
 		return 0;
-	if (h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START))
+	if (h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START) && w->stage == h->pool.n_stages)
 		emit_starts(h, w);
 
 	uint64_t max_payload = h->shm.hdr->max_result_bytes > SHM_MSG_MAX
@@ -153,8 +160,27 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			}
 		}
 		double sec = r.seconds >= 0 && r.seconds < 1e9 ? r.seconds : 0;
+		/* A CPU stage's ok result goes on to the next stage (stages.h), or waits
+		 * in its ring for room there. */
+		if (__builtin_expect(w->stage < h->pool.n_stages, 0) && r.kind == REC_OK) {
+			if (!stages_forward(h, w, t, payload, r.size)) {
+				w->blocked = true;
+				break;
+			}
+			w->blocked = false;
+			UI_SET(w->last_seconds, sec);
+			UI_SET(w->busy_s, w->busy_s + sec);
+			w->task_seconds =
+				w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
+			w->task_free = t->pos + ring_span(t->size);
+			w->result_tail += ring_rec_span(&w->results, r.kind, r.size);
+			tasks_pop(w);
+			n++;
+			continue;
+		}
 		const void *input = ring_payload(ring_at(&w->tasks, t->pos));
 		UI_SET(w->last_seconds, sec);
+		UI_SET(w->busy_s, w->busy_s + sec);
 		if (h->view.metrics)
 			metrics_task(h->view.metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
@@ -180,6 +206,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 	}
 	atomic_store_explicit(&w->feed->result_tail, w->result_tail, memory_order_release);
 	wait_ring_fast(shm_worker_bell(w));
+	if (__builtin_expect(w->stage < h->pool.n_stages, 0))
+		stages_publish_handed(h, w->stage + 1);
 	update_window(h, w);
 	if (rc < 0)
 		lifecycle_corrupt(h, w, why);
@@ -435,8 +463,14 @@ static unsigned feed(struct host *h, bool gen_ok)
 	unsigned n = 0;
 	bool slice_end = false;
 	uint64_t clock = h->flow.start_ns = wait_now_ns();
-	for (unsigned i = 0; i < h->pool.n && !slice_end; i++) {
-		struct host_worker *w = &h->pool.w[(h->flow.rr + i) % h->pool.n];
+	/* The generator feeds the first stage: the GPU workers, or the first CPU stage. */
+	unsigned lo = 0, cnt = h->pool.n;
+	if (__builtin_expect(h->pool.stages != NULL, 0)) {
+		lo = h->pool.stages[0].first;
+		cnt = h->pool.stages[0].n;
+	}
+	for (unsigned i = 0; i < cnt && !slice_end; i++) {
+		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
 		/* The stand-in leaves alone the ring the stuck call writes into. */
 		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
 			n += feed_one(h, w, gen_ok, &clock, &slice_end);
@@ -463,13 +497,16 @@ static bool host_ready(void *ctx)
 		struct host_worker *w = &h->pool.w[i];
 		if (w->state == HW_GONE || !w->rep)
 			continue;
+		/* A blocked stage worker's result is news only once room is made
+		 * downstream, which a result of the next stage brings. */
 		if (atomic_load_explicit(&w->rep->result_head, memory_order_relaxed) !=
-		    w->result_tail)
+			    w->result_tail &&
+		    !w->blocked)
 			return true;
 		uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_relaxed);
 		if (w->state == HW_STARTING && s != WS_SETUP && s != WS_SPAWNED)
 			return true;
-		if (starts && w->tt_started != w->tt_head) {
+		if (starts && w->tt_started != w->tt_head && w->stage == h->pool.n_stages) {
 			uint64_t pos = w->tt[w->tt_started & w->tt_mask].pos;
 			if (pos - w->task_free < reported_tail(w) - w->task_free)
 				return true;
@@ -529,13 +566,19 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 				lifecycle_poll(h, w);
 			if (w->state == HW_READY || w->state == HW_STOPPING)
 				progress += dispatch_drain(h, w);
-			if (starts && w->state == HW_READY && w->rep)
+			if (starts && w->state == HW_READY && w->rep &&
+			    w->stage == h->pool.n_stages)
 				progress += emit_starts(h, w);
 			/* Given tasks by a generator call that returned after the worker
 			 * had left for good. */
 			if (w->state == HW_GONE && w->pid <= 0 && tasks_held(w))
 				lifecycle_take_back(h, w);
 		}
+	}
+	if (__builtin_expect(h->pool.stages != NULL, 0)) {
+		stages_check_alive(h);
+		if (h->rq.later && !h->ctl.stopping && !h->ctl.killing && requeued_may_run(h))
+			progress += stages_feed_retries(h);
 	}
 	if (!h->ctl.stopping && !h->ctl.killing)
 		progress += feed(h, gen_ok);
@@ -547,6 +590,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	    (h->flow.done || h->ctl.abort))
 		lifecycle_stop_all(h);
 	if (lifecycle_live(h) == 0) {
+		stages_publish(h, 0); /* the final figures */
 		if (tasks_requeued_any(h) || h->flow.in_flight ||
 		    (!h->ctl.stopping && !h->flow.done)) {
 			tasks_drop_requeued(h);
@@ -557,6 +601,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		return true;
 	}
 	uint64_t now = wait_now_ns();
+	stages_publish(h, now);
 	if (progress && wait_since(now, h->ctl.last_check_ns) < BUSY_CHECK_NS)
 		return false;
 	uint64_t deadline = lifecycle_timeouts(h, now);

@@ -8,6 +8,7 @@
 
 #include "run/events.h"
 #include "job/groups.h"
+#include "run/stages.h"
 #include "record/failures.h"
 #include "view/ui.h"
 
@@ -233,13 +234,20 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
 				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
 							     : GPUD_TASK_ERROR;
-	if (kind != GPUD_TASK_OK && t->attempt < h->cfg->max_retries && !h->ctl.killing &&
+	/* A CPU stage's failure says which stage (failures list, notes, the sink). */
+	char staged[SHM_MSG_MAX + 256];
+	if (__builtin_expect(w && w->stage < h->pool.n_stages, 0) && message) {
+		snprintf(staged, sizeof staged, "stage %s: %s", h->pool.stages[w->stage].name,
+			 message);
+		message = staged;
+	}
+	if (kind != GPUD_TASK_OK && t->attempt < stages_max_retries(h, w) && !h->ctl.killing &&
 	    retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;
 		UI_ADD(h->stats.retried, 1);
-		tasks_requeue(h, &again, input, w ? w->index : -1);
+		tasks_requeue(h, &again, input, w ? w->index : -1, w ? w->stage : 0);
 		return;
 	}
 	switch (kind) {
@@ -256,10 +264,10 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	if (kind != GPUD_TASK_OK) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, false);
 		if (w)
-			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (GPU %s): %s",
+			ui_say(h, UI_FAILURE, "task %llu %s on worker %d (%s): %s",
 			       (unsigned long long)t->id,
 			       kind == GPUD_TASK_TIMEOUT ? "timed out" : "failed", w->index,
-			       GROUPS_OF(h, w), message ? message : "");
+			       WHERE_OF(h, w), message ? message : "");
 		else
 			ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)t->id,
 			       message ? message : "");

@@ -48,7 +48,10 @@ struct host_worker {
 	uint32_t window;     /* most tasks it may hold: covers ~WINDOW_NS of its work */
 	double task_seconds; /* moving average of its process() time */
 	pid_t pid;           /* also its process group's id (spawn_kill: it may leave) */
-	int index, gpu_id;
+	int index, gpu_id;   /* gpu_id -1: a CPU stage's worker */
+	unsigned stage;      /* its stage: 0.. for [stage.NAME]s, pool.n_stages for the GPU's */
+	bool blocked;        /* a stage's worker whose next result waits for room downstream */
+	bool handed;         /* given tasks by the stage before, not yet published */
 	enum hw_state state;
 	bool timed_out;       /* the host killed it for running past task_timeout, or its cleanup
 				 for running past the cleanup bound */
@@ -65,6 +68,7 @@ struct host_worker {
 	uint64_t oom_splits_past; /* out-of-memory splits of its earlier processes (fit.h) */
 	unsigned restarts;
 	double last_seconds; /* its last task's time in process() */
+	double busy_s;       /* its tasks' time in process(), all together (published) */
 	uint64_t spawned_ns; /* when this process started (setup_timeout) */
 	uint64_t seen_since; /* the busy_since value the timeout clock last saw */
 	uint64_t grace_ns;   /* time the host was stopped during that task: not counted */
@@ -145,6 +149,21 @@ struct host_shm {
 	uint64_t task_need;          /* ring bytes one task of max_task_bytes needs */
 };
 
+/* A CPU stage before the GPU workers (run/stages.c): its workers are pool.w[first] to
+ * pool.w[first + n - 1]. The GPU workers are the last stage, pool.stages[n_stages]. */
+struct host_stage {
+	const char *name; /* "decode"; "gpu" for the GPU workers */
+	char *plugin;     /* the stage's plugin path (NULL for the GPU workers: pool.plugin) */
+	unsigned first, n;
+	unsigned rr;                    /* where the next hand-over looks first */
+	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
+	/* published (stages_publish, every 100 ms): workers set up or setting up, and tasks
+	 * waiting in front of it (given and not started, or finished upstream and waiting
+	 * for room in it) */
+	unsigned alive;
+	uint64_t queued;
+};
+
 /* The worker processes: workers/lifecycle.c and spawn.c (started, ended, restarted). */
 struct host_pool {
 	struct host_worker *w;
@@ -156,6 +175,13 @@ struct host_pool {
 	uint64_t corruptions; /* workers killed for corrupting their memory */
 	char *exe;            /* gpud-worker */
 	char *plugin;         /* the worker plugin's path */
+
+	/* CPU stages (run/stages.h): w[0] to w[n_gpu_workers - 1] are the GPU workers,
+	 * the stages' follow; `stages` has n_stages + 1 entries, the GPU workers last
+	 * (NULL without stages). restarts and retired have one entry per GPU, then one
+	 * per stage worker. */
+	unsigned n_gpu_workers, n_stages;
+	struct host_stage *stages;
 };
 
 /* The generator's side of the loop: run/dispatcher.c. */
@@ -226,6 +252,7 @@ struct host_resume {
 /* Tasks waiting to run again: run/tasks.c. */
 struct host_rq {
 	struct requeued *head, **tail;
+	uint64_t later; /* tasks waiting in later stages' queues (host_stage.rq) */
 };
 
 /* What the operator sees: view/ui.c and view/metrics.c. */
@@ -301,7 +328,7 @@ static inline bool tasks_requeued_for(const struct host *h, const struct host_wo
 
 static inline bool tasks_requeued_any(const struct host *h)
 {
-	return h->rq.head != NULL;
+	return h->rq.head != NULL || h->rq.later;
 }
 
 #endif /* GPUD_HOST_H */

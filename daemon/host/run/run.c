@@ -21,6 +21,7 @@
 #include "job/groups.h"
 #include "job/python.h"
 #include "run/dispatcher.h"
+#include "run/stages.h"
 #include "run/events.h"
 #include "record/failures.h"
 #include "record/files.h"
@@ -165,7 +166,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	if (host_plugins(h, c, opts) < 0)
 		return -1;
-	if (checks_keys(h, c, out) < 0)
+	if (checks_keys(h, c, out) < 0 || stages_prepare(h) < 0)
 		return -1;
 	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
 	if (!h->pool.bus_ids) {
@@ -198,6 +199,7 @@ static void release(struct host *h)
 	free(h->files.log_dir);
 	free(h->pool.retired);
 	free(h->pool.bus_ids);
+	stages_free(h);
 }
 
 /* `gpud check` with gpus_per_worker: each group, its workers and what they see. */
@@ -234,6 +236,8 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
+		for (unsigned i = 0; i < h.pool.n_stages; i++)
+			printf("  stage %s: %s\n", h.pool.stages[i].name, h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
 		if (groups_width(c) > 1)
@@ -526,23 +530,30 @@ static int open_plugins(struct host *h, struct cfg *c)
  * table, the run's files, the held outcomes and the metrics. 0, or -1 (said why). */
 static int setup_run(struct host *h, struct cfg *c)
 {
-	/* Restarts and retirement are counted per group of gpus_per_worker GPUs. */
-	h->pool.n = (unsigned)(groups_count(c) * c->workers_per_gpu);
+	/* Restarts and retirement are counted per group of gpus_per_worker GPUs, then per
+	 * CPU stage worker. */
+	unsigned per[CFG_MAX_STAGES];
+	h->pool.n_gpu_workers = (unsigned)(groups_count(c) * c->workers_per_gpu);
+	unsigned staged = stages_workers(c, h->pool.n_gpu_workers, per);
+	h->pool.n = h->pool.n_gpu_workers + staged;
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
-	h->pool.restarts = calloc(groups_count(c), sizeof *h->pool.restarts);
-	h->pool.retired = calloc(groups_count(c), sizeof *h->pool.retired);
+	h->pool.restarts = calloc(groups_count(c) + staged, sizeof *h->pool.restarts);
+	h->pool.retired = calloc(groups_count(c) + staged, sizeof *h->pool.retired);
 	if (!h->pool.w || !h->pool.restarts || !h->pool.retired) {
 		say("out of memory for %u workers", h->pool.n);
 		return -1;
 	}
 	for (unsigned k = 0; k < h->pool.n; k++) {
 		h->pool.w[k].index = (int)k;
-		h->pool.w[k].gpu_id = c->gpus[groups_first(c, k / c->workers_per_gpu)];
+		h->pool.w[k].gpu_id = k < h->pool.n_gpu_workers
+					      ? c->gpus[groups_first(c, k / c->workers_per_gpu)]
+					      : -1;
 		h->pool.w[k].log_fd = -1;
 		h->pool.w[k].out_fd = -1;
 		h->pool.w[k].pid = -1;
 	}
-	if (tasks_init(h, (c->queue_size + h->pool.n - 1) / h->pool.n) < 0) {
+	stages_assign(h);
+	if (tasks_init(h, stages_per_worker(h)) < 0) {
 		say("out of memory for the task table");
 		return -1;
 	}

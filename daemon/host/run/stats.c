@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "run/stats.h"
+#include "run/stages.h"
 #include "util/textio.h"
 
 #include <errno.h>
@@ -96,11 +97,17 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"gpu_ids\": [%s], \"ok\": %llu, "
 			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u, "
-			"\"batch_size\": %u, \"oom_splits\": %llu}",
+			"\"batch_size\": %u, \"oom_splits\": %llu",
 			i ? ", " : "", w->index, w->gpu_id,
-			groups_label(h->cfg, w->gpu_id, ids, sizeof ids), (unsigned long long)w->ok,
-			(unsigned long long)w->failed, (unsigned long long)w->timeouts, w->restarts,
-			fit_batch_now(h, w), (unsigned long long)fit_oom_splits(w));
+			w->gpu_id < 0 ? "" : groups_label(h->cfg, w->gpu_id, ids, sizeof ids),
+			(unsigned long long)w->ok, (unsigned long long)w->failed,
+			(unsigned long long)w->timeouts, w->restarts, fit_batch_now(h, w),
+			(unsigned long long)fit_oom_splits(w));
+		if (w->stage < h->pool.n_stages) { /* a CPU stage's worker: its stage */
+			fprintf(f, ", \"stage\": ");
+			io_json_string(f, h->pool.stages[w->stage].name);
+		}
+		fprintf(f, "}");
 	}
 	/* One entry per group of gpus_per_worker GPUs (job/groups.h), named by its first. */
 	fprintf(f, "], \"gpus\": [");
@@ -124,7 +131,9 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	}
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
 	 * names the ranks it was not given. */
-	fprintf(f, "], \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
+	fprintf(f, "]");
+	stages_json(h, f, s->elapsed);
+	fprintf(f, ", \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
 		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
 	fprintf(f,
 		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "

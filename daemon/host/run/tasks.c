@@ -27,8 +27,28 @@ int tasks_init(struct host *h, uint32_t per_worker)
 	return 0;
 }
 
+/* Frees a stage's queue, counting each as not run when `drop`. */
+static void drop_stage_queues(struct host *h, bool drop)
+{
+	for (unsigned s = 1; h->pool.stages && s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		while (st->rq) {
+			struct requeued *q = st->rq;
+			st->rq = q->next;
+			if (drop) {
+				UI_ADD(h->stats.not_run, 1);
+				failures_not_run(h, q->t.id, q->t.attempt);
+			}
+			free(q);
+		}
+		st->rq_tail = &st->rq;
+	}
+	h->rq.later = 0;
+}
+
 void tasks_free(struct host *h)
 {
+	drop_stage_queues(h, false);
 	for (unsigned i = 0; h->pool.w && i < h->pool.n; i++) {
 		free(h->pool.w[i].tt);
 		h->pool.w[i].tt = NULL;
@@ -48,7 +68,8 @@ void tasks_overfull(const struct host_worker *w)
 	abort();
 }
 
-void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid)
+void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid,
+		   unsigned stage)
 {
 	struct requeued *q = malloc(sizeof *q + t->size);
 	if (!q) {
@@ -59,8 +80,31 @@ void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, 
 	q->t = *t;
 	q->avoid = avoid;
 	memcpy(q->data, input, t->size);
+	if (stage > 0 && h->pool.stages) {
+		/* A later stage's task: it runs again there, on its input to that stage. */
+		struct host_stage *st = &h->pool.stages[stage];
+		if (!st->rq_tail)
+			st->rq_tail = &st->rq;
+		*st->rq_tail = q;
+		st->rq_tail = &q->next;
+		h->rq.later++;
+		return;
+	}
 	*h->rq.tail = q;
 	h->rq.tail = &q->next;
+}
+
+struct requeued *tasks_requeued_take_stage(struct host *h, unsigned stage)
+{
+	struct host_stage *st = &h->pool.stages[stage];
+	struct requeued *q = st->rq;
+	if (!q)
+		return NULL;
+	st->rq = q->next;
+	if (!st->rq)
+		st->rq_tail = &st->rq;
+	h->rq.later--;
+	return q;
 }
 
 bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
@@ -71,7 +115,7 @@ bool tasks_retry_fits(const struct host *h, const struct host_worker *w)
 		return true;
 	for (unsigned i = 0; i < h->pool.n; i++) {
 		const struct host_worker *o = &h->pool.w[i];
-		if (o->state != HW_READY || o == failed_on)
+		if (o->state != HW_READY || o == failed_on || o->stage != failed_on->stage)
 			continue;
 		if (o->gpu_id != failed_on->gpu_id)
 			other_gpu = true;
@@ -94,6 +138,7 @@ struct requeued *tasks_requeued_take(struct host *h)
 
 void tasks_drop_requeued(struct host *h)
 {
+	drop_stage_queues(h, true);
 	while (h->rq.head) {
 		struct requeued *q = h->rq.head;
 		h->rq.head = q->next;

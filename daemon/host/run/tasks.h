@@ -49,8 +49,13 @@ _Noreturn void tasks_overfull(const struct host_worker *w) __attribute__((cold))
  * questions about the requeued tasks are inline, in host.h: they are on every task's
  * path. */
 
-/* Keeps a copy of `t` and its input to run again (at the back of the queue). */
-void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid);
+/* Keeps a copy of `t` and its input to run again (at the back of the queue) in `stage`
+ * (a worker's `stage`: 0 is the queue the generator's workers take from, a later
+ * stage's goes to that stage's own queue). */
+void tasks_requeue(struct host *h, const struct task_ent *t, const void *input, int avoid,
+		   unsigned stage);
+/* The next task to run again in `stage` (> 0), or NULL; the caller frees it. */
+struct requeued *tasks_requeued_take_stage(struct host *h, unsigned stage);
 /* Whether worker w may take the next task to run again. A retry goes to a worker on
  * another GPU when one is ready, else to another worker of its GPU, else back to the
  * one it failed on. */

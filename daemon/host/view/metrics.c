@@ -17,6 +17,7 @@
 
 #include "job/groups.h"
 #include "run/host.h"
+#include "run/stages.h"
 #include "view/httpd.h"
 #include "view/nvml.h"
 #include "util/textio.h"
@@ -251,6 +252,7 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 		fit_metrics(o, h);
 	}
 	per_gpu(o, h, nvml);
+	stages_metrics(h, o, (double)(wait_now_ns() - h->t_start_ns) * 1e-9);
 }
 
 /* The text in a malloc'd buffer. */

@@ -17,6 +17,7 @@
 #include "job/python.h"
 #include "record/files.h"
 #include "run/host.h"
+#include "run/stages.h"
 #include "view/nvml.h"
 #include "wait.h"
 #include "workers/fit.h"
@@ -458,7 +459,9 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	const char *status = worker_status(w, &color);
 	new_line(&l, u, width);
 	char gpus[GROUPS_LABEL];
-	l_fmt(&l, "%*s %*d  ", k->gpu, groups_label(u->h->cfg, w->gpu_id, gpus, sizeof gpus),
+	l_fmt(&l, "%*s %*d  ", k->gpu,
+	      w->gpu_id < 0 ? "cpu" /* a CPU stage's worker */
+			    : groups_label(u->h->cfg, w->gpu_id, gpus, sizeof gpus),
 	      k->worker, w->index);
 	l_color(&l, color);
 	l_fmt(&l, "%-*.*s", k->status, k->status, status);
@@ -493,7 +496,8 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 	l_color(&l, C_RESET);
 	l_fmt(&l, " %*u", k->restarts, UI_READ(w->restarts));
 	dash_batch(u, &l, w);
-	dash_worker_nvml(u, &l, w);
+	if (w->gpu_id >= 0)
+		dash_worker_nvml(u, &l, w);
 	frame_add(fr, &l);
 }
 
@@ -588,6 +592,20 @@ static void dash_write(struct ui *u, const struct frame *fr, bool final)
 	u->prev_lines = fr->lines;
 }
 
+/* With CPU stages, a row per stage and one for the GPU workers: where the time goes. */
+static void dash_stages(struct ui *u, struct frame *fr, const struct figures *f, int width)
+{
+	struct host *h = u->h;
+	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++) {
+		struct line l;
+		char text[256];
+		stages_describe(h, s, f->elapsed, text, sizeof text);
+		new_line(&l, u, width);
+		l_text(&l, text);
+		frame_add(fr, &l);
+	}
+}
+
 /* A frame of the dashboard: heading lines, the worker table, the last messages. */
 static void draw_dashboard(struct ui *u, bool final)
 {
@@ -599,6 +617,7 @@ static void draw_dashboard(struct ui *u, bool final)
 	dash_title(u, &fr, &f, width, final);
 	dash_progress(u, &fr, &f, width);
 	dash_outcomes(u, &fr, &f, width);
+	dash_stages(u, &fr, &f, width);
 	dash_workers(u, &fr, width, height);
 	dash_notes(u, &fr, width, height);
 	dash_write(u, &fr, final);
@@ -641,6 +660,11 @@ static void plain_progress(struct ui *u, bool final)
 	else if (hidden)
 		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
 	fputc('\n', stderr);
+	for (unsigned s = 0; u->h->pool.stages && s <= u->h->pool.n_stages; s++) {
+		char text[256];
+		stages_describe(u->h, s, f.elapsed, text, sizeof text);
+		fprintf(stderr, "gpud:   %s\n", text);
+	}
 	u->failures_shown = 0;
 }
 

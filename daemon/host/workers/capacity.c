@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "job/groups.h"
+#include "run/stages.h"
 #include "workers/memory.h"
 #include "util/textio.h"
 #include "util/say.h"
@@ -136,8 +137,10 @@ static int check_shm(const struct host *h, const struct cfg *c, unsigned n)
 
 int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes)
 {
+	unsigned per[CFG_MAX_STAGES];
 	unsigned n = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	if (n == 0)
 		return 0; /* no GPU: said by the run */
+	n += stages_workers(c, n, per);
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
 }

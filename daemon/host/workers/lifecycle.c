@@ -24,6 +24,7 @@
 
 #include "run/dispatcher.h"
 #include "run/events.h"
+#include "run/stages.h"
 #include "record/failures.h"
 #include "job/groups.h"
 #include "workers/lifecycle.h"
@@ -247,7 +248,7 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
-	ui_say(h, UI_EVENT, "worker %d (GPU %s) setup failed: %s", w->index, GROUPS_OF(h, w), why);
+	ui_say(h, UI_EVENT, "worker %d (%s) setup failed: %s", w->index, WHERE_OF(h, w), why);
 	events_worker(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
 	UI_SET(w->state, HW_GONE);
@@ -284,9 +285,9 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 	 * times: the first few are told, then that the rest are not. */
 	if (++h->pool.corruptions <= LIFECYCLE_CORRUPTIONS_TOLD)
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %s) corrupted its shared memory (%s); "
+		       "worker %d (%s) corrupted its shared memory (%s); "
 		       "restarting it%s",
-		       w->index, GROUPS_OF(h, w), why,
+		       w->index, WHERE_OF(h, w), why,
 		       h->pool.corruptions == LIFECYCLE_CORRUPTIONS_TOLD
 			       ? " (further corruptions are not told; the tasks they fail are "
 				 "in the failures list)"
@@ -354,24 +355,23 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				UI_ADD(w->failed, 1);
 				snprintf(msg, sizeof msg,
 					 "its worker was killed %u times while running it "
-					 "(last: worker %d (GPU %s) %s)",
-					 t.strikes, w->index, GROUPS_OF(h, w), w->corrupt_why);
+					 "(last: worker %d (%s) %s)",
+					 t.strikes, w->index, WHERE_OF(h, w), w->corrupt_why);
 				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
-				tasks_requeue(h, &t, input, -1);
+				tasks_requeue(h, &t, input, -1, w->stage);
 			}
 		} else if (in_call && w->timed_out &&
 			   t.pos - w->task_free >= timed - w->task_free) {
 			/* In flight beside the one that timed out: not its fault. */
-			tasks_requeue(h, &t, input, -1);
+			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
-				snprintf(msg, sizeof msg,
-					 "timed out after %g s on worker %d (GPU %s)",
-					 h->cfg->task_timeout, w->index, GROUPS_OF(h, w));
+				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (%s)",
+					 stages_task_timeout(h, w), w->index, WHERE_OF(h, w));
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
-					       h->cfg->task_timeout);
+					       stages_task_timeout(h, w));
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
@@ -380,56 +380,66 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				 * this restart is its, not the GPU's. */
 				if (t.crashes++ > 0)
 					w->free_restart = true;
-				if (t.crashes > h->cfg->max_retries && t.crashes > 1) {
+				if (t.crashes > stages_max_retries(h, w) && t.crashes > 1) {
 					cause = CAUSE_FINAL;
 					snprintf(msg, sizeof msg,
 						 "poison task: %u workers died while "
-						 "running it (last: worker %d (GPU %s) %s)",
-						 t.crashes, w->index, GROUPS_OF(h, w), how);
+						 "running it (last: worker %d (%s) %s)",
+						 t.crashes, w->index, WHERE_OF(h, w), how);
 				} else {
 					snprintf(msg, sizeof msg,
-						 "worker %d (GPU %s) %s while running "
+						 "worker %d (%s) %s while running "
 						 "task %llu",
-						 w->index, GROUPS_OF(h, w), how,
+						 w->index, WHERE_OF(h, w), how,
 						 (unsigned long long)t.id);
 				}
 				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
 					       (double)wait_since(now, since) * 1e-9);
 			}
 		} else {
-			tasks_requeue(h, &t, input, -1);
+			tasks_requeue(h, &t, input, -1, w->stage);
 		}
 	}
 	w->task_free = w->task_head;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %s): its plugin wrote before a result buffer; "
+		       "worker %d (%s): its plugin wrote before a result buffer; "
 		       "restarted",
-		       w->index, GROUPS_OF(h, w));
+		       w->index, WHERE_OF(h, w));
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
 		 worker_message(w, msg, sizeof msg, "")[0])
 		/* A plugin that calls exit(70) itself leaves no message: that is an exit
 		 * like any other, told below. */
-		ui_say(h, UI_EVENT, "worker %d (GPU %s) restarted at its plugin's request: %s",
-		       w->index, GROUPS_OF(h, w), msg);
+		ui_say(h, UI_EVENT, "worker %d (%s) restarted at its plugin's request: %s",
+		       w->index, WHERE_OF(h, w), msg);
 	else if (!w->timed_out && !h->ctl.killing && !w->corrupt && !w->held_still)
-		ui_say(h, UI_EVENT, "worker %d (GPU %s) %s", w->index, GROUPS_OF(h, w), how);
+		ui_say(h, UI_EVENT, "worker %d (%s) %s", w->index, WHERE_OF(h, w), how);
 }
 
 void lifecycle_take_back(struct host *h, struct host_worker *w)
 {
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
-		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1);
+		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
 	w->task_free = w->task_head;
 }
 
+/* Where w's restarts are counted: its GPU, or (a CPU stage's worker) its own slot,
+ * after the GPUs': a stage's workers are no one GPU's, and one that keeps crashing is
+ * retired alone. */
+static unsigned restart_slot(const struct host *h, const struct host_worker *w)
+{
+	if (w->stage < h->pool.n_stages)
+		return (unsigned)groups_count(h->cfg) + (unsigned)w->index - h->pool.n_gpu_workers;
+	return (unsigned)w->index / h->cfg->workers_per_gpu;
+}
+
 static void restart(struct host *h, struct host_worker *w)
 {
-	unsigned slot = (unsigned)w->index / h->cfg->workers_per_gpu;
+	unsigned slot = restart_slot(h, w);
 	if (h->ctl.killing || h->ctl.stopping || h->ctl.interrupted || h->pool.retired[slot]) {
 		UI_SET(w->state, HW_GONE);
 		return;
@@ -438,18 +448,25 @@ static void restart(struct host *h, struct host_worker *w)
 	w->free_restart = false;
 	if (!free_restart && h->pool.restarts[slot] >= h->cfg->max_worker_restarts) {
 		char msg[300], gpus[GROUPS_LABEL];
-		snprintf(msg, sizeof msg,
-			 "GPU %s retired: its workers were restarted %u times "
-			 "(max_worker_restarts = %u)",
-			 groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus), h->pool.restarts[slot],
-			 h->cfg->max_worker_restarts);
+		if (w->stage < h->pool.n_stages)
+			snprintf(msg, sizeof msg,
+				 "stage %s: worker %d retired: it was restarted %u times "
+				 "(max_worker_restarts = %u)",
+				 h->pool.stages[w->stage].name, w->index, h->pool.restarts[slot],
+				 h->cfg->max_worker_restarts);
+		else
+			snprintf(msg, sizeof msg,
+				 "GPU %s retired: its workers were restarted %u times "
+				 "(max_worker_restarts = %u)",
+				 groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus),
+				 h->pool.restarts[slot], h->cfg->max_worker_restarts);
 		UI_SET(w->state, HW_GONE);
 		UI_SET(w->end, END_ERROR);
 		UI_SET(h->pool.retired[slot], true);
 		/* Its other workers finish what they hold, then leave too. */
 		for (unsigned i = 0; i < h->pool.n; i++) {
 			struct host_worker *o = &h->pool.w[i];
-			if (o != w && o->gpu_id == w->gpu_id && o->state == HW_READY) {
+			if (o != w && restart_slot(h, o) == slot && o->state == HW_READY) {
 				UI_SET(o->state, HW_STOPPING);
 				atomic_store_explicit(&o->feed->stop, 1, memory_order_release);
 				wait_ring(shm_worker_bell(o));
@@ -488,17 +505,17 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 	case HW_STARTING:
 		if (w->setup_timed_out) {
 			snprintf(msg, sizeof msg,
-				 "worker %d (GPU %s): setup did not finish within "
+				 "worker %d (%s): setup did not finish within "
 				 "%g s (setup_timeout); killed",
-				 w->index, GROUPS_OF(h, w), h->cfg->setup_timeout);
+				 w->index, WHERE_OF(h, w), h->cfg->setup_timeout);
 			setup_failed(h, w, msg);
 		} else if (s == WS_SETUP_FAILED) {
 			setup_failed(h, w,
 				     worker_message(w, wmsg, sizeof wmsg,
 						    "setup failed without a message"));
 		} else {
-			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during setup", w->index,
-				 GROUPS_OF(h, w), how);
+			snprintf(msg, sizeof msg, "worker %d (%s) %s during setup", w->index,
+				 WHERE_OF(h, w), how);
 			setup_failed(h, w, msg);
 		}
 		return;
@@ -520,26 +537,26 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 		} else if (in_task && s != WS_CLEANUP && s != WS_CLEANUP_FAILED) {
 			/* Said by crashed(). */
 		} else if ((s == WS_SPAWNED || s == WS_SETUP) && !h->ctl.killing) {
-			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during setup", w->index,
-				 GROUPS_OF(h, w), how);
+			snprintf(msg, sizeof msg, "worker %d (%s) %s during setup", w->index,
+				 WHERE_OF(h, w), how);
 			setup_failed(h, w, msg);
 		} else if (s == WS_CLEANUP_FAILED) {
 			UI_SET(w->end, END_ERROR);
 			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
-			ui_say(h, UI_EVENT, "worker %d (GPU %s) cleanup failed: %s", w->index,
-			       GROUPS_OF(h, w), wmsg);
+			ui_say(h, UI_EVENT, "worker %d (%s) cleanup failed: %s", w->index,
+			       WHERE_OF(h, w), wmsg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			UI_SET(w->end, END_ERROR);
 			snprintf(msg, sizeof msg,
-				 "worker %d (GPU %s): cleanup did not finish within "
+				 "worker %d (%s): cleanup did not finish within "
 				 "%g s; killed",
-				 w->index, GROUPS_OF(h, w), h->cfg->cleanup_timeout);
+				 w->index, WHERE_OF(h, w), h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->ctl.killing) {
-			snprintf(msg, sizeof msg, "worker %d (GPU %s) %s during cleanup", w->index,
-				 GROUPS_OF(h, w), how);
+			snprintf(msg, sizeof msg, "worker %d (%s) %s during cleanup", w->index,
+				 WHERE_OF(h, w), how);
 			ui_say(h, UI_EVENT, "%s", msg);
 			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
@@ -727,8 +744,9 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 {
 	/* While a sink call is stuck, nothing is taken from the workers or given to them:
 	 * one that holds tasks it has not started waits for the host (backpressure, as
-	 * with result rings sized otherwise or batches), it is not wedged. */
-	if (atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
+	 * with result rings sized otherwise or batches), it is not wedged. Nor is a CPU
+	 * stage's worker whose results wait for room in the next stage (blocked). */
+	if (w->blocked || atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
 		w->still_ns = 0;
 		return 0;
 	}
@@ -745,9 +763,9 @@ static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
 		w->still_ns = now;
 	} else if (wait_since(now, w->still_ns) >= limit) {
 		ui_say(h, UI_EVENT,
-		       "worker %d (GPU %s) held %u tasks for %.1f s without starting "
+		       "worker %d (%s) held %u tasks for %.1f s without starting "
 		       "one; giving them to another worker",
-		       w->index, GROUPS_OF(h, w), tasks_held(w),
+		       w->index, WHERE_OF(h, w), tasks_held(w),
 		       (double)wait_since(now, w->still_ns) * 1e-9);
 		w->held_still = true;
 		kill_worker(w);
@@ -886,9 +904,18 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	 * (worker/main.c, TINY_NS). */
 	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
-	deadline = earlier(deadline, now + (limit_s > 0 ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
-	for (unsigned i = 0; i < h->pool.n; i++)
-		deadline = enforce_worker(h, &h->pool.w[i], now, limit, setup_limit, deadline);
+	bool staged = h->pool.n_stages && stages_any_timeout(h);
+	deadline = earlier(deadline,
+			   now + (limit_s > 0 || staged ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		struct host_worker *w = &h->pool.w[i];
+		uint64_t own = limit;
+		if (w->stage < h->pool.n_stages) { /* a CPU stage's: its own, if it has one */
+			double s = stages_task_timeout(h, w);
+			own = s > 0 ? (uint64_t)(s * 1e9) + coarse_tick_ns() : 0;
+		}
+		deadline = enforce_worker(h, w, now, own, setup_limit, deadline);
+	}
 	return deadline;
 }
 

@@ -27,7 +27,9 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 	return (v + a - 1) & ~(a - 1);
 }
 
-/* The worker plugin path, then each [worker] key and value, NUL-terminated. */
+/* The worker plugin path, then each [worker] key and value, NUL-terminated; then for
+ * each [stage.NAME], in order: its plugin path, its key count in decimal, its keys and
+ * values (a stage's worker is told its stage: gpud-worker --stage K). */
 static size_t config_blob(const struct host *h, char *out)
 {
 	const struct cfg_section *s = &h->cfg->worker;
@@ -43,6 +45,17 @@ static size_t config_blob(const struct host *h, char *out)
 	for (size_t i = 0; i < s->count; i++) {
 		PUT(s->kv[i].key);
 		PUT(s->kv[i].value);
+	}
+	for (unsigned k = 0; k < h->pool.n_stages; k++) {
+		const struct cfg_section *ss = &h->cfg->stages[k].sec;
+		char count[24];
+		snprintf(count, sizeof count, "%zu", ss->count);
+		PUT(h->pool.stages[k].plugin);
+		PUT(count);
+		for (size_t i = 0; i < ss->count; i++) {
+			PUT(ss->kv[i].key);
+			PUT(ss->kv[i].value);
+		}
 	}
 #undef PUT
 	return n;
@@ -132,6 +145,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	w->grace_ns = 0;
 	w->seen_tail = w->task_head;
 	w->still_ns = 0;
+	w->blocked = false;
 	w->pid = -1;
 	return 0;
 }

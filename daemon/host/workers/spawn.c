@@ -41,13 +41,16 @@ static char **worker_env(const struct host *h, const struct host_worker *w, char
 			continue;
 		env[k++] = environ[i];
 	}
-	/* Its group's GPUs (job/groups.h): one with gpus_per_worker = 1. */
+	/* Its group's GPUs (job/groups.h): one with gpus_per_worker = 1. A CPU stage's
+	 * worker sees none. */
 	size_t g = (size_t)w->index / h->cfg->workers_per_gpu;
-	char ids[2048], *cvd = groups_visible(h->cfg, g); /* 256 ids of 7 bytes at most */
+	char ids[2048] = ""; /* 256 ids of 7 bytes at most */
+	char *cvd = w->gpu_id < 0 ? strdup("") : groups_visible(h->cfg, g);
 	if (!cvd || asprintf(&own[0], "CUDA_VISIBLE_DEVICES=%s", cvd) < 0 ||
 	    asprintf(&own[1], "GPUD_GPU_ID=%d", w->gpu_id) < 0 ||
 	    asprintf(&own[2], "GPUD_WORKER_ID=%d", w->index) < 0 ||
-	    asprintf(&own[3], "GPUD_GPU_IDS=%s", groups_ids(h->cfg, g, ids, sizeof ids)) < 0) {
+	    asprintf(&own[3], "GPUD_GPU_IDS=%s",
+		     w->gpu_id < 0 ? "" : groups_ids(h->cfg, g, ids, sizeof ids)) < 0) {
 		free(cvd);
 		free(env);
 		return NULL;
@@ -78,7 +81,16 @@ int spawn_worker(struct host *h, struct host_worker *w)
 
 	snprintf(idx_arg, sizeof idx_arg, "%d", (int)(w - h->pool.w));
 	snprintf(pid_arg, sizeof pid_arg, "%ld", (long)getpid());
-	char *argv[] = {h->pool.exe, "--run", idx_arg, pid_arg, NULL};
+	char stage_arg[16];
+	snprintf(stage_arg, sizeof stage_arg, "%u", w->stage);
+	/* A CPU stage's worker is told its stage: its plugin and keys in the config blob */
+	char *argv[] = {h->pool.exe,
+			"--run",
+			idx_arg,
+			pid_arg,
+			w->stage < h->pool.n_stages ? "--stage" : NULL,
+			stage_arg,
+			NULL};
 	char **env = worker_env(h, w, own, h->view.mode == UI_PLAIN);
 	if (!env)
 		return -ENOMEM;

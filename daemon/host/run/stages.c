@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/* CPU stages before the GPU workers (stages.h). */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run/stages.h"
+#include "run/events.h"
+#include "run/host.h"
+#include "job/groups.h"
+#include "job/keys.h"
+#include "record/failures.h"
+#include "util/say.h"
+#include "util/textio.h"
+#include "workers/memory.h"
+#include "workers/spawner.h"
+#include "view/ui.h"
+
+unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per)
+{
+	unsigned named = 0, unnamed = 0, total = 0;
+	for (size_t i = 0; i < c->n_stages; i++) {
+		if (c->stages[i].workers)
+			named += c->stages[i].workers;
+		else
+			unnamed++;
+	}
+	/* The cores this process may run on (a batch system's share), else those online. */
+	cpu_set_t set;
+	long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								 : sysconf(_SC_NPROCESSORS_ONLN);
+	long left = cores - (long)gpu_workers - (long)named;
+	unsigned each = unnamed && left > (long)unnamed ? (unsigned)(left / (long)unnamed) : 1;
+	for (size_t i = 0; i < c->n_stages; i++) {
+		per[i] = c->stages[i].workers ? c->stages[i].workers : each;
+		total += per[i];
+	}
+	return total;
+}
+
+/* The keys a plugin declares, from its helper's answer ("name version\nkeys\nk1\n..."),
+ * as a NULL-ended list pointing into `text`; NULL when it declares none. */
+static const char **declared_keys(char *text)
+{
+	char *k = strstr(text, "\nkeys");
+	if (!k || (k[5] != '\n' && k[5] != '\0'))
+		return NULL;
+	size_t n = 0;
+	for (char *p = k + 5; *p; p++)
+		n += *p == '\n';
+	const char **keys = calloc(n + 1, sizeof *keys);
+	if (!keys)
+		return NULL;
+	size_t i = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(k + 5, "\n", &save); line && i < n;
+	     line = strtok_r(NULL, "\n", &save))
+		keys[i++] = line;
+	return keys;
+}
+
+int stages_prepare(struct host *h)
+{
+	const struct cfg *c = h->cfg;
+	if (!c->n_stages)
+		return 0;
+	h->pool.stages = calloc(c->n_stages + 1, sizeof *h->pool.stages);
+	if (!h->pool.stages) {
+		say("out of memory");
+		return -1;
+	}
+	h->pool.n_stages = (unsigned)c->n_stages;
+	h->pool.stages[c->n_stages].name = "gpu";
+	static char out[64 << 10];
+	char err[2048], section[80];
+	for (size_t i = 0; i < c->n_stages; i++) {
+		const struct cfg_stage *cs = &c->stages[i];
+		struct host_stage *st = &h->pool.stages[i];
+		st->name = cs->name;
+		st->rq_tail = &st->rq;
+		st->plugin = loader_find(cs->sec.plugin, LOADER_WORKER, err, sizeof err);
+		if (!st->plugin) {
+			say("[stage.%s]: %s", cs->name, err);
+			return -1;
+		}
+		out[0] = '\0';
+		if (spawn_check_worker_plugin(h->pool.exe, st->plugin, out, sizeof out, err,
+					      sizeof err) < 0) {
+			say("[stage.%s]: %s", cs->name, err);
+			return -1;
+		}
+		const char **keys = declared_keys(out);
+		snprintf(section, sizeof section, "stage.%s", cs->name);
+		int rc = keys_check(&cs->sec, section, cs->sec.plugin, keys, err, sizeof err);
+		free(keys);
+		if (rc < 0) {
+			text_clean(err);
+			say("%s", err);
+			return -1;
+		}
+	}
+	h->pool.stages[c->n_stages].rq_tail = &h->pool.stages[c->n_stages].rq;
+	return 0;
+}
+
+void stages_assign(struct host *h)
+{
+	struct host_pool *p = &h->pool;
+	unsigned per[CFG_MAX_STAGES];
+	if (!p->stages)
+		return;
+	stages_workers(h->cfg, p->n_gpu_workers, per);
+	unsigned k = p->n_gpu_workers;
+	for (unsigned s = 0; s < p->n_stages; s++) {
+		p->stages[s].first = k;
+		p->stages[s].n = per[s];
+		for (unsigned j = 0; j < per[s]; j++, k++) {
+			p->w[k].stage = s;
+			p->w[k].gpu_id = -1;
+		}
+	}
+	p->stages[p->n_stages].first = 0;
+	p->stages[p->n_stages].n = p->n_gpu_workers;
+	for (unsigned i = 0; i < p->n_gpu_workers; i++)
+		p->w[i].stage = p->n_stages;
+}
+
+uint32_t stages_per_worker(const struct host *h)
+{
+	unsigned least = h->pool.n;
+	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++)
+		if (h->pool.stages[s].n && h->pool.stages[s].n < least)
+			least = h->pool.stages[s].n;
+	return (h->cfg->queue_size + least - 1) / least;
+}
+
+/* A worker of `stage` with room for a task of `size` bytes: its record reserved (*rec),
+ * or NULL. */
+static struct host_worker *room_in(struct host *h, unsigned stage, uint32_t size,
+				   struct shm_rec **rec)
+{
+	struct host_stage *st = &h->pool.stages[stage];
+	for (unsigned i = 0; i < st->n; i++) {
+		struct host_worker *w = &h->pool.w[st->first + (st->rr + i) % st->n];
+		if (w->state != HW_READY || tasks_held(w) >= w->window)
+			continue;
+		*rec = ring_reserve(&w->tasks, &w->task_head, w->task_free, ring_span(size));
+		if (*rec) {
+			st->rr += i + 1;
+			return w;
+		}
+	}
+	return NULL;
+}
+
+/* Task `ent` (input `data`) written into the reserved record `rec` of w's ring (to be
+ * published). */
+static void hand_over(struct host_worker *w, struct shm_rec *rec, struct task_ent ent,
+		      const void *data)
+{
+	memcpy(ring_payload(rec), data, ent.size);
+	ent.pos = w->task_head;
+	rec->task_id = ent.id;
+	rec->size = ent.size;
+	rec->attempt = ent.attempt;
+	rec->flags = 0;
+	rec->kind = REC_TASK;
+	tasks_push(w, &ent);
+	w->task_head += ring_span(ent.size);
+	w->handed = true; /* published with the others of the burst: stages_publish_handed */
+}
+
+void stages_publish_handed(struct host *h, unsigned stage)
+{
+	struct host_stage *st = &h->pool.stages[stage];
+	for (unsigned i = 0; i < st->n; i++) {
+		struct host_worker *w = &h->pool.w[st->first + i];
+		if (!w->handed)
+			continue;
+		w->handed = false;
+		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+		wait_ring_fast(shm_worker_bell(w));
+	}
+}
+
+/* Whether any worker of `stage` is set up or setting up. */
+static bool stage_alive(const struct host *h, unsigned stage)
+{
+	const struct host_stage *st = &h->pool.stages[stage];
+	for (unsigned i = 0; i < st->n; i++) {
+		enum hw_state s = h->pool.w[st->first + i].state;
+		if (s == HW_READY || s == HW_STARTING)
+			return true;
+	}
+	return false;
+}
+
+/* Task t, finished in w's stage, cannot go on: not run. */
+static void not_run(struct host *h, const struct task_ent *t)
+{
+	UI_ADD(h->stats.not_run, 1);
+	failures_not_run(h, t->id, t->attempt);
+	UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
+}
+
+bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent *t,
+		    const void *payload, uint32_t size)
+{
+	unsigned next = w->stage + 1;
+	const void *input = ring_payload(ring_at(&w->tasks, t->pos));
+	if (size > h->cfg->max_task_bytes) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "its result of %u bytes exceeds max_task_bytes (%u), the next stage's "
+			 "input limit",
+			 size, h->cfg->max_task_bytes);
+		UI_ADD(w->failed, 1);
+		events_outcome(h, w, t, input, CAUSE_FINAL, NULL, 0, msg, 0);
+		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
+		return true;
+	}
+	/* After an interrupt nothing new starts; a stage with no worker left cannot take
+	 * it (the run is aborted: stages_check_alive). */
+	if (h->ctl.interrupted || h->ctl.killing || !stage_alive(h, next)) {
+		if (!stage_alive(h, next))
+			stages_check_alive(h);
+		UI_ADD(w->ok, 1);
+		not_run(h, t);
+		return true;
+	}
+	struct shm_rec *rec;
+	struct host_worker *to = room_in(h, next, size, &rec);
+	if (!to)
+		return false;
+	UI_ADD(w->ok, 1);
+	/* Attempts count per stage: the next stage's first run is its attempt 0. */
+	hand_over(to, rec, (struct task_ent){.id = t->id, .size = size}, payload);
+	return true;
+}
+
+unsigned stages_feed_retries(struct host *h)
+{
+	unsigned n = 0;
+	for (unsigned s = 1; h->pool.stages && s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		while (st->rq) {
+			struct shm_rec *rec;
+			struct host_worker *to = room_in(h, s, st->rq->t.size, &rec);
+			if (!to)
+				break;
+			struct requeued *q = tasks_requeued_take_stage(h, s);
+			struct task_ent ent = q->t;
+			hand_over(to, rec, ent, q->data);
+			free(q);
+			UI_ADD(h->flow.in_flight, 1);
+			n++;
+		}
+		stages_publish_handed(h, s);
+	}
+	return n;
+}
+
+/* Tasks w holds that it has not started (it reports how far it got; clamped). */
+static uint64_t unstarted(const struct host_worker *w, uint64_t *finished)
+{
+	if (!w->rep || w->state == HW_GONE)
+		return 0;
+	uint64_t upto = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
+	if (upto - w->task_free > w->task_head - w->task_free)
+		upto = w->task_free;
+	uint64_t started = 0;
+	for (uint64_t k = w->tt_tail; k != w->tt_head; k++) {
+		if (w->tt[k & w->tt_mask].pos - w->task_free >= upto - w->task_free)
+			break;
+		started++;
+	}
+	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
+	*finished = started && busy ? started - 1 : started;
+	return tasks_held(w) - started;
+}
+
+void stages_publish(struct host *h, uint64_t now)
+{
+	static __thread uint64_t last;
+	if (!h->pool.stages || (now && now - last < 100000000u))
+		return;
+	last = now;
+	uint64_t waiting = 0; /* results of the stage before, waiting for room */
+	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		uint64_t queued = waiting, blocked_done = 0;
+		unsigned alive = 0;
+		for (unsigned i = 0; i < st->n; i++) {
+			const struct host_worker *w = &h->pool.w[st->first + i];
+			uint64_t done = 0;
+			alive += w->state == HW_READY || w->state == HW_STARTING;
+			queued += unstarted(w, &done);
+			if (w->blocked)
+				blocked_done += done;
+		}
+		for (const struct requeued *q = st->rq; q; q = q->next)
+			queued++;
+		if (s == 0)
+			for (const struct requeued *q = h->rq.head; q; q = q->next)
+				queued++;
+		waiting = blocked_done;
+		UI_SET(st->alive, alive);
+		UI_SET(st->queued, queued);
+	}
+}
+
+void stages_check_alive(struct host *h)
+{
+	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++) {
+		if (stage_alive(h, s) || h->ctl.stopping)
+			continue;
+		if (!h->flow.in_flight && !tasks_requeued_any(h) && h->flow.done)
+			return;
+		if (s == h->pool.n_stages)
+			host_abort(h, "no GPU worker left to run the remaining tasks");
+		else
+			host_abort(h, "stage %s: no worker left to run the remaining tasks",
+				   h->pool.stages[s].name);
+		return;
+	}
+}
+
+double stages_task_timeout(const struct host *h, const struct host_worker *w)
+{
+	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].task_timeout >= 0)
+		return h->cfg->stages[w->stage].task_timeout;
+	return h->cfg->task_timeout;
+}
+
+unsigned stages_max_retries(const struct host *h, const struct host_worker *w)
+{
+	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].max_retries >= 0)
+		return (unsigned)h->cfg->stages[w->stage].max_retries;
+	return h->cfg->max_retries;
+}
+
+bool stages_any_timeout(const struct host *h)
+{
+	for (unsigned s = 0; s < h->pool.n_stages; s++)
+		if (h->cfg->stages[s].task_timeout > 0)
+			return true;
+	return false;
+}
+
+void stages_free(struct host *h)
+{
+	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++)
+		free(h->pool.stages[s].plugin);
+	free(h->pool.stages);
+	h->pool.stages = NULL;
+	h->pool.n_stages = 0;
+}
+
+double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed)
+{
+	double busy = 0;
+	for (unsigned i = 0; i < n; i++)
+		busy += UI_READ(h->pool.w[first + i].busy_s);
+	if (elapsed <= 0 || n == 0)
+		return 0;
+	busy /= elapsed * n;
+	return busy < 0 ? 0 : busy > 1 ? 1 : busy;
+}
+
+void stages_json(const struct host *h, FILE *f, double elapsed)
+{
+	fprintf(f, ", \"gpu_busy\": %.4f, \"stages\": [",
+		stages_busy(h, 0, h->pool.n_gpu_workers, elapsed));
+	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
+		const struct host_stage *st = &h->pool.stages[s];
+		uint64_t ok = 0, failed = 0, timed_out = 0;
+		unsigned restarts = 0;
+		for (unsigned i = 0; i < st->n; i++) {
+			const struct host_worker *w = &h->pool.w[st->first + i];
+			ok += w->ok;
+			failed += w->failed;
+			timed_out += w->timeouts;
+			restarts += w->restarts;
+		}
+		fprintf(f, "%s{\"name\": ", s ? ", " : "");
+		io_json_string(f, st->name);
+		fprintf(f,
+			", \"workers\": %u, \"busy\": %.4f, \"queued\": %llu, \"ok\": %llu, "
+			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
+			st->n, stages_busy(h, st->first, st->n, elapsed),
+			(unsigned long long)st->queued, (unsigned long long)ok,
+			(unsigned long long)failed, (unsigned long long)timed_out, restarts);
+	}
+	fprintf(f, "]");
+}
+
+void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len)
+{
+	struct host_stage *st = &h->pool.stages[s];
+	uint64_t ok = 0, failed = 0;
+	for (unsigned i = 0; i < st->n; i++) {
+		struct host_worker *w = &h->pool.w[st->first + i];
+		ok += UI_READ(w->ok);
+		failed += UI_READ(w->failed) + UI_READ(w->timeouts);
+	}
+	snprintf(buf, len,
+		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
+		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(st->alive), st->n,
+		 100 * stages_busy(h, st->first, st->n, elapsed),
+		 (unsigned long long)UI_READ(st->queued), (unsigned long long)ok,
+		 (unsigned long long)failed);
+}
+
+void stages_metrics(const struct host *h, FILE *o, double elapsed)
+{
+	if (!h->pool.stages)
+		return;
+	fprintf(o, "# HELP gpud_stage_workers Workers of the stage set up or setting up "
+		   "(stage=\"gpu\": the GPU workers).\n# TYPE gpud_stage_workers gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_workers{stage=\"%s\"} %u\n", h->pool.stages[s].name,
+			UI_READ(h->pool.stages[s].alive));
+	fprintf(o, "# HELP gpud_stage_busy_ratio The stage's workers' time in process() over "
+		   "the run's time, 0 to 1.\n# TYPE gpud_stage_busy_ratio gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
+			stages_busy(h, h->pool.stages[s].first, h->pool.stages[s].n, elapsed));
+	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
+		   "# TYPE gpud_stage_queued gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_queued{stage=\"%s\"} %llu\n", h->pool.stages[s].name,
+			(unsigned long long)UI_READ(h->pool.stages[s].queued));
+	fprintf(o, "# HELP gpud_stage_task_attempts_total Task runs that ended in the stage, "
+		   "by how.\n# TYPE gpud_stage_task_attempts_total counter\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		uint64_t n[3] = {0, 0, 0};
+		for (unsigned i = 0; i < st->n; i++) {
+			struct host_worker *w = &h->pool.w[st->first + i];
+			n[0] += UI_READ(w->ok);
+			n[1] += UI_READ(w->failed);
+			n[2] += UI_READ(w->timeouts);
+		}
+		static const char *const outcomes[] = {"ok", "error", "timeout"};
+		for (int i = 0; i < 3; i++)
+			fprintf(o,
+				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
+				st->name, outcomes[i], (unsigned long long)n[i]);
+	}
+}
+
+const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len)
+{
+	if (w->stage < h->pool.n_stages) {
+		snprintf(buf, len, "stage %s", h->pool.stages[w->stage].name);
+		return buf;
+	}
+	char gpus[GROUPS_LABEL];
+	snprintf(buf, len, "GPU %s", groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus));
+	return buf;
+}

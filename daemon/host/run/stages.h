@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CPU stages before the GPU workers ([stage.NAME] sections): each a worker plugin run
+ * in a pool of gpud-worker processes with no GPU, feeding the next stage, the last of
+ * which is the GPU workers. Stage workers are more slots of the one pool (after the GPU
+ * workers' slots) and the loop's one mechanism runs them: the generator feeds stage 0,
+ * and a stage's ok result is copied once, from its worker's result ring straight into
+ * a task ring of the next stage's worker, keeping its id (stages_forward). When no
+ * worker of the next stage has room, the result stays where it is and its worker is
+ * `blocked`: it is not news for the loop's wait until something downstream frees room,
+ * and its result ring fills, then its worker waits: backpressure end to end, bounded
+ * by queue_size (flow.in_flight counts a task once, from generation to its outcome).
+ * A failure in a stage is the task's one outcome; it never reaches later stages.
+ */
+#ifndef GPUD_STAGES_H
+#define GPUD_STAGES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+
+struct cfg;
+struct host;
+struct host_worker;
+struct task_ent;
+
+/* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
+ * number `gpu_workers`; returns their sum (0 without stages). A stage without
+ * `workers` gets the machine's online cores left over by the GPU workers and the
+ * stages that name their count, shared among such stages, at least 1. */
+unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
+
+/* The stages' plugins found and checked (each in a helper process, with its declared
+ * keys), before anything starts; fills h->pool.stages. 0, or -1 said. */
+int stages_prepare(struct host *h);
+
+/* Assigns the stage slots of the pool (h->pool.w from n_gpu_workers on) to their
+ * stages; after the pool is allocated. */
+void stages_assign(struct host *h);
+
+/* The most tasks one worker's table must hold: queue_size shared by the smallest
+ * stage's workers. */
+uint32_t stages_per_worker(const struct host *h);
+
+/* The ok result of task t (ring payload `payload`, `size` bytes) of stage worker w,
+ * handed to a worker of the next stage (copied into its task ring; published by
+ * stages_publish_handed), or failed when it cannot go on (too large for
+ * max_task_bytes; not run after an interrupt, or when the next stage has no worker
+ * left). false: no worker of the next stage has room now;
+ * nothing was done and the result stays in w's ring. */
+bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent *t,
+		    const void *payload, uint32_t size);
+
+/* Publishes the tasks handed to `stage`'s workers since the last call (after a burst
+ * of stages_forward: one release store and bell per worker, not per task). */
+void stages_publish_handed(struct host *h, unsigned stage);
+
+/* Feeds the later stages' workers from their queues of tasks to run again; returns the
+ * tasks given. */
+unsigned stages_feed_retries(struct host *h);
+
+/* Every 100 ms (by `now`; now = 0: at once): each stage's live workers and its queue,
+ * for the view. */
+void stages_publish(struct host *h, uint64_t now);
+
+/* A stage with no worker left (all set up failed or retired) while tasks remain: the
+ * run is aborted (said once). */
+void stages_check_alive(struct host *h);
+
+/* The busy fraction of workers pool.w[first] to pool.w[first + n - 1] over `elapsed`
+ * seconds: their time in process() over elapsed x n, 0 to 1 (any thread). */
+double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed);
+
+/* Stage s's line for the dashboard and plain progress (the view's threads): its
+ * workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
+void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len);
+
+/* The stages' Prometheus figures, labelled by stage (view/metrics.c). */
+void stages_metrics(const struct host *h, FILE *o, double elapsed);
+
+/* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
+void stages_json(const struct host *h, FILE *f, double elapsed);
+
+/* Where worker w runs, for messages: "GPU 2,3" (its group), or "stage decode" for a
+ * CPU stage's worker. */
+const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len);
+/* stages_where for one message; the text lives until the end of the enclosing block. */
+#define WHERE_OF(h, w) stages_where((h), (w), (char[160]){0}, 160)
+
+/* Worker w's task_timeout (seconds, 0 none) and max_retries: its stage's own when the
+ * stage sets them, else [job]'s. */
+double stages_task_timeout(const struct host *h, const struct host_worker *w);
+unsigned stages_max_retries(const struct host *h, const struct host_worker *w);
+/* Whether some stage sets a task_timeout of its own. */
+bool stages_any_timeout(const struct host *h);
+
+void stages_free(struct host *h);
+
+#endif /* GPUD_STAGES_H */
