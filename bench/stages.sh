@@ -26,7 +26,7 @@ export GPUD_PLUGIN_PATH="$B/bench"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-field() { grep -o "\"$1\": [0-9.e+-]*" "$2" | head -n 1 | awk '{print $2}'; }
+field() { { grep -o "\"$1\": [0-9.e+-]*" "$2" || true; } | head -n 1 | awk '{print $2}'; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 job() { # job STAGE-TEXT WORKER-LINES GPUS COUNT [SINK-LINES]
@@ -62,8 +62,11 @@ run() { # run NAME: prints "busy_percent tasks_per_s"
     echo "stages.sh: $1: $good of $N results carry the CPU step's hash" >&2
     exit 1
   fi
-  awk -v n="$N" -v e="$(field elapsed "$tmp/s.json")" \
-    '{slept += $2; span += $3} END {printf "%.1f %.0f\n", 100 * slept / span, n / e}' "$tmp/busy"
+  local gb sb
+  gb=$(field gpu_busy "$tmp/s.json")
+  sb=$(field busy "$tmp/s.json")
+  awk -v n="$N" -v e="$(field elapsed "$tmp/s.json")" -v gb="${gb:-0}" -v sb="${sb:--1}" \
+    '{slept += $2; span += $3} END {printf "%.1f %.0f %.1f %.1f\n", 100 * slept / span, n / e, 100 * gb, 100 * sb}' "$tmp/busy"
 }
 
 : >"$tmp/inline.r"
@@ -73,12 +76,15 @@ for ((i = 0; i < R; i++)); do
   run stage >>"$tmp/stage.r"
 done
 echo "# $N tasks, cpu_us = $CPU_US, sleep_us = $SLEEP_US, 1 GPU worker, $STAGE_WORKERS stage worker(s), medians of $R alternated runs"
-echo "| case | GPU busy % | tasks/s |"
-echo "| --- | --- | --- |"
+echo "| case | GPU busy % (the worker's own clock) | tasks/s | gpud's gpu_busy % | gpud's stage busy % |"
+echo "| --- | --- | --- | --- | --- |"
 for c in inline stage; do
-  printf '| %s | %s | %s |\n' "$c" "$(awk '{print $1}' "$tmp/$c.r" | median)" \
-    "$(awk '{print $2}' "$tmp/$c.r" | median)"
+  printf '| %s | %s | %s | %s | %s |\n' "$c" "$(awk '{print $1}' "$tmp/$c.r" | median)" \
+    "$(awk '{print $2}' "$tmp/$c.r" | median)" "$(awk '{print $3}' "$tmp/$c.r" | median)" \
+    "$([ "$c" = stage ] && awk '{print $4}' "$tmp/$c.r" | median || echo -)"
 done
+echo "(gpud's gpu_busy is time in process() over the run: with the CPU work inline it counts"
+echo "that work as busy too; the worker's own clock counts only the simulated GPU step)"
 
 # The stage's own cost: no-op tasks through an echo stage.
 job "" "plugin = echo" "0,1" "$NOOP_TASKS" >"$tmp/noop.ini"
