@@ -417,6 +417,12 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, c
 	free(cwd);
 }
 
+/* "gpu" names the GPU workers' row (the dashboard, plain progress, --stats-json's
+ * gpu_busy, the metrics' stage="gpu"): a stage may not take it. */
+#define STAGE_GPU_TAKEN                                                                            \
+	"the name gpu is the GPU workers' (their row on the dashboard, stage=\"gpu\" in "          \
+	"the metrics); give the stage another name"
+
 /* A stage's name: letters, digits, '_' and '-'. */
 static bool stage_name_ok(const char *n)
 {
@@ -465,6 +471,10 @@ static int stage_key(struct parse *p, struct cfg *c, const struct raw *r)
 		     where(p, r, loc, sizeof loc), r->section);
 		return -1;
 	}
+	if (strcmp(name, "gpu") == 0) {
+		fail(p, "%s: [%s]: %s", where(p, r, loc, sizeof loc), r->section, STAGE_GPU_TAKEN);
+		return -1;
+	}
 	struct cfg_stage *st = stage_get(p, c, name, r->line);
 	if (!st)
 		return -1;
@@ -511,6 +521,11 @@ static int check_sections(struct parse *p, struct cfg *c)
 				     "%s:%d: [%s]: a stage section is [stage.NAME], NAME letters, "
 				     "digits, '_' and '-'",
 				     p->path, p->sections[i].line, n);
+				return -1;
+			}
+			if (strcmp(n + 6, "gpu") == 0) {
+				fail(p, "%s:%d: [%s]: %s", p->path, p->sections[i].line, n,
+				     STAGE_GPU_TAKEN);
 				return -1;
 			}
 			for (size_t j = 0; j < i; j++) {
