@@ -88,8 +88,19 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 	stage_job(dir, 20000, "", "", "");
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
 	char *chk = t_read_in(dir, "out");
-	cr_expect(chk && strstr(chk, "stage decode: "), "%s", chk);
+	cr_expect(chk && strstr(chk, "stage decode: 2 workers; "), "%s", chk);
 	free(chk);
+	/* Without workers =, check says how many the cores give and why. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set stage.decode.workers=", dir), 2);
+	free(t_jobf(dir, "[job]\ngpus = 0\n[stage.decode]\nplugin = tagger\n"
+			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 5\n"));
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
+	chk = t_read_in(dir, "out");
+	cr_expect(chk && strstr(chk, " (no workers =: the cores left over by the GPU workers, "
+				     "at least 1); "),
+		  "%s", chk);
+	free(chk);
+	stage_job(dir, 20000, "", "", "");
 	/* no_gpu = 1: a stage worker whose CUDA_VISIBLE_DEVICES is not empty, or whose
 	 * gpu_id is not -1, fails its setup and the run aborts. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
