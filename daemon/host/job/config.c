@@ -655,12 +655,18 @@ static int check_in_flight(struct parse *p, const struct cfg *c)
 	struct raw *r = find_raw(p, "job", "max_in_flight");
 	if (!r || c->max_in_flight <= c->queue_size)
 		return 0;
-	char at[512];
+	char at[512], fed[160];
+	size_t per = c->gpus_per_worker ? c->gpus_per_worker : 1;
+	unsigned long long workers = (unsigned long long)(c->n_gpus / per) * c->workers_per_gpu;
+	if (workers && !c->gpus_all && !c->gpus_auto)
+		snprintf(fed, sizeof fed, "%llu (3 x max_in_flight x %llu worker%s)",
+			 3ull * c->max_in_flight * workers, workers, workers == 1 ? "" : "s");
+	else
+		snprintf(fed, sizeof fed, "3 x max_in_flight x the workers");
 	fail(p,
 	     "%s: [job] max_in_flight = %u is more than queue_size = %u, the most tasks the "
-	     "run holds: raise queue_size to max_in_flight x the workers (3 x, to keep each "
-	     "engine fed)",
-	     where(p, r, at, sizeof at), c->max_in_flight, c->queue_size);
+	     "run holds: raise queue_size to at least %u, and to %s to keep each engine fed",
+	     where(p, r, at, sizeof at), c->max_in_flight, c->queue_size, c->max_in_flight, fed);
 	return -1;
 }
 
