@@ -64,6 +64,7 @@ Test(gpus, listed_ids_in_groups_of_two, .timeout = 120)
 	const char *dir = t_tmpdir();
 	job(dir, "0,1,2,3", 2, 2);
 	cr_assert_eq(t_sh(dir, "\"$GPUD\" check job.ini > check 2>&1"), 0);
+	has(dir, "check", ": OK: 4 GPUs in 2 groups of 2 x 2 workers; ");
 	has(dir, "check", "2 GPU groups of 2 (gpus_per_worker), 2 workers each:");
 	has(dir, "check", "GPU 0,1: workers 0 to 1, CUDA_VISIBLE_DEVICES=0,1\n");
 	has(dir, "check", "GPU 2,3: workers 2 to 3, CUDA_VISIBLE_DEVICES=2,3\n");

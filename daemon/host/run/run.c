@@ -231,8 +231,12 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 	if (nf)
 		fclose(nf);
 	if (rc == 0) {
-		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
-		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+		char groups[96] = "";
+		if (groups_width(c) > 1) /* workers_per_gpu counts per group */
+			snprintf(groups, sizeof groups, " in %zu groups of %zu", groups_count(c),
+				 groups_width(c));
+		printf("%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
+		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
 		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
