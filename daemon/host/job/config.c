@@ -696,7 +696,12 @@ static int check_sizes(struct parse *p, struct cfg *c)
 	/* `all` and `auto` are counted at run start (run.c, ranks.c), and checked there. */
 	char why[1024];
 	if (!c->gpus_all && !c->gpus_auto && groups_check(c, why, sizeof why) < 0) {
-		fail(p, "%s", why);
+		/* The line names gpus_per_worker's place; gpus may come from elsewhere. */
+		struct raw *gr = find_raw(p, "job", "gpus");
+		char loc[512], gloc[600] = "";
+		if (gr && strncmp(where(p, gr, loc, sizeof loc), "--set", 5) == 0)
+			snprintf(gloc, sizeof gloc, " (gpus from %s)", loc);
+		fail(p, "%s%s", why, gloc);
 		return -1;
 	}
 	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
