@@ -64,6 +64,14 @@ Test(gpus, listed_ids_in_groups_of_two, .timeout = 120)
 	const char *dir = t_tmpdir();
 	job(dir, "0,1,2,3", 2, 2);
 	cr_assert_eq(t_sh(dir, "\"$GPUD\" check job.ini > check 2>&1"), 0);
+	has(dir, "check", ": OK: 4 GPUs in 2 groups of 2 x 2 workers; ");
+	/* gpus from --set that the groups do not divide: the line says where gpus came
+	 * from too. */
+	cr_assert_eq(t_sh(dir, "\"$GPUD\" check job.ini --set job.gpus=0,1,2 2>nodiv"), 2);
+	has(dir, "nodiv",
+	    "does not divide the 3 GPUs [job] gpus lists: each worker takes 2 GPUs of its own, so "
+	    "give a multiple of 2 GPUs or another gpus_per_worker (gpus from --set "
+	    "job.gpus=0,1,2)\n");
 	has(dir, "check", "2 GPU groups of 2 (gpus_per_worker), 2 workers each:");
 	has(dir, "check", "GPU 0,1: workers 0 to 1, CUDA_VISIBLE_DEVICES=0,1\n");
 	has(dir, "check", "GPU 2,3: workers 2 to 3, CUDA_VISIBLE_DEVICES=2,3\n");

@@ -296,6 +296,13 @@ Test(inflight, max_in_flight_key_is_checked)
 	cr_expect(strstr(err, "job.ini:5: [job] max_in_flight = 32 is more than queue_size = 16"),
 		  "%s", err);
 	cr_expect_eq(t_count_lines(err, "gpud"), 1, "one line: %s", err);
+	/* It says what queue_size to give, counted for this job's workers. */
+	inflight_job(dir, 2, 10, "queue_size = 16\nmax_in_flight = 32", "");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "raise queue_size to at least 32, and to 192 (3 x max_in_flight x 2 "
+			      "workers) to keep each engine fed"),
+		  "%s", err);
 }
 
 /* ---- python: async def process ---- */

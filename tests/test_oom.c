@@ -162,6 +162,26 @@ Test(oom, a_task_too_large_alone_fails_alone, .timeout = 120)
 	free(path);
 }
 
+/* The same in a CPU stage, which has no GPU: the message says memory, not the GPU. */
+Test(oom, a_stage_task_too_large_alone_says_memory, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path =
+		t_jobf(dir, "[job]\ngpus = 0\nbatch_size = 32\nbatch_wait_ms = 20\n"
+			    "[stage.s]\nplugin = oomer\nworkers = 1\nfit = 8\nhow = mark\n"
+			    "huge = 77\n[worker]\nplugin = echo\n"
+			    "[generator]\nplugin = range\nstop = 300\n[sink]\nplugin = jsonl\n");
+	cr_assert_eq(t_gpud(dir, "run '%s'", path), 1);
+	char *out = t_read_in(dir, "out");
+	cr_expect_eq(count(out, "\"status\": \"error\""), 1, "%s", out);
+	cr_expect(strstr(out, "stage s: out of memory: this task alone does not fit in memory "
+			      "(batch of 1): oomer: "),
+		  "%s", out);
+	cr_expect(!strstr(out, "on the GPU"), "%s", out);
+	free(out);
+	free(path);
+}
+
 /* A crash in a part of a split call: the whole call is blamed, as for any crash, and
  * every task still gets exactly one outcome. */
 Test(oom, a_crash_while_split_loses_nothing, .timeout = 120)

@@ -88,8 +88,19 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 	stage_job(dir, 20000, "", "", "");
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
 	char *chk = t_read_in(dir, "out");
-	cr_expect(chk && strstr(chk, "stage decode: "), "%s", chk);
+	cr_expect(chk && strstr(chk, "stage decode: 2 workers; "), "%s", chk);
 	free(chk);
+	/* Without workers =, check says how many the cores give and why. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set stage.decode.workers=", dir), 2);
+	free(t_jobf(dir, "[job]\ngpus = 0\n[stage.decode]\nplugin = tagger\n"
+			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 5\n"));
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
+	chk = t_read_in(dir, "out");
+	cr_expect(chk && strstr(chk, " (no workers =: the cores left over by the GPU workers, "
+				     "at least 1); "),
+		  "%s", chk);
+	free(chk);
+	stage_job(dir, 20000, "", "", "");
 	/* no_gpu = 1: a stage worker whose CUDA_VISIBLE_DEVICES is not empty, or whose
 	 * gpu_id is not -1, fails its setup and the run aborts. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
@@ -378,6 +389,13 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 		{"[stage.x]\nplugin = sha256\nrouns = 3\n",
 		 "job.ini:6: unknown key 'rouns' in [stage.x] for plugin sha256 (did you mean "
 		 "'rounds'?"},
+		{"[stage.x]\nplugin = sha256\nwoker = 2\n",
+		 "job.ini:6: unknown key 'woker' in [stage.x] (did you mean 'workers'? a stage "
+		 "takes workers, task_timeout, max_retries and its plugin's keys)"},
+		{"[stage.x]\nplugin = sha256\ntask_timout = 2\n",
+		 "job.ini:6: unknown key 'task_timout' in [stage.x] (did you mean 'task_timeout'?"},
+		{"[stage.gpu]\nplugin = tagger\n",
+		 "job.ini:4: [stage.gpu]: the name gpu is the GPU workers'"},
 		{"[stage.x]\nplugin = tagger\nlog_file = s.json\n",
 		 "job.ini:6: [stage.x] log_file are the same file"},
 	};
@@ -394,8 +412,18 @@ Test(stages, stage_sections_in_the_job_file_are_checked_with_file_and_line, .tim
 			  err);
 		free(err);
 	}
-	/* --set reaches a stage's keys, the stage's own and its plugin's. */
+	/* A plugin that takes any key gets the slip, and gpud says where it goes. */
 	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\n[stage.x]\nplugin = tagger\nworker = 2\n"
+			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 5\n"));
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
+	char *warned = t_read_in(dir, "err");
+	cr_expect(warned && strstr(warned, "job.ini:5: [stage.x] worker is not the stage's "
+					   "'workers': it goes to plugin tagger's setup()"),
+		  "%s", warned);
+	free(warned);
+	/* --set reaches a stage's keys, the stage's own and its plugin's. */
+	dir = t_tmpdir();
 	stage_job(dir, 100, "", "", "");
 	cr_expect_eq(t_gpud(dir,
 			    "run '%s/job.ini' --ui off --set stage.decode.workers=1 "

@@ -290,3 +290,26 @@ Test(ui, workers_on_two_gpus_show_both, .timeout = 120)
 	free(err);
 	free(path);
 }
+
+/* With CPU stages: the title counts the GPU workers on the GPUs and the stages'
+ * workers apart, and a row per stage and one for the GPU workers stand above the
+ * table. */
+Test(ui, stages_in_the_dashboard, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_jobf(dir, "[job]\ngpus = 0,1\n"
+				 "[stage.decode]\nplugin = tagger\ntag = d:\nworkers = 3\n"
+				 "[worker]\nplugin = faulty\nsleep_us = 20000\n"
+				 "[generator]\nplugin = range\nstop = 300\n"
+				 "[sink]\nplugin = null\n");
+	start_in_tmux(dir, "", path);
+	char *pane = pane_with(dir, "processing", 30);
+	cr_expect(strstr(pane, "2 workers on 2 GPUs + 3 in CPU stages  |"), "%s", pane);
+	cr_expect(strstr(pane, "\nstage decode         3/3   workers  busy "), "%s", pane);
+	cr_expect(strstr(pane, "\n      gpu            2/2   workers  busy "), "%s", pane);
+	cr_expect(strstr(pane, "\n cpu      4  "), "a stage worker's row: %s", pane);
+	free(pane);
+	wait_exit(dir);
+	stop_tmux();
+	free(path);
+}

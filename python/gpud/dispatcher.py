@@ -84,6 +84,14 @@ def _check_methods(cls):
     if missing:
         raise TypeError(f"Dispatcher: the worker class {name} has no {' and no '.join(missing)}; "
                         "a worker class defines both (gpud.BaseWorker's subclasses do)")
+    import inspect
+
+    for method in ("process", "process_batch"):
+        if inspect.iscoroutinefunction(getattr(cls, method, None)):
+            raise TypeError(f"Dispatcher: {name}.{method}() is an async def, which the "
+                            "Dispatcher would call without awaiting it: make it a plain "
+                            "def, or run the class from a job file's python worker with "
+                            "[job] max_in_flight (README, Python plugins)")
     abstract = sorted(getattr(cls, "__abstractmethods__", None) or ())
     if abstract:
         raise TypeError(f"Dispatcher: the worker class {name} does not define "
@@ -243,6 +251,13 @@ class Dispatcher:
             for k, v in (o.get(section) or {}).items():
                 keys.append((f"{section}.{k}", _value(v)))
         for k, v in (o.get("keys") or {}).items():
+            if str(k).startswith("stage.") and not isinstance(cls, (str, os.PathLike)):
+                # A stage's result is the next one's input as bytes, where this class
+                # gets a pickled item: the two cannot meet.
+                raise JobError(
+                    f"keys={{{k!r}: ...}}: CPU stages ([stage.NAME]) run in front of a C "
+                    "worker plugin here, or in a job file (gpud run); a Python worker "
+                    "class gets its items pickled, which a stage's result is not")
             keys.append((k, _value(v)))
         return keys, codec
 

@@ -419,6 +419,14 @@ def interrupt(journal, k=1):
     check(stats["resumed"] * k == first, f"resumed {stats['resumed']} tasks of {k} == {first}")
 
 
+class Awaiting(BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+    async def process(self, data):
+        return data
+
+
 class Plain:  # neither setup() nor process()
     pass
 
@@ -483,6 +491,29 @@ def checks():
         check("'ecoh'" in str(e) and "no such built-in plugin" in str(e), f"message: {e}")
     else:
         check(False, "JobError for a worker plugin that does not exist")
+    # An async def process: the Dispatcher would not await it, so it is refused.
+    try:
+        Dispatcher(Awaiting, GPUS).run(range(3), lambda *a: None)
+    except TypeError as e:
+        check("Awaiting.process() is an async def" in str(e) and "max_in_flight" in str(e),
+              f"message: {e}")
+    else:
+        check(False, "TypeError for an async def process")
+    # A CPU stage in front of a Python class: refused, since its items travel pickled.
+    try:
+        Dispatcher(Worker, GPUS, keys={"stage.decode.plugin": "echo"}).run(
+            range(3), lambda *a: None, scale=1)
+    except gpud.JobError as e:
+        check("stage.decode.plugin" in str(e) and "pickled" in str(e), f"message: {e}")
+    else:
+        check(False, "JobError for a stage in front of a Python worker class")
+    # In front of a C worker plugin, a stage works: bytes in, bytes out.
+    got = {}
+    Dispatcher("echo", GPUS, keys={"stage.decode.plugin": "sha256",
+                                   "stage.decode.workers": 1}).run(
+        [b"abc"], lambda t, r, w: got.__setitem__(t, r))
+    check(got == {0: b"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+          f"a stage before a C worker: {got}")
     # A class without setup() and process(): TypeError naming both, before the run.
     try:
         Dispatcher(Plain, GPUS).run(range(3), lambda *a: None)

@@ -417,6 +417,12 @@ static void section_add(struct parse *p, struct cfg *c, struct cfg_section *s, c
 	free(cwd);
 }
 
+/* "gpu" names the GPU workers' row (the dashboard, plain progress, --stats-json's
+ * gpu_busy, the metrics' stage="gpu"): a stage may not take it. */
+#define STAGE_GPU_TAKEN                                                                            \
+	"the name gpu is the GPU workers' (their row on the dashboard, stage=\"gpu\" in "          \
+	"the metrics); give the stage another name"
+
 /* A stage's name: letters, digits, '_' and '-'. */
 static bool stage_name_ok(const char *n)
 {
@@ -465,6 +471,10 @@ static int stage_key(struct parse *p, struct cfg *c, const struct raw *r)
 		     where(p, r, loc, sizeof loc), r->section);
 		return -1;
 	}
+	if (strcmp(name, "gpu") == 0) {
+		fail(p, "%s: [%s]: %s", where(p, r, loc, sizeof loc), r->section, STAGE_GPU_TAKEN);
+		return -1;
+	}
 	struct cfg_stage *st = stage_get(p, c, name, r->line);
 	if (!st)
 		return -1;
@@ -511,6 +521,11 @@ static int check_sections(struct parse *p, struct cfg *c)
 				     "%s:%d: [%s]: a stage section is [stage.NAME], NAME letters, "
 				     "digits, '_' and '-'",
 				     p->path, p->sections[i].line, n);
+				return -1;
+			}
+			if (strcmp(n + 6, "gpu") == 0) {
+				fail(p, "%s:%d: [%s]: %s", p->path, p->sections[i].line, n,
+				     STAGE_GPU_TAKEN);
 				return -1;
 			}
 			for (size_t j = 0; j < i; j++) {
@@ -640,12 +655,18 @@ static int check_in_flight(struct parse *p, const struct cfg *c)
 	struct raw *r = find_raw(p, "job", "max_in_flight");
 	if (!r || c->max_in_flight <= c->queue_size)
 		return 0;
-	char at[512];
+	char at[512], fed[160];
+	size_t per = c->gpus_per_worker ? c->gpus_per_worker : 1;
+	unsigned long long workers = (unsigned long long)(c->n_gpus / per) * c->workers_per_gpu;
+	if (workers && !c->gpus_all && !c->gpus_auto)
+		snprintf(fed, sizeof fed, "%llu (3 x max_in_flight x %llu worker%s)",
+			 3ull * c->max_in_flight * workers, workers, workers == 1 ? "" : "s");
+	else
+		snprintf(fed, sizeof fed, "3 x max_in_flight x the workers");
 	fail(p,
 	     "%s: [job] max_in_flight = %u is more than queue_size = %u, the most tasks the "
-	     "run holds: raise queue_size to max_in_flight x the workers (3 x, to keep each "
-	     "engine fed)",
-	     where(p, r, at, sizeof at), c->max_in_flight, c->queue_size);
+	     "run holds: raise queue_size to at least %u, and to %s to keep each engine fed",
+	     where(p, r, at, sizeof at), c->max_in_flight, c->queue_size, c->max_in_flight, fed);
 	return -1;
 }
 
@@ -675,7 +696,12 @@ static int check_sizes(struct parse *p, struct cfg *c)
 	/* `all` and `auto` are counted at run start (run.c, ranks.c), and checked there. */
 	char why[1024];
 	if (!c->gpus_all && !c->gpus_auto && groups_check(c, why, sizeof why) < 0) {
-		fail(p, "%s", why);
+		/* The line names gpus_per_worker's place; gpus may come from elsewhere. */
+		struct raw *gr = find_raw(p, "job", "gpus");
+		char loc[512], gloc[600] = "";
+		if (gr && strncmp(where(p, gr, loc, sizeof loc), "--set", 5) == 0)
+			snprintf(gloc, sizeof gloc, " (gpus from %s)", loc);
+		fail(p, "%s%s", why, gloc);
 		return -1;
 	}
 	struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};

@@ -231,13 +231,24 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 	if (nf)
 		fclose(nf);
 	if (rc == 0) {
-		printf("%s: OK: %zu GPU%s x %u worker%s; worker %s; generator %s; sink %s\n",
-		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", c->workers_per_gpu,
+		char groups[96] = "";
+		if (groups_width(c) > 1) /* workers_per_gpu counts per group */
+			snprintf(groups, sizeof groups, " in %zu groups of %zu", groups_count(c),
+				 groups_width(c));
+		printf("%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
+		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
 		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
+		unsigned per[CFG_MAX_STAGES];
+		stages_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
-			printf("  stage %s: %s\n", h.pool.stages[i].name, h.pool.stages[i].plugin);
+			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
+			       per[i] == 1 ? "" : "s",
+			       c->stages[i].workers ? ""
+						    : " (no workers =: the cores left over by the "
+						      "GPU workers, at least 1)",
+			       h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
 		if (groups_width(c) > 1)

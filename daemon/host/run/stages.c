@@ -12,6 +12,7 @@
 #include "run/host.h"
 #include "job/groups.h"
 #include "job/keys.h"
+#include "job/suggest.h"
 #include "record/failures.h"
 #include "util/say.h"
 #include "util/textio.h"
@@ -62,6 +63,41 @@ static const char **declared_keys(char *text)
 	return keys;
 }
 
+/* A key of [stage.NAME] that is a slip of the stage's own (`worker = 4` for `workers`):
+ * refused naming it when the plugin declares its keys and has no such key, said on
+ * standard error when the plugin takes any key (it reaches its setup()). 0, or -1 with
+ * `err` set. */
+static int stage_own_key_slips(const struct cfg_section *s, const char *section, const char *plugin,
+			       const char *const *declared, char *err, size_t errlen)
+{
+	static const char *const own[] = {"workers", "task_timeout", "max_retries", NULL};
+	for (size_t i = 0; i < s->count; i++) {
+		const char *key = s->kv[i].key, *near = suggest(key, own);
+		if (!near)
+			continue;
+		bool theirs = false;
+		for (const char *const *d = declared; d && *d && !theirs; d++) {
+			size_t n = strlen(*d); /* "name*": a prefix, as keys_check reads it */
+			theirs = n && (*d)[n - 1] == '*' ? strncmp(key, *d, n - 1) == 0
+							 : strcmp(*d, key) == 0;
+		}
+		if (theirs)
+			continue;
+		if (declared) {
+			snprintf(err, errlen,
+				 "%s: unknown key '%s' in [%s] (did you mean '%s'? a stage takes "
+				 "workers, task_timeout, max_retries and its plugin's keys)",
+				 s->where[i], key, section, near);
+			return -1;
+		}
+		fprintf(stderr,
+			"gpud: %s: [%s] %s is not the stage's '%s': it goes to plugin %s's setup() "
+			"as one of its keys\n",
+			s->where[i], section, key, near, plugin);
+	}
+	return 0;
+}
+
 int stages_prepare(struct host *h)
 {
 	const struct cfg *c = h->cfg;
@@ -94,7 +130,10 @@ int stages_prepare(struct host *h)
 		}
 		const char **keys = declared_keys(out);
 		snprintf(section, sizeof section, "stage.%s", cs->name);
-		int rc = keys_check(&cs->sec, section, cs->sec.plugin, keys, err, sizeof err);
+		int rc = stage_own_key_slips(&cs->sec, section, cs->sec.plugin, keys, err,
+					     sizeof err);
+		if (rc == 0)
+			rc = keys_check(&cs->sec, section, cs->sec.plugin, keys, err, sizeof err);
 		free(keys);
 		if (rc < 0) {
 			text_clean(err);

@@ -330,9 +330,12 @@ static void dash_title(struct ui *u, struct frame *fr, const struct figures *f, 
 	l_text(&l, "gpud ");
 	l_color(&l, C_RESET);
 	fmt_duration(a, sizeof a, f->elapsed);
-	l_fmt(&l, " %s  |  %u workers on %zu GPUs", h->cfg->path, h->pool.n, h->cfg->n_gpus);
+	l_fmt(&l, " %s  |  %u workers on %zu GPUs", h->cfg->path, h->pool.n_gpu_workers,
+	      h->cfg->n_gpus);
 	if (groups_width(h->cfg) > 1)
 		l_fmt(&l, " (%zu each)", groups_width(h->cfg));
+	if (h->pool.n > h->pool.n_gpu_workers) /* CPU stages' workers: not on the GPUs */
+		l_fmt(&l, " + %u in CPU stages", h->pool.n - h->pool.n_gpu_workers);
 	l_fmt(&l, "  |  elapsed %s", a);
 	if (h->cfg->ranks > 1)
 		l_fmt(&l, "  |  rank %u/%u (%s)", h->cfg->rank, h->cfg->ranks, h->cfg->rank_source);
