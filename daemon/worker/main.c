@@ -1170,6 +1170,9 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	w->oom_abi = w->plugin.info->abi_minor >= 4;
 	w->batch_cap = w->shown = w->batch;
 	w->grow_after = FIT_GROW_AFTER;
+	/* For the host's window: an engine is given three times max_in_flight; a plugin of
+	 * this job that calls process() (a CPU stage's, say) is given what it keeps busy. */
+	atomic_store_explicit(&w->rep->flight, w->flight, memory_order_relaxed);
 	w->bad = UINT32_MAX;
 	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->fly || !w->done ||
 	    !w->idx || !w->part) {
