@@ -332,6 +332,15 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	how_it_ended(status, how, sizeof how);
 	reported_call(w, &from, &to);
 	uint64_t timed = reported_timed(w, from, to);
+	/* A timeout, or a task in flight that ended its process (gpud_task_fatal, a write
+	 * before its result buffer: worker/main.c, flight_culprit), names one task as the
+	 * call, [from, timed); the others in flight beside it are not its fault. (A plugin
+	 * that calls exit(70) itself leaves no message: an exit like any other.) */
+	bool ended_by_task =
+		WIFEXITED(status) &&
+		((WEXITSTATUS(status) == WORKER_EXIT_FATAL && w->rep && w->rep->message[0]) ||
+		 WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
+	bool narrowed = w->timed_out || ended_by_task;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
@@ -348,6 +357,9 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		if (h->ctl.killing) {
 			UI_ADD(h->stats.not_run, 1);
 			failures_not_run(h, t.id, t.attempt);
+		} else if (in_call && narrowed && t.pos - w->task_free >= timed - w->task_free) {
+			/* In flight beside the one that timed out or ended it: not its fault. */
+			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */
@@ -361,10 +373,6 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			} else {
 				tasks_requeue(h, &t, input, -1, w->stage);
 			}
-		} else if (in_call && w->timed_out &&
-			   t.pos - w->task_free >= timed - w->task_free) {
-			/* In flight beside the one that timed out: not its fault. */
-			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
@@ -386,6 +394,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 						 "poison task: %u workers died while "
 						 "running it (last: worker %d (%s) %s)",
 						 t.crashes, w->index, WHERE_OF(h, w), how);
+				} else if (ended_by_task &&
+					   WEXITSTATUS(status) == WORKER_EXIT_FATAL &&
+					   worker_message(w, msg, sizeof msg, "")[0]) {
+					/* gpud_task_fatal's message, in flight as from process() */
 				} else {
 					snprintf(msg, sizeof msg,
 						 "worker %d (%s) %s while running "
