@@ -875,8 +875,11 @@ static void poll_flight(struct worker *w, int timeout_ms)
 	uint64_t now = wait_now_ns();
 	if (n < 0) {
 		char msg[SHM_MSG_MAX + 32];
-		snprintf(msg, sizeof msg, "gpud_worker_poll failed: %s",
-			 err.message[0] ? err.message : "it returned -1 without a message");
+		if (err.message[0])
+			snprintf(msg, sizeof msg, "gpud_worker_poll failed: %s", err.message);
+		else
+			snprintf(msg, sizeof msg,
+				 "gpud_worker_poll failed: it returned %d without a message", n);
 		flight_broken(w, msg, now);
 	}
 	if ((uint32_t)n > w->flight)
