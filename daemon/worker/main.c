@@ -417,20 +417,24 @@ static void fit_grow(struct worker *w, uint32_t n)
 	w->full_runs = 0;
 }
 
-/* Task i ran out of memory in a call of its own: it fails, saying so. */
+/* Task i ran out of memory in a call of its own: it fails, saying so (a CPU stage's
+ * worker has no GPU: its memory is the host's). */
 static void oom_alone(struct worker *w, uint32_t i)
 {
-	static const char what[] =
-		"out of memory: this task alone does not fit on the GPU (batch of 1)";
+	const char *what =
+		w->cpu_stage
+			? "out of memory: this task alone does not fit in memory (batch of 1)"
+			: "out of memory: this task alone does not fit on the GPU (batch of 1)";
+	size_t len = strlen(what);
 	char *msg = w->err[i].message;
 	size_t said = strnlen(msg, sizeof w->err[i].message), room = sizeof w->err[i].message;
-	size_t head = sizeof what - 1 + (said ? 2 : 0);
+	size_t head = len + (said ? 2 : 0);
 	if (said > room - 1 - head)
 		said = room - 1 - head;
 	memmove(msg + head, msg, said);
-	memcpy(msg, what, sizeof what - 1);
+	memcpy(msg, what, len);
 	if (said)
-		memcpy(msg + sizeof what - 1, ": ", 2);
+		memcpy(msg + len, ": ", 2);
 	msg[head + said] = '\0';
 	w->t[i].failed = 1;
 }
