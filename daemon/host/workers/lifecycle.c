@@ -334,13 +334,15 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	uint64_t timed = reported_timed(w, from, to);
 	/* A timeout, or a task in flight that ended its process (gpud_task_fatal, a write
 	 * before its result buffer: worker/main.c, flight_culprit), names one task as the
-	 * call, [from, timed); the others in flight beside it are not its fault. (A plugin
-	 * that calls exit(70) itself leaves no message: an exit like any other.) */
-	bool ended_by_task =
-		WIFEXITED(status) &&
-		((WEXITSTATUS(status) == WORKER_EXIT_FATAL && w->rep && w->rep->message[0]) ||
-		 WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
-	bool narrowed = w->timed_out || ended_by_task;
+	 * call, [from, timed); the others in flight beside it are not its fault. Only a
+	 * worker with tasks in flight reports timed_to, and a poll that failed clears it
+	 * (every task in flight is blamed); a plugin that calls exit(70) itself leaves no
+	 * message: an exit like any other. */
+	bool by_task = WIFEXITED(status) && atomic_load(&w->rep->timed_to) != 0 &&
+		       ((WEXITSTATUS(status) == WORKER_EXIT_FATAL && w->rep->message[0]) ||
+			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
+	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
+	bool narrowed = w->timed_out || by_task;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
@@ -380,6 +382,14 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					 stages_task_timeout(h, w), w->index, WHERE_OF(h, w));
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
 					       stages_task_timeout(h, w));
+			} else if (fatal_task) {
+				/* gpud_task_fatal in flight: its failure and message, as from
+				 * process() (an error, not a crash). */
+				UI_ADD(w->failed, 1);
+				worker_message(w, msg, sizeof msg,
+					       "gpud_task_fatal() without a message");
+				events_outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
+					       (double)wait_since(wait_now_ns(), since) * 1e-9);
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
@@ -394,10 +404,6 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 						 "poison task: %u workers died while "
 						 "running it (last: worker %d (%s) %s)",
 						 t.crashes, w->index, WHERE_OF(h, w), how);
-				} else if (ended_by_task &&
-					   WEXITSTATUS(status) == WORKER_EXIT_FATAL &&
-					   worker_message(w, msg, sizeof msg, "")[0]) {
-					/* gpud_task_fatal's message, in flight as from process() */
 				} else {
 					snprintf(msg, sizeof msg,
 						 "worker %d (%s) %s while running "
