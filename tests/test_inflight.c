@@ -281,6 +281,52 @@ Test(inflight, rejected_at_submit_and_failed_at_finish, .timeout = 120)
 	cr_expect_eq(o.attempt[9], 2, "a failure is retried");
 }
 
+/* gpud_task_fatal at submit while older tasks are still with the engine: that task
+ * alone fails, with its message (as from process()); the tasks in flight beside it
+ * and those it would have been given next run again on a fresh process, with no
+ * mark against them, and nothing more is submitted to the process it ended. */
+Test(inflight, a_fatal_task_in_flight_fails_alone_the_others_run_again, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	inflight_job(dir, 1, 200, "max_in_flight = 8\nmax_retries = 0\nordered = true",
+		     "fatal_on = 3\nlinger_ms = 50");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 1,
+		     "%s", t_read_in(dir, "err"));
+	struct outcomes o;
+	read_outcomes(dir, 200, &o);
+	cr_expect(o.in_order);
+	cr_expect_eq(o.error, 1);
+	cr_expect_eq(o.ok, 199);
+	cr_expect_str_eq(o.status[3], "error");
+	cr_expect(strstr(o.text[3], "inflight: fatal at submit of 3"), "%s", o.text[3]);
+	for (long i = 0; i < 200; i++)
+		if (i != 3)
+			expect_result(&o, i, 8);
+	char *js = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_expect_eq(stat_of(js, "worker_restarts"), 1, "%s", js);
+	cr_expect(strstr(err, "restarted at its plugin's request: inflight: fatal at submit of 3"),
+		  "%s", err);
+}
+
+/* That failure is an error, as from process(), not a crash: with retry_on = crash it
+ * is not retried, and nothing else counts as retried (the tasks beside it run again
+ * unmarked). */
+Test(inflight, a_fatal_task_in_flight_is_an_error_not_a_crash, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	inflight_job(dir, 1, 100, "max_in_flight = 8\nmax_retries = 2\nretry_on = crash",
+		     "fatal_on = 3\nlinger_ms = 50");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir), 1,
+		     "%s", t_read_in(dir, "err"));
+	struct outcomes o;
+	read_outcomes(dir, 100, &o);
+	cr_expect_eq(o.error, 1);
+	cr_expect_eq(o.attempt[3], 0, "%s", o.text[3]);
+	cr_expect(strstr(o.text[3], "inflight: fatal at submit of 3"), "%s", o.text[3]);
+	char *js = t_read_in(dir, "s.json");
+	cr_expect_eq(stat_of(js, "retried"), 0, "%s", js);
+}
+
 /* The key is checked like any other. */
 Test(inflight, max_in_flight_key_is_checked)
 {

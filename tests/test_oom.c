@@ -162,24 +162,27 @@ Test(oom, a_task_too_large_alone_fails_alone, .timeout = 120)
 	free(path);
 }
 
-/* The same in a CPU stage, which has no GPU: the message says memory, not the GPU. */
-Test(oom, a_stage_task_too_large_alone_says_memory, .timeout = 120)
+/* In a CPU stage: the batch is split the same way, and the task too large alone says
+ * it does not fit in memory (the stage's workers have no GPU). */
+Test(oom, a_cpu_stage_splits_and_a_task_too_large_alone_says_memory, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
-	char *path =
-		t_jobf(dir, "[job]\ngpus = 0\nbatch_size = 32\nbatch_wait_ms = 20\n"
-			    "[stage.s]\nplugin = oomer\nworkers = 1\nfit = 8\nhow = mark\n"
-			    "huge = 77\n[worker]\nplugin = echo\n"
-			    "[generator]\nplugin = range\nstop = 300\n[sink]\nplugin = jsonl\n");
-	cr_assert_eq(t_gpud(dir, "run '%s'", path), 1);
-	char *out = t_read_in(dir, "out");
+	free(t_jobf(dir, "[job]\ngpus = 0\nbatch_size = 16\nbatch_wait_ms = 20\nmax_retries = 0\n"
+			 "[stage.s]\nplugin = oomer\nfit = 4\nhow = mark\nhuge = 77\nworkers = 1\n"
+			 "[worker]\nplugin = oomer\nfit = 16\n"
+			 "[generator]\nplugin = range\nstop = 500\n"
+			 "[sink]\nplugin = jsonl\n"));
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --stats-json '%s/s.json'", dir, dir), 1);
+	char *out = t_read_in(dir, "out"), *s = t_read_in(dir, "s.json");
+	cr_expect_eq(check_results(out, 500, 16), 499);
 	cr_expect_eq(count(out, "\"status\": \"error\""), 1, "%s", out);
-	cr_expect(strstr(out, "stage s: out of memory: this task alone does not fit in memory "
-			      "(batch of 1): oomer: "),
+	cr_expect(strstr(out,
+			 "\"error\": \"stage s: out of memory: this task alone does not "
+			 "fit in memory (batch of 1): oomer: 1 tasks need more than the card has"),
 		  "%s", out);
-	cr_expect(!strstr(out, "on the GPU"), "%s", out);
+	cr_expect(s && !strstr(s, "\"oom_splits\": 0,"), "%s", s);
 	free(out);
-	free(path);
+	free(s);
 }
 
 /* A crash in a part of a split call: the whole call is blamed, as for any crash, and

@@ -499,3 +499,38 @@ Test(stages, a_stage_worker_waiting_for_room_downstream_is_not_taken_for_wedged,
 	free(s);
 	free(err);
 }
+
+Test(stages, a_process_stage_is_not_given_an_engines_window_by_max_in_flight, .timeout = 120)
+{
+	/* The GPU worker is an engine (max_in_flight = 4); the stage's plugin calls
+	 * process(), 0.5 s a task. Each stage worker holds what keeps it busy, so the 8
+	 * tasks spread over the 4 stage workers, not 4 each over two while two idle (as
+	 * when every worker got an engine's window of 3 x max_in_flight). */
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\nqueue_size = 16\nmax_in_flight = 4\n"
+			 "[stage.decode]\nplugin = tagger\ntag = d:\nworkers = 4\n"
+			 "sleep_us = 500000\n"
+			 "[worker]\nplugin = inflight\nlinger_ms = 1\n"
+			 "[generator]\nplugin = range\nstop = 8\n"
+			 "[sink]\nplugin = null\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir),
+		     0);
+	char *s = t_read_in(dir, "s.json"), *err = t_read_in(dir, "err");
+	cr_assert(s, "%s", err);
+	const char *p = strstr(s, "\"workers\": [");
+	unsigned stage_workers = 0, idle = 0;
+	while (p && (p = strstr(p, "{\"worker_id\"")) != NULL) {
+		const char *end = strchr(p, '}');
+		cr_assert(end, "%s", s);
+		const char *st = strstr(p, "\"stage\": \"decode\"");
+		if (st && st < end) {
+			stage_workers++;
+			idle += json_num(p, NULL, "ok") == 0;
+		}
+		p = end;
+	}
+	cr_expect_eq(stage_workers, 4, "%s", s);
+	cr_expect_eq(idle, 0, "stage workers that ran nothing: %u\n%s", idle, s);
+	free(s);
+	free(err);
+}

@@ -191,7 +191,9 @@ struct shm_report {
 				      * adapted to out-of-memory calls); 0 until it says */
 	_Atomic uint32_t oom_splits; /* calls of this process that ran out of memory and were
 				      * split */
-	uint8_t _pad2[48];
+	_Atomic uint32_t flight;     /* it runs tasks in flight (gpud_worker_submit/poll), up
+				      * to this many; 0: process() or process_batch() */
+	uint8_t _pad2[44];
 	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
 	char message[SHM_MSG_MAX];
 };

@@ -130,6 +130,7 @@ struct worker {
 	uint64_t reserved_head; /* past the last result slot reserved */
 	struct flight *fly;     /* per entry: its task's ring positions, submit time, state */
 	struct gpud_task **done;
+	uint32_t culprit; /* the entry whose task ended this process (fatal, tainted) */
 };
 
 /* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
@@ -764,9 +765,12 @@ static struct shm_rec *reserve_flight(struct worker *w, uint64_t *head)
 /* Task `i` finished (rc: submit's or poll's verdict): its result written in its slot. */
 static void land(struct worker *w, uint32_t i, int rc, uint64_t now)
 {
+	bool ended = w->tainted || w->fatal[0];
 	w->fly[i].state = FLY_DONE;
 	w->running--;
 	finish_result(w, i, w->out_pos[i], rc, (double)(now - w->fly[i].since) * 1e-9, true, 0);
+	if (!ended && (w->tainted || w->fatal[0]))
+		w->culprit = i; /* the first: nothing more is submitted after it */
 }
 
 /* Submits task record `t` (at w->task_tail); false when no result slot is free now. */
@@ -810,11 +814,35 @@ static bool submit_one(struct worker *w, struct shm_rec *t, uint64_t now)
 }
 
 /* Leaves after a poll that failed, or that handed back what is not in flight: the
- * finished results go to the host first; the rest fail or run again (a crash). */
+ * finished results go to the host first; the rest fail or run again (a crash). The
+ * engine as a whole failed: the report names every task still held as the call. */
 static _Noreturn void flight_broken(struct worker *w, const char *msg, uint64_t now)
 {
+	atomic_store_explicit(&w->rep->timed_to, 0, memory_order_relaxed);
 	publish(w, now);
 	snprintf(w->rep->message, sizeof w->rep->message, "%s", msg);
+	finish(WORKER_EXIT_FATAL);
+}
+
+/* A task said this process is beyond repair (gpud_task_fatal) or wrote before its
+ * result buffer: the finished results before it go to the host, and the report names
+ * that task alone as the call (run_from..timed_to, written again: a write before a
+ * buffer may have reached the report block), as after a process() call. The host then
+ * fails it (or gives it a strike), and the tasks held beside it, not its fault, run
+ * again; when its own result was handed over, it is the host's already. */
+static _Noreturn void flight_culprit(struct worker *w, uint64_t now)
+{
+	const struct flight *f = &w->fly[w->culprit];
+	atomic_store_explicit(&w->rep->cur_task, w->t[w->culprit].id, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->busy_since_ns, f->since ? f->since : 1,
+			      memory_order_relaxed);
+	atomic_store_explicit(&w->rep->run_from, f->from, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->timed_to, f->to, memory_order_relaxed);
+	atomic_store_explicit(&w->rep->task_tail, w->task_tail, memory_order_release);
+	publish(w, now);
+	if (w->tainted)
+		finish(WORKER_EXIT_TAINTED);
+	snprintf(w->rep->message, sizeof w->rep->message, "%s", w->fatal);
 	finish(WORKER_EXIT_FATAL);
 }
 
@@ -834,14 +862,8 @@ static void flight_settle(struct worker *w, uint64_t now)
 		w->first_running++;
 	atomic_store_explicit(&w->committed, w->result_head, memory_order_release);
 	report_flight(w);
-	if (w->tainted) {
-		/* It may have written anywhere in our memory, the report block too:
-		 * reported again above. */
-		publish(w, now);
-		finish(WORKER_EXIT_TAINTED);
-	}
-	if (w->fatal[0]) /* the plugin says this process is beyond repair */
-		flight_broken(w, w->fatal, now);
+	if (w->tainted || w->fatal[0])
+		flight_culprit(w, now);
 	if (w->pending >= PUBLISH_BURST || (w->pending && now - w->published_ns >= PUBLISH_NS))
 		publish(w, now);
 }
@@ -857,8 +879,11 @@ static void poll_flight(struct worker *w, int timeout_ms)
 	uint64_t now = wait_now_ns();
 	if (n < 0) {
 		char msg[SHM_MSG_MAX + 32];
-		snprintf(msg, sizeof msg, "gpud_worker_poll failed: %s",
-			 err.message[0] ? err.message : "it returned -1 without a message");
+		if (err.message[0])
+			snprintf(msg, sizeof msg, "gpud_worker_poll failed: %s", err.message);
+		else
+			snprintf(msg, sizeof msg,
+				 "gpud_worker_poll failed: it returned %d without a message", n);
 		flight_broken(w, msg, now);
 	}
 	if ((uint32_t)n > w->flight)
@@ -901,6 +926,8 @@ static void run_in_flight(struct worker *w)
 				break;
 			}
 			now = wait_now_ns();
+			if (w->tainted || w->fatal[0])
+				break; /* nothing more goes to this process (flight_settle) */
 		}
 		flight_settle(w, now); /* submit may have failed some at once */
 		if (w->oldest == w->next) {
@@ -1174,6 +1201,9 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 	w->oom_abi = w->plugin.info->abi_minor >= 4;
 	w->batch_cap = w->shown = w->batch;
 	w->grow_after = FIT_GROW_AFTER;
+	/* For the host's window: an engine is given three times max_in_flight; a plugin of
+	 * this job that calls process() (a CPU stage's, say) is given what it keeps busy. */
+	atomic_store_explicit(&w->rep->flight, w->flight, memory_order_relaxed);
 	w->bad = UINT32_MAX;
 	if (!w->t || !w->in || !w->out || !w->out_pos || !w->err || !w->fly || !w->done ||
 	    !w->idx || !w->part) {

@@ -6,7 +6,8 @@
  * 20) of polls. Each result is written at submit and handed back later:
  * "in=<input> id=<id> held=<tasks held after this one's submit> max=<max_in_flight>".
  * Keys taking one input number: hang_on (that task never finishes), fail_on
- * (gpud_task_fail at the finish), reject_on (submit refuses it at once). crash_after = K
+ * (gpud_task_fail at the finish), reject_on (submit refuses it at once), fatal_on (submit
+ * fails it with gpud_task_fatal: this process is to be replaced). crash_after = K
  * kills the process (SIGKILL, as kill -9) after K tasks finished, once a run: only when
  * the file crash_file does not exist yet, and it is created first. poll_fail_after = K:
  * poll returns -1 after K tasks, once a run likewise (the same file). Built twice more
@@ -34,7 +35,7 @@ struct engine {
 	struct gpud_task **list, **kept;
 	size_t n;
 	unsigned cap, hold;
-	long hang_on, fail_on, reject_on, crash_after, poll_fail_after;
+	long hang_on, fail_on, reject_on, fatal_on, crash_after, poll_fail_after;
 	long finished;
 	const char *crash_file;
 	long linger_ms, lingered_ms;
@@ -53,6 +54,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	e->hang_on = gpud_arg_long(info->args, "hang_on", -1);
 	e->fail_on = gpud_arg_long(info->args, "fail_on", -1);
 	e->reject_on = gpud_arg_long(info->args, "reject_on", -1);
+	e->fatal_on = gpud_arg_long(info->args, "fatal_on", -1);
 	e->crash_after = gpud_arg_long(info->args, "crash_after", -1);
 	e->poll_fail_after = gpud_arg_long(info->args, "poll_fail_after", -1);
 	e->crash_file = gpud_arg(info->args, "crash_file", "inflight.crashed");
@@ -80,6 +82,8 @@ GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *t)
 	long x = input_number(t);
 	if (x == e->reject_on)
 		return gpud_task_reject(t, "inflight: rejected %ld at submit", x);
+	if (x == e->fatal_on)
+		return gpud_task_fatal(t, "inflight: fatal at submit of %ld", x);
 	e->list[e->n++] = t;
 	int m = snprintf(t->result.data, t->result.capacity, "in=%ld id=%llu held=%zu max=%u", x,
 			 (unsigned long long)t->id, e->n, e->cap);

@@ -76,13 +76,19 @@ static uint32_t window_max(const struct host *h, const struct host_worker *w)
 
 /* A worker that takes tasks in flight may hold three times max_in_flight, from the
  * start: as many as its engine runs, as many finished behind an older one still
- * running (results go back in order), and as many ready to go in as they finish. */
+ * running (results go back in order), and as many ready to go in as they finish. Only
+ * one whose process says it runs them so (w->flies): max_in_flight is the job's, and a
+ * plugin of the job that calls process() (a CPU stage's, a GPU worker without the
+ * pair) holding that many would keep them from the other workers while it runs them
+ * one by one. A process that lies about it changes only its own window (at most its
+ * share of queue_size). */
 #define IN_FLIGHT_WINDOW 3
 
 void dispatch_first_window(struct host *h, struct host_worker *w)
 {
 	uint32_t max = window_max(h, w), want = 1;
-	if (h->cfg->max_in_flight > 1)
+	w->flies = w->rep && atomic_load_explicit(&w->rep->flight, memory_order_relaxed) != 0;
+	if (h->cfg->max_in_flight > 1 && w->flies)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
 	w->window = want < max ? want : max;
 }
@@ -98,7 +104,8 @@ static void update_window(struct host *h, struct host_worker *w)
 	 * GPU does not wait for the host between batches. */
 	if (h->cfg->batch_size > 1 && want < 2.0 * h->cfg->batch_size)
 		want = 2.0 * h->cfg->batch_size;
-	if (h->cfg->max_in_flight > 1 && want < IN_FLIGHT_WINDOW * h->cfg->max_in_flight)
+	if (h->cfg->max_in_flight > 1 && w->flies &&
+	    want < IN_FLIGHT_WINDOW * h->cfg->max_in_flight)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
 	/* Fed by a CPU stage: the next task is ready while one runs, so the GPU does not
 	 * wait for the hand-over between its tasks. */

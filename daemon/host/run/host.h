@@ -51,6 +51,7 @@ struct host_worker {
 	int index, gpu_id;   /* gpu_id -1: a CPU stage's worker */
 	unsigned stage;      /* its stage: 0.. for [stage.NAME]s, pool.n_stages for the GPU's */
 	bool blocked;        /* a stage's worker whose next result waits for room downstream */
+	bool flies;          /* its process said it runs tasks in flight (for its window) */
 	bool handed;         /* given tasks by the stage before, not yet published */
 	enum hw_state state;
 	bool timed_out;       /* the host killed it for running past task_timeout, or its cleanup

@@ -332,6 +332,17 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	how_it_ended(status, how, sizeof how);
 	reported_call(w, &from, &to);
 	uint64_t timed = reported_timed(w, from, to);
+	/* A timeout, or a task in flight that ended its process (gpud_task_fatal, a write
+	 * before its result buffer: worker/main.c, flight_culprit), names one task as the
+	 * call, [from, timed); the others in flight beside it are not its fault. Only a
+	 * worker with tasks in flight reports timed_to, and a poll that failed clears it
+	 * (every task in flight is blamed); a plugin that calls exit(70) itself leaves no
+	 * message: an exit like any other. */
+	bool by_task = WIFEXITED(status) && atomic_load(&w->rep->timed_to) != 0 &&
+		       ((WEXITSTATUS(status) == WORKER_EXIT_FATAL && w->rep->message[0]) ||
+			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
+	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
+	bool narrowed = w->timed_out || by_task;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
@@ -348,6 +359,9 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		if (h->ctl.killing) {
 			UI_ADD(h->stats.not_run, 1);
 			failures_not_run(h, t.id, t.attempt);
+		} else if (in_call && narrowed && t.pos - w->task_free >= timed - w->task_free) {
+			/* In flight beside the one that timed out or ended it: not its fault. */
+			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */
@@ -361,10 +375,6 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			} else {
 				tasks_requeue(h, &t, input, -1, w->stage);
 			}
-		} else if (in_call && w->timed_out &&
-			   t.pos - w->task_free >= timed - w->task_free) {
-			/* In flight beside the one that timed out: not its fault. */
-			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
@@ -372,6 +382,14 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					 stages_task_timeout(h, w), w->index, WHERE_OF(h, w));
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
 					       stages_task_timeout(h, w));
+			} else if (fatal_task) {
+				/* gpud_task_fatal in flight: its failure and message, as from
+				 * process() (an error, not a crash). */
+				UI_ADD(w->failed, 1);
+				worker_message(w, msg, sizeof msg,
+					       "gpud_task_fatal() without a message");
+				events_outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
+					       (double)wait_since(wait_now_ns(), since) * 1e-9);
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
