@@ -36,6 +36,7 @@ rate() { # rate BUILD JOB COUNT; a run that did not end with every task ok stops
 }
 cases=("noop 2000000 0" "1MiB 10000 1M")
 [ "${ONLY_NOOP:-}" ] && cases=("noop 2000000 0")
+[ "${ONLY_1MIB:-}" ] && cases=("1MiB 10000 1M")
 for c in "${cases[@]}"; do
   set -- $c
   job "$2" "$3" >"$tmp/job.ini"
