@@ -83,7 +83,7 @@ for c in inline stage; do
     "$(awk '{print $2}' "$tmp/$c.r" | median)" "$(awk '{print $3}' "$tmp/$c.r" | median)" \
     "$([ "$c" = stage ] && awk '{print $4}' "$tmp/$c.r" | median || echo -)"
 done
-echo "(gpud's gpu_busy is time in process() over the run: with the CPU work inline it counts"
+echo "(gpud's gpu_busy is time in process() over the time the workers were up: with the CPU work inline it counts"
 echo "that work as busy too; the worker's own clock counts only the simulated GPU step)"
 
 # The stage's own cost: no-op tasks through an echo stage.

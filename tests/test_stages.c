@@ -347,6 +347,28 @@ Test(stages, a_slow_gpu_behind_a_fast_stage_bounds_what_waits_and_the_figures_sa
 	free(s);
 }
 
+/* The busy fraction counts from a worker's finished setup: a GPU worker that spends
+ * 1.5 s loading its model and is then fed without a gap reads busy, not idle for the
+ * load (over the whole run it would be about half). */
+Test(stages, busy_counts_from_a_workers_finished_setup, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0\n"
+			 "[stage.decode]\nplugin = tagger\ntag = d:\nworkers = 1\n"
+			 "[worker]\nplugin = tagger\ntag = g:\nsleep_us = 20000\n"
+			 "setup_sleep_us = 1500000\n"
+			 "[generator]\nplugin = range\nstop = 100\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/s.json'", dir, dir),
+		     0);
+	char *s = t_read_in(dir, "s.json");
+	cr_assert(s);
+	double elapsed = json_num(s, NULL, "elapsed"), gpu = json_num(s, NULL, "gpu_busy");
+	cr_expect(elapsed > 3.4, "elapsed %g: the setup's 1.5 s and 100 x 20 ms", elapsed);
+	cr_expect(gpu > 0.75 && gpu <= 1, "gpu_busy %g in %g s", gpu, elapsed);
+	free(s);
+}
+
 Test(stages, no_gpu_worker_left_ends_the_run_instead_of_waiting, .timeout = 120)
 {
 	const char *dir = t_tmpdir();

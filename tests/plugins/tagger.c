@@ -65,6 +65,9 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 			return gpud_fail(err, "tagger: CUDA_VISIBLE_DEVICES='%s', gpu_id %d",
 					 cvd ? cvd : "(unset)", info->gpu_id);
 	}
+	long setup_us = gpud_arg_long(info->args, "setup_sleep_us", 0); /* a model loading */
+	if (setup_us > 0)
+		usleep((useconds_t)setup_us);
 	struct tagger *t = calloc(1, sizeof *t);
 	if (!t)
 		return gpud_fail(err, "tagger: out of memory");

@@ -70,6 +70,7 @@ struct host_worker {
 	unsigned restarts;
 	double last_seconds; /* its last task's time in process() */
 	double busy_s;       /* its tasks' time in process(), all together (published) */
+	uint64_t ready_ns;   /* when it first finished its setup, 0 not yet (published) */
 	uint64_t spawned_ns; /* when this process started (setup_timeout) */
 	uint64_t seen_since; /* the busy_since value the timeout clock last saw */
 	uint64_t grace_ns;   /* time the host was stopped during that task: not counted */

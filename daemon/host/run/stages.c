@@ -400,12 +400,22 @@ void stages_free(struct host *h)
 
 double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed)
 {
-	double busy = 0;
-	for (unsigned i = 0; i < n; i++)
-		busy += UI_READ(h->pool.w[first + i].busy_s);
-	if (elapsed <= 0 || n == 0)
+	/* Time in process() over the time the workers were up: from each one's first
+	 * finished setup (a model loading, an interpreter starting is not idleness) to
+	 * `elapsed` into the run. A restart's gap counts as idle. */
+	uint64_t end = h->t_start_ns + (uint64_t)(elapsed > 0 ? elapsed * 1e9 : 0);
+	double busy = 0, up = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct host_worker *w = &h->pool.w[first + i];
+		uint64_t ready = UI_READ(w->ready_ns);
+		if (!ready || ready >= end)
+			continue;
+		busy += UI_READ(w->busy_s);
+		up += (double)(end - ready) * 1e-9;
+	}
+	if (up <= 0)
 		return 0;
-	busy /= elapsed * n;
+	busy /= up;
 	return busy < 0 ? 0 : busy > 1 ? 1 : busy;
 }
 

@@ -7,7 +7,7 @@
  * Published fields: the counters and states the dashboard and metrics threads read while
  * the loop (or the stand-in, in its place) writes them: h->stats' task counts,
  * in_flight, resumed and total; each worker's state, end, ok, failed, timeouts, restarts,
- * last_seconds, busy_s and rep; each stage's alive and queued; retired[]; the metrics
+ * last_seconds, busy_s, ready_ns and rep; each stage's alive and queued; retired[]; the metrics
  * histogram. Every write to one of them after
  * those threads start is UI_SET or UI_ADD, every read on those threads UI_READ: relaxed
  * atomic stores and loads of aligned words (plain moves on x86-64, no locked

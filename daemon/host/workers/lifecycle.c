@@ -260,6 +260,8 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 	uint32_t s = atomic_load_explicit(&w->rep->state, memory_order_acquire);
 	if (s == WS_READY) {
 		UI_SET(w->state, HW_READY);
+		if (!w->ready_ns) /* the busy fraction counts from here (stages.c) */
+			UI_SET(w->ready_ns, wait_now_ns());
 		h->pool.ever_ready = true;
 		/* until its first results tell how long its tasks take */
 		dispatch_first_window(h, w);
