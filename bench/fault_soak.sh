@@ -6,7 +6,7 @@
 # loop over) or a fast one, tasks that fail or crash their worker on the first attempt
 # and run again, exit() and abort() in the plugin, workers killed with kill -9 from
 # outside, inputs of many sizes, 1-3 GPUs with 1-2 workers each, queues of 8 to 1,024 tasks, ordered
-# output or not. Every task's outcome is
+# output or not, a CPU stage in front (with faults of its own) or not. Every task's outcome is
 # checked: each id exactly once, every `ok` result byte for byte its own task's (the
 # worker echoes its input), every task ok (each fault strikes a first attempt only, and
 # retries are allowed), the stats equal to the sink's lines, exit status 0.
@@ -55,6 +55,17 @@ abort_every = $(pick 0 17 103)"
   ordered=$(pick false false true)
   queue=$(pick 1024 1024 64 8)
   kills=$(pick 0 0 1 3) # kill -9 of a random worker from outside, this many times
+  # a CPU stage in front, one run in three: the same echoing plugin, its own faults
+  stage=""
+  if [ $((RANDOM % 3)) -eq 0 ]; then
+    stage="[stage.pre]
+plugin = faulty
+workers = $(pick 1 2)
+first_attempt_only = 1
+fail_every = $(pick 3 5)
+crash_every = $(pick 0 13 31)
+exit_every = $(pick 0 19)"
+  fi
   cat >"$d/job.ini" <<JOB
 [job]
 gpus = $gpus
@@ -64,6 +75,7 @@ max_worker_restarts = 100000
 journal = off
 ordered = $ordered
 queue_size = $queue
+$stage
 [worker]
 plugin = faulty
 first_attempt_only = 1
@@ -136,7 +148,7 @@ PY
   fi
   printf 'run %3d: gpus=%-5s x%d n=%-5d q=%-4d ordered=%-5s retries=%d pad=%-3d sleep_us=%-4d %s kills=%d | exit %d, wrong ok %d, missing %d, dup %d, not ok %d %s%s\n' \
     "$runs" "$gpus" "$wpg" "$n" "$queue" "$ordered" "$retries" "$pad" "$sleep_us" \
-    "$([ -n "$gen" ] && echo slow-gen || echo fast-gen)" "$kills" "$rc" "$w" "$m" "$du" "$no" "$note" "$flag"
+    "$([ -n "$gen" ] && echo slow-gen || echo fast-gen)$([ -n "$stage" ] && echo +stage)" "$kills" "$rc" "$w" "$m" "$du" "$no" "$note" "$flag"
 done
 echo "fault soak: $runs runs, $tasks tasks: wrong ok results $wrong_ok, missing $missing, duplicated $dup, not ok $not_ok; runs with a problem $bad_runs"
 [ "$wrong_ok" -eq 0 ] && [ "$bad_runs" -eq 0 ]

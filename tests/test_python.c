@@ -788,6 +788,9 @@ Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 		{"script = nope.py\nclass = W\n", "python: loading "},
 		{"module = no_such_module_here\nclass = W\n",
 		 "python: importing module no_such_module_here: ModuleNotFoundError"},
+		{"script = w.py\nclass = W\n",
+		 "python: class W has no setup(gpu_id, seed, **kwargs) (inherit gpud.BaseWorker, "
+		 "or define it)"},
 	};
 	free(t_write(dir, "w.py", "class W:\n    def process(self, d): return d\n"));
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

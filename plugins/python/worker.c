@@ -317,6 +317,14 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	}
 	pw->obj = PyObject_CallObject(cls, NULL);
 	Py_DECREF(cls);
+	if (pw->obj && !PyObject_HasAttrString(pw->obj, "setup")) {
+		Py_DECREF(pw->obj);
+		free(pw);
+		return gpud_fail(err,
+				 "python: class %s has no setup(gpu_id, seed, **kwargs) (inherit "
+				 "gpud.BaseWorker, or define it)",
+				 cls_name);
+	}
 	PyObject *json = PyImport_ImportModule("json");
 	PyObject *kwargs = py_kwargs(a, our_keys);
 	PyObject *setup = pw->obj ? PyObject_GetAttrString(pw->obj, "setup") : NULL;
