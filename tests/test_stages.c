@@ -364,8 +364,13 @@ Test(stages, busy_counts_from_a_workers_finished_setup, .timeout = 180)
 	char *s = t_read_in(dir, "s.json");
 	cr_assert(s);
 	double elapsed = json_num(s, NULL, "elapsed"), gpu = json_num(s, NULL, "gpu_busy");
-	cr_expect(elapsed > 3.4, "elapsed %g: the setup's 1.5 s and 100 x 20 ms", elapsed);
-	cr_expect(gpu > 0.75 && gpu <= 1, "gpu_busy %g in %g s", gpu, elapsed);
+	cr_assert(elapsed > 3.4, "elapsed %g: the setup's 1.5 s and 100 x 20 ms", elapsed);
+	/* At least 2 s in process(), over at most the time after the setup's 1.5 s (with
+	 * room for clocks): the whole run's time would give 2 / elapsed, below this however
+	 * slow the machine (a sanitizer) makes the hand-overs. */
+	double floor = 0.9 * 2.0 / (elapsed - 1.5);
+	cr_expect(gpu >= floor && gpu <= 1, "gpu_busy %g in %g s (want at least %g)", gpu, elapsed,
+		  floor);
 	free(s);
 }
 
