@@ -102,10 +102,7 @@ static const char *const *declared(const struct plugin *pl)
 	return pl->handle ? pl->keys : NULL;
 }
 
-/* The keys in the worker helper's answer: the lines after "keys", made into a
- * NULL-terminated array pointing into `text` (which is cut into lines). NULL when the
- * plugin declared none. */
-static const char **worker_keys(char *text)
+const char **checks_worker_keys(char *text)
 {
 	char *k = strstr(text, "\nkeys");
 	if (!k || (k[5] != '\n' && k[5] != '\0'))
@@ -128,7 +125,7 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 {
 	char err[2048];
 	char *copy = strdup(worker_out ? worker_out : "");
-	const char **wk = copy ? worker_keys(copy) : NULL;
+	const char **wk = copy ? checks_worker_keys(copy) : NULL;
 	int rc = 0;
 	if (keys_check(&c->worker, "worker", c->worker.plugin, wk, err, sizeof err) < 0 ||
 	    keys_check(&c->generator, "generator", c->generator.plugin, declared(&h->gen_pl), err,

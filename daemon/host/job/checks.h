@@ -16,6 +16,11 @@ int check_file_writable(const char *path, char *why, size_t len);
 /* A folder a run will use, creating it (not its parents) when missing. 0, or -1. */
 int check_dir_usable(const char *dir, char *why, size_t len);
 
+/* The keys in a worker helper's answer ("name version\nkeys\nk1\n..."): the lines
+ * after "keys", as a NULL-terminated array (the caller frees) pointing into `text`,
+ * which is cut into lines. NULL when the plugin declared none. */
+const char **checks_worker_keys(char *text);
+
 /* Every key of the three plugin sections, against the keys each plugin declares
  * (gpud_plugin_keys). `worker_out` is what the worker plugin's helper printed
  * (spawn_check_worker_plugin). 0, or -1 with one line on standard error. */

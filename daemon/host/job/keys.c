@@ -439,8 +439,7 @@ bad:
 	return -1;
 }
 
-/* Whether `key` is one of `declared` (a name ending in '*' matches by prefix). */
-static bool keys_declared(const char *key, const char *const *declared)
+bool keys_declared(const char *key, const char *const *declared)
 {
 	for (; *declared; declared++) {
 		size_t n = strlen(*declared);

@@ -80,6 +80,9 @@ size_t cfg_key_names(const char *section, const char **out, size_t cap);
 int cfg_key_set(struct cfg *c, const struct cfg_key *k, const struct cfg_val *v, char *why,
 		size_t whylen);
 
+/* Whether `key` is one of `declared` (a name ending in '*' matches by prefix). */
+bool keys_declared(const char *key, const char *const *declared);
+
 /* 0 when every key of `s` is declared (or `declared` is NULL: the plugin declared
  * nothing, so anything goes); -1 with one line in err otherwise. `section` is the
  * section's name, `plugin` the plugin's as written in the job file. When --set swapped

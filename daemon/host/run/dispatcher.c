@@ -447,14 +447,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 				continue;
 			}
 		}
-		ent.pos = w->task_head;
-		t->task_id = ent.id;
-		t->size = ent.size;
-		t->attempt = ent.attempt;
-		t->flags = 0;
-		t->kind = REC_TASK;
-		tasks_push(w, &ent);
-		w->task_head += ring_span(ent.size);
+		tasks_place(w, t, &ent);
 		UI_ADD(h->flow.in_flight, 1);
 		n++;
 		if (*slice_end)

@@ -108,6 +108,23 @@ static inline void tasks_pop(struct host_worker *w)
 		w->tt_started = w->tt_tail;
 }
 
+/* Gives w task `ent`, whose input is already in the reserved record `rec` of its ring:
+ * the record's header written, the task noted in the table, the ring's head moved (it
+ * is published later, with the others of the burst). On every task's path: the feed's
+ * and a CPU stage's hand-over. */
+static inline __attribute__((always_inline)) void
+tasks_place(struct host_worker *w, struct shm_rec *rec, struct task_ent *ent)
+{
+	ent->pos = w->task_head;
+	rec->task_id = ent->id;
+	rec->size = ent->size;
+	rec->attempt = ent->attempt;
+	rec->flags = 0;
+	rec->kind = REC_TASK;
+	tasks_push(w, ent);
+	w->task_head += ring_span(ent->size);
+}
+
 /* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
  * ring space is reused once consumed. */
 struct held_outcome {

@@ -10,6 +10,7 @@
 #include "run/stages.h"
 #include "run/events.h"
 #include "run/host.h"
+#include "job/checks.h"
 #include "job/groups.h"
 #include "job/keys.h"
 #include "job/suggest.h"
@@ -42,27 +43,6 @@ unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per
 	return total;
 }
 
-/* The keys a plugin declares, from its helper's answer ("name version\nkeys\nk1\n..."),
- * as a NULL-ended list pointing into `text`; NULL when it declares none. */
-static const char **declared_keys(char *text)
-{
-	char *k = strstr(text, "\nkeys");
-	if (!k || (k[5] != '\n' && k[5] != '\0'))
-		return NULL;
-	size_t n = 0;
-	for (char *p = k + 5; *p; p++)
-		n += *p == '\n';
-	const char **keys = calloc(n + 1, sizeof *keys);
-	if (!keys)
-		return NULL;
-	size_t i = 0;
-	char *save = NULL;
-	for (char *line = strtok_r(k + 5, "\n", &save); line && i < n;
-	     line = strtok_r(NULL, "\n", &save))
-		keys[i++] = line;
-	return keys;
-}
-
 /* A key of [stage.NAME] that is a slip of the stage's own (`worker = 4` for `workers`):
  * refused naming it when the plugin declares its keys and has no such key, said on
  * standard error when the plugin takes any key (it reaches its setup()). 0, or -1 with
@@ -75,13 +55,7 @@ static int stage_own_key_slips(const struct cfg_section *s, const char *section,
 		const char *key = s->kv[i].key, *near = suggest(key, own);
 		if (!near)
 			continue;
-		bool theirs = false;
-		for (const char *const *d = declared; d && *d && !theirs; d++) {
-			size_t n = strlen(*d); /* "name*": a prefix, as keys_check reads it */
-			theirs = n && (*d)[n - 1] == '*' ? strncmp(key, *d, n - 1) == 0
-							 : strcmp(*d, key) == 0;
-		}
-		if (theirs)
+		if (declared && keys_declared(key, declared))
 			continue;
 		if (declared) {
 			snprintf(err, errlen,
@@ -128,7 +102,7 @@ int stages_prepare(struct host *h)
 			say("[stage.%s]: %s", cs->name, err);
 			return -1;
 		}
-		const char **keys = declared_keys(out);
+		const char **keys = checks_worker_keys(out);
 		snprintf(section, sizeof section, "stage.%s", cs->name);
 		int rc = stage_own_key_slips(&cs->sec, section, cs->sec.plugin, keys, err,
 					     sizeof err);
@@ -201,14 +175,7 @@ static void hand_over(struct host_worker *w, struct shm_rec *rec, struct task_en
 		      const void *data)
 {
 	memcpy(ring_payload(rec), data, ent.size);
-	ent.pos = w->task_head;
-	rec->task_id = ent.id;
-	rec->size = ent.size;
-	rec->attempt = ent.attempt;
-	rec->flags = 0;
-	rec->kind = REC_TASK;
-	tasks_push(w, &ent);
-	w->task_head += ring_span(ent.size);
+	tasks_place(w, rec, &ent);
 	w->handed = true; /* published with the others of the burst: stages_publish_handed */
 }
 
