@@ -109,6 +109,36 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 	free(out);
 }
 
+/* A stage's result larger than max_task_bytes cannot be the next stage's input: its task
+ * fails, saying so, and never reaches the GPU worker; the others go on. */
+Test(stages, a_stage_result_too_large_for_the_next_input_fails_its_task, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	/* range's inputs are 1-3 bytes; "long-tag:" makes them 10-12: above 11 fails */
+	free(t_jobf(dir, "[job]\ngpus = 0\nmax_task_bytes = 11\nmax_retries = 3\n"
+			 "[stage.decode]\nplugin = tagger\ntag = long-tag:\nworkers = 1\n"
+			 "[worker]\nplugin = tagger\ntag = g:\n"
+			 "[generator]\nplugin = range\nstop = 200\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	char *out = read_out(dir);
+	unsigned ok = 0, failed = 0;
+	for (char *p = out; (p = strstr(p, "\"status\": ")); p++) {
+		if (strncmp(p, "\"status\": \"ok\"", 14) == 0)
+			ok++;
+		else
+			failed++;
+	}
+	cr_expect_eq(ok, 100, "ids 0-99 (1-2 bytes) fit: %u ok", ok);
+	cr_expect_eq(failed, 100, "ids 100-199 do not: %u failed", failed);
+	cr_expect(strstr(out, "\"task_id\": 150, \"status\": \"error\"") &&
+			  strstr(out, "stage decode: its result of 12 bytes exceeds "
+				      "max_task_bytes (11), the next stage's input limit"),
+		  "%s", out);
+	cr_expect(!strstr(out, "g:long-tag:100"), "a failed task reached the GPU worker");
+	free(out);
+}
+
 Test(stages, two_stages_in_file_order_then_the_gpu, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
