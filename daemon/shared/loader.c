@@ -45,6 +45,8 @@ static void resolve(struct plugin *pl)
 			SYM(pl, worker.submit, "gpud_worker_submit");
 			SYM(pl, worker.poll, "gpud_worker_poll");
 		}
+		if (minor >= 5)
+			SYM(pl, worker.interrupt, "gpud_worker_interrupt");
 		break;
 	case LOADER_GENERATOR:
 		SYM(pl, gen.open, "gpud_generator_open");

@@ -57,6 +57,7 @@ struct worker_ops {
 	int (*submit)(void *state, struct gpud_task *task); /* optional, 1.4, with poll */
 	int (*poll)(void *state, struct gpud_task **done, size_t max, int timeout_ms,
 		    struct gpud_error *err); /* optional, 1.4, with submit */
+	void (*interrupt)(void *state);      /* optional, 1.5: from the watcher thread */
 };
 
 /* A loaded plugin. Only the table of its kind is filled; the other two stay zero. The

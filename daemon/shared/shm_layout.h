@@ -82,9 +82,10 @@ enum shm_pin { SHM_PIN_AUTO = 0, SHM_PIN_ON = 1, SHM_PIN_OFF = 2 };
 #define WORKER_EXIT_TAINTED 71
 
 /* REC_FAIL flags */
-#define REC_FLAG_FATAL 1u  /* the plugin marked the worker unusable (gpud_task_fatal) */
-#define REC_FLAG_BOUNDS 2u /* the plugin wrote outside its result buffer */
-#define REC_FLAG_REJECT 4u /* the plugin rejected the task for good (gpud_task_reject) */
+#define REC_FLAG_FATAL 1u   /* the plugin marked the worker unusable (gpud_task_fatal) */
+#define REC_FLAG_BOUNDS 2u  /* the plugin wrote outside its result buffer */
+#define REC_FLAG_REJECT 4u  /* the plugin rejected the task for good (gpud_task_reject) */
+#define REC_FLAG_TIMEOUT 8u /* its call was interrupted past task_timeout (ABI 1.5) */
 /* Results of gpud_worker_process_batch: flags >> REC_CALL_SHIFT is the number of tasks
  * of the call on its first result, 0 on the others (for the batch-size metric). */
 #define REC_CALL_SHIFT 8
@@ -162,8 +163,11 @@ struct shm_feed {
 	uint64_t seed;
 	int32_t worker_id;
 	int32_t gpu_id;
-	uint32_t incarnation; /* starts of this slot so far */
-	uint8_t _pad3[12];
+	uint32_t incarnation;  /* starts of this slot so far */
+	uint32_t interrupt_ms; /* its task_timeout in ms (rounded up), for a plugin with
+				  gpud_worker_interrupt: the call is then interrupted; 0: never
+				  (no limit, or timeout_grace = 0) */
+	uint8_t _pad3[8];
 };
 
 /* What one worker tells the host (out memfd, offset 0). Each line has one writer: the
@@ -193,7 +197,9 @@ struct shm_report {
 				      * split */
 	_Atomic uint32_t flight;     /* it runs tasks in flight (gpud_worker_submit/poll), up
 				      * to this many; 0: process() or process_batch() */
-	uint8_t _pad2[44];
+	_Atomic uint32_t interrupts; /* 1: it interrupts a call past task_timeout itself
+				      * (gpud_worker_interrupt): timeout_grace before a kill */
+	uint8_t _pad2[40];
 	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
 	char message[SHM_MSG_MAX];
 };

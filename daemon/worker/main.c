@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,8 +82,20 @@ struct worker {
 	/* result_head as of the last call's end, for the watcher to publish while a call
 	 * runs long (its own line: the watcher reads it every HELD_NS) */
 	_Alignas(64) _Atomic uint64_t committed;
+	/* Timeouts ended in place (ABI 1.5, gpud_worker_interrupt): call_seq is odd while a
+	 * call of the plugin runs (written by the loop around each call), `interrupting`
+	 * the call_seq of a call the watcher is interrupting (0: none), `interrupted` the
+	 * last call it interrupted. A call ends only once no interrupt of it is under way
+	 * (call_ends), so the plugin is never asked to interrupt a call that has ended. */
+	_Alignas(64) _Atomic uint64_t call_seq;
+	_Atomic uint64_t interrupting;
+	_Atomic uint64_t interrupted;
 	_Alignas(64) char committed_end;
-	bool waited; /* the clock read last is stale: we waited since */
+	bool waited;           /* the clock read last is stale: we waited since */
+	bool interrupts;       /* the plugin ends a call past task_timeout itself */
+	bool cut;              /* the call (or one of its split parts) was interrupted */
+	uint64_t interrupt_ns; /* when: task_timeout plus one coarse tick (as the host) */
+	uint64_t calls;        /* the loop's copy of call_seq */
 	uint64_t published_ns;
 
 	/* task timing (TINY_NS) */
@@ -183,6 +196,29 @@ static uint64_t clock_after(struct worker *w, uint32_t n, uint64_t now, double *
 	w->timed_coarse = coarse_ns();
 	w->untimed = 0;
 	return end;
+}
+
+/* Around every call of process() or process_batch() of a plugin that interrupts
+ * (w->interrupts): call_seq odd from here until call_ends. */
+static inline void call_begins(struct worker *w)
+{
+	if (w->interrupts)
+		atomic_store(&w->call_seq, ++w->calls);
+}
+
+/* The call returned: call_seq even, then waits out an interrupt of it that the watcher
+ * began before it saw the change (a moment: gpud_worker_interrupt returns at once).
+ * Notes in w->cut whether the call was interrupted. */
+static inline void call_ends(struct worker *w)
+{
+	if (!w->interrupts)
+		return;
+	uint64_t s = w->calls++;
+	atomic_store(&w->call_seq, w->calls);
+	while (atomic_load(&w->interrupting) == s)
+		sched_yield();
+	if (atomic_load_explicit(&w->interrupted, memory_order_relaxed) == s)
+		w->cut = true;
 }
 
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
@@ -490,8 +526,10 @@ static int call_part(struct worker *w, uint32_t from, uint32_t m)
 	/* Each call has its own task_timeout. */
 	atomic_store_explicit(&w->rep->cur_task, w->t[idx[0]].id, memory_order_relaxed);
 	atomic_store_explicit(&w->rep->busy_since_ns, wait_now_ns(), memory_order_relaxed);
+	call_begins(w);
 	int rc = w->plugin.worker.process_batch(w->state, t, m);
 	leave_if_forked();
+	call_ends(w);
 	for (uint32_t j = 0; !side_by_side && j < m; j++)
 		w->t[idx[j]] = w->part[j];
 	return rc;
@@ -580,6 +618,13 @@ static uint64_t finish_result(struct worker *w, uint32_t i, uint64_t pos, int rc
 			"the plugin wrote %s its result buffer (capacity %u bytes)",
 			breach == BREACH_BEFORE ? "before the start of" : "past the end of",
 			max_result);
+	} else if (task->failed == GPUD_TASK_TIMED_OUT && w->cut) {
+		/* Its call ran past task_timeout and was interrupted (gpud_worker_interrupt):
+		 * a timeout, the process goes on. The plugin's note is the payload. */
+		kind = REC_FAIL;
+		flags = REC_FLAG_TIMEOUT;
+		size = (uint32_t)strnlen(err->message, sizeof err->message);
+		memcpy(ring_payload(r), err->message, size);
 	} else if (task->failed || rc != 0) {
 		if (w->oom_abi && task_oom(w, i, rc))
 			oom_alone(w, i); /* process(): a call of one task */
@@ -669,10 +714,13 @@ static void run_tasks(struct worker *w)
 		atomic_store_explicit(&w->rep->run_from, call_from, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->task_tail, end_pos, memory_order_release);
 
+		w->cut = false;
+		call_begins(w);
 		int rc = slots ? w->plugin.worker.process_batch(w->state, w->t, n)
 			       : w->plugin.worker.process(w->state, &w->t[0]);
 		leave_if_forked();
-		if (slots && w->oom_abi && any_oom(w, n, rc))
+		call_ends(w);
+		if (slots && w->oom_abi && !w->cut && any_oom(w, n, rc))
 			rc = refit(w, n, rc);
 		else if (slots && w->shown < w->batch)
 			fit_grow(w, n);
@@ -1115,6 +1163,27 @@ static void publish_held(struct worker *w)
 		wait_ring_fast(w->host_bell);
 }
 
+/* A call past task_timeout in a plugin that can end it (gpud_worker_interrupt): asked
+ * once to, while the loop cannot end the call meanwhile (call_ends waits). The host
+ * kills the process when the call has not returned timeout_grace later. */
+static void interrupt_late(struct worker *w)
+{
+	uint64_t s = atomic_load(&w->call_seq);
+	if (!(s & 1) || s == atomic_load_explicit(&w->interrupted, memory_order_relaxed))
+		return;
+	/* Written before call_seq: this call's start, or a later call's (seen below). */
+	uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
+	uint64_t now = wait_now_ns();
+	if (!since || now < since || now - since < w->interrupt_ns)
+		return;
+	atomic_store(&w->interrupting, s);
+	if (atomic_load(&w->call_seq) == s) {
+		atomic_store_explicit(&w->interrupted, s, memory_order_relaxed);
+		w->plugin.worker.interrupt(w->state);
+	}
+	atomic_store(&w->interrupting, 0);
+}
+
 static void *watch_host(void *arg)
 {
 	(void)arg;
@@ -1125,6 +1194,8 @@ static void *watch_host(void *arg)
 			struct worker *w = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
 			if (w)
 				publish_held(w);
+			if (w && w->interrupts)
+				interrupt_late(w);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -1289,6 +1360,16 @@ static int run(long index, long host_pid, long stage)
 	set_state(&w, WS_SETUP, NULL);
 	load_plugin(&w, plugin_path);
 	set_up_plugin(&w);
+	/* Timeouts ended in place: the plugin can (ABI 1.5), a limit applies, and its calls
+	 * are process() or process_batch() (tasks in flight time out as before). */
+	if (w.plugin.worker.interrupt && w.feed->interrupt_ms && !w.flight) {
+		struct timespec tick = {0};
+		clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+		w.interrupts = true;
+		w.interrupt_ns = (uint64_t)w.feed->interrupt_ms * 1000000u +
+				 (uint64_t)tick.tv_sec * 1000000000u + (uint64_t)tick.tv_nsec;
+		atomic_store_explicit(&w.rep->interrupts, 1, memory_order_relaxed);
+	}
 	set_state(&w, WS_READY, NULL);
 	__atomic_store_n(&watched, &w, __ATOMIC_RELEASE);
 	if (w.flight)

@@ -9,7 +9,9 @@
  * that spans several with `gpus_per_worker`; GPUD_OOM, GPUD_TASK_OOM and gpud_task_oom,
  * with which a worker says a call ran out of memory, so gpud runs its tasks again in
  * smaller calls; and gpud_worker_submit and gpud_worker_poll, which keep up to
- * gpud_worker_info.max_in_flight tasks in flight and finish them in any order).
+ * gpud_worker_info.max_in_flight tasks in flight and finish them in any order; 1.5 added
+ * gpud_worker_interrupt, GPUD_TASK_TIMED_OUT and gpud_task_timed_out, with which a
+ * worker ends a call that ran past task_timeout itself and keeps its state).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -61,7 +63,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 4
+#define GPUD_ABI_MINOR 5
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -414,6 +416,52 @@ GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *task);
  *  then retried or failed (as in a crash) and the worker is replaced. */
 GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t max, int timeout_ms,
 				 struct gpud_error *err);
+
+/* ---- (ABI 1.5) Timeouts ended in place ------------------------------------------ */
+/*
+ * Without gpud_worker_interrupt, a call of gpud_worker_process or process_batch that runs
+ * past task_timeout has its worker killed: its tasks time out, and a fresh worker (setup
+ * again, the model loaded again) takes the slot, a restart counted against
+ * max_worker_restarts. A worker that can stop a call from inside exports it: gpud then
+ * asks the call to end, and kills only when it has not returned within [job]
+ * timeout_grace seconds more (C code that never looks, a syscall that never returns).
+ * Not used for tasks in flight (gpud_worker_submit/poll), nor with timeout_grace = 0.
+ */
+
+/** task->failed value set by gpud_task_timed_out(). */
+#define GPUD_TASK_TIMED_OUT 5
+
+/** (ABI 1.5) Marks `task` timed out: its call was interrupted (gpud_worker_interrupt)
+ *  before it finished. The task's outcome is a timeout (GPUD_TASK_TIMEOUT, retried when
+ *  retry_on has timeout), as if the worker had been killed for it, but the worker goes
+ *  on. Only in a call gpud interrupted: anywhere else the mark is a failure like
+ *  gpud_task_fail's. The message is the plugin's note (the event says the limit).
+ *  Returns -1. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int
+gpud_task_timed_out(struct gpud_task *task, const char *fmt, ...)
+{
+	task->failed = GPUD_TASK_TIMED_OUT;
+	va_list ap;
+	va_start(ap, fmt);
+	gpud_task_failv_(task, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/** Optional (ABI 1.5). Called when the call of gpud_worker_process or
+ *  gpud_worker_process_batch now running has run past task_timeout, at most once per
+ *  call, from the worker process's other thread (its watcher) while that call runs:
+ *  the only call not made from the calling thread. It must return at once and only ask
+ *  the call to end (set a flag the call looks at, raise a signal at the calling thread,
+ *  cancel the work queued on a stream); it must not touch the tasks. The call then
+ *  returns with each task it did not finish marked gpud_task_timed_out() (those it did
+ *  finish keep their results), and the worker, its state and its model go on with the
+ *  next tasks: no restart. When the call has not returned within timeout_grace seconds
+ *  after task_timeout, the worker is killed as without this function. */
+GPUD_EXPORT void gpud_worker_interrupt(void *state);
 
 /** Optional. Called once when the run ends (only after a successful setup); free the
  *  state here. Returns 0, or -1 with err filled (reported as a cleanup-failed event). */

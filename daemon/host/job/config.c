@@ -858,6 +858,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.max_result_bytes = 1u << 20,
 		.max_worker_restarts = 3,
 		.cleanup_timeout = 30,
+		.timeout_grace = CFG_TIMEOUT_GRACE,
 		.setup_timeout = CFG_SETUP_TIMEOUT,
 		.drain_timeout = CFG_DRAIN_TIMEOUT,
 		.refresh_rate = 4,

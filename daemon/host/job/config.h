@@ -17,6 +17,7 @@
 #define CFG_MAX_IN_FLIGHT 1024 /* within the default queue_size */
 #define CFG_SETUP_TIMEOUT 1800 /* default setup_timeout: half an hour of model loading */
 #define CFG_DRAIN_TIMEOUT 20   /* default drain_timeout: well under Slurm's 30 s KillWait */
+#define CFG_TIMEOUT_GRACE 5    /* default timeout_grace: an interrupted call's time to return */
 #define CFG_MAX_KEYS 4096      /* keys in one plugin section (the worker gets them all) */
 /* Largest job file: it is read whole, and /dev/zero or a huge file must not take the
  * memory with it. Thousands of keys take well under a megabyte. */
@@ -67,6 +68,9 @@ struct cfg {
 	char *gpus_per_worker_at; /* where it was set ("file:line", "--set ..."), or NULL */
 	unsigned queue_size;
 	double task_timeout;    /* seconds; 0 = none */
+	double timeout_grace;   /* seconds a call interrupted at task_timeout (a worker with
+				   gpud_worker_interrupt) has to return before it is killed;
+				   0 = killed at once, never interrupted */
 	double cleanup_timeout; /* seconds a worker's cleanup may take; then it is killed */
 	double setup_timeout;   /* seconds a worker's setup may take; then it is killed */
 	double drain_timeout;   /* seconds running tasks get after Ctrl-C or SIGTERM; 0 = all */

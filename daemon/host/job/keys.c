@@ -61,6 +61,11 @@ const struct cfg_key cfg_keys[] = {
 	 .example = "64",
 	 .doc = "most tasks in flight between generator and workers (backpressure)"},
 	TIMEOUT(task_timeout, "seconds a task may run, fractions allowed; 0 = no limit"),
+	{"job", "timeout_grace", CFG_REAL, FIELD(timeout_grace), .lo = 0, .hi = 1e7,
+	 .expect = "expected seconds, 0 or more (0 = kill at task_timeout)", .example = "5",
+	 .doc = "seconds a call interrupted at task_timeout (a Python worker's, or a plugin's "
+		"with gpud_worker_interrupt) has to return before its worker is killed; 0 = "
+		"kill at task_timeout"},
 	TIMEOUT(setup_timeout, "seconds a worker's setup may take before it is killed"),
 	TIMEOUT(cleanup_timeout, "seconds a worker's cleanup may take before it is killed"),
 	TIMEOUT(drain_timeout, "seconds running tasks get after Ctrl-C or SIGTERM; 0 = no limit"),

@@ -194,6 +194,17 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 		if (r.kind == REC_OK) {
 			UI_ADD(w->ok, 1);
 			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
+		} else if (r.flags & REC_FLAG_TIMEOUT) {
+			/* Its call ran past task_timeout and the worker interrupted it
+			 * (gpud_worker_interrupt): a timeout, as if it had been killed for
+			 * it, but the worker goes on; no restart. */
+			char msg[256];
+			double limit = stages_task_timeout(h, w);
+			UI_ADD(w->timeouts, 1);
+			snprintf(msg, sizeof msg,
+				 "timed out after %g s on worker %d (%s), interrupted in place",
+				 limit, w->index, WHERE_OF(h, w));
+			events_outcome(h, w, t, input, CAUSE_TIMEOUT, NULL, 0, msg, limit);
 		} else {
 			char msg[SHM_MSG_MAX + 1];
 			size_t len = r.size < SHM_MSG_MAX ? r.size : SHM_MSG_MAX;

@@ -900,10 +900,17 @@ static uint64_t enforce_worker(struct host *h, struct host_worker *w, uint64_t n
 		return deadline;
 	uint64_t ran = now - since;
 	ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
+	/* A worker that interrupts its own call at task_timeout (gpud_worker_interrupt,
+	 * every Python worker) has timeout_grace more to return from it: then its tasks
+	 * time out and it goes on, model and all. */
+	if (h->cfg->timeout_grace > 0 &&
+	    atomic_load_explicit(&w->rep->interrupts, memory_order_relaxed) == 1)
+		limit += (uint64_t)(h->cfg->timeout_grace * 1e9);
 	if (ran < limit)
 		return earlier(deadline, now + (limit - ran));
-	/* A plugin stuck in a kernel or a C loop cannot be interrupted from inside: the
-	 * worker goes, a fresh one takes its place. */
+	/* A plugin stuck in a kernel or a C loop cannot be interrupted from inside (or
+	 * did not return within timeout_grace when it was): the worker goes, a fresh one
+	 * takes its place. */
 	w->timed_out = true;
 	kill_worker(w);
 	return deadline;
