@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The `gpud` module a Python worker can import: BaseWorker, fatal(), reject() and their
- * exceptions. Built into the plugin (PyImport_AppendInittab), so it needs no install. */
+ * exceptions, and TaskTimeout. Built into the plugin (PyImport_AppendInittab), so it needs no
+ * install. */
 #ifndef GPUD_PY_MODULE_H
 #define GPUD_PY_MODULE_H
 
@@ -9,6 +10,7 @@
 
 static PyObject *gpud_worker_fatal;  /* gpud.WorkerFatal */
 static PyObject *gpud_task_rejected; /* gpud.TaskRejected */
+static PyObject *gpud_task_timeout;  /* gpud.TaskTimeout */
 
 static struct PyModuleDef gpud_module_def = {
 	PyModuleDef_HEAD_INIT,
@@ -40,6 +42,8 @@ static PyObject *gpud_module_init(void)
 	gpud_task_rejected = PyDict_GetItemString(d, "TaskRejected");
 	Py_XINCREF(gpud_worker_fatal);
 	Py_XINCREF(gpud_task_rejected);
+	gpud_task_timeout = PyDict_GetItemString(d, "TaskTimeout");
+	Py_XINCREF(gpud_task_timeout);
 	return m;
 fail:
 	Py_DECREF(m);

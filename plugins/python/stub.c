@@ -108,6 +108,7 @@ static int (*w_process_batch)(void *, struct gpud_task *, size_t);
 static int (*w_cleanup)(void *, struct gpud_error *);
 static int (*w_submit)(void *, struct gpud_task *);
 static int (*w_poll)(void *, struct gpud_task **, size_t, int, struct gpud_error *);
+static void (*w_interrupt)(void *);
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err)
@@ -123,7 +124,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	w_submit = (int (*)(void *, struct gpud_task *))glue_sym("gpud_worker_submit");
 	w_poll = (int (*)(void *, struct gpud_task **, size_t, int, struct gpud_error *))glue_sym(
 		"gpud_worker_poll");
-	if (!setup || !w_process_batch || !w_cleanup || !w_submit || !w_poll)
+	w_interrupt = (void (*)(void *))glue_sym("gpud_worker_interrupt");
+	if (!setup || !w_process_batch || !w_cleanup || !w_submit || !w_poll || !w_interrupt)
 		return gpud_fail(err, "python: the glue python/worker.so lacks an entry point");
 	return setup(info, state, err);
 }
@@ -148,6 +150,12 @@ GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t ma
 				 struct gpud_error *err)
 {
 	return w_poll(state, done, max, timeout_ms, err);
+}
+
+/* A call past task_timeout: TaskTimeout raised in it (worker.c), from gpud's watcher. */
+GPUD_EXPORT void gpud_worker_interrupt(void *state)
+{
+	w_interrupt(state);
 }
 
 #elif defined(PY_KIND_GENERATOR)

@@ -19,8 +19,15 @@
  * process` runs on an asyncio event loop of the worker's, up to [job] max_in_flight
  * tasks at once (gpud_worker_submit/poll: each call is a coroutine started at submit;
  * the loop runs while gpud polls), finishing in any order. The interpreter
- * starts in setup, after CUDA_VISIBLE_DEVICES is set, and installs no signal handlers:
- * gpud's stay in charge (a stuck process() is killed at task_timeout like any worker).
+ * starts in setup, after CUDA_VISIBLE_DEVICES is set, and installs one signal handler
+ * only (TIMEOUT_SIGNAL, below): gpud's stay in charge of the rest.
+ *
+ * Timeouts end in place (gpud_worker_interrupt, ABI 1.5): a call past task_timeout gets
+ * gpud.TaskTimeout (a TimeoutError) raised inside the user's code, by a signal at the
+ * calling thread, so a time.sleep or a blocking read is cut short too. Its task times
+ * out, and so do the call's tasks not yet run; the worker and what setup() loaded go
+ * on. Code that does not give Python a turn (a C extension's long loop) is killed
+ * timeout_grace later, as before. Tasks in flight (max_in_flight > 1) time out as before.
  *
  * Input: a read-only memoryview straight over the task's bytes in shared memory. It is
  * made from a small exporter that counts the buffers taken from it, so a view kept past
@@ -37,6 +44,9 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +55,81 @@
 
 #include "common.h"
 #include "gpud_module.h"
+
+/* The signal that brings TaskTimeout into the calling thread: a real-time one, which
+ * nothing else of gpud's and seldom a library uses. Its handler is Python's (signal.signal),
+ * so that a sleeping call wakes up and the handler runs as soon as Python gets a turn. */
+#define TIMEOUT_SIGNAL (SIGRTMAX)
+
+/* One worker per process: the timeout's state is the process's.
+ *   calls    plugin calls so far (the loop's thread writes it at each call's start)
+ *   cut      the call gpud_worker_interrupt asked to end (0: none), from the watcher
+ *   raised   the call TaskTimeout was raised in (once a call)
+ *   in_user  the user's code runs now (not ours: making inputs, writing results) */
+static pthread_t main_thread;
+static _Atomic uint64_t calls, cut;
+static uint64_t raised;
+static bool in_user;
+
+static bool armed; /* the handler is in place */
+
+/* Whether the running call was asked to end (the loop's thread). */
+static bool call_cut(void)
+{
+	uint64_t c = atomic_load(&calls);
+	return c && atomic_load(&cut) == c;
+}
+
+/* TIMEOUT_SIGNAL's handler, run by Python on the calling thread (the GIL held) as soon
+ * as it gets a turn: TaskTimeout in the user's code of the call asked to end, once. A
+ * signal that arrives late (the call returned) is let go: the next call is not cut. */
+static PyObject *timeout_signal(PyObject *self, PyObject *args)
+{
+	(void)self;
+	(void)args;
+	uint64_t c = atomic_load(&calls);
+	if (!in_user || !call_cut() || raised == c || !gpud_task_timeout)
+		Py_RETURN_NONE;
+	raised = c;
+	PyErr_SetString(gpud_task_timeout,
+			"the call ran past task_timeout: gpud interrupted it (the worker goes on)");
+	return NULL;
+}
+
+static PyMethodDef timeout_def = {"gpud_task_timeout", timeout_signal, METH_VARARGS, NULL};
+
+/* Python's handler for TIMEOUT_SIGNAL, set after the user's setup() (so it is ours). A
+ * failure is said and leaves timeouts as they were without it: killed after the grace. */
+static void arm_timeouts(void)
+{
+	main_thread = pthread_self();
+	PyObject *mod = PyImport_ImportModule("signal");
+	PyObject *fn = mod ? PyCFunction_NewEx(&timeout_def, NULL, NULL) : NULL;
+	PyObject *r = fn ? PyObject_CallMethod(mod, "signal", "iO", (int)TIMEOUT_SIGNAL, fn) : NULL;
+	armed = r != NULL;
+	if (!armed) {
+		char why[900];
+		Py_XDECREF(py_take_error(why, sizeof why));
+		fprintf(stderr,
+			"python: cannot handle signal %d, so a call past task_timeout cannot "
+			"be interrupted (its worker is killed timeout_grace later): %s\n",
+			(int)TIMEOUT_SIGNAL, why);
+	}
+	Py_XDECREF(r);
+	Py_XDECREF(fn);
+	Py_XDECREF(mod);
+}
+
+/* (ABI 1.5) From gpud's watcher thread, while a call runs past task_timeout: marks the
+ * call cut (its tasks not yet run time out) and signals the calling thread, whose
+ * handler raises TaskTimeout there. No Python here: the GIL may be the call's. */
+GPUD_EXPORT void gpud_worker_interrupt(void *state)
+{
+	(void)state;
+	atomic_store(&cut, atomic_load(&calls));
+	if (armed)
+		pthread_kill(main_thread, TIMEOUT_SIGNAL);
+}
 
 /* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
 /* script/module, class, python_path and input are ours; every other key is the class's
@@ -169,7 +254,16 @@ static const char drive_source[] =
 	"        out, self.done = self.done[:most], self.done[most:]\n"
 	"        return out\n"
 	"    def run(self, coro):\n"
-	"        return self.loop.run_until_complete(coro)\n";
+	"        t = self.loop.create_task(coro)\n"
+	"        try:\n"
+	"            return self.loop.run_until_complete(t)\n"
+	"        finally:\n"
+	"            if not t.done():\n"
+	"                t.cancel()\n"
+	"                try:\n"
+	"                    self.loop.run_until_complete(t)\n"
+	"                except BaseException:\n"
+	"                    pass\n";
 
 /* An async def process gets the loop's driver, and max_in_flight > 1 its slots. 0, or -1
  * with err (the GIL held). */
@@ -302,6 +396,10 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		free(pw);
 		return -1;
 	}
+	/* The built-in `gpud` module, so that gpud.TaskTimeout is known even to a class
+	 * that never imports it (built-in modules are found before sys.path's). */
+	Py_XDECREF(PyImport_ImportModule("gpud"));
+	PyErr_Clear();
 	PyObject *mod = py_load_module(script, module, "__gpud_worker__", err);
 	if (!mod) {
 		free(pw);
@@ -377,6 +475,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		free(pw);
 		return -1;
 	}
+	arm_timeouts();
 	pw->ts = PyEval_SaveThread();
 	*state = pw;
 	return 0;
@@ -493,6 +592,8 @@ static void task_error(struct gpud_task *t)
 		gpud_task_fatal(t, "%s", why);
 	else if (type && PyErr_GivenExceptionMatches(type, gpud_task_rejected))
 		gpud_task_reject(t, "%s", why);
+	else if (type && PyErr_GivenExceptionMatches(type, gpud_task_timeout))
+		gpud_task_timed_out(t, "%s", why);
 	else
 		gpud_task_fail(t, "%s", why);
 	Py_XDECREF(type);
@@ -636,12 +737,14 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	PyObject *data = make_input(pw, t, &in);
 	if (!data)
 		return;
+	in_user = true;
 	PyObject *r = py_call1(pw->process, data);
 	if (r && pw->is_async) { /* one at a time (max_in_flight = 1): run to its end */
 		PyObject *coro = r;
 		r = PyObject_CallMethod(pw->driver, "run", "O", coro);
 		Py_DECREF(coro);
 	}
+	in_user = false;
 	finish_one(pw, t, r, data, in);
 }
 
@@ -683,17 +786,22 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		PyList_SetItem(items, (Py_ssize_t)i, d ? d : Py_None); /* steals */
 		Py_XDECREF(d);
 	}
+	in_user = true;
 	PyObject *r = py_call1(pw->process_batch, items);
+	in_user = false;
 	if (!r) {
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
 		bool fatal = type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal);
+		bool timeout = type && PyErr_GivenExceptionMatches(type, gpud_task_timeout);
 		bool oom = oom_type(type);
 		Py_XDECREF(type);
 		for (size_t i = 0; i < n; i++)
 			if (made[i]) {
 				if (oom) /* the call ran out: its tasks run again in smaller ones */
 					gpud_task_oom(&t[i], "%s", why);
+				else if (timeout) /* interrupted: the whole call timed out */
+					gpud_task_timed_out(&t[i], "%s", why);
 				else if (fatal)
 					gpud_task_fatal(&t[i], "%s", why);
 				else
@@ -742,11 +850,17 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, 
 {
 	struct py_worker *pw = state;
 	PyEval_RestoreThread(pw->ts);
+	atomic_fetch_add(&calls, 1);
 	if (pw->process_batch && (n > 1 || !pw->process))
 		run_batch(pw, tasks, n);
 	else
-		for (size_t i = 0; i < n; i++)
-			run_one(pw, &tasks[i]);
+		for (size_t i = 0; i < n; i++) {
+			if (call_cut()) /* the call ran past task_timeout: the rest too */
+				gpud_task_timed_out(&tasks[i],
+						    "not run: its call ran past task_timeout");
+			else
+				run_one(pw, &tasks[i]);
+		}
 	pw->ts = PyEval_SaveThread();
 	return 0;
 }

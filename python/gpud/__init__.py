@@ -25,6 +25,7 @@ _glue = _sys.modules.get("gpud._glue")
 if _glue is not None:
     WorkerFatal = _glue.WorkerFatal
     TaskRejected = _glue.TaskRejected
+    TaskTimeout = _glue.TaskTimeout
 else:
 
     class WorkerFatal(Exception):
@@ -35,6 +36,11 @@ else:
     class TaskRejected(Exception):
         """Raised in process() when the input is bad and running the task again cannot
         help: it fails at once and is not retried."""
+
+    class TaskTimeout(TimeoutError):
+        """Raised inside process() by gpud when the call runs past task_timeout: the
+        item times out (on_timeout) and the worker, with what setup() loaded, goes
+        on. A call that catches it and goes on is killed timeout_grace seconds later."""
 
 
 def fatal(reason):
@@ -95,6 +101,7 @@ __all__ = [
     "RichDispatcher",
     "WorkerFatal",
     "TaskRejected",
+    "TaskTimeout",
     "fatal",
     "reject",
     "JobError",

@@ -164,6 +164,18 @@ def _is_fatal(exc):
     return _glue is not None and isinstance(exc, _glue.WorkerFatal)
 
 
+def _is_timeout(exc):
+    """gpud's TaskTimeout: the call ran past task_timeout and was interrupted. Never an
+    item's own error: the call ends, and the plugin times its tasks out."""
+    return _glue is not None and isinstance(exc, getattr(_glue, "TaskTimeout", ()))
+
+
+def _timed_out(exc, out, n):
+    """exc (a TaskTimeout) for this task and the call's n - len(out) tasks not run."""
+    out.extend([exc] * (n - len(out)))
+    return out
+
+
 def _rejected():
     return _glue.TaskRejected if _glue is not None else ()
 
@@ -171,6 +183,8 @@ def _rejected():
 def _failure(exc):
     if _glue is not None and isinstance(exc, (_glue.WorkerFatal, _glue.TaskRejected)):
         return exc  # the plugin treats these by their kind
+    if _is_timeout(exc):
+        return exc
     text = _traceback_text(exc)
     if len(text) > _MAX_MESSAGE:  # the end says most: the innermost frames and the error
         text = "...\n" + text[-_MAX_MESSAGE:]
@@ -243,7 +257,7 @@ class Worker:
             try:
                 return True, call(arg)
             except BaseException as e:
-                if _is_fatal(e):
+                if _is_fatal(e) or _is_timeout(e):
                     raise
                 exc = e
         return False, _traceback_text(exc)
@@ -264,7 +278,7 @@ class Worker:
                 try:
                     got = self._batch_call(part)
                 except BaseException as e:
-                    if _is_fatal(e):
+                    if _is_fatal(e) or _is_timeout(e):
                         raise
                     ok, got = self._again(self._batch_call, part, e)
                     if not ok:
@@ -283,7 +297,7 @@ class Worker:
             try:
                 append(process(item))
             except BaseException as e:
-                if _is_fatal(e):
+                if _is_fatal(e) or _is_timeout(e):
                     raise
                 ok, r = self._again(process, item, e)
                 append(r if ok else None)
@@ -299,6 +313,8 @@ class Worker:
                 try:
                     out.append(dumps(self.run_chunk(loads(x))))
                 except BaseException as e:
+                    if _is_timeout(e):  # the chunk times out whole, as do those after it
+                        return _timed_out(e, out, len(items))
                     out.append(_failure(e))
             return out
         if self.user_batch is not None:
@@ -316,6 +332,8 @@ class Worker:
                 r = process(loads(x))
                 append(pdumps(r, 5) if type(r) in plain else dumps(r))
             except BaseException as e:
+                if _is_timeout(e):
+                    return _timed_out(e, out, len(items))
                 append(_failure(e))
         return out
 

@@ -25,6 +25,7 @@ _OPTION_KEYS = {
     "batch_wait_ms": "job.batch_wait_ms",
     "setup_timeout": "job.setup_timeout",
     "cleanup_timeout": "job.cleanup_timeout",
+    "timeout_grace": "job.timeout_grace",
     "drain_timeout": "job.drain_timeout",
     "sink_timeout": "job.sink_timeout",
     "max_task_bytes": "job.max_task_bytes",
@@ -162,7 +163,7 @@ class Dispatcher:
     queue_size: tasks in flight at most (backpressure on the generator).
 
     Options (gpud's job keys, all optional): workers_per_gpu, gpus_per_worker, retries (max_retries),
-    retry_on, batch_size, batch_wait_ms, setup_timeout, cleanup_timeout,
+    retry_on, batch_size, batch_wait_ms, setup_timeout, cleanup_timeout, timeout_grace,
     drain_timeout, sink_timeout, max_task_bytes, max_result_bytes,
     max_worker_restarts, ordered, log_dir, pin_memory, rank, ranks, metrics_listen,
     metrics_file, refresh_rate; journal (a path, or True for "<script>.journal" in the
