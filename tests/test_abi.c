@@ -19,7 +19,19 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 4);
+	cr_expect_eq(GPUD_ABI_MINOR, 5);
+}
+
+/* (1.5) A call interrupted past task_timeout: the mark a built plugin sets, apart from
+ * every other mark. */
+Test(abi, timed_out_value)
+{
+	cr_expect_eq(GPUD_TASK_TIMED_OUT, 5);
+	struct gpud_error e = {{0}};
+	struct gpud_task t = {.error = &e};
+	cr_expect_eq(gpud_task_timed_out(&t, "stopped after %d s", 2), -1);
+	cr_expect_eq(t.failed, GPUD_TASK_TIMED_OUT);
+	cr_expect_str_eq(e.message, "stopped after 2 s");
 }
 
 /* (1.4) Out of memory: the values a built plugin returns and sets. */

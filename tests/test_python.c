@@ -260,6 +260,61 @@ Test(python, hangs_time_out_and_crashes_are_replaced, .timeout = 120)
 	free(err);
 }
 
+/* A call past task_timeout is interrupted in place: gpud.TaskTimeout (a TimeoutError)
+ * inside process(), even in a sleep; the task times out, and the worker, with what setup()
+ * made, goes on: no restart. A call that does not return (every signal blocked, as C code
+ * that never gives Python a turn) is killed timeout_grace later and its worker replaced,
+ * as before. */
+Test(python, a_timeout_interrupts_the_call_and_keeps_the_worker, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(
+		dir, "w.py",
+		"import os, signal, time\n"
+		"class W:\n"
+		"    def setup(self, gpu_id, seed, setups):\n"
+		"        with open(setups, 'a') as f: f.write('%d\\n' % os.getpid())\n"
+		"        self.caught = 0\n"
+		"    def process(self, data):\n"
+		"        n = int(bytes(data))\n"
+		"        if n == 2:\n"
+		"            try:\n"
+		"                time.sleep(30)\n"
+		"            except TimeoutError:\n"
+		"                self.caught += 1\n"
+		"                raise\n"
+		"        if n == 5:\n"
+		"            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n"
+		"            time.sleep(30)\n"
+		"        return b'%d caught %d' % (n, self.caught)\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0\ntask_timeout = 1\ntimeout_grace = 1\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\nsetups = %s/setups\n"
+	       "[generator]\nplugin = range\nstop = 8\n[sink]\nplugin = jsonl\npath = out.jsonl\n",
+	       dir);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --stats-json '%s/s.json'", dir, dir),
+		     1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err"),
+	     *setups = t_read_in(dir, "setups"), *st = t_read_in(dir, "s.json");
+	cr_assert(out && setups && st, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 8, "%s", err);
+	EXPECT_LINE(out, 2, "\"status\": \"timeout\"");
+	/* The same worker, its state kept: it caught the TaskTimeout of task 2. */
+	EXPECT_LINE(out, 3, "\"result\": \"3 caught 1\"");
+	EXPECT_LINE(out, 5, "\"status\": \"timeout\"");
+	/* A fresh worker after the kill: setup() ran again. */
+	EXPECT_LINE(out, 6, "\"result\": \"6 caught 0\"");
+	cr_expect(strstr(err, "timed out after 1 s on worker 0 (GPU 0), interrupted in place"),
+		  "%s", err);
+	cr_expect_eq(t_count_lines(setups, ""), 2, "one setup, then one for the kill: %s", setups);
+	cr_expect(strstr(st, "\"worker_restarts\": 1,"), "%s", st);
+	free(out);
+	free(err);
+	free(setups);
+	free(st);
+}
+
 Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 {
 	need_python();

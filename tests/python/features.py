@@ -568,6 +568,70 @@ def read_ahead():
     check(state["made"] <= 20 + 2 * 8 + 2, f"{state['made']} items read")
 
 
+class Sleeper(BaseWorker):
+    """timeouts(): setup() writes a line per run (a model load); process(x) sleeps x
+    seconds, or, for "stuck", as C code that never gives Python a turn would: every
+    signal blocked."""
+
+    def setup(self, gpu_id, seed, setups):
+        with open(setups, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def process(self, x):
+        if x == "stuck":
+            every = signal.valid_signals()
+            signal.pthread_sigmask(signal.SIG_BLOCK, every)
+            try:
+                time.sleep(3)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, every)
+            return x
+        time.sleep(x)
+        return x
+
+
+def timeouts():
+    # The library's own test_timeout: 5 items of 1 s under task_timeout=0.5 on one GPU,
+    # default chunking: 5 on_timeout calls, no exception; the call is interrupted in
+    # place, so setup() ran once and the worker was never restarted.
+    tmp = os.environ.get("GPUD_TEST_TMP", "/tmp")
+    setups = os.path.join(tmp, f"setups-{os.getpid()}")
+    timed, ok = [], []
+    stats = Dispatcher(Sleeper, gpu_ids=[0]).run(
+        [1.0] * 5, lambda t, r, w: ok.append(t),
+        on_timeout=lambda t, s, w: timed.append((t, s, w)), task_timeout=0.5, setups=setups)
+    check(sorted(t for t, _, _ in timed) == [0, 1, 2, 3, 4] and not ok,
+          f"5 on_timeout calls: {timed} ok {ok}")
+    check(all(s == 0.5 for _, s, _ in timed), f"the limit: {timed}")
+    check(len(open(setups).read().split()) == 1, "setup() ran once: "
+          f"{open(setups).read().split()}")
+    check(stats["timeouts"] == 5 and stats["worker_restarts"] == 0
+          and stats["gpu_status"][0]["restarts"] == 0, f"stats: {stats}")
+    # The worker goes on after them: fast items after slow ones succeed on it.
+    os.unlink(setups)
+    timed, ok = [], []
+    Dispatcher(Sleeper, gpu_ids=[0], chunksize=1).run(
+        [1.0, 0.01, 1.0, 0.01], lambda t, r, w: ok.append(t),
+        on_timeout=lambda t, s, w: timed.append(t), task_timeout=0.5, setups=setups)
+    check(sorted(timed) == [0, 2] and sorted(ok) == [1, 3], f"timed {timed} ok {ok}")
+    check(len(open(setups).read().split()) == 1, "setup() ran once")
+    # A call that does not return (signals blocked, as in C code that never gives Python
+    # a turn): killed timeout_grace after task_timeout and replaced, as before; the
+    # items after it run on the fresh worker.
+    os.unlink(setups)
+    timed, ok = [], []
+    t0 = time.monotonic()
+    stats = Dispatcher(Sleeper, gpu_ids=[0], chunksize=1, timeout_grace=0.5).run(
+        ["stuck", 0.01, 0.01], lambda t, r, w: ok.append(t),
+        on_timeout=lambda t, s, w: timed.append(t), task_timeout=0.5, setups=setups)
+    took = time.monotonic() - t0
+    check(timed == [0] and sorted(ok) == [1, 2], f"timed {timed} ok {ok}")
+    check(len(open(setups).read().split()) == 2, "setup() ran again in the fresh worker")
+    check(stats["worker_restarts"] == 1, f"stats: {stats}")
+    check(took < 3, f"killed after the grace, not at the call's end: {took:.1f} s")
+    os.unlink(setups)
+
+
 # Named by the host process; the workers inherit its environment.
 MARKER = os.environ.setdefault(
     "GPUD_TEST_MARKER",
@@ -588,5 +652,5 @@ if __name__ == "__main__":
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
-         "checks": checks, "read_ahead": read_ahead}[mode]()
+         "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts}[mode]()
     print(f"PASS {mode}", flush=True)
