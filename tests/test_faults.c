@@ -37,22 +37,28 @@ static void read_close(const char *dir, struct outcome *o)
 /* Runs a job with the faulty worker and the recorder sink; returns gpud's exit status.
  * A test that counts events of every worker gives its tasks some duration (sleep_us):
  * a worker still in setup when the last task ends is cancelled, not waited for. */
-static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
-		      unsigned long stop, struct outcome *o)
+static int run_plugin(const char *dir, const char *plugin, const char *worker_keys,
+		      const char *job_keys, unsigned long stop, struct outcome *o)
 {
 	char *path = t_jobf(dir,
 			    "[job]\n%s\nqueue_size = 32\n%s\n%s\n"
-			    "[worker]\nplugin = faulty\n%s\n"
+			    "[worker]\nplugin = %s\n%s\n"
 			    "[generator]\nplugin = range\nstop = %lu\n"
 			    "[sink]\nplugin = recorder\npath = %s/events\n",
 			    strstr(job_keys, "gpus") ? "" : "gpus = 0,1",
 			    strstr(job_keys, "workers_per_gpu") ? "" : "workers_per_gpu = 2",
-			    job_keys, worker_keys, stop, dir);
+			    job_keys, plugin, worker_keys, stop, dir);
 	int rc = t_gpud(dir, "run '%s'", path);
 	read_close(dir, o);
 	cr_expect_eq(t_count_lines(o->events, "close "), 1, "closed once");
 	free(path);
 	return rc;
+}
+
+static int run_faulty(const char *dir, const char *worker_keys, const char *job_keys,
+		      unsigned long stop, struct outcome *o)
+{
+	return run_plugin(dir, "faulty", worker_keys, job_keys, stop, o);
 }
 
 /* Every task 0..n-1 has exactly one outcome line, and the stats agree with them. */
@@ -110,6 +116,43 @@ Test(faults, segfault_abort_and_exit_are_reported_and_workers_replaced, .timeout
 	cr_expect(strstr(o.events, "killed by SIGSEGV while running task 100"), "%s", o.events);
 	cr_expect(strstr(o.events, "killed by SIGABRT while running task 700"));
 	cr_expect(strstr(o.events, "exited with status 7 while running task 1500"));
+}
+
+/* (ABI 1.5) A plugin that exports gpud_worker_interrupt ends a call past task_timeout
+ * itself: its task times out and the worker goes on, no restart, three times in one slot
+ * (more than max_worker_restarts allows). A call that ignores the interrupt is killed
+ * timeout_grace later and replaced, as without it; a plugin without it is killed at
+ * task_timeout (host_enforced_timeout). */
+Test(faults, an_interrupted_call_keeps_its_worker, .timeout = 60)
+{
+	struct outcome o;
+	const char *dir = t_tmpdir();
+	cr_expect_eq(run_plugin(dir, "interruptible", "hang_on = 3,7,11,15",
+				"gpus = 0\nworkers_per_gpu = 1\ntask_timeout = 0.2\n"
+				"max_worker_restarts = 2",
+				20, &o),
+		     1);
+	exactly_once(&o, 20);
+	cr_expect_eq(o.timed_out, 4, "%s", o.events);
+	cr_expect_eq(o.ok, 16);
+	cr_expect_eq(o.restarts, 0, "the worker was never replaced");
+	const char *tl = strstr(o.events, "timeout 7 ");
+	double limit;
+	int wk;
+	cr_assert(tl, "%s", o.events);
+	cr_assert_eq(sscanf(tl, "timeout 7 %d %lf", &wk, &limit), 2);
+	cr_expect_float_eq(limit, 0.2, 1e-9, "the event carries the limit");
+	free(o.events);
+
+	cr_expect_eq(run_plugin(dir, "interruptible", "stuck_on = 5",
+				"gpus = 0\nworkers_per_gpu = 1\ntask_timeout = 0.2\n"
+				"timeout_grace = 0.3",
+				10, &o),
+		     1);
+	exactly_once(&o, 10);
+	cr_expect_eq(o.timed_out, 1, "%s", o.events);
+	cr_expect_eq(o.restarts, 1, "killed after the grace, replaced");
+	free(o.events);
 }
 
 Test(faults, host_enforced_timeout, .timeout = 60)

@@ -32,7 +32,8 @@
  *
  * Threads (docs/architecture.md, Threads). A plugin needs no lock of its own:
  *   worker     every call comes from its worker process's one calling thread (the
- *              process's other thread, a watcher, never calls the plugin).
+ *              process's other thread, a watcher, calls only gpud_worker_interrupt,
+ *              ABI 1.5, while a call runs long).
  *   generator  every call comes from the host loop's thread, one at a time; none is
  *              made while another is running.
  *   sink       never two calls at once, but not always from the same thread: while a

@@ -14,6 +14,10 @@
  * setup_hang_gpu = G never finishes setup; cleanup_fail = 1 fails cleanup,
  * cleanup_hang = 1 never finishes it; sleep_us = N sleeps N us a task, and slow_us = M
  * sleeps M us instead on GPU slow_gpu. The result is the input.
+ *
+ * Built a second time as worker-interruptible (FAULTY_INTERRUPTIBLE, ABI 1.5): it exports
+ * gpud_worker_interrupt, and a hang_on task then ends when interrupted, marked
+ * gpud_task_timed_out; stuck_on = list loops on regardless (in either build).
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -25,7 +29,21 @@
 
 #include <gpud/plugin.h>
 
+#ifdef FAULTY_INTERRUPTIBLE
+#include <stdatomic.h>
+GPUD_PLUGIN("worker", "interruptible", "1.0");
+
+static atomic_int interrupted;
+
+/* From gpud's watcher thread while a call runs past task_timeout. */
+GPUD_EXPORT void gpud_worker_interrupt(void *state)
+{
+	(void)state;
+	atomic_store(&interrupted, 1);
+}
+#else
 GPUD_PLUGIN("worker", "faulty", "1.0");
+#endif
 
 struct faulty {
 	const struct gpud_args *args;
@@ -96,6 +114,9 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 	buf[n] = '\0';
 	long x = strtol(buf, NULL, 10);
 
+#ifdef FAULTY_INTERRUPTIBLE
+	atomic_store(&interrupted, 0);
+#endif
 	if (f->sleep_us)
 		usleep((useconds_t)f->sleep_us);
 	if (every(f->args, "print_every", x)) {
@@ -131,6 +152,14 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 		if (listed(f->args, "exit_on", x))
 			exit(7);
 		if (listed(f->args, "hang_on", x))
+			for (volatile int spin = 1; spin;) {
+#ifdef FAULTY_INTERRUPTIBLE
+				if (atomic_load(&interrupted))
+					return gpud_task_timed_out(
+						task, "faulty: stopped at input %ld", x);
+#endif
+			}
+		if (listed(f->args, "stuck_on", x))
 			for (volatile int spin = 1; spin;)
 				;
 		if (listed(f->args, "big_on", x)) {
