@@ -153,6 +153,21 @@ Test(loader, submit_and_poll)
 		"exports gpud_worker_submit without gpud_worker_poll; tasks in flight need both");
 }
 
+/* (1.5) gpud_worker_interrupt, resolved when the plugin exports it. */
+Test(loader, interrupt)
+{
+	const char *names[] = {"worker-interruptible.so", "worker-faulty.so"};
+	for (int i = 0; i < 2; i++) {
+		char *path = fixture(names[i]);
+		struct plugin pl;
+		char err[1024];
+		cr_assert_eq(loader_open(&pl, path, LOADER_WORKER, err, sizeof err), 0, "%s", err);
+		cr_expect_eq(pl.worker.interrupt != NULL, i == 0, "%s", names[i]);
+		loader_close(&pl);
+		free(path);
+	}
+}
+
 Test(loader, no_descriptor)
 {
 	refused("no-info.so", LOADER_WORKER, "not a gpud plugin");
