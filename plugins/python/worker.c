@@ -737,8 +737,15 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	PyObject *data = make_input(pw, t, &in);
 	if (!data)
 		return;
+	/* Cut before the user's code began (the handler let it go while we made the input):
+	 * it does not start. From here on the handler raises inside it. */
 	in_user = true;
-	PyObject *r = py_call1(pw->process, data);
+	PyObject *r = NULL;
+	if (call_cut())
+		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
+				"not run: its call ran past task_timeout");
+	else
+		r = py_call1(pw->process, data);
 	if (r && pw->is_async) { /* one at a time (max_in_flight = 1): run to its end */
 		PyObject *coro = r;
 		r = PyObject_CallMethod(pw->driver, "run", "O", coro);
@@ -787,7 +794,12 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		Py_XDECREF(d);
 	}
 	in_user = true;
-	PyObject *r = py_call1(pw->process_batch, items);
+	PyObject *r = NULL;
+	if (call_cut())
+		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
+				"not run: its call ran past task_timeout");
+	else
+		r = py_call1(pw->process_batch, items);
 	in_user = false;
 	if (!r) {
 		char why[900];

@@ -582,7 +582,7 @@ class Sleeper(BaseWorker):
             every = signal.valid_signals()
             signal.pthread_sigmask(signal.SIG_BLOCK, every)
             try:
-                time.sleep(3)
+                time.sleep(30)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, every)
             return x
@@ -628,7 +628,7 @@ def timeouts():
     check(timed == [0] and sorted(ok) == [1, 2], f"timed {timed} ok {ok}")
     check(len(open(setups).read().split()) == 2, "setup() ran again in the fresh worker")
     check(stats["worker_restarts"] == 1, f"stats: {stats}")
-    check(took < 3, f"killed after the grace, not at the call's end: {took:.1f} s")
+    check(took < 15, f"killed after the grace, not at the call's end: {took:.1f} s")
     os.unlink(setups)
 
 
