@@ -231,7 +231,7 @@ class Worker:
 
     def _setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
               gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
-              gpud_retries="0", **unused):
+              gpud_retries="0", gpud_result_max="1048576", **unused):
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -243,6 +243,7 @@ class Worker:
         self.chunked = gpud_chunked == "1"
         self.batch = max(1, int(gpud_batch))
         self.retries = int(gpud_retries)
+        self.result_max = int(gpud_result_max)
         self.worker = cls()
         self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
         batch = getattr(self.worker, "process_batch", None)
@@ -305,13 +306,54 @@ class Worker:
                     errors[j] = r
         return results, errors, _clock() - t0
 
+    def _chunk_result(self, got):
+        """A chunk's (results, errors, seconds) pickled. An item whose result cannot be
+        pickled, or is alone over max_result_bytes, fails alone (as it would as a task
+        of its own), with the message it would get then. Items that fit alone but not
+        together are left out of the result (None in errors): the Dispatcher runs them
+        again. The items' results are looked at one by one only when the whole does not
+        pickle or fit."""
+        try:
+            data = dumps(got)
+            if len(data) <= self.result_max:
+                return data
+        except BaseException as e:
+            if _is_fatal(e):
+                raise
+        results, errors, seconds = got
+        sizes = {}
+        for j, r in enumerate(results):
+            if j in errors:
+                continue
+            try:
+                n = len(dumps(r))
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                errors[j], results[j] = _traceback_text(e).rstrip("\n"), None
+                continue
+            if n > self.result_max:
+                errors[j] = f"python: result of {n} bytes exceeds max_result_bytes ({self.result_max})"
+                results[j] = None
+            else:
+                sizes[j] = n
+        data = dumps(got)
+        # Still too large together: the largest results go back to the Dispatcher to
+        # run again (each fits alone), until the rest fits.
+        for j in sorted(sizes, key=sizes.get, reverse=True):
+            if len(data) <= self.result_max:
+                break
+            errors[j], results[j] = None, None
+            data = dumps(got)
+        return data
+
     def process_batch(self, items):
         loads = self.loads
         if self.chunked:
             out = []
             for x in items:
                 try:
-                    out.append(dumps(self.run_chunk(loads(x))))
+                    out.append(self._chunk_result(self.run_chunk(loads(x))))
                 except BaseException as e:
                     if _is_timeout(e):  # the chunk times out whole, as do those after it
                         return _timed_out(e, out, len(items))
@@ -322,7 +364,15 @@ class Worker:
                 results = _counted(self.user_batch([loads(x) for x in items]), len(items))
             except BaseException as e:
                 return [_failure(e)] * len(items)
-            return [r if isinstance(r, BaseException) else dumps(r) for r in results]
+            out = []
+            for r in results:  # a result that cannot be pickled fails its item alone
+                try:
+                    out.append(r if isinstance(r, BaseException) else dumps(r))
+                except BaseException as e:
+                    if _is_fatal(e):
+                        raise
+                    out.append(_failure(e))
+            return out
         process = self.worker.process
         pdumps, plain = pickle.dumps, _PLAIN
         out = []

@@ -8,7 +8,7 @@ import pickle
 from pickle import dumps as _dumps, loads as _loads
 import signal
 import sys
-from time import perf_counter as _clock
+from time import perf_counter as _clock, sleep as _sleep
 
 from . import JobError, RunAborted
 
@@ -245,6 +245,8 @@ class Dispatcher:
                 keys.append(("worker.gpud_chunked", "1"))
                 keys.append(("worker.gpud_batch", str(int(o.get("batch_size") or 1))))
                 keys.append(("worker.gpud_retries", str(self._item_retries())))
+                keys.append(("worker.gpud_result_max",
+                             str(_size(o.get("max_result_bytes"), 1 << 20))))
                 codec = 0
         if o.get("python") and isinstance(cls, (str, os.PathLike)):
             keys.append(("job.python", o["python"]))  # a Python class's is set above
@@ -365,13 +367,18 @@ class Dispatcher:
         # Automatic: not where a task must stand for the same items in another run
         # (a journal's records, a rank's share of the ids) or where gpud cannot see
         # the items (a C worker, a generator plugin).
-        if not python_pair or any(o.get(x) for x in ("journal", "resume", "retry_failed",
-                                                      "rank", "ranks")):
-            return 1
-        keys = o.get("keys") or {}
-        if any(k in keys for k in ("job.journal", "job.rank", "job.ranks")) or o.get("job"):
+        if not python_pair or self._tied():
             return 1
         return None
+
+    def _tied(self):
+        """Whether a task must stand for the same items in every run: a journal's
+        records, a rank's share of the ids (or a job file, which may name either)."""
+        o = self.options
+        if any(o.get(x) for x in ("journal", "resume", "retry_failed", "rank", "ranks")):
+            return True
+        keys = o.get("keys") or {}
+        return any(k in keys for k in ("job.journal", "job.rank", "job.ranks")) or bool(o.get("job"))
 
     def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
         """Runs the job; returns a function that gives run()'s result or raises its
@@ -385,7 +392,8 @@ class Dispatcher:
                 budget = min(budget, float(task_timeout) / 50)
             chunk = _Chunks(generator, k, callbacks, budget, int(o.get("batch_size") or 1),
                             _size(o.get("max_task_bytes"), 1 << 20),
-                            _size(o.get("max_result_bytes"), 1 << 20), _worker.loads_framed)
+                            _size(o.get("max_result_bytes"), 1 << 20), _worker.loads_framed,
+                            not self._tied())
             generator, callbacks = chunk, chunk.callbacks()
         keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None,
                                  chunk is not None)
@@ -483,10 +491,19 @@ class _Chunks:
     Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task's
     bytes are the pickled list of its items (pickled here, in one call); its result
     is the pickled (results, {index: error text}, seconds in process()), unpickled here
-    in one call and given to the callbacks item by item."""
+    in one call and given to the callbacks item by item.
+
+    Each item its own outcome (reissue: where no journal or rank ties a task to its
+    items): a chunk of several items that fails as a whole (its worker died running
+    it, retries or not, or it ended its worker) is not its items' outcome: each of them
+    runs again as a chunk of its own (`again`, task `single[c]`), so that only an item
+    that kills its worker alone is called a poison task, with its own retries; so does
+    an item whose result fitted alone but not beside the others' (None in errors).
+    Until every chunk of several items has its outcome, the end of the iterable is not
+    the end of the tasks: empty chunks (`fillers`, 2 ms apart) keep the run asking."""
 
     def __init__(self, iterable, k, callbacks, budget, batch, max_task, max_result,
-                 loads_framed):
+                 loads_framed, reissue=True):
         self.it = iter(iterable)
         self.fixed = k
         self.k = k or 1
@@ -504,6 +521,12 @@ class _Chunks:
         self._partial = []
         self.largest = 1  # the largest chunk sent
         self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
+        self.reissue = reissue
+        self.sent = {}  # chunk of several items -> its bytes, until its outcome
+        self.again = []  # (item id, item) to run again alone
+        self.single = {}  # chunk -> the item id it runs again
+        self.fillers = 0
+        self.waits = 0  # empty chunks in a row: each waits longer, up to 50 ms
         self.total = None
         if k:
             try:
@@ -545,19 +568,41 @@ class _Chunks:
             block = min(block * 2, 64)
         return chunk
 
-    def __next__(self):
+    def _single(self):
+        """The next item to run again, as a chunk of its own."""
+        i, item = self.again.pop()
+        self.waits = 0
+        self.single[len(self.starts)] = i
+        self.starts.append(self.items)  # no items of the stream
+        return _dumps([item], 5)
+
+    def _end(self):
+        """No more items from the iterable: an empty chunk while chunks of several
+        items may still give theirs back, then the iterator's exception or the end."""
+        if self.sent:
+            # Their outcomes come meanwhile (the stand-in keeps them for the next call).
+            _sleep(min(0.002 * 2 ** self.waits, 0.05))
+            self.waits = min(self.waits + 1, 5)
+            self.fillers += 1
+            self.starts.append(self.items)
+            return _dumps([], 5)
         if self.raised is not None:  # after the items before it went
             e, self.raised = self.raised, None
             raise e
+        raise StopIteration
+
+    def __next__(self):
+        if self.again:
+            return self._single()
+        if self.raised is not None:
+            return self._end()
         try:
             chunk = self._read(self.k)
         except BaseException as e:  # the iterator raised: what it gave before goes first
             chunk, self.ended = self._partial, True
-            if not chunk:
-                raise
             self.raised = e
         if not chunk:
-            raise StopIteration
+            return self._end()
         try:
             data = _dumps(chunk, 5)
         except BaseException as e:  # an item that cannot be pickled: those before it go
@@ -569,9 +614,9 @@ class _Chunks:
                     break
                 good += 1
             self.ended = True
-            if not good:
-                raise
             self.raised = e
+            if not good:
+                return self._end()
             del chunk[good:]
             data = _dumps(chunk, 5)
         # Past half of max_task_bytes: the tail waits for the next chunk (one item
@@ -582,6 +627,8 @@ class _Chunks:
             del chunk[half:]
             data = _dumps(chunk, 5)
             self.k = max(1, half)
+        if self.reissue and len(chunk) > 1:
+            self.sent[len(self.starts)] = data
         self.starts.append(self.items)
         self.items += len(chunk)
         if len(chunk) > self.largest:
@@ -589,6 +636,10 @@ class _Chunks:
         return data
 
     def ids(self, task_id):
+        if self.single:
+            i = self.single.get(task_id)
+            if i is not None:
+                return range(i, i + 1)
         s = self.starts
         return range(s[task_id], s[task_id + 1] if task_id + 1 < len(s) else self.items)
 
@@ -598,8 +649,21 @@ class _Chunks:
             v = self.per_gpu[gpu] = [0, 0, 0]
         v[slot] += n
 
+    def _run_again(self, task_id, only=None):
+        """Chunk task_id's items (those in `only`, else all) run again, each alone."""
+        data = self.sent.get(task_id)
+        if data is None:
+            return False
+        ids = self.ids(task_id)
+        items = _loads(data)
+        self.again.extend(reversed([(i, x) for j, (i, x) in enumerate(zip(ids, items))
+                                    if only is None or j in only]))
+        return True
+
     def _adapt(self, n, seconds, size):
         """The next chunks' size from a result: n items took `seconds` in process()."""
+        if not n:
+            return  # an empty chunk
         per = seconds / n if n else 0.0
         target = self.budget / per if per > 0 else _CHUNK_MAX
         if size > self.max_result // 4:
@@ -623,22 +687,38 @@ class _Chunks:
             ids = self.ids(task_id)
             if adaptive:
                 self._adapt(len(ids), seconds, len(payload))
-            if errors:
-                self.count(gpu, 1, len(errors))
-            self.count(gpu, 0, len(results) - len(errors))
             if not errors:
+                self.sent.pop(task_id, None)
+                self.count(gpu, 0, len(results))
                 for i, r in zip(ids, results):
                     on_success(i, r, gpu)
                 return
+            # Items whose results did not fit beside the others' run again alone.
+            later = [j for j, e in errors.items() if e is None]
+            if later and not self._run_again(task_id, set(later)):
+                for j in later:
+                    errors[j] = ("its result did not fit beside the others' in a chunk of "
+                                 f"{len(ids)} items (max_result_bytes {self.max_result})")
+                later = ()
+            self.sent.pop(task_id, None)
+            self.count(gpu, 1, len(errors) - len(later))
+            self.count(gpu, 0, len(results) - len(errors))
             for i, r in zip(ids, results):
                 j = i - ids.start
                 if j in errors:
-                    if on_error is not None:
+                    if on_error is not None and errors[j] is not None:
                         on_error(i, errors[j], gpu)
                 else:
                     on_success(i, r, gpu)
 
         def error(task_id, text, gpu):
+            # A chunk of several items that failed as a whole: its items run again,
+            # each alone, and get their own outcomes.
+            if self._run_again(task_id):
+                del self.sent[task_id]
+                if adaptive:
+                    self.k = max(1, self.k // 2)
+                return
             ids = self.ids(task_id)
             self.count(gpu, 1, len(ids))
             if on_error is not None:
@@ -646,6 +726,7 @@ class _Chunks:
                     on_error(i, text, gpu)
 
         def timeout(task_id, seconds, gpu):
+            self.sent.pop(task_id, None)
             ids = self.ids(task_id)
             self.count(gpu, 2, len(ids))
             if adaptive:
@@ -666,6 +747,9 @@ class _Chunks:
         """The stats in items, not chunks (gpud's own are kept as chunk_*)."""
         for key in ("total", "completed", "failed", "timeouts"):
             stats["chunk_" + key] = stats[key]
+        # The empty chunks sent while others could still give items back are no work.
+        stats["chunk_total"] -= self.fillers
+        stats["chunk_completed"] -= self.fillers
         done = [sum(v[i] for v in self.per_gpu.values()) for i in range(3)]
         stats.update(total=self.items, completed=done[0], failed=done[1], timeouts=done[2],
                      chunksize=self.fixed or "auto", largest_chunk=self.largest)

@@ -163,6 +163,9 @@ def main():
             log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
         for mode in modes:
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
+        # Each item its own outcome: bad results and crashing items among others.
+        for mode in ("results", "crashes"):
+            run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
         # A real model: the torch example checks every result against a single-process
         # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
         # install it (apt-get install python3-torch).
