@@ -101,8 +101,9 @@ Test(gpu, batch_failures_stay_per_task, .timeout = 60)
 	free(path);
 }
 
-/* A crash inside a batch: every task of that call is reported, the others run. */
-Test(gpu, crash_in_a_batch_blames_that_batch, .timeout = 60)
+/* A crash inside a batch: the call's tasks run again alone, and only the one that
+ * crashes its worker alone is reported; every other task ends ok. */
+Test(gpu, crash_in_a_batch_blames_only_its_task, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "gpus = 0\nbatch_size = 8\nbatch_wait_ms = 20",
@@ -114,9 +115,43 @@ Test(gpu, crash_in_a_batch_blames_that_batch, .timeout = 60)
 	size_t blamed = 0;
 	for (const char *p = out; (p = strstr(p, "killed by SIGSEGV while running task")); p++)
 		blamed++;
-	cr_expect(blamed >= 1 && blamed <= 8, "the crashed call's tasks: %zu", blamed);
+	cr_expect_eq(blamed, 1, "the crashed call's tasks: %zu", blamed);
 	cr_expect(strstr(out, "killed by SIGSEGV while running task 200"), "%s", out);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 600, "%s", out);
 	free(out);
+	free(path);
+}
+
+/* Tasks that crash their worker whenever they run, inside batches of 8 (two in one
+ * batch): each of them alone is a poison task, every task beside them ends ok, and the
+ * stats say so. */
+Test(gpu, crashes_in_batches_blame_only_the_killers, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir,
+			 "gpus = 0\nbatch_size = 8\nbatch_wait_ms = 20\nmax_retries = 2\n"
+			 "max_worker_restarts = 100",
+			 "plugin = batcher\ncrash_on = 100,101,205,599",
+			 "plugin = range\nstop = 600", "plugin = jsonl");
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1, "%s",
+		     t_read_in(dir, "err"));
+	char *out = t_read_in(dir, "out"), *js = t_read_in(dir, "s.json");
+	cr_expect_eq(t_count_lines(out, "{"), 600, "every task exactly once");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 600, "%s", out);
+	size_t poison = 0;
+	for (const char *p = out; (p = strstr(p, "poison task: 3 workers died while running it"));
+	     p++)
+		poison++;
+	cr_expect_eq(poison, 4, "%s", out);
+	const long killers[] = {100, 101, 205, 599};
+	for (size_t i = 0; i < 4; i++) {
+		char want[64];
+		snprintf(want, sizeof want, "{\"task_id\": %ld, \"status\": \"error\"", killers[i]);
+		cr_expect(strstr(out, want), "task %ld: %s", killers[i], out);
+	}
+	cr_expect(strstr(js, "\"ok\": 596, \"failed\": 4,"), "%s", js);
+	free(out);
+	free(js);
 	free(path);
 }
 

@@ -185,8 +185,9 @@ Test(oom, a_cpu_stage_splits_and_a_task_too_large_alone_says_memory, .timeout = 
 	free(s);
 }
 
-/* A crash in a part of a split call: the whole call is blamed, as for any crash, and
- * every task still gets exactly one outcome. */
+/* A crash in a part of a split call: as for any crash among several tasks, they run
+ * again alone, only the task that crashes its worker alone fails, and every task gets
+ * exactly one outcome. */
 Test(oom, a_crash_while_split_loses_nothing, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
@@ -195,13 +196,30 @@ Test(oom, a_crash_while_split_loses_nothing, .timeout = 120)
 	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1);
 	char *out = t_read_in(dir, "out"), *js = t_read_in(dir, "s.json");
 	int ok = check_results(out, 2000, 5);
-	cr_expect_geq(ok, 2000 - 2 * 64, "only the crashed calls' tasks may fail: %d ok", ok);
+	cr_expect_eq(ok, 1999, "only the crashing task fails: %d ok", ok);
 	const char *ten = strstr(out, "{\"task_id\": 10, \"status\": \"error\"");
 	cr_assert(ten, "%s", out);
 	const char *nl = strchr(ten, '\n');
 	cr_expect(strstr(ten, "SIGSEGV") && strstr(ten, "SIGSEGV") < nl, "%.300s", ten);
 	cr_expect(!strstr(js, "\"worker_restarts\": 0,"), "%s", js);
 	free(out);
+	free(js);
+	free(path);
+}
+
+/* The splits a process made before a part of the split call crashed it are counted:
+ * 64 -> 32 -> 16 -> 8 -> 4, then the part holding task 10 crashes; no restart follows
+ * (max_worker_restarts = 0), so only that process's report can say so. */
+Test(oom, splits_before_a_crash_are_counted, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path =
+		job(dir, "gpus = 0\nbatch_size = 64\nbatch_wait_ms = 20\nmax_worker_restarts = 0",
+		    "plugin = oomer\nfit = 5\ncrash_on = 10", 64);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 3, "%s",
+		     t_read_in(dir, "err"));
+	char *js = t_read_in(dir, "s.json");
+	cr_expect(strstr(js, "\"oom_splits\": 4, \"workers\""), "%s", js);
 	free(js);
 	free(path);
 }

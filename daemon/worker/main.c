@@ -432,6 +432,14 @@ static void publish_fit(struct worker *w)
 	atomic_store_explicit(&w->rep->oom_splits, w->oom_splits, memory_order_relaxed);
 }
 
+/* A call split because it ran out of memory: counted for the host at once, so that a
+ * part of it that then ends the worker leaves the splits before it counted. */
+static void count_split(struct worker *w)
+{
+	w->oom_splits++;
+	atomic_store_explicit(&w->rep->oom_splits, w->oom_splits, memory_order_relaxed);
+}
+
 /* A call of n tasks fitted while the batch size is (or was said to be) below
  * batch_size. */
 static void fit_grow(struct worker *w, uint32_t n)
@@ -548,7 +556,7 @@ static int refit(struct worker *w, uint32_t n, int rc)
 		oom_alone(w, w->idx[from++]);
 		left--;
 	} else if (left) {
-		w->oom_splits++;
+		count_split(w);
 	}
 	while (left) {
 		if (stop) {
@@ -572,7 +580,7 @@ static int refit(struct worker *w, uint32_t n, int rc)
 			oom_alone(w, w->idx[from++]);
 			left--;
 		} else {
-			w->oom_splits++;
+			count_split(w);
 			bad = m < bad ? m : bad;
 			part = (m + 1) / 2;
 		}

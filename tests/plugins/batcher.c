@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Test worker with gpud_worker_process_batch: each result is "<input> n=<n>", n the size
- * of the call it came in. fail_on, fatal_on (gpud_task_fatal), crash_on (SIGSEGV, the
- * whole call) take one input number each; sleep_us sleeps once a call. */
+ * of the call it came in. fail_on, fatal_on (gpud_task_fatal) take one input number
+ * each, crash_on (SIGSEGV, the whole call) a comma list of them; sleep_us sleeps once a
+ * call. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,25 @@
 GPUD_PLUGIN("worker", "batcher", "1.0");
 
 struct batcher {
-	long fail_on, fatal_on, crash_on, sleep_us;
+	long fail_on, fatal_on, sleep_us;
+	const char *crash_on;
 	unsigned max;
 };
+
+/* Whether x is in the comma list v. */
+static int listed(const char *v, long x)
+{
+	while (v && *v) {
+		char *end;
+		long y = strtol(v, &end, 10);
+		if (end == v)
+			return 0;
+		if (y == x)
+			return 1;
+		v = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
 
 GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **state,
 				  struct gpud_error *err)
@@ -25,7 +42,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(err, "batcher: out of memory");
 	b->fail_on = gpud_arg_long(info->args, "fail_on", -1);
 	b->fatal_on = gpud_arg_long(info->args, "fatal_on", -1);
-	b->crash_on = gpud_arg_long(info->args, "crash_on", -1);
+	b->crash_on = gpud_arg(info->args, "crash_on", NULL);
 	b->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
 	b->max = info->batch_size;
 	*state = b;
@@ -45,7 +62,7 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *t, size
 		memcpy(in, t[i].input, len);
 		in[len] = '\0';
 		long x = strtol(in, NULL, 10);
-		if (x == b->crash_on)
+		if (listed(b->crash_on, x))
 			raise(SIGSEGV);
 	}
 	for (size_t i = 0; i < n; i++) {

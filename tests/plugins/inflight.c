@@ -10,7 +10,9 @@
  * fails it with gpud_task_fatal: this process is to be replaced). crash_after = K
  * kills the process (SIGKILL, as kill -9) after K tasks finished, once a run: only when
  * the file crash_file does not exist yet, and it is created first. poll_fail_after = K:
- * poll returns -1 after K tasks, once a run likewise (the same file). Built twice more
+ * poll returns -1 after K tasks, once a run likewise (the same file). crash_on = a comma
+ * list of input numbers: poll kills the process (SIGKILL) when it would finish one of
+ * them, every time (the others held beside it never finish either). Built twice more
  * for the loader's tests: declared for ABI 1.3 (FIXTURE_MINOR), and without
  * gpud_worker_poll (FIXTURE_NO_POLL). */
 #include <fcntl.h>
@@ -37,7 +39,7 @@ struct engine {
 	unsigned cap, hold;
 	long hang_on, fail_on, reject_on, fatal_on, crash_after, poll_fail_after;
 	long finished;
-	const char *crash_file;
+	const char *crash_file, *crash_on;
 	long linger_ms, lingered_ms;
 };
 
@@ -58,6 +60,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	e->crash_after = gpud_arg_long(info->args, "crash_after", -1);
 	e->poll_fail_after = gpud_arg_long(info->args, "poll_fail_after", -1);
 	e->crash_file = gpud_arg(info->args, "crash_file", "inflight.crashed");
+	e->crash_on = gpud_arg(info->args, "crash_on", NULL);
 	e->linger_ms = gpud_arg_long(info->args, "linger_ms", 20);
 	if (!e->list || !e->kept)
 		return gpud_fail(err, "inflight: out of memory");
@@ -132,6 +135,15 @@ GPUD_EXPORT int gpud_worker_poll(void *state, struct gpud_task **done, size_t ma
 		}
 		if (x == e->fail_on)
 			gpud_task_fail(t, "inflight: refused %ld", x);
+		for (const char *v = e->crash_on; v && *v;) {
+			char *end;
+			long y = strtol(v, &end, 10);
+			if (end == v)
+				break;
+			if (y == x)
+				kill(getpid(), SIGKILL);
+			v = *end == ',' ? end + 1 : end;
+		}
 		done[k++] = t;
 		e->finished++;
 		if (e->finished == e->crash_after && first_time(e->crash_file))

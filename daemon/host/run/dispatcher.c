@@ -428,8 +428,14 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
 
-	while (h->flow.in_flight < c->queue_size && tasks_held(w) < w->window) {
+	while (h->flow.in_flight < c->queue_size && tasks_held(w) < w->window &&
+	       tasks_may_hold(w, false)) {
 		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
+		/* A task that runs alone (tasks.h) waits for a worker that holds nothing,
+		 * and the generator's tasks wait for it, so that one comes free. */
+		if (__builtin_expect(tasks_requeued_alone(h), 0) && requeued_may_run(h) &&
+		    (!rq || tasks_held(w)))
+			break;
 		if (!rq && (h->flow.done || h->ctl.abort || !gen_ok))
 			break;
 		/* With ordered output, queue_size also bounds the tasks from the oldest
@@ -461,7 +467,7 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		tasks_place(w, t, &ent);
 		UI_ADD(h->flow.in_flight, 1);
 		n++;
-		if (*slice_end)
+		if (*slice_end || ent.alone)
 			break;
 	}
 	if (w->task_head != head0)

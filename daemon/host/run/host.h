@@ -350,4 +350,14 @@ static inline bool tasks_requeued_any(const struct host *h)
 	return h->rq.head != NULL || h->rq.later;
 }
 
+static inline bool tasks_requeued_alone(const struct host *h)
+{
+	return h->rq.head && h->rq.head->t.alone;
+}
+
+static inline bool tasks_may_hold(const struct host_worker *w, bool alone)
+{
+	return !tasks_held(w) || (!alone && !tasks_front(w)->alone);
+}
+
 #endif /* GPUD_HOST_H */

@@ -150,15 +150,18 @@ uint32_t stages_per_worker(const struct host *h)
 	return (h->cfg->queue_size + least - 1) / least;
 }
 
-/* A worker of `stage` with room for a task of `size` bytes: its record reserved (*rec),
- * or NULL. */
-static struct host_worker *room_in(struct host *h, unsigned stage, uint32_t size,
+/* A worker of `stage` with room for a task of `size` bytes (`alone`: one that runs by
+ * itself, tasks.h): its record reserved (*rec), or NULL. While the stage's next task to
+ * run again is an alone one, other tasks wait for it (a worker must come free). */
+static struct host_worker *room_in(struct host *h, unsigned stage, uint32_t size, bool alone,
 				   struct shm_rec **rec)
 {
 	struct host_stage *st = &h->pool.stages[stage];
+	if (!alone && st->rq && st->rq->t.alone)
+		return NULL;
 	for (unsigned i = 0; i < st->n; i++) {
 		struct host_worker *w = &h->pool.w[st->first + (st->rr + i) % st->n];
-		if (w->state != HW_READY || tasks_held(w) >= w->window)
+		if (w->state != HW_READY || tasks_held(w) >= w->window || !tasks_may_hold(w, alone))
 			continue;
 		*rec = ring_reserve(&w->tasks, &w->task_head, w->task_free, ring_span(size));
 		if (*rec) {
@@ -238,7 +241,7 @@ bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent
 		return true;
 	}
 	struct shm_rec *rec;
-	struct host_worker *to = room_in(h, next, size, &rec);
+	struct host_worker *to = room_in(h, next, size, false, &rec);
 	if (!to)
 		return false;
 	UI_ADD(w->ok, 1);
@@ -254,7 +257,8 @@ unsigned stages_feed_retries(struct host *h)
 		struct host_stage *st = &h->pool.stages[s];
 		while (st->rq) {
 			struct shm_rec *rec;
-			struct host_worker *to = room_in(h, s, st->rq->t.size, &rec);
+			struct host_worker *to =
+				room_in(h, s, st->rq->t.size, st->rq->t.alone, &rec);
 			if (!to)
 				break;
 			struct requeued *q = tasks_requeued_take_stage(h, s);

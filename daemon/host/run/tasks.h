@@ -26,8 +26,13 @@ struct task_ent {
 	uint64_t pos; /* ring position of its record */
 	uint32_t size;
 	uint32_t attempt;
-	uint32_t strikes; /* workers killed for corrupting memory while running it */
-	uint32_t crashes; /* workers that died while running it */
+	uint16_t strikes; /* workers killed for corrupting memory while running it */
+	uint16_t crashes; /* workers that died while running it */
+	/* Its worker died while it ran beside others (a batch, tasks in flight), which of
+	 * them did it unknown: it runs alone from then on, in a call of its own with
+	 * nothing else in its worker's ring, so that a death blames the task that caused
+	 * it and no other (tasks_requeue_alone). */
+	bool alone;
 };
 
 /* A task taken back from a worker, waiting to run again, with its own copy of the input. */
@@ -37,6 +42,11 @@ struct requeued {
 	int avoid; /* the worker it failed on (a retry goes elsewhere if it can), or -1 */
 	uint8_t data[];
 };
+
+/* Worker w may be given a task (`alone`: one that must run by itself) now: a worker
+ * running an alone task holds nothing else, and an alone task goes only to a worker
+ * that holds nothing. */
+static inline bool tasks_may_hold(const struct host_worker *w, bool alone);
 
 /* Sizes every worker's FIFO for `per_worker` tasks. 0, or -1 (out of memory). */
 int tasks_init(struct host *h, uint32_t per_worker);
@@ -64,6 +74,9 @@ bool tasks_retry_fits(const struct host *h, const struct host_worker *w) __attri
 /* Takes that task; the caller frees it. Only after tasks_requeued_for said yes. */
 struct requeued *tasks_requeued_take(struct host *h);
 static inline bool tasks_requeued_any(const struct host *h);
+/* Whether the next task to run again is an alone one: the generator's tasks wait, so
+ * that a worker comes free for it. */
+static inline bool tasks_requeued_alone(const struct host *h);
 /* Counts every requeued task as not run and frees them. */
 void tasks_drop_requeued(struct host *h);
 

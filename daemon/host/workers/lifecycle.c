@@ -345,6 +345,14 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
 	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
 	bool narrowed = w->timed_out || by_task;
+	/* A death in a call of several tasks (a batch, tasks in flight) that nothing
+	 * narrows to one does not say which of them caused it. */
+	unsigned in_call_n = 0;
+	for (uint64_t k = w->tt_tail; k != w->tt_head; k++) {
+		uint64_t at = w->tt[k & w->tt_mask].pos - w->task_free;
+		in_call_n += at >= from - w->task_free && at < to - w->task_free;
+	}
+	bool unsure = in_call_n > 1 && !narrowed && (busy || w->corrupt);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
@@ -363,6 +371,13 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && narrowed && t.pos - w->task_free >= timed - w->task_free) {
 			/* In flight beside the one that timed out or ended it: not its fault. */
+			tasks_requeue(h, &t, input, -1, w->stage);
+		} else if (in_call && unsure && !t.alone) {
+			/* One of them did it: each runs again alone (tasks.h), and only one
+			 * that kills its worker alone is blamed, so the others are never
+			 * called poison for being beside it. A task alone already (given
+			 * several by a path that does not isolate) is blamed as before. */
+			t.alone = true;
 			tasks_requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
