@@ -31,7 +31,7 @@ struct task_ent {
 	/* Its worker died while it ran beside others (a batch, tasks in flight), which of
 	 * them did it unknown: it runs alone from then on, in a call of its own with
 	 * nothing else in its worker's ring, so that a death blames the task that caused
-	 * it and no other (tasks_requeue_alone). */
+	 * it and no other (workers/lifecycle.c, crashed). */
 	bool alone;
 };
 
