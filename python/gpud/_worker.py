@@ -344,6 +344,9 @@ class Worker:
             if len(data) <= self.result_max:
                 break
             errors[j], results[j] = None, None
+            if len(results) == 1:  # alone, with the chunk's own few bytes around it
+                errors[j] = (f"python: result of {len(data)} bytes exceeds max_result_bytes "
+                             f"({self.result_max})")
             data = dumps(got)
         return data
 
