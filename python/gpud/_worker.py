@@ -318,7 +318,7 @@ class Worker:
             if len(data) <= self.result_max:
                 return data
         except BaseException as e:
-            if _is_fatal(e):
+            if _is_fatal(e) or _is_timeout(e):
                 raise
         results, errors, seconds = got
         sizes = {}
@@ -328,7 +328,7 @@ class Worker:
             try:
                 n = len(dumps(r))
             except BaseException as e:
-                if _is_fatal(e):
+                if _is_fatal(e) or _is_timeout(e):
                     raise
                 errors[j], results[j] = _traceback_text(e).rstrip("\n"), None
                 continue
@@ -374,6 +374,8 @@ class Worker:
                 except BaseException as e:
                     if _is_fatal(e):
                         raise
+                    if _is_timeout(e):
+                        return _timed_out(e, out, len(results))
                     out.append(_failure(e))
             return out
         process = self.worker.process
