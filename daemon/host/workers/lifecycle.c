@@ -345,6 +345,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
 	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
 	bool narrowed = w->timed_out || by_task;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
+		w->corrupt = true;
+		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
+	}
 	/* A death in a call of several tasks (a batch, tasks in flight) that nothing
 	 * narrows to one does not say which of them caused it. */
 	unsigned in_call_n = 0;
@@ -353,10 +357,6 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		in_call_n += at >= from - w->task_free && at < to - w->task_free;
 	}
 	bool unsure = in_call_n > 1 && !narrowed && (busy || w->corrupt);
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
-		w->corrupt = true;
-		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
-	}
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
 		const void *input = ring_payload(ring_at(&w->tasks, t.pos));
