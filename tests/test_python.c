@@ -828,6 +828,50 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 	free(err);
 }
 
+/* A python section that names no code (neither script nor module), or both, is refused
+ * by check, check --import and run alike: exit 2, one line with its place, before any
+ * worker starts. */
+Test(python, a_section_without_script_or_module_is_refused_before_any_worker, .timeout = 60)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import gpud\nclass W(gpud.BaseWorker):\n"
+		     "    def process(self, d): return d\n"));
+	struct {
+		const char *sections, *want;
+	} cases[] = {
+		{"[worker]\nplugin = python\nclass = W\n",
+		 "job.ini:5: [worker] plugin = python: give script = FILE.py or module = NAME "
+		 "(neither is given)"},
+		{"[stage.pre]\nplugin = python\nclass = W\n[worker]\nplugin = echo\n",
+		 "job.ini:5: [stage.pre] plugin = python: give script = FILE.py or module = NAME "
+		 "(neither is given)"},
+		{"[worker]\nplugin = python\nscript = w.py\nmodule = w\nclass = W\n",
+		 "job.ini:7: [worker] plugin = python: give script = FILE.py or module = NAME "
+		 "(one of them, not both)"},
+	};
+	const char *cmds[] = {"check '%s/job.ini'", "check '%s/job.ini' --import",
+			      "run '%s/job.ini' --ui plain"};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0\njournal = off\n%s"
+		       "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n",
+		       cases[i].sections);
+		for (size_t k = 0; k < 3; k++) {
+			char args[256];
+			snprintf(args, sizeof args, cmds[k], dir);
+			cr_expect_eq(t_gpud(dir, "%s", args), 2, "case %zu: %s", i, args);
+			char *err = t_read_in(dir, "err");
+			cr_expect(strstr(err, cases[i].want), "case %zu: %s: %s", i, args, err);
+			cr_expect_eq(t_count_lines(err, ""), 1, "case %zu: %s: %s", i, args, err);
+			cr_expect(!strstr(err, "setup") && !strstr(err, "KeyError"),
+				  "case %zu: %s: %s", i, args, err);
+			free(err);
+		}
+	}
+}
+
 Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 {
 	need_python();
@@ -835,7 +879,6 @@ Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 	struct {
 		const char *worker, *want;
 	} cases[] = {
-		{"class = W\n", "python: give script = FILE.py or module = NAME (one of them)"},
 		{"script = w.py\n", "python: class = NAME is required"},
 		{"script = w.py\nclass = Nope\n", "w.py has no class Nope"},
 		{"script = w.py\nclass = W\ninput = xml\n",

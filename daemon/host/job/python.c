@@ -102,6 +102,52 @@ bool python_needed(const struct cfg *c)
 	       is_python_spec(c->sink.plugin, "sink");
 }
 
+/* The place of `key` in `s` ("file:line" or "--set ..."), else of its plugin line. */
+static const char *place_of(const struct cfg *c, const struct cfg_section *s, const char *key,
+			    char *buf, size_t len)
+{
+	for (size_t i = 0; i < s->count; i++)
+		if (!strcmp(s->kv[i].key, key) && s->where && s->where[i])
+			return s->where[i];
+	if (s->plugin_line > 0)
+		snprintf(buf, len, "%s:%d", c->path, s->plugin_line);
+	else
+		snprintf(buf, len, "%s", c->path);
+	return buf;
+}
+
+static int check_source(const struct cfg *c, const struct cfg_section *s, const char *name,
+			char *err, size_t errlen)
+{
+	if (!is_python_spec(s->plugin, strncmp(name, "stage.", 6) ? name : "worker"))
+		return 0;
+	const char *script = gpud_arg(&s->args, "script", NULL);
+	const char *module = gpud_arg(&s->args, "module", NULL);
+	if (!script != !module)
+		return 0;
+	char buf[512];
+	snprintf(err, errlen,
+		 "%s: [%s] plugin = python: give script = FILE.py or module = NAME (%s)",
+		 place_of(c, s, script ? "module" : "plugin", buf, sizeof buf), name,
+		 script ? "one of them, not both" : "neither is given");
+	return -1;
+}
+
+int python_check_sources(const struct cfg *c, char *err, size_t errlen)
+{
+	if (check_source(c, &c->worker, "worker", err, errlen) < 0 ||
+	    check_source(c, &c->generator, "generator", err, errlen) < 0 ||
+	    check_source(c, &c->sink, "sink", err, errlen) < 0)
+		return -1;
+	for (size_t i = 0; i < c->n_stages; i++) {
+		char name[128];
+		snprintf(name, sizeof name, "stage.%s", c->stages[i].name);
+		if (check_source(c, &c->stages[i].sec, name, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static bool is_file(const char *p, bool exec)
 {
 	struct stat st;
@@ -532,6 +578,8 @@ static const char import_script[] =
 	"            spec.loader.exec_module(mod)\n"
 	"            loaded[real] = mod\n"
 	"        return loaded[real], 'script = %s' % a['script']\n"
+	"    if 'module' not in a:\n"
+	"        raise ImportError('give script = FILE.py or module = NAME (neither is given)')\n"
 	"    return importlib.import_module(a['module']), 'module = %s' % a['module']\n"
 	"def defined(mod, want):\n"
 	"    names = sorted(n for n, v in vars(mod).items() if not n.startswith('_') and want(v)\n"
