@@ -772,6 +772,9 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 		     "    pass\n"
 		     "class NoProcess:\n"
 		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "class Any(gpud.BaseWorker):\n"
+		     "    def setup(self, gpu_id, seed, **keys): self.keys = keys\n"
+		     "    def process(self, data): return data\n"
 		     "def items(count):\n"
 		     "    return range(int(count))\n"
 		     "class CB:\n"
@@ -790,14 +793,21 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 	cr_expect(!strstr(out, "top level ran") && !strstr(err, "top level ran"), "%s", out);
 	free(out);
 	free(err);
+	/* A setup() with **keys takes any key, and is said to. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import --set worker.class=Any", dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "w.py: process; setup() takes any keys (**keys); the job gives "
+			      "model_path\n"),
+		  "%s", out);
+	free(out);
 	/* Without --import the code is not run, and a wrong class passes as before. */
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set worker.class=Wokrer", dir), 0);
 	struct {
 		const char *set, *want;
 	} cases[] = {
 		{"--set worker.class=Wokrer",
-		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: CB, "
-		 "Helper, NoProcess, W\n"},
+		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: Any, "
+		 "CB, Helper, NoProcess, W\n"},
 		{"--set worker.class=NoProcess",
 		 "[worker] class = NoProcess: NoProcess has neither process(data) nor "
 		 "process_batch(items)\n"},
@@ -810,7 +820,7 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 		 "defines: items\n"},
 		{"--set sink.class=Callbacks",
 		 "[sink] class = Callbacks: script = %s/w.py has no class Callbacks; it defines: "
-		 "CB, Helper, NoProcess, W\n"},
+		 "Any, CB, Helper, NoProcess, W\n"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import %s", dir, cases[i].set), 2,
