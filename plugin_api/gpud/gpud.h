@@ -252,6 +252,13 @@ GPUD_API int gpud_merge(int n_files, char *const *files);
  *   generator calls or two sink calls at once), a UI thread with --ui plain/dashboard,
  *   and one with metrics_listen. All end before gpud_job_run returns. In-process
  *   callbacks are called on the calling thread or the stand-in.
+ * - Callbacks must return to gpud: never longjmp/siglongjmp out of one, throw a C++
+ *   exception through one, or end the calling thread (pthread_exit, cancellation) in
+ *   one. gpud_job_run would be left half-way, holding its workers, signal handlers,
+ *   threads and run lock: the job, and any later run in the process, cannot be used,
+ *   and the process's exit is taken for one during a run (status 3). To end a run
+ *   from a callback, return -1 with a message (the run aborts) or call gpud_job_stop
+ *   (it drains) and return.
  * - exit() called by any thread during a run (a callback's) ends the process at once with
  *   status 3 after a message: the workers must not outlive the host unreported.
  * - Standard error: progress and the final summary, as `gpud run` writes them; errors
