@@ -86,8 +86,9 @@ GPUD_API int gpud_job_load(gpud_job *job, const char *path);
  *  keys needs at least job.gpus and worker.plugin (and generator.plugin unless a
  *  generator callback is set); it has no journal unless job.journal is set. Returns 0,
  *  or -1 with gpud_job_error() naming the key and what is wrong with it ("--set
- *  job.queue_size=0: ..."). A value whose fault shows only with the whole job is said
- *  by gpud_job_check or gpud_job_run. */
+ *  job.queue_size=0: ..."). Each call checks its key on its own (its cost does not grow
+ *  with the job), so a value whose fault shows only with the whole job is said by
+ *  gpud_job_check or gpud_job_run. */
 GPUD_API int gpud_job_set(gpud_job *job, const char *section_key, const char *value);
 
 /** The error of the last call on this job: one line naming what and where ("job.ini:7:
