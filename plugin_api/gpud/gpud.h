@@ -156,7 +156,10 @@ enum gpud_ui {
 /** gpud_run_options.flags */
 #define GPUD_RUN_RESUME (1u << 0)       /* --resume: finish the run the journal describes */
 #define GPUD_RUN_RETRY_FAILED (1u << 1) /* --retry-failed (implies GPUD_RUN_RESUME) */
-#define GPUD_RUN_FORCE (1u << 2)        /* --force: resume a journal another job wrote */
+/* --force: resume a journal another job wrote; without GPUD_RUN_RESUME, start over
+ * although this job's journal holds outcomes and a sink file holds its output (else
+ * refused: exit 2) */
+#define GPUD_RUN_FORCE (1u << 2)
 /** Leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT and SIGPIPE alone: the caller stops
  *  the run with gpud_job_stop (from its own handler, say). SIGCHLD is still gpud's for
  *  the run: it is how a worker's death is noticed. */
