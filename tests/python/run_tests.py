@@ -163,6 +163,10 @@ def main():
             log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
         for mode in modes:
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], env)
+        run("debian: the workers' sys.argv is the program's", "/usr/bin/python3",
+            ["launch.py", "argv", "--input", "x y.txt", "7"], env)
+        run("debian: launcher variables refused with JobError", "/usr/bin/python3",
+            ["launch.py", "launcher"], env)
         # A real model: the torch example checks every result against a single-process
         # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
         # install it (apt-get install python3-torch).
