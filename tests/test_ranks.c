@@ -268,9 +268,10 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	free(seen);
 	/* Two ranks on a node that both see 0,1,2,3 (mpirun, srun --gres): local rank 1
 	 * takes 2 and 3. (--rank 0/1 keeps every task here.) */
-	t_sh(dir, "CUDA_VISIBLE_DEVICES=0,1,2,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
-		  "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" run job.ini --ui off --rank 0/1 2>err; "
-		  "grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	t_sh(dir,
+	     "CUDA_VISIBLE_DEVICES=0,1,2,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+	     "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" run job.ini --ui off --force --rank 0/1 2>err; "
+	     "grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
 	seen = t_read_in(dir, "seen");
 	cr_expect_str_eq(seen, "cvd=2\ncvd=3\n");
 	free(seen);
@@ -278,7 +279,7 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	t_sh(dir,
 	     "CUDA_VISIBLE_DEVICES=5,7 SLURM_GPUS_PER_TASK=2 SLURM_STEP_NUM_TASKS=2 "
 	     "SLURM_PROCID=0 SLURM_LOCALID=1 SLURM_STEP_TASKS_PER_NODE=2 \"$GPUD\" run job.ini "
-	     "--ui off --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	     "--ui off --force --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
 	seen = t_read_in(dir, "seen");
 	cr_expect_str_eq(seen, "cvd=5\ncvd=7\n");
 	free(seen);
