@@ -86,8 +86,9 @@ Test(gpus, listed_ids_in_groups_of_two, .timeout = 120)
 	has(dir, "stats.json", "\"gpus\": [{\"gpu_id\": 0, \"gpu_ids\": [0,1], ");
 	has(dir, "stats.json", "}, {\"gpu_id\": 2, \"gpu_ids\": [2,3], ");
 	/* The metrics: a group's counters under its first GPU, with all of them. */
-	cr_assert_eq(t_sh(dir, "\"$GPUD\" run job.ini --ui off --set ui.metrics_file=m.prom "
-			       "2>err"),
+	cr_assert_eq(t_sh(dir,
+			  "\"$GPUD\" run job.ini --ui off --force --set ui.metrics_file=m.prom "
+			  "2>err"),
 		     0);
 	has(dir, "m.prom", "gpud_gpu_retired{gpu=\"0\",gpus=\"0,1\"} 0\n");
 	has(dir, "m.prom", "gpud_gpu_retired{gpu=\"2\",gpus=\"2,3\"} 0\n");
@@ -164,7 +165,7 @@ Test(gpus, auto_takes_the_launchers_uuid_tokens_in_groups, .timeout = 120)
 	/* Two ranks on a node that both see the four: local rank 1's share is one group. */
 	cr_assert_eq(t_sh(dir, "CUDA_VISIBLE_DEVICES=GPU-aaa,GPU-bbb,GPU-ccc,GPU-ddd "
 			       "OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 "
-			       "\"$GPUD\" run job.ini --ui off --rank 0/1 2>err"),
+			       "\"$GPUD\" run job.ini --ui off --force --rank 0/1 2>err"),
 		     0);
 	static const char *const share[] = {
 		"wid=0 gpu=0 n=2 ids=0,1 cvd=GPU-ccc,GPU-ddd env_ids=0,1", NULL};

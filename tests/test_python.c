@@ -772,6 +772,9 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 		     "    pass\n"
 		     "class NoProcess:\n"
 		     "    def setup(self, gpu_id, seed, **kw): pass\n"
+		     "class Any(gpud.BaseWorker):\n"
+		     "    def setup(self, gpu_id, seed, **keys): self.keys = keys\n"
+		     "    def process(self, data): return data\n"
 		     "def items(count):\n"
 		     "    return range(int(count))\n"
 		     "class CB:\n"
@@ -790,14 +793,21 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 	cr_expect(!strstr(out, "top level ran") && !strstr(err, "top level ran"), "%s", out);
 	free(out);
 	free(err);
+	/* A setup() with **keys takes any key, and is said to. */
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import --set worker.class=Any", dir), 0);
+	out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "w.py: process; setup() takes any keys (**keys); the job gives "
+			      "model_path\n"),
+		  "%s", out);
+	free(out);
 	/* Without --import the code is not run, and a wrong class passes as before. */
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set worker.class=Wokrer", dir), 0);
 	struct {
 		const char *set, *want;
 	} cases[] = {
 		{"--set worker.class=Wokrer",
-		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: CB, "
-		 "Helper, NoProcess, W\n"},
+		 "[worker] class = Wokrer: script = %s/w.py has no class Wokrer; it defines: Any, "
+		 "CB, Helper, NoProcess, W\n"},
 		{"--set worker.class=NoProcess",
 		 "[worker] class = NoProcess: NoProcess has neither process(data) nor "
 		 "process_batch(items)\n"},
@@ -810,7 +820,7 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 		 "defines: items\n"},
 		{"--set sink.class=Callbacks",
 		 "[sink] class = Callbacks: script = %s/w.py has no class Callbacks; it defines: "
-		 "CB, Helper, NoProcess, W\n"},
+		 "Any, CB, Helper, NoProcess, W\n"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --import %s", dir, cases[i].set), 2,
@@ -828,6 +838,50 @@ Test(python, check_import_finds_a_wrong_class_method_or_keyword, .timeout = 120)
 	free(err);
 }
 
+/* A python section that names no code (neither script nor module), or both, is refused
+ * by check, check --import and run alike: exit 2, one line with its place, before any
+ * worker starts. */
+Test(python, a_section_without_script_or_module_is_refused_before_any_worker, .timeout = 60)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import gpud\nclass W(gpud.BaseWorker):\n"
+		     "    def process(self, d): return d\n"));
+	struct {
+		const char *sections, *want;
+	} cases[] = {
+		{"[worker]\nplugin = python\nclass = W\n",
+		 "job.ini:5: [worker] plugin = python: give script = FILE.py or module = NAME "
+		 "(neither is given)"},
+		{"[stage.pre]\nplugin = python\nclass = W\n[worker]\nplugin = echo\n",
+		 "job.ini:5: [stage.pre] plugin = python: give script = FILE.py or module = NAME "
+		 "(neither is given)"},
+		{"[worker]\nplugin = python\nscript = w.py\nmodule = w\nclass = W\n",
+		 "job.ini:7: [worker] plugin = python: give script = FILE.py or module = NAME "
+		 "(one of them, not both)"},
+	};
+	const char *cmds[] = {"check '%s/job.ini'", "check '%s/job.ini' --import",
+			      "run '%s/job.ini' --ui plain"};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0\njournal = off\n%s"
+		       "[generator]\nplugin = range\nstop = 3\n[sink]\nplugin = null\n",
+		       cases[i].sections);
+		for (size_t k = 0; k < 3; k++) {
+			char args[256];
+			snprintf(args, sizeof args, cmds[k], dir);
+			cr_expect_eq(t_gpud(dir, "%s", args), 2, "case %zu: %s", i, args);
+			char *err = t_read_in(dir, "err");
+			cr_expect(strstr(err, cases[i].want), "case %zu: %s: %s", i, args, err);
+			cr_expect_eq(t_count_lines(err, ""), 1, "case %zu: %s: %s", i, args, err);
+			cr_expect(!strstr(err, "setup") && !strstr(err, "KeyError"),
+				  "case %zu: %s: %s", i, args, err);
+			free(err);
+		}
+	}
+}
+
 Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 {
 	need_python();
@@ -835,7 +889,6 @@ Test(python, a_job_that_names_no_class_or_a_wrong_one_says_so, .timeout = 60)
 	struct {
 		const char *worker, *want;
 	} cases[] = {
-		{"class = W\n", "python: give script = FILE.py or module = NAME (one of them)"},
 		{"script = w.py\n", "python: class = NAME is required"},
 		{"script = w.py\nclass = Nope\n", "w.py has no class Nope"},
 		{"script = w.py\nclass = W\ninput = xml\n",

@@ -268,9 +268,10 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	free(seen);
 	/* Two ranks on a node that both see 0,1,2,3 (mpirun, srun --gres): local rank 1
 	 * takes 2 and 3. (--rank 0/1 keeps every task here.) */
-	t_sh(dir, "CUDA_VISIBLE_DEVICES=0,1,2,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
-		  "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" run job.ini --ui off --rank 0/1 2>err; "
-		  "grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	t_sh(dir,
+	     "CUDA_VISIBLE_DEVICES=0,1,2,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+	     "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" run job.ini --ui off --force --rank 0/1 2>err; "
+	     "grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
 	seen = t_read_in(dir, "seen");
 	cr_expect_str_eq(seen, "cvd=2\ncvd=3\n");
 	free(seen);
@@ -278,7 +279,7 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	t_sh(dir,
 	     "CUDA_VISIBLE_DEVICES=5,7 SLURM_GPUS_PER_TASK=2 SLURM_STEP_NUM_TASKS=2 "
 	     "SLURM_PROCID=0 SLURM_LOCALID=1 SLURM_STEP_TASKS_PER_NODE=2 \"$GPUD\" run job.ini "
-	     "--ui off --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
+	     "--ui off --force --rank 0/1 2>err; grep -o 'cvd=[^ ]*' out.jsonl | sort -u > seen");
 	seen = t_read_in(dir, "seen");
 	cr_expect_str_eq(seen, "cvd=5\ncvd=7\n");
 	free(seen);
@@ -297,6 +298,71 @@ Test(ranks, gpus_auto_takes_the_launchers_tokens_and_splits_them_per_node, .time
 	cr_expect(strstr(err, "3 GPUs (CUDA_VISIBLE_DEVICES = 0,1,2) for 2 ranks on this node"),
 		  "%s", err);
 	free(err);
+}
+
+/* The launcher's variables are input like the job file: a local size below 1, a local rank
+ * not below it, and a CUDA_VISIBLE_DEVICES list that `gpus` itself would refuse each end
+ * in exit 2 and one line naming the variable and its value (not a crash). */
+Test(ranks, gpus_auto_refuses_launcher_values_naming_the_variable, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = auto\n[worker]\nplugin = echo\n[generator]\nplugin = range\n"
+		    "stop = 10\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	struct {
+		const char *env, *want;
+	} cases[] = {
+		{"SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 SLURM_LOCALID=0 "
+		 "SLURM_STEP_TASKS_PER_NODE=0",
+		 "SLURM_STEP_TASKS_PER_NODE = '0': expected from 1 to 1000000 tasks on this node"},
+		{"OMPI_COMM_WORLD_LOCAL_SIZE=0",
+		 "OMPI_COMM_WORLD_LOCAL_SIZE = '0': expected from 1 to 1000000 tasks"},
+		{"SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 SLURM_LOCALID=2 "
+		 "SLURM_STEP_TASKS_PER_NODE=2",
+		 "SLURM_LOCALID = 2: expected a local rank below SLURM_STEP_TASKS_PER_NODE = 2"},
+		{"OMPI_COMM_WORLD_LOCAL_RANK=5 OMPI_COMM_WORLD_LOCAL_SIZE=2",
+		 "OMPI_COMM_WORLD_LOCAL_RANK = 5: expected a local rank below "
+		 "OMPI_COMM_WORLD_LOCAL_SIZE = 2"},
+		{"MPI_LOCALRANKID=3 MPI_LOCALNRANKS=3",
+		 "MPI_LOCALRANKID = 3: expected a local rank below MPI_LOCALNRANKS = 3"},
+		{"CUDA_VISIBLE_DEVICES=0,0", "CUDA_VISIBLE_DEVICES = '0,0': GPU 0 is listed twice"},
+		{"CUDA_VISIBLE_DEVICES=-1",
+		 "CUDA_VISIBLE_DEVICES = '-1': expected a list of GPU ids"},
+		{"CUDA_VISIBLE_DEVICES=0,1,,2",
+		 "CUDA_VISIBLE_DEVICES = '0,1,,2': expected a list of GPU ids"},
+		{"CUDA_VISIBLE_DEVICES=GPU-1a,GPU-1a",
+		 "CUDA_VISIBLE_DEVICES = 'GPU-1a,GPU-1a': GPU GPU-1a is listed twice"},
+		{"CUDA_VISIBLE_DEVICES=0,70000",
+		 "CUDA_VISIBLE_DEVICES = '0,70000': GPU id too large"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char cmd[600];
+		snprintf(cmd, sizeof cmd,
+			 "env CUDA_VISIBLE_DEVICES=0,1 %s \"$GPUD\" check job.ini --rank 0/1 "
+			 "> out 2> err",
+			 cases[i].env);
+		int rc = t_sh(dir, cmd);
+		char *err = t_read_in(dir, "err");
+		cr_expect_eq(rc, 2, "%s: exit %d: %s", cases[i].env, rc, err);
+		cr_expect(strstr(err, cases[i].want), "%s: %s", cases[i].env, err);
+		cr_expect_eq(t_count_lines(err, ""), 1, "%s: one line: %s", cases[i].env, err);
+		free(err);
+	}
+	/* The same tokens written in gpus are refused with the same words. */
+	const char *lists[][2] = {{"0,0", "GPU 0 is listed twice"},
+				  {"-1", "expected a list of GPU ids"},
+				  {"0,1,,2", "expected a list of GPU ids"}};
+	for (size_t i = 0; i < 3; i++) {
+		cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set job.gpus=%s", dir, lists[i][0]),
+			     2);
+		char *err = t_read_in(dir, "err");
+		cr_expect(strstr(err, lists[i][1]), "gpus = %s: %s", lists[i][0], err);
+		free(err);
+	}
+	/* A launcher that says what it should is taken. */
+	cr_expect_eq(t_sh(dir, "env CUDA_VISIBLE_DEVICES=GPU-1a,3 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+			       "OMPI_COMM_WORLD_LOCAL_SIZE=2 \"$GPUD\" check job.ini --rank 0/1 "
+			       "> out 2> err"),
+		     0);
 }
 
 /* The whole Slurm story in one test (one Slurm at a time on its fixed ports): srun with

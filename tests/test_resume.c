@@ -131,8 +131,23 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 			  strstr(err, "resumed: 1000 tasks were already done"),
 		  "%s", err);
 	free(err);
-	/* A sink that cannot: the journal's end is the word. */
-	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	/* Run again without --resume, it would start over and empty out.jsonl: refused,
+	 * naming --resume and --force, with the journal and the output as they were. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.journal holds the outcomes of 1000 tasks of an earlier run of "
+			      "this job (it finished all 1000), and [sink] path = ") &&
+			  strstr(err, "--resume goes on from them") &&
+			  strstr(err, "--force starts over anyway"),
+		  "%s", err);
+	cr_expect_eq(t_count_lines(err, ""), 1, "%s", err);
+	free(err);
+	char *kept = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(kept, "{"), 1000, "the output was emptied");
+	free(kept);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 0);
+	/* --force starts over. A sink that cannot tell: the journal's end is the word. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --force", dir), 0);
 	cr_expect_eq(t_gpud(dir,
 			    "run '%s/job.ini' --ui off --resume --set sink.plugin=null --force",
 			    dir),

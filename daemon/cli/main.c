@@ -14,7 +14,7 @@
 
 static const char usage[] =
 	"usage: gpud run JOB.ini [--set SECTION.KEY=VALUE]... [--ui auto|dashboard|plain|off]\n"
-	"                        [--stats-json PATH] [--resume [--retry-failed] [--force]]\n"
+	"                        [--stats-json PATH] [--resume [--retry-failed]] [--force]\n"
 	"                        [--rank K/N]\n"
 	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]... [--import]\n"
 	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
@@ -45,7 +45,9 @@ static const char help[] =
 	"  --resume                  finish the run the journal ([job] journal) describes:\n"
 	"                            finished tasks do not run again (none there: start)\n"
 	"  --retry-failed            --resume, and run the tasks that failed again\n"
-	"  --force                   resume a journal another job wrote\n"
+	"  --force                   resume a journal another job wrote; without --resume,\n"
+	"                            start over although this job's journal and output\n"
+	"                            hold finished work (refused otherwise)\n"
 	"  --import                  check: import the python plugins' script or module\n"
 	"                            (runs its top-level code) in the chosen Python and\n"
 	"                            check the class or function, its methods and keys\n"

@@ -86,8 +86,9 @@ GPUD_API int gpud_job_load(gpud_job *job, const char *path);
  *  keys needs at least job.gpus and worker.plugin (and generator.plugin unless a
  *  generator callback is set); it has no journal unless job.journal is set. Returns 0,
  *  or -1 with gpud_job_error() naming the key and what is wrong with it ("--set
- *  job.queue_size=0: ..."). A value whose fault shows only with the whole job is said
- *  by gpud_job_check or gpud_job_run. */
+ *  job.queue_size=0: ..."). Each call checks its key on its own (its cost does not grow
+ *  with the job), so a value whose fault shows only with the whole job is said by
+ *  gpud_job_check or gpud_job_run. */
 GPUD_API int gpud_job_set(gpud_job *job, const char *section_key, const char *value);
 
 /** The error of the last call on this job: one line naming what and where ("job.ini:7:
@@ -155,7 +156,10 @@ enum gpud_ui {
 /** gpud_run_options.flags */
 #define GPUD_RUN_RESUME (1u << 0)       /* --resume: finish the run the journal describes */
 #define GPUD_RUN_RETRY_FAILED (1u << 1) /* --retry-failed (implies GPUD_RUN_RESUME) */
-#define GPUD_RUN_FORCE (1u << 2)        /* --force: resume a journal another job wrote */
+/* --force: resume a journal another job wrote; without GPUD_RUN_RESUME, start over
+ * although this job's journal holds outcomes and a sink file holds its output (else
+ * refused: exit 2) */
+#define GPUD_RUN_FORCE (1u << 2)
 /** Leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT and SIGPIPE alone: the caller stops
  *  the run with gpud_job_stop (from its own handler, say). SIGCHLD is still gpud's for
  *  the run: it is how a worker's death is noticed. */
@@ -252,6 +256,13 @@ GPUD_API int gpud_merge(int n_files, char *const *files);
  *   generator calls or two sink calls at once), a UI thread with --ui plain/dashboard,
  *   and one with metrics_listen. All end before gpud_job_run returns. In-process
  *   callbacks are called on the calling thread or the stand-in.
+ * - Callbacks must return to gpud: never longjmp/siglongjmp out of one, throw a C++
+ *   exception through one, or end the calling thread (pthread_exit, cancellation) in
+ *   one. gpud_job_run would be left half-way, holding its workers, signal handlers,
+ *   threads and run lock: the job, and any later run in the process, cannot be used,
+ *   and the process's exit is taken for one during a run (status 3). To end a run
+ *   from a callback, return -1 with a message (the run aborts) or call gpud_job_stop
+ *   (it drains) and return.
  * - exit() called by any thread during a run (a callback's) ends the process at once with
  *   status 3 after a message: the workers must not outlive the host unreported.
  * - Standard error: progress and the final summary, as `gpud run` writes them; errors

@@ -231,7 +231,9 @@ class Worker:
 
     def _setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
               gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
-              gpud_retries="0", gpud_result_max="1048576", **unused):
+              gpud_retries="0", gpud_result_max="1048576", gpud_argv="", **unused):
+        if gpud_argv:  # before the script is loaded: its top level may read sys.argv
+            sys.argv = pickle.loads(base64.b64decode(gpud_argv))
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
             if p not in sys.path:
                 sys.path.insert(0, p)

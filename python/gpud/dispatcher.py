@@ -312,6 +312,8 @@ class Dispatcher:
             ("worker.gpud_path", os.pathsep.join(path)),
             ("worker.gpud_setup", setup),
             ("worker.gpud_seed", str(int(base_seed))),
+            # The program's arguments, as multiprocessing's spawn gives its children.
+            ("worker.gpud_argv", base64.b64encode(pickle.dumps(list(sys.argv))).decode("ascii")),
         ]
 
     # ---- the run ----

@@ -166,6 +166,10 @@ def main():
         # Each item its own outcome: bad results and crashing items among others.
         for mode in ("results", "crashes"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
+        run("debian: the workers' sys.argv is the program's", "/usr/bin/python3",
+            ["launch.py", "argv", "--input", "x y.txt", "7"], env)
+        run("debian: launcher variables refused with JobError", "/usr/bin/python3",
+            ["launch.py", "launcher"], env)
         # A real model: the torch example checks every result against a single-process
         # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
         # install it (apt-get install python3-torch).

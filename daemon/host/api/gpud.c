@@ -262,11 +262,19 @@ int gpud_job_set(gpud_job *job, const char *section_key, const char *value)
 		job->sets = s;
 		job->cap_sets = cap;
 	}
-	job->sets[job->n_sets++] = set;
-	if (trial(job, (long)job->n_sets - 1) < 0) {
-		free(job->sets[--job->n_sets]);
+	/* The key is tried on its own, not with the file and every key before it: a job
+	 * of N keys is built in time linear in N. What shows only with the whole job is
+	 * said by gpud_job_check or gpud_job_run (gpud.h). */
+	struct cfg c;
+	long at = CFG_AT_JOB;
+	if (cfg_load_at(&c, NULL, &set, 1, job->err, sizeof job->err, &at) == 0)
+		cfg_free(&c);
+	else if (at == 0) {
+		free(set);
 		return -1;
 	}
+	job->err[0] = '\0';
+	job->sets[job->n_sets++] = set;
 	return 0;
 }
 

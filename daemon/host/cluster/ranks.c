@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "cluster/ranks.h"
+#include "job/keys.h"
 #include "util/hash.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,38 +44,73 @@ static int set(struct cfg *c, uint64_t rank, uint64_t ranks, const char *source,
 }
 
 /* This process's place among the ranks on its node (for gpus = auto), whatever says
- * which rank it is: Slurm's step, Open MPI's or MPICH's local rank. */
+ * which rank it is: Slurm's step, Open MPI's or MPICH's local rank. The launcher's
+ * values are input: a size below 1 or a rank not below it is refused, naming them. */
 static int local_place(struct cfg *c, char *why, size_t len)
 {
 	uint64_t lr = 0, ls = 1, steps;
+	const char *rank_var = NULL, *size_var, *size_text;
 	c->local_rank = 0;
 	c->local_size = 1;
 	if (env_u64("SLURM_STEP_NUM_TASKS", &steps, why, len) > 0) {
-		if (env_u64("SLURM_LOCALID", &lr, why, len) < 0)
+		int r = env_u64("SLURM_LOCALID", &lr, why, len);
+		if (r < 0)
 			return -1;
-		c->local_rank = (int)lr;
+		rank_var = r ? "SLURM_LOCALID" : NULL;
 		/* Tasks on this node: "N" or "N(xM)" when every node has N (else unknown). */
-		const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+		size_var = "SLURM_STEP_TASKS_PER_NODE";
+		size_text = getenv(size_var);
 		char *end;
-		unsigned long per = tpn ? strtoul(tpn, &end, 10) : 0;
-		if (tpn && end != tpn && (*end == '\0' || (*end == '(' && !strchr(end, ','))))
-			c->local_size = (int)per;
-		else if (tpn)
-			c->local_size = -1;
+		unsigned long long per = size_text ? strtoull(size_text, &end, 10) : 1;
+		if (!size_text)
+			ls = 1;
+		else if (end != size_text && isdigit((unsigned char)size_text[0]) &&
+			 (*end == '\0' || (*end == '(' && !strchr(end, ','))))
+			ls = per;
+		else
+			ls = 0, c->local_size = -1; /* differs by node: unknown */
+	} else {
+		size_var = "OMPI_COMM_WORLD_LOCAL_SIZE";
+		int r = env_u64(size_var, &ls, why, len);
+		if (r == 0)
+			r = env_u64(size_var = "MPI_LOCALNRANKS", &ls, why, len);
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return 0;
+		size_text = getenv(size_var);
+		int a = env_u64("OMPI_COMM_WORLD_LOCAL_RANK", &lr, why, len);
+		if (a < 0)
+			return -1;
+		rank_var = a ? "OMPI_COMM_WORLD_LOCAL_RANK" : NULL;
+		int m = env_u64("MPI_LOCALRANKID", &lr, why, len);
+		if (m < 0)
+			return -1;
+		if (m)
+			rank_var = "MPI_LOCALRANKID";
+	}
+	if (c->local_size < 0) {
+		/* The size is unknown; the rank is still bounded as any rank is. */
+		if (lr >= 1000000) {
+			snprintf(why, len, "%s = %llu: expected a local rank below 1000000",
+				 rank_var, (unsigned long long)lr);
+			return -1;
+		}
+		c->local_rank = (int)lr;
 		return 0;
 	}
-	int r = env_u64("OMPI_COMM_WORLD_LOCAL_SIZE", &ls, why, len);
-	if (r == 0)
-		r = env_u64("MPI_LOCALNRANKS", &ls, why, len);
-	if (r < 0)
+	if (ls < 1 || ls > 1000000) {
+		snprintf(why, len, "%s = '%s': expected from 1 to 1000000 tasks on this node",
+			 size_var, size_text);
 		return -1;
-	if (r > 0) {
-		if (env_u64("OMPI_COMM_WORLD_LOCAL_RANK", &lr, why, len) < 0 ||
-		    env_u64("MPI_LOCALRANKID", &lr, why, len) < 0)
-			return -1;
-		c->local_rank = (int)lr;
-		c->local_size = (int)ls;
 	}
+	if (lr >= ls) {
+		snprintf(why, len, "%s = %llu: expected a local rank below %s = %llu", rank_var,
+			 (unsigned long long)lr, size_var, (unsigned long long)ls);
+		return -1;
+	}
+	c->local_rank = (int)lr;
+	c->local_size = (int)ls;
 	return 0;
 }
 
@@ -314,24 +351,19 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 			 c->path);
 		return -1;
 	}
-	/* Its tokens, as they are: indices, GPU-... UUIDs or MIG-... ids. */
-	char *copy = strdup(cvd), *save = NULL;
-	char *tok[CFG_MAX_GPUS];
+	/* Its tokens, as they are: indices, GPU-... UUIDs or MIG-... ids, held to what
+	 * gpus = 0,1 is held to (none empty, negative or listed twice). */
+	struct cfg_gpu_tok *tok = malloc(CFG_MAX_GPUS * sizeof *tok);
 	size_t t = 0;
-	for (char *p = strtok_r(copy, ",", &save); p && t < CFG_MAX_GPUS;
-	     p = strtok_r(NULL, ",", &save)) {
-		while (*p == ' ')
-			p++;
-		size_t l = strlen(p);
-		while (l && p[l - 1] == ' ')
-			p[--l] = '\0';
-		if (l)
-			tok[t++] = p;
+	char bad[256];
+	if (!tok) {
+		snprintf(why, len, "out of memory");
+		return -1;
 	}
-	if (!t) {
-		snprintf(why, len, "%s: gpus = auto: CUDA_VISIBLE_DEVICES = '%s' names no GPU",
-			 c->path, cvd);
-		free(copy);
+	if (cfg_gpu_list(cvd, true, tok, &t, bad, sizeof bad) < 0) {
+		snprintf(why, len, "%s: gpus = auto: CUDA_VISIBLE_DEVICES = '%s': %s", c->path, cvd,
+			 bad);
+		free(tok);
 		return -1;
 	}
 	/* Ranks on one node that were all given the same list take a slice each, so no
@@ -352,7 +384,7 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 				"(SLURM_STEP_TASKS_PER_NODE = %s), so the node's GPUs cannot be split "
 				"among its tasks; give each task its own (--gpus-per-task) or list them",
 				c->path, getenv("SLURM_STEP_TASKS_PER_NODE"));
-			free(copy);
+			free(tok);
 			return -1;
 		}
 		if (t % (size_t)lsz) {
@@ -362,23 +394,25 @@ int ranks_gpus_auto(struct cfg *c, char *why, size_t len)
 				"%d ranks on this node: they cannot share them evenly without booking "
 				"one twice",
 				c->path, t, cvd, lsz);
-			free(copy);
+			free(tok);
 			return -1;
 		}
 		n = t / (size_t)lsz;
 		from = (size_t)c->local_rank * n;
 	}
 	c->gpu_tokens = calloc(n, sizeof *c->gpu_tokens);
+	bool oom = !c->gpu_tokens;
 	for (size_t i = 0; c->gpu_tokens && i < n; i++) {
-		c->gpu_tokens[i] = strdup(tok[from + i]);
+		c->gpu_tokens[i] = strndup(tok[from + i].text, tok[from + i].len);
+		oom |= !c->gpu_tokens[i];
 		c->gpus[i] = (int)i;
 	}
-	free(copy);
-	if (!c->gpu_tokens) {
+	free(tok);
+	c->n_gpus = n; /* what cfg_free frees, also on running out of memory */
+	if (oom) {
 		snprintf(why, len, "out of memory");
 		return -1;
 	}
-	c->n_gpus = n;
 	c->gpu_token_from = from;
 	if ((size_t)c->workers_per_gpu * c->n_gpus > CFG_MAX_WORKERS) {
 		snprintf(why, len, "%s: %zu GPUs x %u workers_per_gpu is more than %d workers",

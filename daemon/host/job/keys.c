@@ -317,6 +317,76 @@ int cfg_key_set(struct cfg *c, const struct cfg_key *k, const struct cfg_val *v,
 	return -1;
 }
 
+int cfg_gpu_list(const char *v, bool launcher, struct cfg_gpu_tok *out, size_t *n, char *why,
+		 size_t whylen)
+{
+	const char *s = v;
+	*n = 0;
+	for (;;) {
+		while (isspace((unsigned char)*s))
+			s++;
+		const char *start = s, *end;
+		long id = -1;
+		if (launcher && (!strncmp(s, "GPU-", 4) || !strncmp(s, "MIG-", 4))) {
+			/* A UUID or MIG id: letters, digits, '-' and '/' after its prefix. */
+			end = s + 4;
+			while (isalnum((unsigned char)*end) || *end == '-' || *end == '/')
+				end++;
+			if (end == s + 4) {
+				snprintf(why, whylen, "'%.4s' names no GPU", s);
+				return -1;
+			}
+		} else {
+			if (!isdigit((unsigned char)*s)) {
+				snprintf(
+					why, whylen, "%s",
+					launcher
+						? "expected a list of GPU ids like 0,1,2 or "
+						  "GPU-/MIG- ids"
+						: "expected a list of GPU ids like 0,1,2, 'all' or "
+						  "'auto'");
+				return -1;
+			}
+			char *e;
+			errno = 0;
+			id = strtol(s, &e, 10);
+			if (errno || id > 65535) {
+				snprintf(why, whylen, "GPU id too large");
+				return -1;
+			}
+			end = e;
+		}
+		size_t len = (size_t)(end - start);
+		for (size_t i = 0; i < *n; i++) {
+			if (id >= 0 ? out[i].id == id
+				    : out[i].len == len && !strncmp(out[i].text, start, len)) {
+				snprintf(why, whylen, "GPU %.*s is listed twice", (int)len, start);
+				return -1;
+			}
+		}
+		if (*n >= CFG_MAX_GPUS) {
+			snprintf(why, whylen, "more than %d GPUs", CFG_MAX_GPUS);
+			return -1;
+		}
+		out[*n].text = start;
+		out[*n].len = len;
+		out[*n].id = (int)id;
+		(*n)++;
+		s = end;
+		while (isspace((unsigned char)*s))
+			s++;
+		if (*s == '\0')
+			return 0;
+		if (*s != ',') {
+			snprintf(why, whylen, "%s",
+				 launcher ? "expected a list of GPU ids like 0,1,2 or GPU-/MIG- ids"
+					  : "expected a list of GPU ids like 0,1,2 or 'all'");
+			return -1;
+		}
+		s++;
+	}
+}
+
 static int set_gpus(struct cfg *c, const struct cfg_key *k, const struct cfg_val *val, char *why,
 		    size_t whylen)
 {
@@ -333,44 +403,19 @@ static int set_gpus(struct cfg *c, const struct cfg_key *k, const struct cfg_val
 		c->gpus_auto = true;
 		return 0;
 	}
-	const char *s = v;
-	for (;;) {
-		while (isspace((unsigned char)*s))
-			s++;
-		char *end;
-		if (!isdigit((unsigned char)*s)) {
-			snprintf(why, whylen,
-				 "expected a list of GPU ids like 0,1,2, 'all' or 'auto'");
-			return -1;
-		}
-		errno = 0;
-		long id = strtol(s, &end, 10);
-		if (errno || id > 65535) {
-			snprintf(why, whylen, "GPU id too large");
-			return -1;
-		}
-		for (size_t i = 0; i < c->n_gpus; i++) {
-			if (c->gpus[i] == id) {
-				snprintf(why, whylen, "GPU %ld is listed twice", id);
-				return -1;
-			}
-		}
-		if (c->n_gpus >= CFG_MAX_GPUS) {
-			snprintf(why, whylen, "more than %d GPUs", CFG_MAX_GPUS);
-			return -1;
-		}
-		c->gpus[c->n_gpus++] = (int)id;
-		s = end;
-		while (isspace((unsigned char)*s))
-			s++;
-		if (*s == '\0')
-			return 0;
-		if (*s != ',') {
-			snprintf(why, whylen, "expected a list of GPU ids like 0,1,2 or 'all'");
-			return -1;
-		}
-		s++;
+	struct cfg_gpu_tok *tok = malloc(CFG_MAX_GPUS * sizeof *tok);
+	size_t n = 0;
+	if (!tok) {
+		snprintf(why, whylen, "out of memory");
+		return -1;
 	}
+	int r = cfg_gpu_list(v, false, tok, &n, why, whylen);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		c->gpus[i] = tok[i].id;
+	if (r == 0)
+		c->n_gpus = n;
+	free(tok);
+	return r;
 }
 
 /* journal = FILE or off; set here, not defaulted beside the job file. */

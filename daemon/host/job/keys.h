@@ -91,4 +91,17 @@ bool keys_declared(const char *key, const char *const *declared);
 int keys_check(const struct cfg_section *s, const char *section, const char *plugin,
 	       const char *const *declared, char *err, size_t errlen);
 
+/* One GPU of a list: where its token is in the text, and its index (-1 for a GPU-/MIG-
+ * id). */
+struct cfg_gpu_tok {
+	const char *text;
+	size_t len;
+	int id;
+};
+/* A list of GPUs, as `gpus = 0,1` takes it and as `gpus = auto` takes the launcher's
+ * CUDA_VISIBLE_DEVICES (`launcher`: GPU-... and MIG-... ids allowed too): indices from 0
+ * to 65535 separated by commas, none empty or listed twice, at most CFG_MAX_GPUS. Fills
+ * out (CFG_MAX_GPUS entries, pointing into v) and *n. 0, or -1 with why. */
+int cfg_gpu_list(const char *v, bool launcher, struct cfg_gpu_tok *out, size_t *n, char *why,
+		 size_t whylen);
 #endif

@@ -102,6 +102,52 @@ bool python_needed(const struct cfg *c)
 	       is_python_spec(c->sink.plugin, "sink");
 }
 
+/* The place of `key` in `s` ("file:line" or "--set ..."), else of its plugin line. */
+static const char *place_of(const struct cfg *c, const struct cfg_section *s, const char *key,
+			    char *buf, size_t len)
+{
+	for (size_t i = 0; i < s->count; i++)
+		if (!strcmp(s->kv[i].key, key) && s->where && s->where[i])
+			return s->where[i];
+	if (s->plugin_line > 0)
+		snprintf(buf, len, "%s:%d", c->path, s->plugin_line);
+	else
+		snprintf(buf, len, "%s", c->path);
+	return buf;
+}
+
+static int check_source(const struct cfg *c, const struct cfg_section *s, const char *name,
+			char *err, size_t errlen)
+{
+	if (!is_python_spec(s->plugin, strncmp(name, "stage.", 6) ? name : "worker"))
+		return 0;
+	const char *script = gpud_arg(&s->args, "script", NULL);
+	const char *module = gpud_arg(&s->args, "module", NULL);
+	if (!script != !module)
+		return 0;
+	char buf[512];
+	snprintf(err, errlen,
+		 "%s: [%s] plugin = python: give script = FILE.py or module = NAME (%s)",
+		 place_of(c, s, script ? "module" : "plugin", buf, sizeof buf), name,
+		 script ? "one of them, not both" : "neither is given");
+	return -1;
+}
+
+int python_check_sources(const struct cfg *c, char *err, size_t errlen)
+{
+	if (check_source(c, &c->worker, "worker", err, errlen) < 0 ||
+	    check_source(c, &c->generator, "generator", err, errlen) < 0 ||
+	    check_source(c, &c->sink, "sink", err, errlen) < 0)
+		return -1;
+	for (size_t i = 0; i < c->n_stages; i++) {
+		char name[128];
+		snprintf(name, sizeof name, "stage.%s", c->stages[i].name);
+		if (check_source(c, &c->stages[i].sec, name, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static bool is_file(const char *p, bool exec)
 {
 	struct stat st;
@@ -532,6 +578,8 @@ static const char import_script[] =
 	"            spec.loader.exec_module(mod)\n"
 	"            loaded[real] = mod\n"
 	"        return loaded[real], 'script = %s' % a['script']\n"
+	"    if 'module' not in a:\n"
+	"        raise ImportError('give script = FILE.py or module = NAME (neither is given)')\n"
 	"    return importlib.import_module(a['module']), 'module = %s' % a['module']\n"
 	"def defined(mod, want):\n"
 	"    names = sorted(n for n, v in vars(mod).items() if not n.startswith('_') and want(v)\n"
@@ -549,6 +597,16 @@ static const char import_script[] =
 	"        return '%s%s cannot take the job\\'s keys as keywords (%s): %s' % (\n"
 	"            what, sig, keys, e)\n"
 	"    return None\n"
+	"def takes(f, kw):\n"
+	"    given = ', '.join(sorted(kw))\n"
+	"    try:\n"
+	"        ps = inspect.signature(f).parameters.values()\n"
+	"    except (TypeError, ValueError):\n"
+	"        ps = ()\n"
+	"    var = [p.name for p in ps if p.kind == p.VAR_KEYWORD]\n"
+	"    if var:\n"
+	"        return 'any keys (**%s)%s' % (var[0], '; the job gives ' + given if given else '')\n"
+	"    return given or 'no keys'\n"
 	"for kind, a in sections:\n"
 	"    role = 'worker' if kind.startswith('stage.') else kind\n"
 	"    kw = {k: v for k, v in a.items() if k not in OURS[role]}\n"
@@ -585,7 +643,7 @@ static const char import_script[] =
 	"            bad(kind, why)\n"
 	"            continue\n"
 	"        ok(kind, '%s in %s: %s; setup() takes %s' % (name, src, ', '.join(has),\n"
-	"           ', '.join(sorted(kw)) or 'no keys'))\n"
+	"           takes(setup, kw)))\n"
 	"    elif role == 'generator':\n"
 	"        name = a.get('function', '')\n"
 	"        fn = getattr(mod, name, None)\n"
@@ -597,7 +655,7 @@ static const char import_script[] =
 	"        if why:\n"
 	"            bad(kind, why)\n"
 	"            continue\n"
-	"        ok(kind, '%s() in %s takes %s' % (name, src, ', '.join(sorted(kw)) or 'no keys'))\n"
+	"        ok(kind, '%s() in %s takes %s' % (name, src, takes(fn, kw)))\n"
 	"    else:\n"
 	"        name = a.get('class')\n"
 	"        holder = mod\n"

@@ -30,6 +30,10 @@ struct python_choice {
  * <kind>-python.so). */
 bool python_needed(const struct cfg *c);
 
+/* Each python section (worker, generator, sink, [stage.NAME]) names its code: script or
+ * module, exactly one. 0, or -1 with one line in err naming the place. */
+int python_check_sources(const struct cfg *c, char *err, size_t errlen);
+
 /*
  * Chooses the interpreter: [job] python (c may be NULL: none), $VIRTUAL_ENV,
  * $CONDA_PREFIX, the python3 on PATH, the Python gpud was built with; asks it what it

@@ -327,3 +327,21 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 	free(log_dir);
 	return rc;
 }
+
+bool outputs_sink_fills(const struct cfg *c, char *what, size_t len)
+{
+	const struct cfg_section *k = &c->sink;
+	for (size_t i = 0; i < k->count; i++)
+		if (!strcmp(k->kv[i].key, "append") && truthy(k->kv[i].value))
+			return false; /* added to, not emptied */
+	for (size_t i = 0; i < k->count; i++) {
+		struct stat st;
+		const char *v = k->kv[i].value;
+		if (outputs_file_key(k->kv[i].key, v) && stat(v, &st) == 0 && S_ISREG(st.st_mode) &&
+		    st.st_size > 0) {
+			snprintf(what, len, "[sink] %s = %s", k->kv[i].key, v);
+			return true;
+		}
+	}
+	return false;
+}

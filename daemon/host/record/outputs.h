@@ -22,5 +22,9 @@ int outputs_distinct(const struct cfg *c, const char *stats_json, char *why, siz
 /* Whether key `k` = `v` names one file (path, file, *_path, *_file; not `-`, not a
  * list of folders). */
 bool outputs_file_key(const char *k, const char *v);
+/* Whether a sink key names a file (outputs_file_key) that is there with something in
+ * it, which a fresh run's sink would empty (not with append = true): true with the key
+ * and file in `what`. */
+bool outputs_sink_fills(const struct cfg *c, char *what, size_t len);
 
 #endif

@@ -9,12 +9,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "run/events.h"
 #include "loader.h"
 #include "cluster/ranks.h"
+#include "record/outputs.h"
 #include "view/ui.h"
 #include "util/say.h"
+
+/* A run without --resume starts over: it empties the journal, and the jsonl sink its
+ * file. When the journal holds outcomes of an earlier run of this same job (its
+ * fingerprint) and a sink key names a file with something in it (outputs_sink_fills),
+ * that is finished work to lose, most often a --resume forgotten: refused (-1, said)
+ * unless --force. Another job's journal, or an output that is appended to, not there,
+ * standard output or a folder, is left to the run as before. */
+static int earlier_work(const struct cfg *c, uint64_t fp)
+{
+	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	char why[1200], out[700];
+	int rc = 0;
+	if (access(c->journal, F_OK) == 0 && outputs_sink_fills(c, out, sizeof out) &&
+	    journal_read(&j, c->journal, why, sizeof why) == 0 && j.fingerprint == fp &&
+	    j.done > 0) {
+		char state[96];
+		if (j.ended)
+			snprintf(state, sizeof state, "it finished all %llu",
+				 (unsigned long long)j.end_count);
+		else
+			snprintf(state, sizeof state, "it did not finish");
+		say("%s: the journal %s holds the outcomes of %llu tasks of an earlier run of "
+		    "this job (%s), and %s holds its output: a run without --resume would start "
+		    "over and empty both; --resume goes on from them (nothing finished runs "
+		    "again), --force starts over anyway",
+		    c->path, c->journal, (unsigned long long)j.done, state, out);
+		rc = -1;
+	}
+	journal_close(&j);
+	return rc;
+}
 
 int resume_open(struct host *h, const struct run_opts *o)
 {
@@ -36,6 +69,10 @@ int resume_open(struct host *h, const struct run_opts *o)
 		return -1;
 	}
 	if (!o->resume) {
+		if (!o->force && earlier_work(c, fp) < 0) {
+			inputs_free(in, n_in);
+			return -1;
+		}
 		int rc = journal_create(&h->journal, c->journal, fp, in, n_in, why, sizeof why);
 		inputs_free(in, n_in);
 		if (rc < 0) {

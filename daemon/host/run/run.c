@@ -153,7 +153,8 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	/* The Python the python plugins run on, in the host and every worker: chosen and
 	 * checked before any of them is loaded (job/python.h). */
-	if (python_needed(c) && !python_choose(c, err, sizeof err)) {
+	if (python_needed(c) &&
+	    (python_check_sources(c, err, sizeof err) < 0 || !python_choose(c, err, sizeof err))) {
 		say("%s", err);
 		return -1;
 	}
