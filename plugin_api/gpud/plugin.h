@@ -266,7 +266,7 @@ struct gpud_task {
 	struct gpud_error *error;
 	int failed;
 	int attempt;       /* 0 on the first run of this task, 1 on the first retry... */
-	void *reserved[3]; /* zero; room for later ABI minors */
+	void *reserved[3]; /* zero; room for later ABI minors ([0]: gpud_call_times_set) */
 };
 
 /* What gpud_task_fail/fatal/reject share: the message into task->error. */
