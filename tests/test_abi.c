@@ -118,7 +118,7 @@ Test(abi, shm_layout)
 	cr_expect_eq(sizeof(struct shm_rec), 64u);
 	cr_expect_eq(sizeof(struct shm_header), 192u);
 	cr_expect_eq(sizeof(struct shm_feed), 4 * 64u);
-	cr_expect_eq(sizeof(struct shm_report), 3 * 64u + 1024u);
+	cr_expect_eq(sizeof(struct shm_report), 3 * 64u + 1024u + 4 * 64u);
 	OFF(shm_rec, check, 32);
 	/* What is polled and what is rewritten per task are on lines of their own. */
 	OFF(shm_feed, stop, 8);
@@ -132,7 +132,30 @@ Test(abi, shm_layout)
 	OFF(shm_report, batch_now, 136);
 	OFF(shm_report, oom_splits, 140);
 	OFF(shm_report, message, 192);
+	/* Where the worker's time goes: after the message, on lines of its own. */
+	OFF(shm_report, times, 192 + 1024);
+	OFF(shm_times, phase_ns, 16);
+	OFF(shm_feed, drained, 12);
 	OFF(shm_header, host_sleeping, 128);
+}
+
+/* A call's own account of its time: its bucket of call sizes, and the reserved field
+ * that carries it (zeroed by gpud before every call). */
+Test(abi, call_times)
+{
+	cr_expect_eq(GPUD_CALL_BUCKETS, 17);
+	cr_expect_eq(gpud_call_bucket(1), 0u);
+	cr_expect_eq(gpud_call_bucket(2), 1u);
+	cr_expect_eq(gpud_call_bucket(3), 2u);
+	cr_expect_eq(gpud_call_bucket(4), 2u);
+	cr_expect_eq(gpud_call_bucket(5), 3u);
+	cr_expect_eq(gpud_call_bucket(256), 8u);
+	cr_expect_eq(gpud_call_bucket(65536), 16u);
+	cr_expect_eq(gpud_call_bucket(100000), 16u);
+	struct gpud_call_times ct = {0};
+	struct gpud_task t = {0};
+	gpud_call_times_set(&t, &ct);
+	cr_expect_eq(t.reserved[0], (void *)&ct);
 }
 
 /* The header compiles alone as strict C11 with only libc, like an out-of-tree plugin. */

@@ -342,3 +342,98 @@ Test(run, rings_wrap_many_times, .timeout = 120)
 		free(path);
 	}
 }
+
+/* Where each worker's time goes (--stats-json, the metrics): the phases add up to each
+ * worker's wall time, the user's time holds the plugin's own sleeps, and the call-size
+ * histogram is the calls the plugin saw (each result says its call's size). */
+Test(run, each_workers_time_adds_up_and_its_call_sizes_are_the_calls_it_got, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus = 0\nworkers_per_gpu = 2\nbatch_size = 8\n"
+			   "[worker]\nplugin = batcher\nsleep_us = 1000\n"
+			   "[generator]\nplugin = range\nstop = 3000\n"
+			   "[sink]\nplugin = jsonl\n"
+			   "[ui]\nmetrics_file = %s/m.prom\n",
+			   dir) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0, "%s",
+		     t_read_in(dir, "err"));
+	t_write(dir, "check.py",
+		"import json, sys\n"
+		"s = json.load(open('s.json'))\n"
+		"phases = ['setup', 'waiting', 'unpacking', 'user', 'handing_back', 'idle']\n"
+		"def name(b):\n"
+		"    return [b + 1 if b < 2 else (1 << (b - 1)) + 1, 1 << b]\n"
+		"def bucket(n):\n"
+		"    b = 0\n"
+		"    while n > (1 << b):\n"
+		"        b += 1\n"
+		"    return b\n"
+		"seen = {}\n"
+		"for line in open('out'):\n"
+		"    r = json.loads(line)\n"
+		"    n = int(r['result'].split('n=')[1])\n"
+		"    w = seen.setdefault(r['worker_id'], {})\n"
+		"    w[n] = w.get(n, 0) + 1\n"
+		"prom = open('m.prom').read()\n"
+		"for w in s['workers']:\n"
+		"    t = {p: w['time_' + p] for p in phases + ['wall']}\n"
+		"    total = sum(t[p] for p in phases)\n"
+		"    # each figure is printed to the ns: 7 roundings of half a ns at most\n"
+		"    assert abs(total - t['wall']) <= 7 * 0.5e-9 + 1e-12 * t['wall'], t\n"
+		"    assert 0 < t['wall'] <= s['elapsed'], (t, s['elapsed'])\n"
+		"    assert t['user'] >= w['calls'] * 1e-3, (t, w['calls'])\n"
+		"    # the plugin sleeps: its CPU time is a small part of the wall time\n"
+		"    assert 0 < w['main_thread_cpu'] <= w['cpu'] < t['wall'], w\n"
+		"    calls = {n: c // n for n, c in seen[w['worker_id']].items()}\n"
+		"    hist = {}\n"
+		"    for n, c in calls.items():\n"
+		"        hist[bucket(n)] = hist.get(bucket(n), 0) + c\n"
+		"    hist = [name(b) + [hist[b]] for b in sorted(hist)]\n"
+		"    assert w['call_sizes'] == hist, (w, calls)\n"
+		"    assert w['calls'] == sum(calls.values()), (w['calls'], calls)\n"
+		"    assert w['call_min'] == min(calls) and w['call_max'] == max(calls), (w, calls)\n"
+		"    want = sum(n * c for n, c in calls.items()) / sum(calls.values())\n"
+		"    assert abs(w['call_mean'] - want) < 0.01, (w, want)\n"
+		"    lab = 'worker=\"%d\",gpu=\"0\"' % w['worker_id']\n"
+		"    for p in phases:\n"
+		"        assert 'gpud_worker_seconds_total{%s,phase=\"%s\"} ' % (lab, p) in prom, p\n"
+		"    assert 'gpud_worker_call_size_count{%s} %d\\n' % (lab, w['calls']) in prom\n"
+		"    assert 'gpud_worker_cpu_seconds_total{%s,thread=\"main\"} ' % lab in prom\n"
+		"print('CHECKED')\n");
+	cr_expect_eq(t_sh(dir, "/usr/bin/python3 check.py >check.out 2>&1"), 0, "%s",
+		     t_read_in(dir, "check.out"));
+	free(text);
+	free(path);
+}
+
+/* A worker that crashed and was started again: its figures are its processes' together
+ * (the crashed one's kept), still adding up to its wall time. */
+Test(run, a_restarted_workers_time_keeps_its_crashed_process, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\nbatch_size = 8\nmax_retries = 0\n"
+			     "[worker]\nplugin = batcher\ncrash_on = 2500\n"
+			     "[generator]\nplugin = range\nstop = 3000\n"
+			     "[sink]\nplugin = jsonl\n");
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1, "%s",
+		     t_read_in(dir, "err"));
+	t_write(dir, "check.py",
+		"import json\n"
+		"s = json.load(open('s.json'))\n"
+		"phases = ['setup', 'waiting', 'unpacking', 'user', 'handing_back', 'idle']\n"
+		"(w,) = s['workers']\n"
+		"assert w['restarts'] >= 1, w\n"
+		"total = sum(w['time_' + p] for p in phases)\n"
+		"assert abs(total - w['time_wall']) <= 7 * 0.5e-9 + 1e-12 * w['time_wall'], w\n"
+		"# every ok result came from a counted call, the crashed process's too\n"
+		"items = w['calls'] * w['call_mean']\n"
+		"assert items >= w['ok'] - 0.005 * w['calls'], (items, w)\n"
+		"print('CHECKED')\n");
+	cr_expect_eq(t_sh(dir, "/usr/bin/python3 check.py >check.out 2>&1"), 0, "%s",
+		     t_read_in(dir, "check.out"));
+	free(path);
+}

@@ -128,6 +128,17 @@ Test(ui, dashboard_in_a_terminal, .timeout = 120)
 	cr_expect(strstr(pane, "GPU WKR  STATUS         TASK       OK FAILED  T/O RST"), "%s",
 		  pane);
 	free(pane);
+	/* Wide enough for where each worker's time goes: its percentages and call sizes,
+	 * the outcome columns still there. */
+	sh("tmux -L %s resize-window -t ui -x 160", sock);
+	usleep(800000);
+	pane = capture(dir, false);
+	cr_expect(strstr(pane, "LAST WAIT UNPK USER BACK IDLE CALLS"), "%s", pane);
+	cr_expect(strstr(pane, "OK FAILED   T/O RESTARTS"), "%s", pane);
+	const char *row = strstr(pane, "processing");
+	cr_expect(row && strchr(row, '%') && strchr(row, '%') < strchr(row, '\n'),
+		  "a worker's row has its percentages: %s", pane);
+	free(pane);
 	sh("tmux -L %s resize-window -t ui -x 120", sock);
 
 	wait_exit(dir);

@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC UINT64_C(0x326d687364757067) /* "gpudshm2", little-endian */
-#define SHM_VERSION 4u
+#define SHM_VERSION 5u
 #define SHM_LINE 64u
 #define SHM_PAGE 4096u
 #define SHM_REC_HDR 64u
@@ -148,8 +148,10 @@ enum shm_worker_state {
 struct shm_feed {
 	/* line 0, host, once per burst of tasks */
 	_Atomic uint64_t task_head;
-	_Atomic uint32_t stop; /* 1 = finish the tasks you hold, clean up and exit */
-	uint8_t _pad0[52];
+	_Atomic uint32_t stop;    /* 1 = finish the tasks you hold, clean up and exit */
+	_Atomic uint32_t drained; /* 1 = the generator has ended: no new task will come
+				     (a wait for tasks is then idle time, not starving) */
+	uint8_t _pad0[48];
 	/* line 1, host, once per burst of results taken */
 	_Atomic uint64_t result_tail;
 	uint8_t _pad1[56];
@@ -168,6 +170,42 @@ struct shm_feed {
 				  gpud_worker_interrupt: the call is then interrupted; 0: never
 				  (no limit, or timeout_grace = 0) */
 	uint8_t _pad3[8];
+};
+
+/* Where a worker's time goes (README, "Where each worker's time goes"): each
+ * reading of the clock ends one stretch of time and starts the next, and every stretch
+ * is added to exactly one phase, so the phases add up to end_ns - start_ns. */
+enum shm_phase {
+	PH_SETUP = 0,    /* loading the plugin, its setup and its cleanup */
+	PH_WAIT = 1,     /* waiting for tasks while the generator goes on (starved), and for
+			    a batch to fill (batch_wait_ms) */
+	PH_UNPACK = 2,   /* gpud taking a call's tasks: the ring, result slots, and what the
+			    plugin reports as its unpacking (python: items made objects) */
+	PH_USER = 3,     /* the user's process/process_batch (tasks under 2 us: gpud's
+			    own bookkeeping between them too, timed in stretches) */
+	PH_HANDBACK = 4, /* results handed back: the plugin's packing, the records written
+			    and published, waiting for the host to take results */
+	PH_IDLE = 5,     /* waiting for tasks after the generator ended (or before a stop) */
+	PH_COUNT = 6,
+};
+
+/* Calls of the plugin by size: bucket 0 holds calls of 1 task, bucket b calls of
+ * 2^(b-1)+1 .. 2^b tasks (batch_size is at most 65536 = 2^16). */
+#define SHM_CALL_BUCKETS 17
+
+/* Written by the worker alone, at each reading of the clock it makes anyway (slow paths,
+ * and once a call or stretch of tiny calls); the host reads it for the dashboard, the
+ * metrics and the stats, and keeps it when the process ends. */
+struct shm_times {
+	_Atomic uint64_t start_ns; /* CLOCK_MONOTONIC when the process started */
+	_Atomic uint64_t end_ns;   /* the last reading added to a phase */
+	_Atomic uint64_t phase_ns[PH_COUNT];
+	_Atomic uint64_t calls[SHM_CALL_BUCKETS];
+	_Atomic uint32_t call_min, call_max; /* 0 until a call */
+	_Atomic uint64_t items;              /* the calls' tasks (or items), all together */
+	_Atomic uint64_t cpu_ns;             /* CPU time of the process (all its threads) and */
+	_Atomic uint64_t main_cpu_ns;        /* of its main thread, read at most every 10 ms */
+	uint8_t _pad[24];
 };
 
 /* What one worker tells the host (out memfd, offset 0). Each line has one writer: the
@@ -202,6 +240,8 @@ struct shm_report {
 	uint8_t _pad2[40];
 	/* setup/cleanup/fatal message, NUL-terminated (the host reads at most this much) */
 	char message[SHM_MSG_MAX];
+	/* where its time goes, written at each clock reading (above) */
+	struct shm_times times;
 };
 
 struct shm_header {
@@ -263,7 +303,9 @@ _Static_assert(offsetof(struct shm_report, result_head) == 1 * SHM_LINE, "report
 _Static_assert(offsetof(struct shm_report, state) == 2 * SHM_LINE, "report line 2");
 _Static_assert(offsetof(struct shm_report, batch_now) == 2 * SHM_LINE + 8, "report line 2");
 _Static_assert(offsetof(struct shm_report, message) == 3 * SHM_LINE, "report message");
-_Static_assert(sizeof(struct shm_report) == 3 * SHM_LINE + SHM_MSG_MAX, "shm_report size");
+_Static_assert(sizeof(struct shm_times) == 4 * SHM_LINE, "shm_times size");
+_Static_assert(offsetof(struct shm_report, times) == 3 * SHM_LINE + SHM_MSG_MAX, "report times");
+_Static_assert(sizeof(struct shm_report) == 7 * SHM_LINE + SHM_MSG_MAX, "shm_report size");
 _Static_assert(sizeof(struct shm_report) <= SHM_OUT_RING_OFF, "report fits its page");
 _Static_assert(offsetof(struct shm_header, max_result_bytes) == 64, "shm_header layout");
 _Static_assert(offsetof(struct shm_header, batch_wait_ns) == 80, "shm_header layout");

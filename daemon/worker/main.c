@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +60,8 @@
  * by one. */
 #define TINY_NS 2000u
 #define TINY_RUN 32u
+
+_Static_assert(GPUD_CALL_BUCKETS == SHM_CALL_BUCKETS, "call buckets: one count");
 
 /* One entry of the tasks in flight. */
 struct flight {
@@ -144,7 +147,23 @@ struct worker {
 	struct flight *fly;     /* per entry: its task's ring positions, submit time, state */
 	struct gpud_task **done;
 	uint32_t culprit; /* the entry whose task ended this process (fatal, tainted) */
+
+	/* Where the time goes (shm_times): the reading of the clock charged last, the
+	 * phases so far, the calls by size, and what the plugin said of its last calls
+	 * (gpud_call_times) that is not yet taken from the user's time. */
+	uint64_t mark;
+	uint64_t ph[PH_COUNT];
+	uint64_t by_size[SHM_CALL_BUCKETS]; /* calls by size (bucket) */
+	uint32_t call_min, call_max;
+	uint64_t items;
+	uint64_t plug_unpack, plug_pack;
+	uint64_t cpu_read_ns; /* when the CPU times were last read */
+	uint32_t dirty;       /* phases (bits 0..PH_COUNT-1) and call figures (CALLS_DIRTY)
+			       * changed since the report block was written */
+	uint32_t dirty_calls; /* the buckets of calls that changed meanwhile */
 };
+
+#define CALLS_DIRTY (1u << 31)
 
 /* Set in every child the plugin forks (pthread_atfork). Such a child has none of the
  * run's shared memory: every shared mapping is MADV_DONTFORK, so it has no rings, no
@@ -221,6 +240,153 @@ static inline void call_ends(struct worker *w)
 		w->cut = true;
 }
 
+/* ---- Where the time goes (shm_layout.h, struct shm_times) ----
+ *
+ * Each reading of the clock the worker makes anyway (after a wait, after a call or a
+ * stretch of tiny calls) ends a stretch of time, which goes to the phase it was spent
+ * in; so the phases add up to the time from the process's start to the last reading.
+ * Calls that take over TINY_NS a task have two readings more (before the call, after
+ * its results are handed over) to tell gpud's work apart from the user's. */
+
+/* ns of CPU time of `who` (RUSAGE_SELF: the process, RUSAGE_THREAD: this thread) */
+static uint64_t cpu_ns(int who)
+{
+	struct rusage ru;
+	if (getrusage(who, &ru) < 0)
+		return 0;
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+/* The CPU times, when 10 ms have passed since they were read (or `force`): two system
+ * calls, so never on every task's way. */
+static void times_cpu(struct worker *w, uint64_t now, bool force)
+{
+	if (!force && now - w->cpu_read_ns < 10000000u)
+		return;
+	w->cpu_read_ns = now;
+	atomic_store_explicit(&w->rep->times.cpu_ns, cpu_ns(RUSAGE_SELF), memory_order_relaxed);
+	atomic_store_explicit(&w->rep->times.main_cpu_ns, cpu_ns(RUSAGE_THREAD),
+			      memory_order_relaxed);
+}
+
+/* Writes the call figures that changed into the report block (a few stores). Done
+ * before results are published too, so that every result the host has was counted in
+ * a call, whatever happens to the process next. */
+static void times_publish_calls(struct worker *w)
+{
+	struct shm_times *t = &w->rep->times;
+	for (uint32_t m = w->dirty_calls; m; m &= m - 1) {
+		unsigned b = (unsigned)__builtin_ctz(m);
+		atomic_store_explicit(&t->calls[b], w->by_size[b], memory_order_relaxed);
+	}
+	w->dirty_calls = 0;
+	atomic_store_explicit(&t->call_min, w->call_min, memory_order_relaxed);
+	atomic_store_explicit(&t->call_max, w->call_max, memory_order_relaxed);
+	atomic_store_explicit(&t->items, w->items, memory_order_relaxed);
+	w->dirty &= ~CALLS_DIRTY;
+}
+
+/* Writes what changed into the report block: a few stores a call. */
+static void times_publish(struct worker *w)
+{
+	struct shm_times *t = &w->rep->times;
+	times_cpu(w, w->mark, false);
+	for (unsigned p = 0; p < PH_COUNT; p++)
+		if (w->dirty & (1u << p))
+			atomic_store_explicit(&t->phase_ns[p], w->ph[p], memory_order_relaxed);
+	if (w->dirty & CALLS_DIRTY)
+		times_publish_calls(w);
+	w->dirty = 0;
+	atomic_store_explicit(&t->end_ns, w->mark, memory_order_release);
+}
+
+/* The time from the last reading to `now` was spent in phase p. The user's time first
+ * gives the plugin's own unpacking and packing (gpud_call_times) to theirs. */
+static void charge(struct worker *w, enum shm_phase p, uint64_t now)
+{
+	uint64_t d = wait_since(now, w->mark);
+	if (p == PH_USER && (w->plug_unpack | w->plug_pack)) {
+		uint64_t u = w->plug_unpack < d ? w->plug_unpack : d;
+		uint64_t k = w->plug_pack < d - u ? w->plug_pack : d - u;
+		w->ph[PH_UNPACK] += u;
+		w->ph[PH_HANDBACK] += k;
+		d -= u + k;
+		w->plug_unpack = w->plug_pack = 0;
+		w->dirty |= 1u << PH_UNPACK | 1u << PH_HANDBACK;
+	}
+	w->ph[p] += d;
+	w->dirty |= 1u << p;
+	if (now > w->mark)
+		w->mark = now;
+	times_publish(w);
+}
+
+/* Reads the clock and charges phase p with the time since the last reading. */
+static uint64_t charge_now(struct worker *w, enum shm_phase p)
+{
+	uint64_t now = wait_now_ns();
+	charge(w, p, now);
+	return now;
+}
+
+static void count_size(struct worker *w, uint32_t n, uint64_t times)
+{
+	unsigned b = gpud_call_bucket(n);
+	w->by_size[b] += times;
+	w->dirty_calls |= 1u << b;
+	w->items += n * times;
+	w->dirty |= CALLS_DIRTY;
+	if (!w->call_min || n < w->call_min)
+		w->call_min = n;
+	if (n > w->call_max)
+		w->call_max = n;
+}
+
+/* A call of n tasks returned; `first` is the task array it was given. */
+static void count_call(struct worker *w, uint32_t n, const struct gpud_task *first)
+{
+	const struct gpud_call_times *ct = first->reserved[0];
+	w->dirty |= CALLS_DIRTY;
+	if (__builtin_expect(ct == NULL, 1)) {
+		unsigned b = gpud_call_bucket(n);
+		w->by_size[b]++;
+		w->dirty_calls |= 1u << b;
+		w->items += n;
+		if (__builtin_expect(n < w->call_min || !w->call_min, 0))
+			w->call_min = n;
+		if (__builtin_expect(n > w->call_max, 0))
+			w->call_max = n;
+		return;
+	}
+	w->plug_unpack += ct->unpack_ns;
+	w->plug_pack += ct->pack_ns;
+	bool own = false;
+	for (unsigned b = 0; b < GPUD_CALL_BUCKETS; b++)
+		own |= ct->calls[b] != 0;
+	if (!own) {
+		count_size(w, n, 1);
+		return;
+	}
+	/* The plugin's own calls (several items a task): counted by their sizes. */
+	for (unsigned b = 0; b < GPUD_CALL_BUCKETS; b++) {
+		w->by_size[b] += ct->calls[b];
+		w->dirty_calls |= ct->calls[b] ? 1u << b : 0;
+	}
+	if (ct->min_items && (!w->call_min || ct->min_items < w->call_min))
+		w->call_min = ct->min_items;
+	if (ct->max_items > w->call_max)
+		w->call_max = ct->max_items;
+	w->items += ct->items;
+}
+
+/* A wait for tasks starts: the time before it was the user's (tiny calls) or gpud's
+ * handing back; the wait is starving, or idle once the generator has ended. */
+static enum shm_phase wait_phase(const struct worker *w)
+{
+	return atomic_load_explicit(&w->feed->drained, memory_order_relaxed) ? PH_IDLE : PH_WAIT;
+}
+
 static void set_state(struct worker *w, enum shm_worker_state s, const char *msg)
 {
 	if (msg)
@@ -231,6 +397,8 @@ static void set_state(struct worker *w, enum shm_worker_state s, const char *msg
 
 static void publish(struct worker *w, uint64_t now)
 {
+	if (w->dirty & CALLS_DIRTY)
+		times_publish_calls(w); /* before the results they count */
 	atomic_store_explicit(&w->rep->result_head, w->result_head, memory_order_release);
 	wait_ring_fast(w->host_bell);
 	w->pending = 0;
@@ -278,8 +446,10 @@ static struct shm_rec *next_task(struct worker *w, uint64_t *now)
 			continue;
 		}
 		w->waited = true;
+		charge_now(w, w->tiny ? PH_USER : PH_HANDBACK);
+		enum shm_phase p = wait_phase(w);
 		wait_until(w->my_bell, task_or_stop, w, 0);
-		*now = wait_now_ns();
+		*now = charge_now(w, p);
 	}
 }
 
@@ -296,10 +466,11 @@ static struct shm_rec *reserve_result(struct worker *w, uint64_t *head)
 		if (r)
 			return r;
 		/* Full: the host must see our results to free space. */
-		publish(w, wait_now_ns());
+		publish(w, charge_now(w, w->tiny ? PH_USER : PH_UNPACK));
 		atomic_store_explicit(&w->rep->busy_since_ns, 0, memory_order_relaxed);
 		w->waited = true;
 		wait_until(w->my_bell, result_space, w, 0);
+		charge_now(w, PH_HANDBACK);
 		w->result_tail = atomic_load_explicit(&w->feed->result_tail, memory_order_acquire);
 	}
 }
@@ -333,7 +504,9 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 			if (w->pending)
 				publish(w, now);
 			w->waited = true;
+			charge(w, w->tiny ? PH_USER : PH_UNPACK, now);
 			wait_until(w->my_bell, more_tasks, w, deadline);
+			charge_now(w, PH_WAIT);
 			w->task_head =
 				atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
 			continue;
@@ -538,6 +711,7 @@ static int call_part(struct worker *w, uint32_t from, uint32_t m)
 	int rc = w->plugin.worker.process_batch(w->state, t, m);
 	leave_if_forked();
 	call_ends(w);
+	count_call(w, m, t);
 	for (uint32_t j = 0; !side_by_side && j < m; j++)
 		w->t[idx[j]] = w->part[j];
 	return rc;
@@ -715,6 +889,9 @@ static void run_tasks(struct worker *w)
 		if (w->waited) {
 			now = clock_restart(w);
 			w->waited = false;
+			charge(w, PH_UNPACK, now);
+		} else if (!w->tiny) {
+			charge_now(w, PH_UNPACK);
 		}
 		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->busy_since_ns, now, memory_order_relaxed);
@@ -728,12 +905,15 @@ static void run_tasks(struct worker *w)
 			       : w->plugin.worker.process(w->state, &w->t[0]);
 		leave_if_forked();
 		call_ends(w);
+		count_call(w, n, w->t);
 		if (slots && w->oom_abi && !w->cut && any_oom(w, n, rc))
 			rc = refit(w, n, rc);
 		else if (slots && w->shown < w->batch)
 			fit_grow(w, n);
 		double each;
 		uint64_t end = clock_after(w, n, now, &each);
+		if (w->untimed == 0) /* the clock was read: the call (or stretch) ends here */
+			charge(w, PH_USER, end);
 
 		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)
@@ -764,6 +944,8 @@ static void run_tasks(struct worker *w)
 		}
 		if (w->pending >= PUBLISH_BURST || end - w->published_ns >= PUBLISH_NS || slots)
 			publish(w, end);
+		if (!w->tiny)
+			charge_now(w, PH_HANDBACK);
 	}
 	if (w->pending)
 		publish(w, now);
@@ -864,6 +1046,7 @@ static bool submit_one(struct worker *w, struct shm_rec *t, uint64_t now)
 	report_flight(w);
 	int rc = w->plugin.worker.submit(w->state, &w->t[i]);
 	leave_if_forked();
+	count_call(w, 1, &w->t[i]);
 	if (rc != 0)
 		land(w, i, rc, wait_now_ns());
 	return true;
@@ -932,7 +1115,7 @@ static void poll_flight(struct worker *w, int timeout_ms)
 		publish(w, wait_now_ns()); /* nothing for the host waits behind the poll */
 	int n = w->plugin.worker.poll(w->state, w->done, w->flight, timeout_ms, &err);
 	leave_if_forked();
-	uint64_t now = wait_now_ns();
+	uint64_t now = charge_now(w, PH_USER);
 	if (n < 0) {
 		char msg[SHM_MSG_MAX + 32];
 		if (err.message[0])
@@ -981,7 +1164,7 @@ static void run_in_flight(struct worker *w)
 				room = false;
 				break;
 			}
-			now = wait_now_ns();
+			now = charge_now(w, PH_USER);
 			if (w->tainted || w->fatal[0])
 				break; /* nothing more goes to this process (flight_settle) */
 		}
@@ -1331,9 +1514,11 @@ static _Noreturn void clean_up_plugin(struct worker *w)
 {
 	const struct worker_ops *ops = &w->plugin.worker;
 	struct gpud_error err = {{0}};
+	charge_now(w, w->tiny ? PH_USER : PH_HANDBACK); /* the last results handed over */
 	set_state(w, WS_CLEANUP, NULL);
 	int cleaned = ops->cleanup ? ops->cleanup(w->state, &err) : 0;
 	leave_if_forked();
+	times_cpu(w, charge_now(w, PH_SETUP), true);
 	if (cleaned != 0) {
 		if (!err.message[0])
 			snprintf(err.message, sizeof err.message,
@@ -1348,7 +1533,7 @@ static _Noreturn void clean_up_plugin(struct worker *w)
 
 static int run(long index, long host_pid, long stage)
 {
-	struct worker w = {0};
+	struct worker w = {.mark = wait_now_ns()};
 	const char *plugin_path;
 
 	if (attach_to_host(host_pid) < 0)
@@ -1358,6 +1543,8 @@ static int run(long index, long host_pid, long stage)
 		fprintf(stderr, "gpud-worker: the shared memory handed over is not a gpud run's\n");
 		return 1;
 	}
+	atomic_store_explicit(&w.rep->times.start_ns, w.mark, memory_order_relaxed);
+	times_publish(&w);
 	/* From here on every exit is _exit: the plugin may hold threads or memory that
 	 * exit-time handlers must not walk into. */
 	w.cpu_stage = stage >= 0;
@@ -1378,6 +1565,7 @@ static int run(long index, long host_pid, long stage)
 				 (uint64_t)tick.tv_sec * 1000000000u + (uint64_t)tick.tv_nsec;
 		atomic_store_explicit(&w.rep->interrupts, 1, memory_order_relaxed);
 	}
+	charge_now(&w, PH_SETUP);
 	set_state(&w, WS_READY, NULL);
 	__atomic_store_n(&watched, &w, __ATOMIC_RELEASE);
 	if (w.flight)

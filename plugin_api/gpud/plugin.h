@@ -266,7 +266,7 @@ struct gpud_task {
 	struct gpud_error *error;
 	int failed;
 	int attempt;       /* 0 on the first run of this task, 1 on the first retry... */
-	void *reserved[3]; /* zero; room for later ABI minors */
+	void *reserved[3]; /* zero; room for later ABI minors ([0]: gpud_call_times_set) */
 };
 
 /* What gpud_task_fail/fatal/reject share: the message into task->error. */
@@ -364,6 +364,44 @@ gpud_task_oom(struct gpud_task *task, const char *fmt, ...)
 	gpud_task_failv_(task, fmt, ap);
 	va_end(ap);
 	return GPUD_OOM;
+}
+
+/* ---- Where a call's time goes (a use of gpud_task.reserved; any ABI 1.x) ---- */
+
+/** Call sizes counted by gpud_call_times: bucket 0 holds calls of 1 item, bucket b calls of
+ *  2^(b-1)+1 .. 2^b items. */
+#define GPUD_CALL_BUCKETS 17
+
+/** A call's own account of its time, for gpud's breakdown of each worker's time
+ *  (README, "Where each worker's time goes"): the nanoseconds the call spent
+ *  unpacking its inputs into what the user's code takes, and packing results into their
+ *  buffers; gpud counts the rest of the call as the user's code. A plugin that calls the
+ *  user's code in calls of its own sizes (several items per task, say) counts those
+ *  calls in `calls` by size, their items in `items`, the smallest and largest in
+ *  min_items and max_items; all zero: the call counts as one of its n tasks. */
+struct gpud_call_times {
+	uint64_t unpack_ns;
+	uint64_t pack_ns;
+	uint64_t items;                /* the items of those calls, all together */
+	uint32_t min_items, max_items; /* the smallest and the largest of them */
+	uint32_t calls[GPUD_CALL_BUCKETS];
+};
+
+/** The bucket of a call of n items in gpud_call_times.calls. */
+static inline unsigned gpud_call_bucket(size_t n)
+{
+	unsigned b = 0;
+	while (b < GPUD_CALL_BUCKETS - 1 && n > ((size_t)1 << b))
+		b++;
+	return b;
+}
+
+/** Hands gpud the call's account `t`, read when the call returns (so it must live until
+ *  then): `first` is the first task of the call (tasks[0] of process_batch, the task of
+ *  process). Optional; a gpud-worker that predates it ignores it. */
+static inline void gpud_call_times_set(struct gpud_task *first, struct gpud_call_times *t)
+{
+	first->reserved[0] = t;
 }
 
 /** Required. Called once per worker process before any task, on the thread that makes

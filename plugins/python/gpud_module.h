@@ -11,6 +11,7 @@
 static PyObject *gpud_worker_fatal;  /* gpud.WorkerFatal */
 static PyObject *gpud_task_rejected; /* gpud.TaskRejected */
 static PyObject *gpud_task_timeout;  /* gpud.TaskTimeout */
+static PyObject *gpud_module_times;  /* gpud._times (module_source.h) */
 
 static struct PyModuleDef gpud_module_def = {
 	PyModuleDef_HEAD_INIT,
@@ -44,6 +45,8 @@ static PyObject *gpud_module_init(void)
 	Py_XINCREF(gpud_task_rejected);
 	gpud_task_timeout = PyDict_GetItemString(d, "TaskTimeout");
 	Py_XINCREF(gpud_task_timeout);
+	gpud_module_times = PyDict_GetItemString(d, "_times");
+	Py_XINCREF(gpud_module_times);
 	return m;
 fail:
 	Py_DECREF(m);

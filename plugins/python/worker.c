@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <gpud/plugin.h>
 
@@ -151,10 +152,11 @@ struct py_worker {
 	char where[512]; /* "Cls.process() (file.py:12)": what results are said to come from */
 	char batch_where[512]; /* the same for process_batch() */
 	size_t batch;
-	struct input_obj *spare; /* an exporter nobody holds, for the next task */
-	PyThreadState *ts;       /* between calls the GIL is let go: threads the class
-				  * started (data loaders, a model library's) run then too */
-	PyObject *release_name;  /* "release", interned */
+	struct input_obj *spare;      /* an exporter nobody holds, for the next task */
+	PyThreadState *ts;            /* between calls the GIL is let go: threads the class
+				       * started (data loaders, a model library's) run then too */
+	PyObject *release_name;       /* "release", interned */
+	struct gpud_call_times times; /* the last call's account (gpud_call_times_set) */
 
 	/* async def process: the event loop's driver (drive_source), and the tasks in
 	 * flight by slot: the task, its input object and exporter (max_in_flight each). */
@@ -774,10 +776,67 @@ static void finish_one(struct py_worker *pw, struct gpud_task *t, PyObject *r, P
 				"bytes; copy what you keep (bytes(data)). The worker is replaced.");
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t as_ns(PyObject *v)
+{
+	unsigned long long n = v && PyLong_Check(v) ? PyLong_AsUnsignedLongLong(v) : 0;
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		n = 0;
+	}
+	return n;
+}
+
+/* What Python code in the call said of its time (gpud._times: unpacking and packing
+ * in ns, the user's calls by size) added to the call's account, and cleared. */
+static void take_python_times(struct gpud_call_times *ct)
+{
+	PyObject *l = gpud_module_times;
+	if (!l || !PyList_Check(l) || PyList_Size(l) != 3)
+		return;
+	ct->unpack_ns += as_ns(PyList_GetItem(l, 0));
+	ct->pack_ns += as_ns(PyList_GetItem(l, 1));
+	PyObject *zero = PyLong_FromLong(0);
+	if (zero) {
+		Py_INCREF(zero);
+		PyList_SetItem(l, 0, zero); /* steals */
+		PyList_SetItem(l, 1, zero);
+	}
+	PyObject *sizes = PyList_GetItem(l, 2), *k, *v;
+	Py_ssize_t pos = 0;
+	while (sizes && PyDict_Check(sizes) && PyDict_Next(sizes, &pos, &k, &v)) {
+		uint64_t size = as_ns(k), calls = as_ns(v);
+		if (!size || !calls)
+			continue;
+		ct->calls[gpud_call_bucket((size_t)size)] += (uint32_t)calls;
+		ct->items += size * calls;
+		if (size > UINT32_MAX)
+			size = UINT32_MAX;
+		if (!ct->min_items || size < ct->min_items)
+			ct->min_items = (uint32_t)size;
+		if (size > ct->max_items)
+			ct->max_items = (uint32_t)size;
+	}
+	if (sizes && PyDict_Check(sizes))
+		PyDict_Clear(sizes);
+	PyErr_Clear();
+}
+
 /* process_batch(items): a list in, a list of as many results out; an exception object
- * in a result's place fails that task alone. */
+ * in a result's place fails that task alone. The call's account (gpud_call_times):
+ * making the items is unpacking, writing the results packing, and what Python code
+ * in between says of its own (gpud._times). */
 static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 {
+	struct gpud_call_times *ct = &pw->times;
+	*ct = (struct gpud_call_times){0};
+	uint64_t t0 = now_ns(), t1 = t0, t2 = t0;
 	PyObject *items = PyList_New((Py_ssize_t)n);
 	input_obj **ins = calloc(n, sizeof *ins);
 	bool *made = calloc(n, sizeof *made);
@@ -793,6 +852,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 		PyList_SetItem(items, (Py_ssize_t)i, d ? d : Py_None); /* steals */
 		Py_XDECREF(d);
 	}
+	t1 = now_ns();
 	in_user = true;
 	PyObject *r = NULL;
 	if (call_cut())
@@ -801,6 +861,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 	else
 		r = py_call1(pw->process_batch, items);
 	in_user = false;
+	t2 = now_ns();
 	if (!r) {
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
@@ -856,6 +917,10 @@ out:
 	Py_XDECREF(items);
 	free(ins);
 	free(made);
+	ct->unpack_ns += t1 - t0;
+	ct->pack_ns += now_ns() - t2;
+	take_python_times(ct);
+	gpud_call_times_set(&t[0], ct);
 }
 
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n)

@@ -18,6 +18,7 @@ import struct
 import sys
 import traceback
 from time import perf_counter as _clock
+from time import monotonic_ns as _ns
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -160,6 +161,19 @@ def _traceback_text(exc):
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def _note(unpack_ns=0, pack_ns=0, size=0, calls=1):
+    """Tells the worker where this call's time went (the plugin's gpud._times): time
+    unpacking items and packing results, and a call of the user's code of `size` items
+    (`calls` of them)."""
+    t = getattr(_glue, "_times", None)
+    if t is None:
+        return
+    t[0] += unpack_ns
+    t[1] += pack_ns
+    if size:
+        t[2][size] = t[2].get(size, 0) + calls
+
+
 def _is_fatal(exc):
     return _glue is not None and isinstance(exc, _glue.WorkerFatal)
 
@@ -278,6 +292,7 @@ class Worker:
             results = []
             for at in range(0, len(items), self.batch):  # batch_size items a call
                 part = items[at : at + self.batch]
+                _note(size=len(part))
                 try:
                     got = self._batch_call(part)
                 except BaseException as e:
@@ -296,6 +311,7 @@ class Worker:
         process = self.worker.process
         results = []
         append = results.append
+        _note(size=1, calls=len(items))
         for j, item in enumerate(items):
             try:
                 append(process(item))
@@ -358,7 +374,13 @@ class Worker:
             out = []
             for x in items:
                 try:
-                    out.append(self._chunk_result(self.run_chunk(loads(x))))
+                    t0 = _ns()
+                    chunk = loads(x)
+                    t1 = _ns()
+                    done = self.run_chunk(chunk)
+                    t2 = _ns()
+                    out.append(self._chunk_result(done))
+                    _note(t1 - t0, _ns() - t2)
                 except BaseException as e:
                     if _is_timeout(e):  # the chunk times out whole, as do those after it
                         return _timed_out(e, out, len(items))
@@ -366,9 +388,13 @@ class Worker:
             return out
         if self.user_batch is not None:
             try:
-                results = _counted(self.user_batch([loads(x) for x in items]), len(items))
+                t0 = _ns()
+                given = [loads(x) for x in items]
+                _note(_ns() - t0, size=len(given))
+                results = _counted(self.user_batch(given), len(items))
             except BaseException as e:
                 return [_failure(e)] * len(items)
+            t0 = _ns()
             out = []
             for r in results:  # a result that cannot be pickled fails its item alone
                 try:
@@ -379,11 +405,13 @@ class Worker:
                     if _is_timeout(e):
                         return _timed_out(e, out, len(results))
                     out.append(_failure(e))
+            _note(pack_ns=_ns() - t0)
             return out
         process = self.worker.process
         pdumps, plain = pickle.dumps, _PLAIN
         out = []
         append = out.append
+        _note(size=1, calls=len(items))
         for x in items:
             try:
                 r = process(loads(x))

@@ -632,6 +632,72 @@ def timeouts():
     os.unlink(setups)
 
 
+class Sizer(BaseWorker):
+    """process_batch sleeps a little and returns each item with the size of the call it
+    came in and the worker's pid."""
+
+    def setup(self, gpu_id, seed):
+        self.pid = os.getpid()
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+    def process_batch(self, items):
+        time.sleep(0.002)
+        return [(x, len(items), self.pid) for x in items]
+
+
+def times():
+    # Where each worker's time goes, in the stats run() returns: the phases add up to
+    # each worker's wall time, and the call sizes are those process_batch got.
+    got = {}
+    stats = Dispatcher(Sizer, [0], workers_per_gpu=2, batch_size=16, chunksize=40).run(
+        iter(range(2000)), lambda t, r, w: got.__setitem__(t, r))
+    check(sorted(got) == list(range(2000)), f"{len(got)} results")
+    seen = {}  # pid: {call size: items}
+    for x, n, pid in got.values():
+        seen.setdefault(pid, {}).setdefault(n, 0)
+        seen[pid][n] += 1
+    workers = stats["workers"]
+    check(len(workers) == 2, f"two workers: {workers}")
+    phases = ["setup", "waiting", "unpacking", "user", "handing_back", "idle"]
+    sizes = []
+    for w in workers:
+        t = {p: w["time_" + p] for p in phases + ["wall"]}
+        check(all(t[p] >= 0 for p in phases), f"phases: {t}")
+        # printed to the ns: the 7 roundings bound the difference
+        check(abs(sum(t[p] for p in phases) - t["wall"]) <= 7 * 0.5e-9 + 1e-12 * t["wall"],
+              f"the phases add up to the wall time: {t}")
+        check(t["wall"] <= stats["elapsed"], f"a worker's wall within the run's: {t}")
+        check(t["user"] >= 0.002 * w["calls"], f"user time holds the calls' sleeps: {w}")
+        check(t["unpacking"] > 0 and t["handing_back"] > 0, f"unpickling, pickling: {t}")
+        sizes.append({"min": w["call_min"], "max": w["call_max"]})
+    # The workers' call sizes, as process_batch saw them: each pid's items per size,
+    # divided by the size, are its calls of that size.
+    want = sorted(sorted((n, c // n) for n, c in per.items()) for per in seen.values())
+    def bucket(n):
+        b = 0
+        while n > (1 << b):
+            b += 1
+        return b
+    def name(b):
+        return [b + 1 if b < 2 else (1 << (b - 1)) + 1, 1 << b]
+    for w in workers:
+        check(sum(c for _, _, c in w["call_sizes"]) == w["calls"], f"calls: {w}")
+    got_hist = sorted(w["call_sizes"] for w in workers)
+    want_hist = []
+    for per in want:
+        h = {}
+        for n, calls in per:
+            h[bucket(n)] = h.get(bucket(n), 0) + calls
+        want_hist.append([name(b) + [h[b]] for b in sorted(h)])
+    check(got_hist == sorted(want_hist), f"histograms {got_hist} != seen {want_hist}")
+    mins = sorted(s["min"] for s in sizes)
+    check(mins == sorted(min(n for n, _ in per) for per in want), f"min: {sizes} {want}")
+    check(sorted(s["max"] for s in sizes) == sorted(max(n for n, _ in per) for per in want),
+          f"max: {sizes} {want}")
+
+
 # Named by the host process; the workers inherit its environment.
 MARKER = os.environ.setdefault(
     "GPUD_TEST_MARKER",
@@ -652,5 +718,6 @@ if __name__ == "__main__":
         {"closures": closures, "live": live, "errors": errors, "setup_fail": setup_fail,
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
-         "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts}[mode]()
+         "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts,
+         "times": times}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -155,7 +155,8 @@ def main():
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
         env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
         modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
-                 "plugins", "chunks", "auto", "callback_stops", "checks", "read_ahead", "timeouts"]
+                 "plugins", "chunks", "auto", "callback_stops", "checks", "read_ahead", "timeouts",
+                 "times"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
                           capture_output=True).returncode == 0:
             modes.append("arrays")

@@ -261,6 +261,17 @@ static void publish_tasks(struct host_worker *w)
 	wait_ring_fast(shm_worker_bell(w));
 }
 
+/* The generator has ended: the workers it fed (the first stage's, or the GPU workers
+ * without stages) are told, so that their waits for tasks from now on count as idle,
+ * not as starving (shm_feed.drained). */
+static void tell_drained(struct host *h)
+{
+	h->flow.drained_told = true;
+	for (unsigned i = 0; i < h->pool.n; i++)
+		if (h->pool.w[i].stage == 0)
+			atomic_store_explicit(&h->pool.w[i].feed->drained, 1, memory_order_relaxed);
+}
+
 /* The generator returned 0: the end. Resuming, it must not end before a task the
  * journaled run read, or it is not that run's input. */
 static void generator_ended(struct host *h)
@@ -599,6 +610,8 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	}
 	if (!h->ctl.stopping && !h->ctl.killing)
 		progress += feed(h, gen_ok);
+	if (__builtin_expect(h->flow.done && !h->flow.drained_told, 0))
+		tell_drained(h);
 
 	if (tasks_requeued_any(h) && !requeued_may_run(h))
 		tasks_drop_requeued(h);

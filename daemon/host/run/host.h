@@ -33,6 +33,17 @@ enum hw_state {
 	HW_GONE,     /* exited, failed setup, or retired */
 };
 
+/* Where one worker's time goes (workers/times.h): each phase and the wall time they add up to, in
+ * ns, and its calls by size (bucket b: calls of 2^(b-1)+1 .. 2^b tasks; bucket 0: of 1). */
+struct worker_times {
+	uint64_t phase_ns[PH_COUNT];
+	uint64_t wall_ns;
+	uint64_t calls[SHM_CALL_BUCKETS];
+	uint32_t call_min, call_max;  /* 0: no call yet */
+	uint64_t items;               /* the calls' tasks (or items), all together */
+	uint64_t cpu_ns, main_cpu_ns; /* CPU time of its processes, and of their main threads */
+};
+
 struct host_worker {
 	struct shm_feed *feed;  /* what we tell it (run memfd) */
 	struct shm_report *rep; /* what it tells us (its out memfd): untrusted */
@@ -66,7 +77,8 @@ struct host_worker {
 	char corrupt_why[160];
 	enum hw_end end;
 	uint64_t ok, failed, timeouts;
-	uint64_t oom_splits_past; /* out-of-memory splits of its earlier processes (fit.h) */
+	uint64_t oom_splits_past;       /* out-of-memory splits of its earlier processes (fit.h) */
+	struct worker_times times_past; /* its earlier processes' time (times.h, published) */
 	unsigned restarts;
 	double last_seconds; /* its last task's time in process() */
 	double busy_s;       /* its tasks' time in process(), all together (published) */
@@ -212,6 +224,7 @@ struct host_flow {
 	uint64_t start_ns;   /* when this feeding pass began */
 	int64_t total;       /* from the generator's total, -1 unknown (published) */
 	bool done;           /* no more from the generator */
+	bool drained_told;   /* the workers it fed were told (shm_feed.drained) */
 	bool failed;         /* the generator returned -1: what it yielded still runs */
 	bool stuck;          /* the run ended while a generator call had not returned */
 };

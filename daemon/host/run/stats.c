@@ -19,6 +19,7 @@
 #include "job/groups.h"
 #include "run/host.h"
 #include "workers/fit.h"
+#include "workers/times.h"
 
 void stats_print(const struct host *h, FILE *f)
 {
@@ -72,6 +73,40 @@ double stats_cpu_now(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* Where worker w's time went (workers/times.h), as flat fields (a worker's entry has no
+ * object inside): `, "time_wall": s, "time_setup": s, ... "cpu": s, "main_thread_cpu":
+ * s, "calls": N, "call_min" .. "call_mean", "call_sizes": [[from, to, calls], ...]`.
+ * The phases are printed to the nanosecond, so they add up to time_wall as the worker
+ * counted them. */
+static void stats_worker_times(FILE *f, const struct host_worker *w)
+{
+	struct worker_times t;
+	times_of(w, &t);
+	fprintf(f, ", \"time_wall\": %.9f", (double)t.wall_ns * 1e-9);
+	for (unsigned p = 0; p < PH_COUNT; p++)
+		fprintf(f, ", \"time_%s\": %.9f", times_phase_names[p],
+			(double)t.phase_ns[p] * 1e-9);
+	fprintf(f, ", \"cpu\": %.6f, \"main_thread_cpu\": %.6f", (double)t.cpu_ns * 1e-9,
+		(double)t.main_cpu_ns * 1e-9);
+	uint32_t median;
+	uint64_t calls = times_calls(&t, &median);
+	fprintf(f,
+		", \"calls\": %llu, \"call_min\": %u, \"call_median\": %u, \"call_max\": %u, "
+		"\"call_mean\": %.2f, \"call_sizes\": [",
+		(unsigned long long)calls, t.call_min, median, t.call_max,
+		calls ? (double)t.items / (double)calls : 0.0);
+	bool first = true;
+	for (unsigned k = 0; k < SHM_CALL_BUCKETS; k++) {
+		if (!t.calls[k])
+			continue;
+		fprintf(f, "%s[%u, %u, %llu]", first ? "" : ", ",
+			k < 2 ? k + 1 : (1u << (k - 1)) + 1, 1u << k,
+			(unsigned long long)t.calls[k]);
+		first = false;
+	}
+	fprintf(f, "]");
+}
+
 void stats_json(const struct host *h, FILE *f, int exit_status)
 {
 	const struct gpud_stats *s = &h->stats;
@@ -97,12 +132,13 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 		fprintf(f,
 			"%s{\"worker_id\": %d, \"gpu_id\": %d, \"gpu_ids\": [%s], \"ok\": %llu, "
 			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u, "
-			"\"batch_size\": %u, \"oom_splits\": %llu",
+			"\"batch_size\": %u",
 			i ? ", " : "", w->index, w->gpu_id,
 			w->gpu_id < 0 ? "" : groups_label(h->cfg, w->gpu_id, ids, sizeof ids),
 			(unsigned long long)w->ok, (unsigned long long)w->failed,
-			(unsigned long long)w->timeouts, w->restarts, fit_batch_now(h, w),
-			(unsigned long long)fit_oom_splits(w));
+			(unsigned long long)w->timeouts, w->restarts, fit_batch_now(h, w));
+		stats_worker_times(f, w);
+		fprintf(f, ", \"oom_splits\": %llu", (unsigned long long)fit_oom_splits(w));
 		if (w->stage < h->pool.n_stages) { /* a CPU stage's worker: its stage */
 			fprintf(f, ", \"stage\": ");
 			io_json_string(f, h->pool.stages[w->stage].name);

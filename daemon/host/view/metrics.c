@@ -22,6 +22,7 @@
 #include "view/nvml.h"
 #include "util/textio.h"
 #include "workers/fit.h"
+#include "workers/times.h"
 
 const double metrics_sec_bounds[METRICS_SEC_BUCKETS] = {
 	1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
@@ -184,6 +185,59 @@ static void fit_metrics(FILE *o, const struct host *h)
 			h->pool.w[i].index, h->pool.w[i].gpu_id, fit_batch_now(h, &h->pool.w[i]));
 }
 
+/* Where each worker's time goes (workers/times.h): seconds by phase, and its calls by
+ * size as a histogram. */
+static void times_metrics(FILE *o, const struct host *h)
+{
+	struct worker_times *t = calloc(h->pool.n ? h->pool.n : 1, sizeof *t);
+	if (!t)
+		return;
+	for (unsigned i = 0; i < h->pool.n; i++)
+		times_of(&h->pool.w[i], &t[i]);
+	fprintf(o, "# HELP gpud_worker_seconds_total Where a worker's time went, by phase: setup "
+		   "(and cleanup), waiting (for tasks), unpacking, user (process or "
+		   "process_batch), handing_back (results), idle (after the input ended).\n"
+		   "# TYPE gpud_worker_seconds_total counter\n");
+	for (unsigned i = 0; i < h->pool.n; i++)
+		for (unsigned p = 0; p < PH_COUNT; p++)
+			fprintf(o,
+				"gpud_worker_seconds_total{worker=\"%d\",gpu=\"%d\",phase=\"%s\"} %.6f\n",
+				h->pool.w[i].index, h->pool.w[i].gpu_id, times_phase_names[p],
+				(double)t[i].phase_ns[p] * 1e-9);
+	fprintf(o, "# HELP gpud_worker_cpu_seconds_total CPU time of a worker's processes "
+		   "(thread=\"all\") and of their main threads (thread=\"main\"), which make "
+		   "every call of the plugin.\n"
+		   "# TYPE gpud_worker_cpu_seconds_total counter\n");
+	for (unsigned i = 0; i < h->pool.n; i++)
+		fprintf(o,
+			"gpud_worker_cpu_seconds_total{worker=\"%d\",gpu=\"%d\",thread=\"all\"} "
+			"%.6f\n"
+			"gpud_worker_cpu_seconds_total{worker=\"%d\",gpu=\"%d\",thread=\"main\"} "
+			"%.6f\n",
+			h->pool.w[i].index, h->pool.w[i].gpu_id, (double)t[i].cpu_ns * 1e-9,
+			h->pool.w[i].index, h->pool.w[i].gpu_id, (double)t[i].main_cpu_ns * 1e-9);
+	fprintf(o, "# HELP gpud_worker_call_size Items per call of a worker's process or "
+		   "process_batch, as its calls got them.\n"
+		   "# TYPE gpud_worker_call_size histogram\n");
+	for (unsigned i = 0; i < h->pool.n; i++) {
+		uint64_t cum = 0;
+		int wi = h->pool.w[i].index, g = h->pool.w[i].gpu_id;
+		for (unsigned k = 0; k < SHM_CALL_BUCKETS; k++) {
+			cum += t[i].calls[k];
+			fprintf(o,
+				"gpud_worker_call_size_bucket{worker=\"%d\",gpu=\"%d\",le=\"%u\"} %llu\n",
+				wi, g, 1u << k, (unsigned long long)cum);
+		}
+		fprintf(o,
+			"gpud_worker_call_size_bucket{worker=\"%d\",gpu=\"%d\",le=\"+Inf\"} %llu\n"
+			"gpud_worker_call_size_sum{worker=\"%d\",gpu=\"%d\"} %llu\n"
+			"gpud_worker_call_size_count{worker=\"%d\",gpu=\"%d\"} %llu\n",
+			wi, g, (unsigned long long)cum, wi, g, (unsigned long long)t[i].items, wi,
+			g, (unsigned long long)cum);
+	}
+	free(t);
+}
+
 static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 {
 	struct gpud_stats *s = &h->stats;
@@ -250,6 +304,7 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 		fprintf(o, "gpud_batch_size_sum %llu\ngpud_batch_size_count %llu\n",
 			(unsigned long long)UI_READ(m->batch_sum), (unsigned long long)cum);
 		fit_metrics(o, h);
+		times_metrics(o, h);
 	}
 	per_gpu(o, h, nvml);
 	stages_metrics(h, o, (double)(wait_now_ns() - h->t_start_ns) * 1e-9);

@@ -21,6 +21,7 @@
 #include "view/nvml.h"
 #include "wait.h"
 #include "workers/fit.h"
+#include "workers/times.h"
 
 /* Throughput "now" is measured over about this window. */
 #define RECENT_S 5.0
@@ -30,6 +31,8 @@
 /* The dashboard shows this many of the last messages. */
 #define DASH_NOTES 6
 #define UI_WIDE 92 /* columns the full worker table needs */
+/* and with where each worker's time goes (dash_times) */
+#define UI_WIDE_TIMES (UI_WIDE + 39)
 
 /* The worker table's columns: in full, and below UI_WIDE columns narrowed, without the
  * timings, so the outcome columns always show. */
@@ -37,9 +40,11 @@ struct columns {
 	int gpu, worker, status, task, ok, to, restarts;
 	bool timings;
 	const char *worker_name, *restarts_name;
+	bool times; /* where each worker's time goes: from UI_WIDE_TIMES columns */
 };
-static const struct columns wide_columns = {4, 6, 12, 10, 9, 5, 8, true, "WORKER", "RESTARTS"};
-static const struct columns narrow_columns = {3, 3, 10, 8, 8, 4, 3, false, "WKR", "RST"};
+static const struct columns wide_columns = {4, 6,    12,       10,         9,    5,
+					    8, true, "WORKER", "RESTARTS", false};
+static const struct columns narrow_columns = {3, 3, 10, 8, 8, 4, 3, false, "WKR", "RST", false};
 
 struct ui {
 	struct host *h;
@@ -415,6 +420,9 @@ static void dash_table_head(struct ui *u, struct frame *fr, const struct columns
 	      "STATUS", k->task, "TASK");
 	if (k->timings)
 		l_fmt(&l, " %9s %9s", "RUNNING", "LAST");
+	if (k->times)
+		l_fmt(&l, " %4s %4s %4s %4s %4s %-13s", "WAIT", "UNPK", "USER", "BACK", "IDLE",
+		      "CALLS");
 	l_fmt(&l, " %*s %6s %*s %*s", k->ok, "OK", "FAILED", k->to, "T/O", k->restarts,
 	      k->restarts_name);
 	if (u->h->cfg->batch_size > 1)
@@ -449,6 +457,31 @@ static void dash_batch(struct ui *u, struct line *l, const struct host_worker *w
 	l_color(l, now < max ? C_YELLOW : C_RESET);
 	l_fmt(l, " %5u", now);
 	l_color(l, C_RESET);
+}
+
+/* Where a worker's time went since its setup (workers/times.h), in percent: waiting for
+ * tasks, unpacking, the user's code, handing back, idle; then its calls' sizes
+ * (smallest/median/largest). */
+static void dash_times(struct line *l, const struct host_worker *w)
+{
+	struct worker_times t;
+	times_of(w, &t);
+	uint64_t run =
+		t.wall_ns - (t.phase_ns[PH_SETUP] < t.wall_ns ? t.phase_ns[PH_SETUP] : t.wall_ns);
+	static const enum shm_phase shown[] = {PH_WAIT, PH_UNPACK, PH_USER, PH_HANDBACK, PH_IDLE};
+	for (size_t i = 0; i < sizeof shown / sizeof *shown; i++) {
+		if (run)
+			l_fmt(l, " %3.0f%%", 100.0 * (double)t.phase_ns[shown[i]] / (double)run);
+		else
+			l_fmt(l, " %4s", "-");
+	}
+	uint32_t median;
+	char calls[48];
+	if (times_calls(&t, &median))
+		snprintf(calls, sizeof calls, "%u/%u/%u", t.call_min, median, t.call_max);
+	else
+		snprintf(calls, sizeof calls, "-");
+	l_fmt(l, " %-13s", calls);
 }
 
 /* One worker's row: status, its task and timings, its counts, its batch size, its GPUs'
@@ -490,6 +523,8 @@ static void dash_worker_row(struct ui *u, struct frame *fr, struct host_worker *
 			snprintf(b, sizeof b, "-");
 		l_fmt(&l, " %9s %9s", a, b);
 	}
+	if (k->times)
+		dash_times(&l, w);
 	uint64_t wf = UI_READ(w->failed), wt = UI_READ(w->timeouts);
 	l_fmt(&l, " %*llu", k->ok, (unsigned long long)UI_READ(w->ok));
 	l_color(&l, wf ? C_RED : C_RESET);
@@ -510,6 +545,7 @@ static void dash_workers(struct ui *u, struct frame *fr, int width, int height)
 {
 	struct host *h = u->h;
 	struct columns wide = width < UI_WIDE ? narrow_columns : wide_columns;
+	wide.times = width >= UI_WIDE_TIMES;
 	const struct columns *k = &wide;
 	/* A worker on several GPUs (gpus_per_worker) shows them all: "0,1". */
 	for (size_t g = 0; groups_width(h->cfg) > 1 && g < groups_count(h->cfg); g++) {

@@ -17,6 +17,7 @@
 #include "run/host.h"
 #include "run/stages.h"
 #include "workers/fit.h"
+#include "workers/times.h"
 #include "workers/memory.h"
 
 _Static_assert(CFG_MAX_KEYS == SHM_MAX_ARGS, "a worker takes every key the job file may give");
@@ -109,6 +110,7 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	 * dashboard thread, which reads w->rep, never meets an unmapped page. */
 	char name[32];
 	fit_worker_ends(w);
+	times_worker_ends(w);
 	snprintf(name, sizeof name, "gpud-out-%d", w->index);
 	int fd = sealed_memfd(name, h->shm.out_size);
 	if (fd < 0)
