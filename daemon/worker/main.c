@@ -361,7 +361,7 @@ static void count_call(struct worker *w, uint32_t n, const struct gpud_task *fir
 	}
 	w->plug_unpack += ct->unpack_ns;
 	w->plug_pack += ct->pack_ns;
-	bool own = false;
+	bool own = ct->counted != 0;
 	for (unsigned b = 0; b < GPUD_CALL_BUCKETS; b++)
 		own |= ct->calls[b] != 0;
 	if (!own) {

@@ -378,13 +378,16 @@ gpud_task_oom(struct gpud_task *task, const char *fmt, ...)
  *  buffers; gpud counts the rest of the call as the user's code. A plugin that calls the
  *  user's code in calls of its own sizes (several items per task, say) counts those
  *  calls in `calls` by size, their items in `items`, the smallest and largest in
- *  min_items and max_items; all zero: the call counts as one of its n tasks. */
+ *  min_items and max_items; all zero: the call counts as one of its n tasks, unless
+ *  `counted` says the plugin counted them itself and the call ran none (a task that
+ *  holds no item). */
 struct gpud_call_times {
 	uint64_t unpack_ns;
 	uint64_t pack_ns;
 	uint64_t items;                /* the items of those calls, all together */
 	uint32_t min_items, max_items; /* the smallest and the largest of them */
 	uint32_t calls[GPUD_CALL_BUCKETS];
+	uint32_t counted; /* nonzero: `calls` is the whole count, even all zero */
 };
 
 /** The bucket of a call of n items in gpud_call_times.calls. */

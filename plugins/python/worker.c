@@ -812,6 +812,8 @@ static void take_python_times(struct gpud_call_times *ct)
 	Py_ssize_t pos = 0;
 	while (sizes && PyDict_Check(sizes) && PyDict_Next(sizes, &pos, &k, &v)) {
 		uint64_t size = as_ns(k), calls = as_ns(v);
+		if (!size) /* the code counts its calls itself, and may have made none */
+			ct->counted = 1;
 		if (!size || !calls)
 			continue;
 		ct->calls[gpud_call_bucket((size_t)size)] += (uint32_t)calls;

@@ -161,7 +161,7 @@ def _traceback_text(exc):
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _note(unpack_ns=0, pack_ns=0, size=0, calls=1):
+def _note(unpack_ns=0, pack_ns=0, size=None, calls=1):
     """Tells the worker where this call's time went (the plugin's gpud._times): time
     unpacking items and packing results, and a call of the user's code of `size` items
     (`calls` of them)."""
@@ -170,7 +170,7 @@ def _note(unpack_ns=0, pack_ns=0, size=0, calls=1):
         return
     t[0] += unpack_ns
     t[1] += pack_ns
-    if size:
+    if size is not None:  # size 0: this call's user calls are counted here, none made
         t[2][size] = t[2].get(size, 0) + calls
 
 
@@ -380,7 +380,7 @@ class Worker:
                     done = self.run_chunk(chunk)
                     t2 = _ns()
                     out.append(self._chunk_result(done))
-                    _note(t1 - t0, _ns() - t2)
+                    _note(t1 - t0, _ns() - t2, size=0, calls=0)  # run_chunk counted its calls
                 except BaseException as e:
                     if _is_timeout(e):  # the chunk times out whole, as do those after it
                         return _timed_out(e, out, len(items))
