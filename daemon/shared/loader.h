@@ -4,6 +4,7 @@
 #ifndef GPUD_LOADER_H
 #define GPUD_LOADER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,7 @@ struct gen_ops {
 	int64_t (*total)(void *state);                                      /* optional */
 	int (*skip)(void *state, uint64_t n, struct gpud_error *err);       /* optional, 1.2 */
 	int (*check)(const struct gpud_args *args, struct gpud_error *err); /* optional, 1.2 */
+	void (*interrupt)(void *state); /* optional: libgpud's in-process generators only */
 };
 
 struct sink_ops {
@@ -44,6 +46,7 @@ struct sink_ops {
 		      struct gpud_error *err); /* optional, 1.3: instead of close */
 	int (*resumed)(void *state, const struct gpud_resume_info *info,
 		       struct gpud_error *err); /* optional, 1.3 */
+	bool calling_thread; /* GPUD_SINK_CALLING_THREAD (gpud.h): in-process sinks only */
 };
 
 /* At least one of process, process_batch and the pair submit and poll is set (1.2

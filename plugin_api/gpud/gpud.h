@@ -44,7 +44,7 @@ extern "C" {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 0
+#define GPUD_API_MINOR 1
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -115,7 +115,26 @@ struct gpud_generator_ops {
 	/** Optional. Called once at the end of a run that started (not when a call was
 	 *  still stuck when the run ended). */
 	void (*close)(void *ctx);
+	/** Optional (API 1.1). Called from another thread (the stand-in) when the run must
+	 *  end while next() is blocked in its call: make that call return soon (0, or -1;
+	 *  what it returns is not run). gpud waits up to GPUD_INTERRUPT_WAIT_S for it, then
+	 *  ends the run on the calling thread as usual: gpud_job_run returns, the sink's
+	 *  close and this close are called there. A call still blocked after that ends the
+	 *  process as without this entry (see "What a run does to the process"). */
+	void (*interrupt)(void *ctx);
 };
+
+/** How long gpud waits for an interrupted generator call to return (seconds). */
+#define GPUD_INTERRUPT_WAIT_S 5
+
+/** gpud_sink_ops.flags */
+/** The sink is called on gpud_job_run's calling thread only, never on the stand-in:
+ *  events that come while a generator call blocks that thread wait in gpud (copied,
+ *  in order) and reach the sink after the call returns (at the next pass of the loop,
+ *  before any later event). An outcome is journaled only once the sink took it, so
+ *  one that never reached the sink (the run ended while the generator call was still
+ *  blocked) is counted as not run and runs again with GPUD_RUN_RESUME. */
+#define GPUD_SINK_CALLING_THREAD (1u << 0)
 
 /** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */
 struct gpud_sink_ops {
@@ -134,6 +153,9 @@ struct gpud_sink_ops {
 	 *  (the journal decides); -1 with err. Absent: the journal decides. */
 	int (*resume)(void *ctx, void (*done)(void *done_ctx, uint64_t task_id, int status),
 		      void *done_ctx, struct gpud_error *err);
+	/** Optional (API 1.1). GPUD_SINK_* flags; 0: the sink may also be called on the
+	 *  stand-in thread. */
+	unsigned flags;
 };
 
 /** Uses `ops` with `ctx` as the job's generator instead of a [generator] plugin (the
@@ -269,7 +291,8 @@ GPUD_API int gpud_merge(int n_files, char *const *files);
  *   also go to gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
  * - A callback still blocked in its call when the run must end (every task done, or a
  *   stop's drain over) cannot be returned from: gpud then ends the process after the
- *   summary with the run's status (_exit), as `gpud run` does.
+ *   summary with the run's status (_exit), as `gpud run` does. A generator with an
+ *   `interrupt` entry is asked to return first, and the run then ends as usual.
  * - Dumpability: the `gpud` command makes itself undumpable (PR_SET_DUMPABLE 0), so the
  *   workers, which run the user's code, cannot reach into it through /proc or ptrace.
  *   The library does not change that on its own: a program that runs untrusted worker

@@ -8,10 +8,12 @@
  *
  * Threads: run() lets go of the GIL while libgpud drives the run on the calling thread.
  * The generator and the sink are called on that thread, where they take the GIL back
- * and call the program's iterator and callbacks. libgpud's stand-in thread may call
- * the sink while the iterator blocks the calling thread: those events are copied into
- * a queue and delivered on the calling thread at its next call (the library's
- * callbacks run in the program's thread, never in another).
+ * and call the program's iterator and callbacks. The sink is GPUD_SINK_CALLING_THREAD:
+ * what comes while the iterator blocks waits in libgpud and reaches the callbacks once
+ * it returns (the library's callbacks run in the program's thread, never in another),
+ * and an outcome is journaled only once its callback returned. When the run must end
+ * while the iterator still blocks, libgpud's stand-in calls gen_interrupt, which makes
+ * it return (below), so that run() returns and on_exit runs.
  *
  * Speed: the iterator is read ahead in batches (up to `prefetch` items while it
  * answers at once), each item pickled by one C call and copied into the task's shared
@@ -43,18 +45,6 @@ enum codec {
 	CODEC_PICKLE = 1, /* pickle protocol 5 (the package's Python worker) */
 };
 
-/* An event the stand-in thread saw, kept for the calling thread. */
-struct qev {
-	struct qev *next;
-	enum gpud_event_kind kind;
-	uint64_t task_id;
-	int gpu_id;
-	double seconds;
-	char *message;
-	size_t size;
-	unsigned char data[]; /* the result */
-};
-
 struct run_ctx {
 	gpud_job *job;
 	pthread_t caller;
@@ -72,9 +62,12 @@ struct run_ctx {
 	/* callbacks (NULL: not wanted) */
 	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start;
 	PyObject *loads, *dumps, *oob_loads, *five;
-	/* the stand-in's events */
-	pthread_mutex_t lock;
-	struct qev *head, *tail;
+	PyObject *on_resume; /* what the program already holds, on a resume (or NULL) */
+	/* The run ended while the iterator blocked: libgpud's stand-in asked it to return
+	 * (gen_interrupt). The KeyboardInterrupt that brings it back is ours. */
+	atomic_bool interrupting;
+	bool main_thread; /* run() was called on the main thread: Python's signal handlers
+			     run there */
 	/* what went wrong in Python: the first exception, kept for run() to raise */
 	PyObject *exc;
 	/* A callback raised (or a result could not be unpickled): no callback is called
@@ -223,6 +216,21 @@ static PyObject *setup_message_of(const char *m)
 	return r;
 }
 
+/* The KeyboardInterrupt gen_interrupt asked for, when it is still pending (the
+ * iterator returned before Python ran the handler): taken here, so that it reaches
+ * neither a callback nor the program. GIL held. */
+static void absorb_interrupt(struct run_ctx *c)
+{
+	if (!atomic_load(&c->interrupting) || !c->main_thread)
+		return;
+	if (PyErr_CheckSignals() < 0) {
+		if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+			PyErr_Clear();
+		else
+			stash_error(c);
+	}
+}
+
 static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_id, int gpu_id,
 		    double seconds, const char *message, const void *data, size_t size)
 {
@@ -231,6 +239,7 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 	long wid = gpu_id; /* the callbacks' worker_id is the GPU id (the library's) */
 	if (atomic_load(&c->cb_failed))
 		return; /* a callback raised: none is called again */
+	absorb_interrupt(c);
 	switch (kind) {
 	case GPUD_TASK_OK:
 		if (!(fn = c->on_success))
@@ -285,31 +294,6 @@ static void deliver(struct run_ctx *c, enum gpud_event_kind kind, uint64_t task_
 	Py_XDECREF(r);
 }
 
-/* Delivers what the stand-in queued, in order. GIL held. */
-static void deliver_queued(struct run_ctx *c)
-{
-	pthread_mutex_lock(&c->lock);
-	struct qev *q = c->head;
-	c->head = c->tail = NULL;
-	pthread_mutex_unlock(&c->lock);
-	while (q) {
-		struct qev *next = q->next;
-		deliver(c, q->kind, q->task_id, q->gpu_id, q->seconds, q->message, q->data,
-			q->size);
-		free(q->message);
-		free(q);
-		q = next;
-	}
-}
-
-static bool have_queued(struct run_ctx *c)
-{
-	pthread_mutex_lock(&c->lock);
-	bool any = c->head != NULL;
-	pthread_mutex_unlock(&c->lock);
-	return any;
-}
-
 /* ---- the sink ---- */
 
 /* The sink's failure after a callback raised: libgpud aborts the run with stop_msg. */
@@ -319,43 +303,18 @@ static int told_failure(struct run_ctx *c, struct gpud_error *err)
 	return gpud_fail(err, "%s", c->stop_msg);
 }
 
+/* Called on the calling thread only (GPUD_SINK_CALLING_THREAD). */
 static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
 {
 	struct run_ctx *c = ctx;
 	if (atomic_load(&c->cb_failed)) /* stop_msg is written before the flag is set */
 		return told_failure(c, err);
-	if (!pthread_equal(pthread_self(), c->caller)) {
-		/* The stand-in: the calling thread is in the iterator. Copy, deliver later. */
-		size_t size = ev->kind == GPUD_TASK_OK ? ev->result_size : 0;
-		struct qev *q = malloc(sizeof *q + size);
-		if (!q)
-			return gpud_fail(err, "gpud (Python): out of memory queueing an event");
-		q->next = NULL;
-		q->kind = ev->kind;
-		q->task_id = ev->task_id;
-		q->gpu_id = ev->gpu_id;
-		q->seconds = ev->seconds;
-		q->message = ev->message ? strdup(ev->message) : NULL;
-		q->size = size;
-		if (size)
-			memcpy(q->data, ev->result, size);
-		pthread_mutex_lock(&c->lock);
-		if (c->tail)
-			c->tail->next = q;
-		else
-			c->head = q;
-		c->tail = q;
-		pthread_mutex_unlock(&c->lock);
-		return 0;
-	}
 	PyGILState_STATE g = PyGILState_Ensure();
-	if (c->head)
-		deliver_queued(c);
 	deliver(c, ev->kind, ev->task_id, ev->gpu_id, ev->seconds, ev->message, ev->result,
 		ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
 	PyGILState_Release(g);
-	/* This event's callback (or a queued one before it) raised: the sink fails, and
-	 * libgpud does not journal this outcome as done. */
+	/* This event's callback raised: the sink fails, and libgpud does not journal this
+	 * outcome (nor any after it) as done. */
 	return atomic_load(&c->cb_failed) ? told_failure(c, err) : 0;
 }
 
@@ -376,15 +335,61 @@ static int sink_close(void *ctx, const struct gpud_stats *stats, struct gpud_err
 {
 	struct run_ctx *c = ctx;
 	(void)stats;
-	if (pthread_equal(pthread_self(), c->caller) && have_queued(c)) {
-		PyGILState_STATE g = PyGILState_Ensure();
-		deliver_queued(c);
-		PyGILState_Release(g);
-	}
 	/* A callback raised and no sink call has said so yet (no outcome came after). */
 	if (atomic_load(&c->cb_failed) && !c->cb_failure_told)
 		return told_failure(c, err);
 	return 0;
+}
+
+/* A resume: the ids of the tasks whose results the program holds, from on_resume(),
+ * each an int (a success) or a pair (id, "ok" | "error" | "timeout"). Those are not run
+ * again; every other task is (on_resume's word over the journal's). Calling thread. */
+static int sink_resume(void *ctx, void (*done)(void *done_ctx, uint64_t task_id, int status),
+		       void *done_ctx, struct gpud_error *err)
+{
+	struct run_ctx *c = ctx;
+	static const char *const kinds[] = {"ok", "error", "timeout"};
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *held = PyObject_CallObject(c->on_resume, NULL);
+	PyObject *it = held ? PyObject_GetIter(held) : NULL, *x;
+	Py_XDECREF(held);
+	while (it && (x = PyIter_Next(it))) {
+		PyObject *id = x, *kind = NULL;
+		int status = -1;
+		if (PyTuple_Check(x) && PyTuple_Size(x) == 2) {
+			id = PyTuple_GetItem(x, 0);
+			kind = PyTuple_GetItem(x, 1);
+		}
+		unsigned long long v = PyLong_Check(id) ? PyLong_AsUnsignedLongLong(id) : 0;
+		if (PyErr_Occurred()) {
+			Py_DECREF(x);
+			break;
+		}
+		for (int k = 0; k < 3 && status < 0; k++) {
+			PyObject *name = PyUnicode_FromString(kinds[k]);
+			if (!kind || (name && PyObject_RichCompareBool(kind, name, Py_EQ) == 1))
+				status = k;
+			Py_XDECREF(name);
+		}
+		if (!PyLong_Check(id) || status < 0) {
+			PyErr_Format(PyExc_TypeError,
+				     "on_resume() gave %R: expected a task id (int) or (id, \"ok\" "
+				     "| \"error\" | \"timeout\")",
+				     x);
+			Py_DECREF(x);
+			break;
+		}
+		Py_DECREF(x);
+		done(done_ctx, (uint64_t)v, status);
+	}
+	Py_XDECREF(it);
+	int rc = 0;
+	if (PyErr_Occurred()) {
+		keep_error(c, "on_resume");
+		rc = told_failure(c, err);
+	}
+	PyGILState_Release(g);
+	return rc;
 }
 
 /* ---- the generator ---- */
@@ -453,8 +458,12 @@ static int refill(struct run_ctx *c)
 	}
 	return c->n > 0;
 fail:
-	stash_error(c);
 	c->ended = true;
+	if (atomic_load(&c->interrupting) && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+		PyErr_Clear(); /* ours (gen_interrupt): the run is over, nothing more is read */
+		return 0;
+	}
+	stash_error(c);
 	c->gen_failed = true;
 	return c->n > 0 ? 1 : -1;
 }
@@ -464,12 +473,13 @@ static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
 	struct run_ctx *c = ctx;
 	if (atomic_load(&c->cb_failed))
 		return 0; /* a callback raised: nothing more is read */
-	if (c->pos == c->n || have_queued(c)) {
+	if (c->pos == c->n) {
 		PyGILState_STATE g = PyGILState_Ensure();
-		deliver_queued(c);
-		int r = c->pos == c->n && !atomic_load(&c->cb_failed) ? refill(c) : 1;
+		int r = refill(c);
+		absorb_interrupt(c);
 		PyGILState_Release(g);
-		if (atomic_load(&c->cb_failed))
+		/* Interrupted (the run is over): what it gave is not run. */
+		if (atomic_load(&c->cb_failed) || atomic_load(&c->interrupting))
 			return 0;
 		if (r < 0)
 			return gpud_fail(err,
@@ -490,6 +500,23 @@ static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
 static int64_t gen_total(void *ctx)
 {
 	return ((struct run_ctx *)ctx)->total;
+}
+
+/* libgpud's stand-in, when the run must end while the iterator blocks in next(): the
+ * iterator is made to raise KeyboardInterrupt where it waits, as Ctrl-C would make it
+ * (Python runs signal handlers on the main thread only, so only there): Python's SIGINT
+ * handler is tripped (no GIL needed), and SIGINT sent to the calling thread cuts a
+ * blocking system call short (on_stop_signal ignores it). refill takes the exception
+ * for the end. Elsewhere the iterator cannot be interrupted: libgpud waits for it, then
+ * ends the process. */
+static void gen_interrupt(void *ctx)
+{
+	struct run_ctx *c = ctx;
+	if (!c->main_thread)
+		return;
+	atomic_store(&c->interrupting, true);
+	PyErr_SetInterrupt();
+	pthread_kill(c->caller, SIGINT);
 }
 
 static int gen_skip(void *ctx, uint64_t n, struct gpud_error *err)
@@ -530,6 +557,8 @@ static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 
 static void on_stop_signal(int sig)
 {
+	if (active && atomic_load(&active->interrupting))
+		return; /* gen_interrupt's SIGINT, or one after the run ended */
 	if (!caught_signal)
 		caught_signal = sig;
 	if (active)
@@ -600,8 +629,7 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 		prefetch = 1;
 
 	struct run_ctx c = {.codec = (enum codec)codec, .total = total, .prefetch = prefetch};
-	PyObject *result = NULL;
-	pthread_mutex_init(&c.lock, NULL);
+	PyObject *result = NULL, *sigmod = NULL, *old_int = NULL;
 	c.caller = pthread_self();
 	if (!PyArg_ParseTuple(helpers, "OOO", &c.loads, &c.dumps, &c.oob_loads))
 		goto out;
@@ -611,6 +639,7 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	c.on_timeout = callback_or_null(cbs, "on_timeout");
 	c.on_setup_fail = callback_or_null(cbs, "on_setup_fail");
 	c.on_task_start = callback_or_null(cbs, "on_task_start");
+	c.on_resume = callback_or_null(cbs, "on_resume");
 	c.ptr = calloc((size_t)prefetch, sizeof *c.ptr);
 	c.len = calloc((size_t)prefetch, sizeof *c.len);
 	c.job = gpud_job_new();
@@ -628,8 +657,11 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 		c.iter = PyObject_GetIter(iterable);
 		if (!c.iter)
 			goto out;
-		struct gpud_generator_ops g = {
-			.size = sizeof g, .next = gen_next, .total = gen_total, .skip = gen_skip};
+		struct gpud_generator_ops g = {.size = sizeof g,
+					       .next = gen_next,
+					       .total = gen_total,
+					       .skip = gen_skip,
+					       .interrupt = gen_interrupt};
 		if (gpud_job_set_generator(c.job, &g, &c) < 0) {
 			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
 			goto out;
@@ -639,7 +671,9 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 		struct gpud_sink_ops s = {.size = sizeof s,
 					  .event = sink_event,
 					  .close = sink_close,
-					  .events = sink_events};
+					  .events = sink_events,
+					  .resume = c.on_resume ? sink_resume : NULL,
+					  .flags = GPUD_SINK_CALLING_THREAD};
 		if (gpud_job_set_sink(c.job, &s, &c) < 0) {
 			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
 			goto out;
@@ -651,6 +685,31 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 				     .tty = tty,
 				     .flags = (unsigned)flags | GPUD_RUN_KEEP_SIGNALS,
 				     .stats_json = stats_json};
+	/* On the main thread, Python's own SIGINT handler (KeyboardInterrupt) for the run:
+	 * gen_interrupt trips it to bring a blocked iterator back. The signal itself is
+	 * on_stop_signal's meanwhile. */
+	if (!(sigmod = PyImport_ImportModule("signal")))
+		goto out;
+	{
+		PyObject *th = PyImport_ImportModule("threading");
+		PyObject *m = th ? PyObject_CallMethod(th, "main_thread", NULL) : NULL;
+		PyObject *t = th ? PyObject_CallMethod(th, "current_thread", NULL) : NULL;
+		c.main_thread = m && m == t;
+		Py_XDECREF(th);
+		Py_XDECREF(m);
+		Py_XDECREF(t);
+		if (PyErr_Occurred())
+			goto out;
+	}
+	if (c.main_thread) {
+		old_int = PyObject_CallMethod(sigmod, "getsignal", "i", SIGINT);
+		PyObject *dih = PyObject_GetAttrString(sigmod, "default_int_handler");
+		PyObject *r = dih ? PyObject_CallMethod(sigmod, "signal", "iO", SIGINT, dih) : NULL;
+		Py_XDECREF(dih);
+		Py_XDECREF(r);
+		if (!old_int || !r)
+			goto out;
+	}
 	struct sigaction sa = {.sa_handler = on_stop_signal}, old[N_STOP_SIGNALS];
 	sigemptyset(&sa.sa_mask);
 	caught_signal = 0;
@@ -662,8 +721,8 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	PyEval_RestoreThread(ts);
 	for (size_t i = 0; i < N_STOP_SIGNALS; i++)
 		sigaction(stop_signals[i], &old[i], NULL);
+	absorb_interrupt(&c); /* before Python's handler goes back */
 	active = NULL;
-	deliver_queued(&c); /* what the stand-in saw last */
 
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
@@ -671,6 +730,24 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 			       exc, c.setup_failed,
 			       c.first_setup_error ? c.first_setup_error : Py_None);
 out:
+	if (old_int && old_int != Py_None) {
+		/* The program's handler back (None: not one set from Python). */
+		PyObject *type, *value, *tb;
+		PyErr_Fetch(&type, &value, &tb);
+		PyObject *r = PyObject_CallMethod(sigmod, "signal", "iO", SIGINT, old_int);
+		if (r) {
+			Py_DECREF(r);
+			PyErr_Restore(type, value, tb);
+		} else { /* its error stands */
+			Py_CLEAR(result);
+			Py_XDECREF(type);
+			Py_XDECREF(value);
+			Py_XDECREF(tb);
+		}
+	}
+	Py_XDECREF(old_int);
+	Py_XDECREF(sigmod);
+	Py_XDECREF(c.on_resume);
 	Py_XDECREF(c.batch);
 	Py_XDECREF(c.iter);
 	Py_XDECREF(c.exc);
@@ -681,15 +758,9 @@ out:
 	Py_XDECREF(c.on_timeout);
 	Py_XDECREF(c.on_setup_fail);
 	Py_XDECREF(c.on_task_start);
-	for (struct qev *q = c.head, *n; q; q = n) {
-		n = q->next;
-		free(q->message);
-		free(q);
-	}
 	free(c.ptr);
 	free(c.len);
 	gpud_job_free(c.job);
-	pthread_mutex_destroy(&c.lock);
 	return result;
 }
 

@@ -58,7 +58,7 @@ def _value(v):
 
 
 def _check_callbacks(o, on_success, on_error, on_timeout, on_setup_fail, on_task_start,
-                     on_exit):
+                     on_exit, on_resume=None):
     """TypeError for a callback that is not one, or no on_success and no sink."""
     if on_success is None:
         keys = o.get("keys") or {}
@@ -68,7 +68,8 @@ def _check_callbacks(o, on_success, on_error, on_timeout, on_setup_fail, on_task
                             "name a sink plugin: sink={\"plugin\": \"jsonl\", ...}")
     for name, fn in (("on_success", on_success), ("on_error", on_error),
                      ("on_timeout", on_timeout), ("on_setup_fail", on_setup_fail),
-                     ("on_task_start", on_task_start), ("on_exit", on_exit)):
+                     ("on_task_start", on_task_start), ("on_exit", on_exit),
+                     ("on_resume", on_resume)):
         if fn is not None and not callable(fn):
             raise TypeError(f"Dispatcher.run(): {name}={fn!r} is not callable")
 
@@ -319,7 +320,8 @@ class Dispatcher:
     # ---- the run ----
 
     def run(self, generator, on_success, on_error=None, on_timeout=None, on_setup_fail=None,
-            on_task_start=None, on_exit=None, base_seed=42, task_timeout=None, **setup_kwargs):
+            on_task_start=None, on_exit=None, base_seed=42, task_timeout=None, on_resume=None,
+            **setup_kwargs):
         """Runs every item of `generator` (any iterable; None: the `generator` option's
         plugin) through the workers and blocks until it is exhausted and the workers
         are cleaned up. Callbacks, in the calling thread: on_success(task_id, result,
@@ -327,6 +329,12 @@ class Dispatcher:
         worker_id), on_setup_fail(gpu_id, error), on_task_start(task_id, worker_id),
         on_exit() (always, once). worker_id is the GPU id the task ran on. setup_kwargs
         reach worker.setup(). Returns the stats (a dict).
+
+        on_resume(): with resume=True, called before anything runs; returns the ids of
+        the tasks whose results the program already holds (ints for successes, or
+        (id, "ok" | "error" | "timeout") pairs), read back from its own output. Those
+        are not run again and every other task is, so each result reaches on_success
+        exactly once across runs, even after the program was killed (kill -9).
 
         Raises RuntimeError("All workers failed during setup ...") when no worker
         could be set up; KeyboardInterrupt after a Ctrl-C (the run drained; with a
@@ -341,11 +349,11 @@ class Dispatcher:
 
         try:
             _check_callbacks(self.options, on_success, on_error, on_timeout, on_setup_fail,
-                             on_task_start, on_exit)
+                             on_task_start, on_exit, on_resume)
             outcome = self._run(_gpud, _worker, generator,
                                 dict(on_success=on_success, on_error=on_error,
                                      on_timeout=on_timeout, on_setup_fail=on_setup_fail,
-                                     on_task_start=on_task_start),
+                                     on_task_start=on_task_start, on_resume=on_resume),
                                 base_seed, task_timeout, setup_kwargs)
         finally:
             if on_exit is not None:
@@ -388,6 +396,11 @@ class Dispatcher:
         o = self.options
         chunk = None
         k = self._chunking(generator)
+        if callbacks.get("on_resume") is not None and k != 1:
+            raise JobError("Dispatcher.run(): on_resume names tasks by their ids, which are "
+                           "the items' only with one item a task: chunksize=1 (or a journal, "
+                           "which chooses it), not chunksize="
+                           f"{k if k else 'None (automatic)'}")
         if k != 1:
             budget = _CHUNK_SECONDS
             if task_timeout:

@@ -7,7 +7,8 @@ the package by `./build.sh python VENV/bin/python` (the documented command), and
 the library's README quick start and design example (changed only in their import
 line) and the closures mode of features.py (which also checks that the workers run
 the venv's Python). Debian's Python, with the package installed by --target, runs
-every mode of features.py, Ctrl-C and resume included, and the PyTorch example when
+every mode of features.py, Ctrl-C and resume included, delivery.py's stops and kill -9
+(every journaled result delivered, exactly once), and the PyTorch example when
 `import torch` works there (a SKIP line when not). Exit status 0 when all passed, 77
 (meson's skip) when nothing ran.
 """
@@ -183,6 +184,12 @@ def main():
         else:
             log("SKIP debian: docs/examples/python/torch_embed.py (no PyTorch in "
                 "/usr/bin/python3: apt-get install python3-torch)")
+        # Stops while the iterator blocks, callbacks that raise, kill -9: every result
+        # journaled as done reached its callback, on_exit ran, each once over the runs.
+        for mode in ("blocked_term", "blocked_int2", "blocked_raise", "blocked_nojournal",
+                     "blocked_noworker", "kill9", "kill9_bound"):
+            run(f"debian: delivery {mode}", "/usr/bin/python3",
+                ["delivery.py", "check", mode], env, f"PASS {mode}")
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",
                   "/usr/bin/python3", os.path.join(tmp, "interrupt.journal"), env)
         interrupt("debian: the same with chunksize=4", "/usr/bin/python3",

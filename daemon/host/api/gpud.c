@@ -343,6 +343,7 @@ int gpud_job_set_generator(gpud_job *job, const struct gpud_generator_ops *ops, 
 		.close = job->gen.close,
 		.total = job->gen.total,
 		.skip = job->gen.skip,
+		.interrupt = job->gen.interrupt,
 	};
 	job->gen_cb = true;
 	return 0;
@@ -373,6 +374,7 @@ int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
 		.close = job->sink.close,
 		.events = job->sink.events,
 		.resume = job->sink.resume ? cb_sink_resume : NULL,
+		.calling_thread = job->sink.flags & GPUD_SINK_CALLING_THREAD,
 	};
 	job->sink_cb = true;
 	return 0;

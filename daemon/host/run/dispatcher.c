@@ -580,6 +580,9 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	bool starts = h->out.mask & GPUD_EVENT_BIT(GPUD_TASK_START);
 	unsigned progress = 0;
 
+	/* What came for a calling-thread sink while the stand-in ran the loop. */
+	if (gen_ok && h->out.waiting)
+		events_deliver_waiting(h);
 	dispatch_signals(h);
 	if (host_sigchld)
 		lifecycle_reap(h);

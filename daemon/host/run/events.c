@@ -85,14 +85,19 @@ int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpu
 	return rc;
 }
 
-void events_deliver(struct host *h, const struct gpud_event *ev)
+static struct held_outcome *hold(const struct gpud_event *ev);
+static void uncount(struct host *h, int kind);
+
+/* The stand-in runs the loop (the loop's thread is inside a generator call). */
+static bool standing_in(const struct host *h)
+{
+	return h->standin_running && atomic_load_explicit(&h->gate.taken, memory_order_acquire);
+}
+
+/* An event the sink wants, given to it now. */
+static void deliver_now(struct host *h, const struct gpud_event *ev)
 {
 	bool outcome = is_outcome(ev->kind);
-	if (!(h->out.mask & GPUD_EVENT_BIT(ev->kind))) {
-		if (outcome)
-			taken(h, ev);
-		return;
-	}
 	if (!h->out.open) {
 		/* The sink failed earlier: this outcome cannot be written. */
 		if (outcome)
@@ -109,6 +114,56 @@ void events_deliver(struct host *h, const struct gpud_event *ev)
 			   err.message[0] ? err.message : "gpud_sink_event returned an error");
 	} else if (outcome) {
 		taken(h, ev);
+	}
+}
+
+void events_deliver(struct host *h, const struct gpud_event *ev)
+{
+	if (!(h->out.mask & GPUD_EVENT_BIT(ev->kind))) {
+		if (is_outcome(ev->kind))
+			taken(h, ev);
+		return;
+	}
+	if (h->out.calling_thread) {
+		if (standing_in(h)) {
+			/* Not journaled until the sink took it on the calling thread. */
+			struct held_outcome *o = hold(ev);
+			o->next = NULL;
+			if (h->out.waiting)
+				h->out.waiting_last->next = o;
+			else
+				h->out.waiting = o;
+			h->out.waiting_last = o;
+			return;
+		}
+		if (h->out.waiting)
+			events_deliver_waiting(h);
+	}
+	deliver_now(h, ev);
+}
+
+void events_deliver_waiting(struct host *h)
+{
+	struct held_outcome *o;
+	if (standing_in(h))
+		return;
+	while ((o = h->out.waiting)) {
+		h->out.waiting = o->next;
+		deliver_now(h, &o->ev);
+		free(o);
+	}
+}
+
+void events_drop_waiting(struct host *h)
+{
+	struct held_outcome *o;
+	while ((o = h->out.waiting)) {
+		h->out.waiting = o->next;
+		if (is_outcome(o->ev.kind)) {
+			uncount(h, o->ev.kind);
+			failures_not_run(h, o->ev.task_id, (unsigned)o->ev.attempt);
+		}
+		free(o);
 	}
 }
 

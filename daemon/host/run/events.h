@@ -37,6 +37,13 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
  * failures list, sink_lost) and has no journal record, so --resume runs it again. */
 void events_undelivered(struct host *h);
 
+/* A sink called on the calling thread only (GPUD_SINK_CALLING_THREAD): the events that
+ * waited while the stand-in ran the loop, delivered in order; nothing on the stand-in. */
+void events_deliver_waiting(struct host *h);
+/* The run ends on the stand-in: the events still waiting never reached the sink. Each
+ * outcome among them counts as not run and has no journal record (--resume runs it). */
+void events_drop_waiting(struct host *h);
+
 /* The gate's sink_kind while the sink's close runs. */
 #define EVENTS_SINK_CLOSE (-1)
 /* Closes the sink with the final stats (and, to a sink with gpud_sink_finish, how the

@@ -140,6 +140,7 @@ tasks_place(struct host_worker *w, struct shm_rec *rec, struct task_ent *ent)
 /* An outcome that arrived before earlier tasks' (ordered = true): a copy, since its
  * ring space is reused once consumed. */
 struct held_outcome {
+	struct held_outcome *next; /* the next one waiting for the calling thread */
 	struct gpud_event ev;
 	uint8_t data[]; /* input, result, message */
 };
@@ -241,6 +242,10 @@ struct host_out {
 	struct held_outcome **held;          /* queue_size slots, by task_id % queue_size */
 	uint64_t next_deliver;               /* the task whose outcome goes next */
 	uint8_t result_copy[SHM_COPIED_MAX]; /* a small result, copied before it is delivered */
+	/* GPUD_SINK_CALLING_THREAD: events that came while the stand-in ran the loop, oldest
+	 * first, for the calling thread (events_deliver_waiting) */
+	bool calling_thread;
+	struct held_outcome *waiting, *waiting_last;
 };
 
 /* How the run is being ended, and the clocks that stops do not count against:

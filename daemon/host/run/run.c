@@ -386,6 +386,12 @@ static int finish_run(struct host *h)
 		events_undelivered(h);
 	else
 		events_flush_held(h);
+	/* A calling-thread sink: what waited for that thread reaches it now, or, when the
+	 * run ends on the stand-in, never (not journaled: it runs again). */
+	if (on_standin)
+		events_drop_waiting(h);
+	else
+		events_deliver_waiting(h);
 	count_not_run(h);
 
 	struct gpud_error err = {{0}};
@@ -521,6 +527,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.open = true;
 	h->out.open_ever = true;
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
+	h->out.calling_thread = sink->calling_thread;
 	err.message[0] = '\0';
 	if (resume_tell_sink(h, &err) < 0) {
 		text_clean(err.message);

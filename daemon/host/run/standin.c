@@ -10,6 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <gpud/gpud.h>
+
 #include "run/events.h"
 #include "run/host.h"
 #include "workers/lifecycle.h"
@@ -156,6 +158,30 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 	return true;
 }
 
+/* The run ended while the generator call is stuck: a generator with an interrupt
+ * entry (an in-process one, gpud.h) is asked to return, and once its call has, the loop
+ * is given back to the loop's thread, which ends the run as usual (the loop's next pass
+ * finds it over) and returns to the caller. false when the generator has no such
+ * entry, or its call has not returned within GPUD_INTERRUPT_WAIT_S. */
+static bool interrupt_generator(struct host *h)
+{
+	struct gate *g = &h->gate;
+	if (!h->gen_ops->interrupt)
+		return false;
+	h->gen_ops->interrupt(h->gen);
+	uint64_t start = wait_now_ns();
+	while (atomic_load_explicit(&g->in_call, memory_order_acquire)) {
+		if (wait_since(wait_now_ns(), start) >=
+		    GPUD_INTERRUPT_WAIT_S * UINT64_C(1000000000))
+			return false;
+		uint32_t bell = atomic_load_explicit(h->shm.bell.bell, memory_order_seq_cst);
+		wait_futex_wait(h->shm.bell.bell, bell, 1000000u);
+	}
+	atomic_store_explicit(&g->taken, 0, memory_order_release);
+	wait_futex_wake(&g->taken);
+	return true;
+}
+
 static void *standin_main(void *arg)
 {
 	struct host *h = arg;
@@ -203,7 +229,8 @@ static void *standin_main(void *arg)
 		if (atomic_load_explicit(&g->in_call, memory_order_acquire) &&
 		    atomic_load_explicit(&g->calls, memory_order_relaxed) == calls) {
 			bool sink = atomic_load_explicit(&g->sink, memory_order_relaxed);
-			if (sink ? !keep_watch(h, seen_ns) : !stand_in(h)) {
+			if (sink ? !keep_watch(h, seen_ns)
+				 : !stand_in(h) && !interrupt_generator(h)) {
 				/* The run is over and the generator or the sink is still in its
 				 * call. */
 				if (sink)

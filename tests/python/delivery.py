@@ -1,0 +1,254 @@
+# SPDX-License-Identifier: MIT
+"""gpud.Dispatcher: every result the journal records as done has reached its callback,
+on every way a run can stop, and exactly once across kill -9 and resume=True.
+
+`delivery.py check MODE`: runs this script as the program (`delivery.py program ...`)
+in child processes, stops them the way MODE says, and checks their logs; prints
+"PASS MODE". Modes:
+
+  blocked_term    SIGTERM while the iterator blocks (a live source waiting for its next
+                  item), then resume=True: all 1,000 items delivered exactly once, and
+                  on_exit ran in the stopped run.
+  blocked_int2    the same with two Ctrl-Cs (the second stops the workers at once).
+  blocked_raise   outcomes that came while the iterator blocked, then a callback that
+                  raises as they are delivered: those after it are not journaled, the
+                  resume delivers them.
+  blocked_nojournal  SIGTERM while the iterator blocks, no journal: on_exit runs and
+                  every result counted done reached on_success.
+  blocked_noworker   the workers all die while the iterator blocks ("no worker left"):
+                  on_exit runs, run() raises RunAborted, the resume finishes.
+  kill9           kill -9 of the program three times, with on_resume reading its own
+                  log back: every item exactly once.
+  kill9_bound     the same without on_resume: no item lost; the duplicates are at
+                  most what one journal flush interval (0.1 s) delivered (printed).
+"""
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from gpud import BaseWorker, Dispatcher, RunAborted
+
+N = 1000
+
+
+class W(BaseWorker):
+    # How each run's workers behave, from the program's environment (the workers
+    # inherit it): setup()'s keywords would make a resume another job.
+    def setup(self, gpu_id, seed):
+        self.die_at = int(os.environ.get("DELIVERY_DIE_AT", -1))
+        self.slow = float(os.environ.get("DELIVERY_SLOW", 0))
+        self.slow_from = int(os.environ.get("DELIVERY_SLOW_FROM", 0))
+
+    def process(self, x):
+        if 0 <= self.die_at <= x:
+            os._exit(9)  # each worker dies: with no restarts left, no worker is left
+        if self.slow and x >= self.slow_from:
+            time.sleep(self.slow)
+        return x
+
+
+def items(block_at, block_s):
+    for i in range(N):
+        if i == block_at:
+            print("BLOCKED", flush=True)
+            time.sleep(block_s)  # a live source waiting for its next item
+        yield i
+
+
+def program(how, log_path, journal):
+    """One run, as a user's program: results appended to log_path, one id a line."""
+    log = open(log_path, "a")
+    exits = []
+
+    def on_exit():
+        exits.append(1)
+        log.write("EXIT\n")
+        log.flush()
+
+    calls = [0]
+
+    def on_success(t, r, w):
+        calls[0] += 1
+        if how == "raise" and calls[0] == 150:
+            raise ZeroDivisionError("the 150th result")
+        if r != t:
+            log.write(f"WRONG {t} {r}\n")
+        log.write(f"{t}\n")
+        log.flush()
+
+    def on_error(t, e, w):
+        log.write(f"E{t}\n")
+        log.flush()
+
+    def held():  # what the log holds: the program's own record of its results
+        ids, _ = read_log(log_path)
+        return list(ids)
+
+    opts = dict(ui="off")
+    if journal:
+        opts.update(journal=journal, resume=True)
+    kw = {}
+    block_at, block_s = 300, 1000
+    if how in ("term", "nojournal"):
+        threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    elif how == "int2":
+        def twice():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(1.5, twice).start()
+        # The generator blocks once its first read-ahead (items 0 to 255) is out; the
+        # last of them are slow: the second Ctrl-C comes while they drain.
+        os.environ.update(DELIVERY_SLOW="2.0", DELIVERY_SLOW_FROM="250")
+    elif how == "raise":
+        block_s = 1.5  # the outcomes wait for the iterator, then reach the callbacks
+    elif how == "noworker":
+        # Once the generator blocks (its first read-ahead, items 0 to 255, is out).
+        os.environ["DELIVERY_DIE_AT"] = "250"
+    else:
+        block_at = -1  # the resume: no stop
+    if how.endswith("noworker"):
+        opts.update(max_worker_restarts=0, retries=0)
+    if how.startswith("kill9"):
+        block_at = -1
+        os.environ["DELIVERY_SLOW"] = "0.002"
+        if how == "kill9":
+            kw["on_resume"] = held
+    d = Dispatcher(W, gpu_ids=[0, 1], **opts)
+    try:
+        d.run(items(block_at, block_s), on_success=on_success, on_error=on_error,
+              on_exit=on_exit, **kw)
+        log.write("DONE\n")
+    except BaseException as e:
+        log.write(f"RAISED {type(e).__name__}\n")
+        log.flush()
+        stats = d.stats or {}
+        log.write(f"STATS {stats.get('completed', -1)} {stats.get('exit_status', -1)}\n")
+        log.flush()
+        raise
+    finally:
+        log.close()
+
+
+def child(tmp, how, log, journal, wait=True):
+    args = [sys.executable, os.path.abspath(__file__), "program", how, log, journal or ""]
+    p = subprocess.Popen(args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    if not wait:
+        return p
+    try:
+        out, _ = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        out += "\n(timed out)"
+    return p.returncode, out
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", flush=True)
+        sys.exit(1)
+
+
+def read_log(path):
+    ids, marks = collections.Counter(), []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.isdigit():
+                ids[int(line)] += 1
+            elif line[:1] == "E" and line[1:].isdigit():  # on_error: an outcome too
+                ids[int(line[1:])] += 1
+            elif line:
+                marks.append(line)
+    return ids, marks
+
+
+def blocked(mode, tmp):
+    how = mode.split("_", 1)[1]
+    log = os.path.join(tmp, f"{mode}.log")
+    journal = None if how == "nojournal" else os.path.join(tmp, f"{mode}.journal")
+    for p in (log, journal):
+        if p and os.path.exists(p):
+            os.unlink(p)
+    rc, out = child(tmp, how, log, journal)
+    ids, marks = read_log(log)
+    print(f"{mode}: the stopped run: exit {rc}, {sum(ids.values())} delivered, {marks}",
+          flush=True)
+    check("EXIT" in marks, f"on_exit ran in the stopped run (exit {rc}): {marks}\n{out[-3000:]}")
+    check(not any(m.startswith("WRONG") for m in marks), f"results: {marks}")
+    check(all(n == 1 for n in ids.values()), "no result twice in one run")
+    stats = [m for m in marks if m.startswith("STATS")]
+    if how == "nojournal":
+        # Every result the run counted done reached on_success.
+        check(stats and int(stats[0].split()[1]) == len(ids),
+              f"completed as delivered: {stats} vs {len(ids)}")
+        check(len(ids) > 0, "something ran before the stop")
+        return
+    if how == "noworker":
+        check("RAISED RunAborted" in marks, f"RunAborted: {marks}\n{out[-2000:]}")
+    first = len(ids)
+    rc, out = child(tmp, "resume_" + how, log, journal)
+    ids, marks = read_log(log)
+    missing = [i for i in range(N) if not ids[i]]
+    twice = [i for i in range(N) if ids[i] > 1]
+    print(f"{mode}: after the resume: exit {rc}, {len(ids)} delivered ({first} in the first "
+          f"run), missing {len(missing)}, twice {len(twice)}", flush=True)
+    check(rc == 0 and "DONE" in marks, f"the resume finished: exit {rc}\n{out[-3000:]}")
+    check(not missing and not twice,
+          f"every item once: missing {missing[:10]}, twice {twice[:10]}")
+
+
+def kill9(mode, tmp, kills=3):
+    log = os.path.join(tmp, f"{mode}.log")
+    journal = os.path.join(tmp, f"{mode}.journal")
+    for p in (log, journal):
+        if os.path.exists(p):
+            os.unlink(p)
+    open(log, "w").close()
+    for k in range(kills):
+        before = sum(read_log(log)[0].values())
+        p = child(tmp, mode, log, journal, wait=False)
+        # Killed once it has delivered some more, in the middle of the run.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:
+            if sum(read_log(log)[0].values()) >= before + 150:
+                break
+            time.sleep(0.01)
+        time.sleep(0.05 * k)
+        check(p.poll() is None, f"kill {k + 1}: the program was still running")
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+    rc, out = child(tmp, mode, log, journal)
+    ids, marks = read_log(log)
+    missing = [i for i in range(N) if not ids[i]]
+    dups = sum(n - 1 for n in ids.values())
+    print(f"{mode}: {kills} kills, then the last run: exit {rc}, missing {len(missing)}, "
+          f"duplicates {dups}", flush=True)
+    check(rc == 0 and "DONE" in marks, f"the last run finished: exit {rc}\n{out[-3000:]}")
+    check(not missing, f"nothing lost: {missing[:10]}")
+    if mode == "kill9":
+        check(dups == 0, f"exactly once with on_resume: {dups} duplicates")
+    else:
+        # At most what one flush interval of the journal delivered, per kill: the
+        # workers (2, 2 ms an item) deliver about 100 items in 0.1 s.
+        check(dups <= kills * 150, f"duplicates {dups} over {kills} kills")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "program":
+        program(sys.argv[2], sys.argv[3], sys.argv[4] or None)
+        sys.exit(0)
+    mode = sys.argv[2]
+    tmp = os.environ.get("GPUD_TEST_TMP", "/tmp")
+    if mode.startswith("blocked_"):
+        blocked(mode, tmp)
+    else:
+        kill9(mode, tmp)
+    print(f"PASS {mode}", flush=True)
