@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -617,4 +618,197 @@ Test(api, stats_times_and_cpu_are_the_runs)
 		  after);
 	cr_expect_lt(json_number(json, "host_cpu_seconds"), 0.5, "%s", json);
 	gpud_job_free(job);
+}
+
+/* The tally without resume: the journal alone says what is done. */
+static const struct gpud_sink_ops journaled_ops = {
+	.size = sizeof journaled_ops,
+	.event = tally_event,
+	.close = tally_close,
+	.events = tally_events,
+};
+
+/* A live source: n items, then next() blocks (a read of a pipe) until interrupt()
+ * writes to it; without .interrupt it blocks for good. */
+struct live {
+	unsigned n, next;
+	int pipe[2];
+	atomic_bool blocked;
+	atomic_uint interrupts;
+	bool closed;
+};
+
+static int live_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
+{
+	(void)err;
+	struct live *l = ctx;
+	if (l->next < l->n) {
+		item->size = (size_t)snprintf(item->data, item->capacity, "item-%u", l->next++);
+		return 1;
+	}
+	atomic_store(&l->blocked, true);
+	char c;
+	while (read(l->pipe[0], &c, 1) < 0)
+		;
+	return 0;
+}
+
+static void live_interrupt(void *ctx)
+{
+	struct live *l = ctx;
+	atomic_fetch_add(&l->interrupts, 1);
+	cr_assert_eq(write(l->pipe[1], "x", 1), 1);
+}
+
+static void live_close(void *ctx)
+{
+	((struct live *)ctx)->closed = true;
+}
+
+/* A tally that also counts the calls made on another thread than the run's. */
+struct placed {
+	struct tally t;
+	pthread_t caller;
+	atomic_uint elsewhere;
+};
+
+static int placed_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct placed *p = ctx;
+	if (!pthread_equal(pthread_self(), p->caller))
+		atomic_fetch_add(&p->elsewhere, 1);
+	return tally_event(&p->t, ev, err);
+}
+
+static int placed_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	struct placed *p = ctx;
+	if (!pthread_equal(pthread_self(), p->caller))
+		atomic_fetch_add(&p->elsewhere, 1);
+	return tally_close(&p->t, stats, err);
+}
+
+static const struct gpud_sink_ops placed_ops = {
+	.size = sizeof placed_ops,
+	.event = placed_event,
+	.close = placed_close,
+	.events = tally_events,
+	.flags = GPUD_SINK_CALLING_THREAD,
+};
+
+struct live_stopper {
+	gpud_job *job;
+	struct live *l;
+};
+
+/* Stops the run once the generator has blocked and the workers had time to finish
+ * what it gave (their results come while it blocks). */
+static void *stop_once_blocked(void *arg)
+{
+	struct live_stopper *s = arg;
+	while (!atomic_load(&s->l->blocked))
+		usleep(1000);
+	usleep(300000);
+	gpud_job_stop(s->job);
+	return NULL;
+}
+
+static gpud_job *live_job(const char *dir, struct live *l, struct placed *p, bool interrupt)
+{
+	struct gpud_generator_ops g = {.size = sizeof g,
+				       .next = live_next,
+				       .close = live_close,
+				       .interrupt = interrupt ? live_interrupt : NULL};
+	gpud_job *job = keys_job(dir, 0, true);
+	cr_assert_eq(pipe(l->pipe), 0);
+	cr_assert_eq(gpud_job_set_generator(job, &g, l), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &placed_ops, p), 0);
+	p->caller = pthread_self();
+	return job;
+}
+
+/* The results that come while the generator blocks wait for the calling thread; a stop
+ * meanwhile interrupts the generator, and the run ends there: every result reached the
+ * sink, on the calling thread, before the journal recorded it, and the run returns. */
+Test(api, a_calling_thread_sink_gets_every_result_when_a_blocked_generator_is_interrupted)
+{
+	const char *dir = t_tmpdir();
+	static struct live l = {.n = 100};
+	static struct placed p = {.t = {.fail_at = -1}};
+	gpud_job *job = live_job(dir, &l, &p, true);
+	struct live_stopper st = {job, &l};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, stop_once_blocked, &st), 0);
+	struct gpud_run_options o = {.size = sizeof o};
+	int rc = gpud_job_run(job, &o);
+	pthread_join(th, NULL);
+	cr_assert_eq(rc, 4, "stopped with a journal: %d (%s)", rc, gpud_job_error(job));
+	cr_expect_eq(atomic_load(&l.interrupts), 1);
+	cr_expect(l.closed && p.t.closed, "the generator and the sink closed on return");
+	cr_expect_eq(atomic_load(&p.elsewhere), 0, "sink calls on another thread");
+	for (unsigned i = 0; i < 100; i++)
+		cr_expect_eq(p.t.ok[i], 1, "task %u delivered %u times", i, p.t.ok[i]);
+	cr_expect_eq(gpud_job_stats(job)->ok, 100);
+	gpud_job_free(job);
+
+	/* Every one of them is journaled: a resume runs none again. */
+	struct feed f = {.n = 100, .fail_at = -1};
+	job = keys_job(dir, 0, true);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &journaled_ops, &p.t), 0);
+	o.flags = GPUD_RUN_RESUME;
+	rc = gpud_job_run(job, &o);
+	cr_assert_eq(rc, 0, "resumed: %d (%s)", rc, gpud_job_error(job));
+	for (unsigned i = 0; i < 100; i++)
+		cr_expect_eq(p.t.ok[i], 1, "task %u delivered %u times", i, p.t.ok[i]);
+	gpud_job_free(job);
+}
+
+/* Without an interrupt entry the run ends on the stand-in, and the process with it
+ * (gpud.h): what waited for the calling thread never reached the sink and is not
+ * journaled, so the resume delivers every task. */
+Test(api, results_a_calling_thread_sink_never_got_are_not_journaled)
+{
+	const char *dir = t_tmpdir();
+	/* Made here: the child must not assert (Criterion's reports are the parent's). */
+	static struct live l = {.n = 100};
+	/* What the child's sink got, seen here after it ended. */
+	struct placed *p =
+		mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	p->t.fail_at = -1;
+	gpud_job *job = live_job(dir, &l, p, false);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		p->caller = pthread_self();
+		struct live_stopper stopper = {job, &l};
+		pthread_t th;
+		if (pthread_create(&th, NULL, stop_once_blocked, &stopper) != 0)
+			_exit(100);
+		struct gpud_run_options o = {.size = sizeof o};
+		gpud_job_run(job, &o);
+		_exit(101); /* not reached: the stand-in ends the process */
+	}
+	gpud_job_free(job);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 4, "the stopped run's process: %#x", st);
+	static struct tally t = {.fail_at = -1};
+	struct feed f = {.n = 100, .fail_at = -1};
+	job = keys_job(dir, 0, true);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &journaled_ops, &t), 0);
+	struct gpud_run_options o = {.size = sizeof o, .flags = GPUD_RUN_RESUME};
+	int rc = gpud_job_run(job, &o);
+	cr_assert_eq(rc, 0, "resumed: %d (%s)", rc, gpud_job_error(job));
+	unsigned before = atomic_load(&p->t.events);
+	cr_expect_lt(before, 100, "results waited for the blocked calling thread");
+	cr_expect_eq(atomic_load(&p->elsewhere), 0, "sink calls on another thread");
+	for (unsigned i = 0; i < 100; i++)
+		cr_expect_eq(p->t.ok[i] + t.ok[i], 1, "task %u delivered %u + %u times", i,
+			     p->t.ok[i], t.ok[i]);
+	cr_expect_eq(gpud_job_stats(job)->ok, 100 - before);
+	gpud_job_free(job);
+	munmap(p, sizeof *p);
 }
