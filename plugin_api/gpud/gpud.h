@@ -133,7 +133,8 @@ struct gpud_generator_ops {
  *  in order) and reach the sink after the call returns (at the next pass of the loop,
  *  before any later event). An outcome is journaled only once the sink took it, so
  *  one that never reached the sink (the run ended while the generator call was still
- *  blocked) is counted as not run and runs again with GPUD_RUN_RESUME. */
+ *  blocked) is counted as not run and runs again with GPUD_RUN_RESUME; the sink's close
+ *  is then not called either. */
 #define GPUD_SINK_CALLING_THREAD (1u << 0)
 
 /** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */

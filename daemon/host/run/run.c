@@ -400,6 +400,9 @@ static int finish_run(struct host *h)
 				   .abort_reason = h->ctl.abort ? h->ctl.abort_msg : NULL};
 	if (h->out.stuck)
 		say_sink_not_closed("last call");
+	else if (on_standin && h->out.calling_thread)
+		fprintf(stderr, "gpud: the sink was not closed: it is called on the thread that "
+				"is still in the generator's last call\n");
 	else if ((h->sink_ops->close || h->sink_ops->finish) &&
 		 events_close_sink(h, &end, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
