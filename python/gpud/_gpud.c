@@ -66,8 +66,8 @@ struct run_ctx {
 	/* The run ended while the iterator blocked: libgpud's stand-in asked it to return
 	 * (gen_interrupt). The KeyboardInterrupt that brings it back is ours. */
 	atomic_bool interrupting;
-	bool main_thread; /* run() was called on the main thread: Python's signal handlers
-			     run there */
+	bool main_thread; /* run() was called on the main thread, where Python runs signal
+			     handlers, and its SIGINT handler is one set from Python */
 	/* what went wrong in Python: the first exception, kept for run() to raise */
 	PyObject *exc;
 	/* A callback raised (or a result could not be unpickled): no callback is called
@@ -703,11 +703,18 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	}
 	if (c.main_thread) {
 		old_int = PyObject_CallMethod(sigmod, "getsignal", "i", SIGINT);
+		if (!old_int)
+			goto out;
+		/* None: a handler not set from Python, which could not be put back. The
+		 * iterator is then not interrupted. */
+		c.main_thread = old_int != Py_None;
+	}
+	if (c.main_thread) {
 		PyObject *dih = PyObject_GetAttrString(sigmod, "default_int_handler");
 		PyObject *r = dih ? PyObject_CallMethod(sigmod, "signal", "iO", SIGINT, dih) : NULL;
 		Py_XDECREF(dih);
 		Py_XDECREF(r);
-		if (!old_int || !r)
+		if (!r)
 			goto out;
 	}
 	struct sigaction sa = {.sa_handler = on_stop_signal}, old[N_STOP_SIGNALS];

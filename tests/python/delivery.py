@@ -21,6 +21,8 @@ in child processes, stops them the way MODE says, and checks their logs; prints
                   log back: every item exactly once.
   kill9_bound     the same without on_resume: no item lost; the duplicates are at
                   most what one journal flush interval (0.1 s) delivered (printed).
+  on_resume       what on_resume() may give (ids, (id, kind) pairs), and what it may
+                  not (anything else; with chunks of several items).
 """
 import collections
 import os
@@ -30,7 +32,7 @@ import sys
 import threading
 import time
 
-from gpud import BaseWorker, Dispatcher, RunAborted
+from gpud import BaseWorker, Dispatcher, JobError, RunAborted
 
 N = 1000
 
@@ -241,6 +243,32 @@ def kill9(mode, tmp, kills=3):
         check(dups <= kills * 150, f"duplicates {dups} over {kills} kills")
 
 
+def on_resume_checks(tmp):
+    journal = os.path.join(tmp, "on_resume.journal")
+    for bad, kind in ((lambda: ["x"], TypeError), (lambda: [(1, "maybe")], TypeError),
+                      (lambda: 5, TypeError), (lambda: 1 / 0, ZeroDivisionError)):
+        if os.path.exists(journal):
+            os.unlink(journal)
+        try:
+            Dispatcher(W, [0], journal=journal, resume=True).run(
+                range(10), lambda *a: None, on_resume=bad)
+            check(False, f"{kind.__name__} from on_resume")
+        except kind:
+            pass
+    try:
+        Dispatcher(W, [0], chunksize=4).run(range(10), lambda *a: None, on_resume=lambda: [])
+        check(False, "on_resume with chunksize=4 refused")
+    except JobError as e:
+        check("chunksize=4" in str(e), str(e))
+    if os.path.exists(journal):
+        os.unlink(journal)
+    got = []
+    Dispatcher(W, [0], journal=journal, resume=True).run(
+        range(10), lambda t, r, w: got.append(t), on_error=lambda *a: got.append("E"),
+        on_resume=lambda: [1, 2, (3, "ok"), (4, "error"), (5, "timeout")])
+    check(got == [0, 6, 7, 8, 9], f"the tasks it did not name, once: {got}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "program":
         program(sys.argv[2], sys.argv[3], sys.argv[4] or None)
@@ -249,6 +277,8 @@ if __name__ == "__main__":
     tmp = os.environ.get("GPUD_TEST_TMP", "/tmp")
     if mode.startswith("blocked_"):
         blocked(mode, tmp)
+    elif mode == "on_resume":
+        on_resume_checks(tmp)
     else:
         kill9(mode, tmp)
     print(f"PASS {mode}", flush=True)
