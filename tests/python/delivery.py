@@ -17,6 +17,10 @@ in child processes, stops them the way MODE says, and checks their logs; prints
                   every result counted done reached on_success.
   blocked_noworker   the workers all die while the iterator blocks ("no worker left"):
                   on_exit runs, run() raises RunAborted, the resume finishes.
+  blocked_twice   stopped (twice: item 100 never finishes) while blocked at item 1300,
+                  resumed and stopped while blocked at item 300, before the end of
+                  what the first run read (the interrupted call is not the input's
+                  end), then resumed to the end: each item once.
   kill9           kill -9 of the program three times, with on_resume reading its own
                   log back: every item exactly once.
   kill9_bound     the same without on_resume: no item lost; the duplicates are at
@@ -34,7 +38,7 @@ import time
 
 from gpud import BaseWorker, Dispatcher, JobError, RunAborted
 
-N = 1000
+N = int(os.environ.get("DELIVERY_N", 1000))  # items
 
 
 class W(BaseWorker):
@@ -44,11 +48,12 @@ class W(BaseWorker):
         self.die_at = int(os.environ.get("DELIVERY_DIE_AT", -1))
         self.slow = float(os.environ.get("DELIVERY_SLOW", 0))
         self.slow_from = int(os.environ.get("DELIVERY_SLOW_FROM", 0))
+        self.slow_to = int(os.environ.get("DELIVERY_SLOW_TO", N))
 
     def process(self, x):
         if 0 <= self.die_at <= x:
             os._exit(9)  # each worker dies: with no restarts left, no worker is left
-        if self.slow and x >= self.slow_from:
+        if self.slow and self.slow_from <= x < self.slow_to:
             time.sleep(self.slow)
         return x
 
@@ -94,7 +99,7 @@ def program(how, log_path, journal):
     if journal:
         opts.update(journal=journal, resume=True)
     kw = {}
-    block_at, block_s = 300, 1000
+    block_at, block_s = int(os.environ.get("DELIVERY_BLOCK_AT", 300)), 1000
     if how in ("term", "nojournal"):
         threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
         signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
@@ -106,7 +111,8 @@ def program(how, log_path, journal):
         threading.Timer(1.5, twice).start()
         # The generator blocks once its first read-ahead (items 0 to 255) is out; the
         # last of them are slow: the second Ctrl-C comes while they drain.
-        os.environ.update(DELIVERY_SLOW="2.0", DELIVERY_SLOW_FROM="250")
+        if "DELIVERY_SLOW" not in os.environ:
+            os.environ.update(DELIVERY_SLOW="2.0", DELIVERY_SLOW_FROM="250")
     elif how == "raise":
         block_s = 1.5  # the outcomes wait for the iterator, then reach the callbacks
     elif how == "noworker":
@@ -207,6 +213,48 @@ def blocked(mode, tmp):
           f"every item once: missing {missing[:10]}, twice {twice[:10]}")
 
 
+def blocked_twice(tmp):
+    log = os.path.join(tmp, "twice.log")
+    journal = os.path.join(tmp, "twice.journal")
+    for p in (log, journal):
+        if os.path.exists(p):
+            os.unlink(p)
+    open(log, "w").close()
+    env = dict(os.environ)
+    # Past id 1024, the first the journal samples after the first 16: the resumed run's
+    # interrupted generator ends below what the journal saw of the input.
+    for how, at, slow in (("int2", "1300", dict(DELIVERY_SLOW="5", DELIVERY_SLOW_FROM="100",
+                                                DELIVERY_SLOW_TO="101")),
+                          ("term", "300", {})):
+        os.environ.clear()
+        os.environ.update(env, DELIVERY_N="1500", DELIVERY_BLOCK_AT=at, **slow)
+        before = len(read_log(log)[1])
+        rc, out = child(tmp, how, log, journal)
+        ids, marks = read_log(log)
+        marks = marks[before:]  # this run's
+        print(f"blocked_twice: stopped while blocked at {at}: exit {rc}, {len(ids)} "
+              f"delivered, {marks}", flush=True)
+        if os.environ.get("DELIVERY_VERBOSE"):
+            print(out)
+        stats = [m for m in marks if m.startswith("STATS")]
+        # Stopped with a journal (4), not "the input is not what the journaled run
+        # read" (2).
+        check("EXIT" in marks and stats and stats[0].endswith(" 4"),
+              f"stopped while blocked at {at}: {stats}\n{out[-3000:]}")
+    check(not ids[100], "item 100 did not finish in the first run")
+    os.environ.clear()
+    os.environ.update(env, DELIVERY_N="1500")
+    rc, out = child(tmp, "resume_term", log, journal)
+    os.environ.clear()
+    os.environ.update(env)
+    ids, marks = read_log(log)
+    missing = [i for i in range(1500) if not ids[i]]
+    twice = [i for i in range(1500) if ids[i] > 1]
+    check(rc == 0 and "DONE" in marks, f"the last resume finished: exit {rc}\n{out[-3000:]}")
+    check(not missing and not twice,
+          f"every item once: missing {missing[:10]}, twice {twice[:10]}")
+
+
 def kill9(mode, tmp, kills=3):
     log = os.path.join(tmp, f"{mode}.log")
     journal = os.path.join(tmp, f"{mode}.journal")
@@ -275,7 +323,9 @@ if __name__ == "__main__":
         sys.exit(0)
     mode = sys.argv[2]
     tmp = os.environ.get("GPUD_TEST_TMP", "/tmp")
-    if mode.startswith("blocked_"):
+    if mode == "blocked_twice":
+        blocked_twice(tmp)
+    elif mode.startswith("blocked_"):
         blocked(mode, tmp)
     elif mode == "on_resume":
         on_resume_checks(tmp)

@@ -187,7 +187,8 @@ def main():
         # Stops while the iterator blocks, callbacks that raise, kill -9: every result
         # journaled as done reached its callback, on_exit ran, each once over the runs.
         for mode in ("blocked_term", "blocked_int2", "blocked_raise", "blocked_nojournal",
-                     "blocked_noworker", "kill9", "kill9_bound", "on_resume"):
+                     "blocked_noworker", "blocked_twice", "kill9", "kill9_bound",
+                     "on_resume"):
             run(f"debian: delivery {mode}", "/usr/bin/python3",
                 ["delivery.py", "check", mode], env, f"PASS {mode}")
         interrupt("debian: Ctrl-C drains, on_exit, KeyboardInterrupt, resume",

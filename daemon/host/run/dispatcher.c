@@ -276,6 +276,10 @@ static void tell_drained(struct host *h)
  * journaled run read, or it is not that run's input. */
 static void generator_ended(struct host *h)
 {
+	/* A call made before the run was ended (the generator is not called after), which
+	 * the stand-in interrupted (gpud_generator_ops.interrupt): not the input's end. */
+	if (h->ctl.abort)
+		return;
 	h->flow.done = true;
 	uint64_t seen =
 		h->resume.on ? journal_sample_from(&h->journal, h->flow.next_id) : UINT64_MAX;
