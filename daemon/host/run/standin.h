@@ -13,7 +13,10 @@
  * already yielded, then takes in results, handles signals, timeouts and worker deaths, and places
  * tasks that run again, exactly as the loop would, but calls no generator. When the call returns,
  * the loop's thread waits for the stand-in to finish its pass and takes the loop back. If the run
- * ends first (every task done, or an interrupt), the stand-in ends it.
+ * ends first (every task done, or an interrupt), the stand-in ends it, and the process with it;
+ * unless the generator has an interrupt entry (an in-process one, gpud.h): the stand-in calls
+ * it, and once the call has returned gives the loop back, whose thread ends the run. Events for
+ * a sink marked GPUD_SINK_CALLING_THREAD wait meanwhile (events.c: out.waiting).
  *
  * The hand-over costs the loop's thread two plain stores and a load per generator
  * call: the stand-in pays for the ordering with membarrier(2), which puts a full
