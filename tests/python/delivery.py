@@ -58,10 +58,12 @@ class W(BaseWorker):
         return x
 
 
-def items(block_at, block_s):
+def items(block_at, block_s, stop=None):
     for i in range(N):
         if i == block_at:
             print("BLOCKED", flush=True)
+            if stop:  # the stop comes while it blocks, once what it gave has run
+                threading.Timer(0.5, stop).start()
             time.sleep(block_s)  # a live source waiting for its next item
         yield i
 
@@ -99,16 +101,17 @@ def program(how, log_path, journal):
     if journal:
         opts.update(journal=journal, resume=True)
     kw = {}
+    stop = None
     block_at, block_s = int(os.environ.get("DELIVERY_BLOCK_AT", 300)), 1000
     if how in ("term", "nojournal"):
-        threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        stop = lambda: os.kill(os.getpid(), signal.SIGTERM)
         signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
     elif how == "int2":
         def twice():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.3)
             os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(1.5, twice).start()
+        stop = twice
         # The generator blocks once its first read-ahead (items 0 to 255) is out; the
         # last of them are slow: the second Ctrl-C comes while they drain.
         if "DELIVERY_SLOW" not in os.environ:
@@ -129,7 +132,7 @@ def program(how, log_path, journal):
             kw["on_resume"] = held
     d = Dispatcher(W, gpu_ids=[0, 1], **opts)
     try:
-        d.run(items(block_at, block_s), on_success=on_success, on_error=on_error,
+        d.run(items(block_at, block_s, stop), on_success=on_success, on_error=on_error,
               on_exit=on_exit, **kw)
         log.write("DONE\n")
     except BaseException as e:
