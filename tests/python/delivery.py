@@ -157,9 +157,12 @@ def program(how, log_path, journal):
 
 
 def child(tmp, how, log, journal, wait=True):
-    args = [sys.executable, os.path.abspath(__file__), "program", how, log, journal or ""]
+    # The same argv in every run (the workers get it: it is part of the job, and a
+    # resume must be the same job): what to do goes in the environment.
+    args = [sys.executable, os.path.abspath(__file__), "program"]
+    env = dict(os.environ, DELIVERY_HOW=how, DELIVERY_LOG=log, DELIVERY_JOURNAL=journal or "")
     p = subprocess.Popen(args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+                         text=True, env=env)
     if not wait:
         return p
     try:
@@ -333,7 +336,8 @@ def on_resume_checks(tmp):
 
 if __name__ == "__main__":
     if sys.argv[1] == "program":
-        program(sys.argv[2], sys.argv[3], sys.argv[4] or None)
+        e = os.environ
+        program(e["DELIVERY_HOW"], e["DELIVERY_LOG"], e["DELIVERY_JOURNAL"] or None)
         sys.exit(0)
     mode = sys.argv[2]
     tmp = os.environ.get("GPUD_TEST_TMP", "/tmp")
