@@ -34,7 +34,7 @@ class Worker(BaseWorker):
                 seen.add(data["flaky"])
                 raise RuntimeError(f"flaky {data['flaky']}")
             data = data["flaky"]
-        if isinstance(data, bytearray):  # auto(): large items, their length back
+        if isinstance(data, memoryview):  # auto(): large items (read-only views), their length
             return len(data)
         return {"n": data, "twice": data * self.scale, "gpu": self.gpu_id, "seed": self.seed,
                 "note": self.note, "pid": os.getpid(), "exe": sys.executable,
@@ -277,6 +277,77 @@ def arrays():
               f"array {i}: {type(a)} {getattr(a, 'dtype', None)}")
         check(np.array_equal(a, rows[i] * 2), f"array {i} values")
         check(a.flags.writeable, "the array is writable")
+
+
+class RingWorker(BaseWorker):
+    """What a batch's items are in the worker: their count, whether each is a read-only
+    view lying in the run's shared memory (memfd "gpud-run"), and their values."""
+
+    def setup(self, gpu_id, seed):
+        import numpy as np
+
+        self.np = np
+
+    def process_batch(self, items):
+        np = self.np
+        spans = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "gpud-run" in line:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    spans.append((lo, hi, line.split()[1]))
+        a = gpud.stack(items)
+        at = a.__array_interface__["data"][0]
+        in_ring = [lo <= at and at + a.nbytes <= hi and "w" not in perm
+                   for lo, hi, perm in spans]
+        try:
+            a[0] = 0
+            wrote = True
+        except ValueError:
+            wrote = False
+        views = all(isinstance(x, (memoryview, np.ndarray)) for x in items)
+        readonly = all(x.readonly if isinstance(x, memoryview) else not x.flags.writeable
+                       for x in items)
+        return [(len(items), any(in_ring), wrote, views and readonly, int(a[i].sum()))
+                for i in range(len(items))]
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+
+def batches():
+    # batch_size means what it says at any item size: every call but the last gets
+    # batch_size items, which arrive as read-only views of the ring, one contiguous
+    # array by gpud.stack; each result equals the loop's.
+    import numpy as np
+
+    for size, n, bs, kind in ((150_528, 1000, 256, bytes), (1000, 3000, 64, bytes),
+                              (40_000, 700, 32, np.ndarray), (8, 500, 16, np.ndarray)):
+        base = [np.full(size, i % 7, np.uint8) for i in range(7)]
+        items = ((base[i % 7].copy() if kind is np.ndarray else base[i % 7].tobytes())
+                 for i in range(n))
+        got = {}
+        Dispatcher(RingWorker, [0], batch_size=bs).run(items,
+                                                       lambda t, r, w: got.__setitem__(t, r))
+        check(sorted(got) == list(range(n)), f"{size}: {len(got)} results")
+        counts = [got[i][0] for i in range(n)]
+        check(set(counts[: n - n % bs]) == {bs} and set(counts[n - n % bs:]) <= {n % bs},
+              f"{size} bytes, batch_size={bs}: calls got {sorted(set(counts))} items")
+        check(all(got[i][1] for i in got), f"{size}: the batch lies in the ring")
+        check(not any(got[i][2] for i in got), f"{size}: the batch could be written")
+        check(all(got[i][3] for i in got), f"{size}: items are read-only views")
+        check(all(got[i][4] == size * (i % 7) for i in got), f"{size}: results")
+    # Set too small for a batch: refused before anything runs, in one line naming the
+    # key, the item size and what to change.
+    try:
+        Dispatcher(RingWorker, [0], batch_size=256, max_task_bytes="1M").run(
+            (bytes(150_528) for _ in range(10)), lambda *a: None)
+    except gpud.JobError as e:
+        text = str(e)
+        check("batch_size=256" in text and "max_task_bytes" in text and "150" in text
+              and "\n" not in text, f"the refusal: {text}")
+    else:
+        check(False, "batch_size=256 of 150 KB items with max_task_bytes=1M was not refused")
 
 
 def chunks():
@@ -719,5 +790,5 @@ if __name__ == "__main__":
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
          "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts,
-         "times": times}[mode]()
+         "times": times, "batches": batches}[mode]()
     print(f"PASS {mode}", flush=True)
