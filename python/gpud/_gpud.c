@@ -96,7 +96,7 @@ struct run_ctx {
 	struct part {
 		const char *p; /* read without the GIL */
 		size_t n;
-	} *part;
+	} * part;
 	size_t parts, part_cap;
 	Py_buffer *view; /* the parts' buffers held (not bytes), released at the refill */
 	size_t views, view_cap;
