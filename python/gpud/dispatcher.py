@@ -539,19 +539,22 @@ class _Chunks:
     the callbacks and the stats.
 
     k: a fixed chunksize (every chunk full but the last, so that a resume's skip of c
-    tasks is c*k items), or None: automatic. Then a chunk starts at one item and grows
-    (at most doubling from one result to the next) while the workers report that its
-    items take little time, up to `budget` seconds of process() a chunk, _CHUNK_MAX
-    items, half of max_task_bytes pickled and a quarter of max_result_bytes of results;
-    it shrinks at once when items turn slow, but not below `batch` (batch_size) once a
-    result has come: process_batch() then gets full batches. A chunk also ends when the program's
-    iterator takes over a millisecond for its items (a live source's items are not
-    held back).
+    tasks is c*k items), or None: automatic. Then a chunk starts at one item (at
+    `batch` items with batch_size) and grows (at most doubling from one result to the
+    next) while the workers report that its items take little time, up to `budget`
+    seconds of process() a chunk, _CHUNK_MAX items, half of max_task_bytes (by the
+    largest item seen) and a quarter of max_result_bytes of results; it shrinks at once
+    when items turn slow. With batch_size a chunk is a whole number of batches, and
+    max_task_bytes was sized for one (Dispatcher._size_chunks, which may set `whole`:
+    a chunk may then fill all of max_task_bytes), so process_batch() gets full batches.
+    A chunk also ends when the program's iterator takes over a millisecond for its
+    items, or with batch_size when it pauses (a live source's items are not held back).
 
-    Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task's
-    bytes are the pickled list of its items (pickled here, in one call); its result
-    is the pickled (results, {index: error text}, seconds in process()), unpickled here
-    in one call and given to the callbacks item by item.
+    Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task is
+    its items framed (gpud._worker.frame: their data out of band, written into the ring
+    by gpud._gpud straight from the items); its result is the pickled (results,
+    {index: error text}, seconds in process()), unpickled here in one call and given
+    to the callbacks item by item.
 
     Each item its own outcome (reissue: where no journal or rank ties a task to its
     items): a chunk of several items that fails as a whole (its worker died running
