@@ -386,9 +386,11 @@ class Dispatcher:
         """The task limits a chunk of batch_size items (or chunksize) needs, from the
         first item's size: the keys raising max_task_bytes and max_result_bytes where
         the program did not set them; JobError in one line where it set one too small."""
-        per = chunk.first_item_bytes()
         want = chunk.fixed or chunk.batch
-        if per is None or want <= 1:
+        if want <= 1:
+            return []
+        per = chunk.first_item_bytes()
+        if per is None:
             return []
         need = want * per
         o = self.options
