@@ -115,7 +115,8 @@ _PLAIN = frozenset([int, float, str, bytes, bool, type(None), dict, list, tuple]
 def dumps(obj):
     """obj as a result: a protocol-5 pickle; with out-of-band buffers (a NumPy array's
     data), b'GPD5', their count, the pickle's and each buffer's size, the pickle, then
-    the buffers."""
+    the buffers, as a list of those parts: the python worker plugin writes them one
+    after another into the result (result = bytes), the buffers' data copied once."""
     bufs = []
     p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
     if not bufs:
@@ -125,7 +126,7 @@ def dumps(obj):
     except BufferError:  # not contiguous: in band after all
         return pickle.dumps(obj, 5)
     head = struct.pack(f"<4sI{len(raws) + 1}Q", _MAGIC, len(raws), len(p), *(r.nbytes for r in raws))
-    return b"".join([head, p, *raws])
+    return [head, p, *raws]
 
 
 def loads_framed(data):

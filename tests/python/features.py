@@ -379,6 +379,18 @@ def batches():
               f"with the CUDA runtime loaded: {len(got)} results")
     else:
         print(f"SKIP: no {CUDART}: the pinning that fails without a GPU is not tried")
+    # A worker's array result: its data goes out as the array's own buffer (by address),
+    # no pickle copy of it; the plugin writes the parts into the result once.
+    result = np.arange(1 << 18, dtype=np.float32)
+    tracemalloc.start()
+    parts = _worker.dumps({"out": result})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    check(isinstance(parts, list) and peak < result.nbytes // 4
+          and np.frombuffer(parts[-1], np.uint8).__array_interface__["data"][0]
+          == result.__array_interface__["data"][0], f"a result's parts: {peak} bytes")
+    back = _worker.loads_framed(bytearray(b"".join(bytes(x) for x in parts)))
+    check(np.array_equal(back["out"], result), "the result back")
     # Set too small for a batch: refused before anything runs, in one line naming the
     # key, the item size and what to change.
     try:
