@@ -586,6 +586,7 @@ class _Chunks:
         self.wait = 1e-3 if batch <= 1 else _BATCH_WAIT
         self.whole = False  # max_task_bytes sized for a batch: a chunk may fill all of it
         self.per_item = 0  # the largest bytes an item took in a chunk so far
+        self.warned = False  # a batch cut short by its bytes was said
         self.starts = array("q")  # chunk -> its first item
         self.items = 0  # read from the program's iterable so far
         self.carry = []  # items read but left for the next chunk (a chunk too large)
@@ -738,7 +739,14 @@ class _Chunks:
             self.carry[:0] = chunk[keep:]
             del chunk[keep:]
             parts = frame(chunk, True)
-            self.k = max(self.batch, self._fits())
+            fits, b = self._fits(), self.batch
+            self.k = max(b, fits - fits % b)
+            if b > 1 and keep < b and not self.warned:  # said once, not silently
+                self.warned = True
+                print(f"gpud: batch_size={b}: items of about {per} bytes (larger than the "
+                      f"first) pass max_task_bytes ({self.max_task} bytes) at {keep} items: "
+                      "process_batch() gets fewer; raise max_task_bytes", file=sys.stderr,
+                      flush=True)
         if self.reissue and len(chunk) > 1:
             self.sent[len(self.starts)] = chunk  # its items, to run again one by one
         self.starts.append(self.items)

@@ -391,6 +391,25 @@ def batches():
           == result.__array_interface__["data"][0], f"a result's parts: {peak} bytes")
     back = _worker.loads_framed(bytearray(b"".join(bytes(x) for x in parts)))
     check(np.array_equal(back["out"], result), "the result back")
+    # Items that grow past what max_task_bytes was sized for: chunks cut by their bytes,
+    # said once on standard error (never silently), whole batches before.
+    import contextlib
+    import io
+    from gpud.dispatcher import _Chunks
+
+    cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
+    c = _Chunks((bytes(n) for n in [1000] * 300 + [3000] * 700), None, cbs, 0.002, 64,
+                100_000, 1 << 20, _worker.loads_framed, _worker.frame, _worker.frame_size)
+    c.whole = True
+    sizes, err = [], io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for _ in c:
+            sizes.append(len(c.ids(len(sizes))))
+            c._adapt(sizes[-1], 1e-6 * sizes[-1], 100)
+    check(sum(sizes) == 1000 and sizes[:4] == [64] * 4 and max(sizes[5:]) < 64,
+          f"chunks of growing items: {sizes}")
+    check(err.getvalue().count("batch_size=64: items of about") == 1
+          and "raise max_task_bytes" in err.getvalue(), f"said once: {err.getvalue()!r}")
     # Set too small for a batch: refused before anything runs, in one line naming the
     # key, the item size and what to change.
     try:
