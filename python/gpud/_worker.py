@@ -129,6 +129,11 @@ def dumps(obj):
     return [head, p, *raws]
 
 
+def _nbytes(data):
+    """The bytes of what dumps() gave: bytes, or a list of parts."""
+    return len(data) if type(data) is bytes else frame_size(data)
+
+
 def loads_framed(data):
     """The inverse of dumps() for a framed result (data: a bytearray the objects may
     keep views of, so an array stays writable and uncopied)."""
@@ -437,7 +442,7 @@ class Worker:
         pickle or fit."""
         try:
             data = dumps(got)
-            if len(data) <= self.result_max:
+            if _nbytes(data) <= self.result_max:
                 return data
         except BaseException as e:
             if _is_fatal(e) or _is_timeout(e):
@@ -448,7 +453,7 @@ class Worker:
             if j in errors:
                 continue
             try:
-                n = len(dumps(r))
+                n = _nbytes(dumps(r))
             except BaseException as e:
                 if _is_fatal(e) or _is_timeout(e):
                     raise
@@ -463,11 +468,11 @@ class Worker:
         # Still too large together: the largest results go back to the Dispatcher to
         # run again (each fits alone), until the rest fits.
         for j in sorted(sizes, key=sizes.get, reverse=True):
-            if len(data) <= self.result_max:
+            if _nbytes(data) <= self.result_max:
                 break
             errors[j], results[j] = None, None
             if len(results) == 1:  # alone, with the chunk's own few bytes around it
-                errors[j] = (f"python: result of {len(data)} bytes exceeds max_result_bytes "
+                errors[j] = (f"python: result of {_nbytes(data)} bytes exceeds max_result_bytes "
                              f"({self.result_max})")
             data = dumps(got)
         return data

@@ -399,7 +399,8 @@ def batches():
 
     cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
     c = _Chunks((bytes(n) for n in [1000] * 300 + [3000] * 700), None, cbs, 0.002, 64,
-                100_000, 1 << 20, _worker.loads_framed, _worker.frame, _worker.frame_size)
+                100_000, 1 << 20, _worker.loads_framed, _worker.frame, _worker.frame_size,
+                reissue=False)  # no workers here to give chunks back
     c.whole = True
     sizes, err = [], io.StringIO()
     with contextlib.redirect_stderr(err):
