@@ -591,3 +591,37 @@ Test(stages, a_process_stage_is_not_given_an_engines_window_by_max_in_flight, .t
 	free(s);
 	free(err);
 }
+
+/* Behind a CPU stage, a batching GPU worker's calls get batch_size tasks: a queue_size
+ * that cannot hold two batches a worker (the stage's tasks then take the rest, and the
+ * next call gets half a batch) is refused in one line saying what to give. */
+Test(stages, a_batching_gpu_worker_behind_a_stage_gets_whole_batches, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	const char *text = "[job]\ngpus = 0\nbatch_size = 64\nbatch_wait_ms = 50\n"
+			   "queue_size = %u\n"
+			   "[stage.decode]\nplugin = tagger\ntag = d:\nno_gpu = 1\nworkers = 1\n"
+			   "[worker]\nplugin = batcher\n"
+			   "[generator]\nplugin = range\nstop = 6400\n"
+			   "[sink]\nplugin = jsonl\npath = out.jsonl\n";
+	free(t_jobf(dir, text, 96u));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, "job.ini:5: [job] queue_size = 96 cannot hold 2 batches of "
+				     "batch_size = 64 for each of 1 worker, so calls would get "
+				     "fewer tasks: raise queue_size to 128"),
+		  "%s", err);
+	free(err);
+	free(t_jobf(dir, text, 128u));
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	char *out = read_out(dir);
+	unsigned whole = 0, lines = 0;
+	for (const char *p = out; (p = strstr(p, "\"status\": \"ok\"")); p++)
+		lines++;
+	for (const char *p = out; (p = strstr(p, " n=64\"")); p++)
+		whole++;
+	cr_expect_eq(lines, 6400);
+	/* At most one call short (the stream's first or last). */
+	cr_expect_geq(whole, 6400 - 64, "%u of 6400 tasks came in calls of 64", whole);
+	free(out);
+}

@@ -1507,6 +1507,11 @@ static void set_up_plugin(struct worker *w)
 		set_state(w, WS_SETUP_FAILED, err.message);
 		finish(1);
 	}
+	/* pin_memory = auto: a plugin that brought the CUDA runtime in during its setup (a
+	 * Python worker that imports torch there) gets its rings pinned now; without a GPU
+	 * the registration fails and is skipped, as before the setup. */
+	if (!pinned && w->hdr->pin_memory == SHM_PIN_AUTO)
+		pin_rings(w, msg, sizeof msg);
 }
 
 /* The plugin's cleanup, reported; then the process ends. */

@@ -35,7 +35,8 @@
  * the worker is replaced, since that view would see later tasks' bytes.
  * Result, by `result`: auto, a buffer (bytes, bytearray, memoryview, NumPy array...) as
  * is, str as UTF-8, None as empty, anything else as JSON text; json, every result as JSON
- * text; bytes, buffers, str and None only; pickle, any picklable object, pickled
+ * text; bytes, buffers, str and None only (or a list of buffers, written one after
+ * another); pickle, any picklable object, pickled
  * (protocol 5), which a python sink with result = pickle gets back as the object. A
  * result that cannot be had so fails its task with a message naming the user's method
  * (class, method, file and line), where in the result the culprit sits and what to
@@ -710,6 +711,58 @@ static int result_bytes(struct py_worker *pw, struct gpud_task *t, PyObject *r, 
 	return -1;
 }
 
+#ifndef PyBUF_SIMPLE
+#define PyBUF_SIMPLE 0
+#endif
+
+/* result = bytes and a list of buffers (the gpud package's framed results: a pickle
+ * and its out-of-band buffers): written one after another, each copied once. 1 done
+ * (the result set or the task failed), 0 not such a list (nothing done). */
+static int put_parts(struct gpud_task *t, PyObject *r, const char *where)
+{
+	Py_ssize_t k = PyList_Size(r);
+	size_t at = 0;
+	for (Py_ssize_t i = 0; i < k; i++)
+		if (!PyObject_CheckBuffer(PyList_GetItem(r, i)))
+			return 0;
+	for (Py_ssize_t i = 0; i < k; i++) {
+		Py_buffer v;
+		if (PyObject_GetBuffer(PyList_GetItem(r, i), &v, PyBUF_SIMPLE) < 0) {
+			char why[300];
+			take_error_plain(why, sizeof why);
+			gpud_task_fail(t,
+				       "python: %s returned a list whose part %zd is not "
+				       "contiguous: %s",
+				       where, i, why);
+			return 1;
+		}
+		size_t n = (size_t)v.len;
+		if (n > t->result.capacity - at) {
+			PyBuffer_Release(&v);
+			size_t total = at;
+			for (Py_ssize_t j = i; j < k; j++) {
+				Py_buffer u;
+				if (PyObject_GetBuffer(PyList_GetItem(r, j), &u, PyBUF_SIMPLE) ==
+				    0) {
+					total += (size_t)u.len;
+					PyBuffer_Release(&u);
+				} else {
+					PyErr_Clear();
+				}
+			}
+			gpud_task_fail(t,
+				       "python: result of %zu bytes exceeds max_result_bytes (%zu)",
+				       total, t->result.capacity);
+			return 1;
+		}
+		memcpy((char *)t->result.data + at, v.buf, n);
+		at += n;
+		PyBuffer_Release(&v);
+	}
+	t->result.size = at;
+	return 1;
+}
+
 /* Writes a Python result into the task's buffer; fails the task when it cannot. */
 static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r, const char *where)
 {
@@ -718,6 +771,8 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r, c
 		t->result.size = 0;
 		return;
 	}
+	if (pw->result == RES_BYTES && PyList_Check(r) && put_parts(t, r, where))
+		return;
 	if (result_bytes(pw, t, r, where, &b) < 0)
 		return;
 	if ((size_t)b.n > t->result.capacity) {

@@ -88,6 +88,10 @@ def __getattr__(name):
         from .dispatcher import Dispatcher
 
         return Dispatcher
+    if name == "stack":
+        from ._worker import stack
+
+        return stack
     if name == "RichDispatcher":
         from .ui import RichDispatcher
 
@@ -99,6 +103,7 @@ __all__ = [
     "BaseWorker",
     "Dispatcher",
     "RichDispatcher",
+    "stack",
     "WorkerFatal",
     "TaskRejected",
     "TaskTimeout",

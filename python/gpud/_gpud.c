@@ -39,10 +39,36 @@
 #define PyBUF_READ 0x100
 #endif
 
+/* The buffer protocol, in the limited API from 3.11: libpython 3.9 and 3.10 export
+ * these functions with these signatures, and Py_buffer's layout is the one 3.11 made
+ * stable (as plugins/python/common.h declares them for the glue). */
+#if Py_LIMITED_API + 0 < 0x030b0000
+typedef struct {
+	void *buf;
+	PyObject *obj;
+	Py_ssize_t len;
+	Py_ssize_t itemsize;
+	int readonly;
+	int ndim;
+	char *format;
+	Py_ssize_t *shape;
+	Py_ssize_t *strides;
+	Py_ssize_t *suboffsets;
+	void *internal;
+} Py_buffer;
+PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
+PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
+#endif
+#ifndef PyBUF_SIMPLE
+#define PyBUF_SIMPLE 0
+#endif
+
 /* What travels in a task and a result. */
 enum codec {
 	CODEC_RAW = 0,    /* bytes-like as is, str as UTF-8 (a C worker plugin) */
 	CODEC_PICKLE = 1, /* pickle protocol 5 (the package's Python worker) */
+	CODEC_PARTS = 2,  /* items encoded already: bytes, or a list of buffers written one
+			     after another (the package's chunks); results as CODEC_RAW */
 };
 
 struct run_ctx {
@@ -53,10 +79,17 @@ struct run_ctx {
 	PyObject *iter; /* NULL: the job's generator plugin */
 	int64_t total;  /* -1 unknown */
 	Py_ssize_t prefetch;
-	PyObject *batch;   /* list of the encoded items read ahead (bytes) */
+	PyObject *batch;   /* list of the encoded items read ahead (bytes, or a list of
+			      parts written one after another: gpud._worker.frame) */
 	Py_ssize_t pos, n; /* next item in batch, items in batch */
-	const char **ptr;  /* their bytes, read without the GIL */
-	size_t *len;
+	size_t *first;     /* item i's parts: part[first[i]] to part[first[i + 1] - 1] */
+	struct part {
+		const char *p; /* read without the GIL */
+		size_t n;
+	} * part;
+	size_t parts, part_cap;
+	Py_buffer *view; /* the parts' buffers held (not bytes), released at the refill */
+	size_t views, view_cap;
 	bool ended;
 	bool gen_failed; /* the iterator raised: -1 once what it gave before is handed on */
 	/* callbacks (NULL: not wanted) */
@@ -152,7 +185,7 @@ static void keep_error(struct run_ctx *c, const char *where)
  * package's decoder, which needs a copy of its own), or a copy of the bytes. */
 static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
 {
-	if (c->codec == CODEC_RAW || size == 0)
+	if (c->codec != CODEC_PICKLE || size == 0)
 		return size == 0 && c->codec == CODEC_PICKLE
 			       ? (Py_INCREF(Py_None), Py_None)
 			       : PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
@@ -400,7 +433,7 @@ static PyObject *encode_item(struct run_ctx *c, PyObject *item)
 {
 	if (c->codec == CODEC_PICKLE)
 		return PyObject_CallFunctionObjArgs(c->dumps, item, c->five, NULL);
-	if (PyBytes_Check(item)) {
+	if (PyBytes_Check(item) || (c->codec == CODEC_PARTS && PyList_Check(item))) {
 		Py_INCREF(item);
 		return item;
 	}
@@ -423,10 +456,67 @@ static PyObject *encode_item(struct run_ctx *c, PyObject *item)
  * 1 items ready, 0 the end, -1 the iterator raised (kept for run(); the items it gave
  * before are handed on first, as a generator plugin's are: the host then aborts the run
  * with status 3). */
+static void release_views(struct run_ctx *c)
+{
+	for (size_t i = 0; i < c->views; i++)
+		PyBuffer_Release(&c->view[i]);
+	c->views = c->parts = 0;
+}
+
+/* Notes one part of the item being read (o: bytes, or any contiguous buffer, held by
+ * c->batch). 0, or -1 with an exception. GIL held. */
+static int add_part(struct run_ctx *c, PyObject *o)
+{
+	if (c->parts == c->part_cap) {
+		size_t cap = c->part_cap ? 2 * c->part_cap : 256;
+		struct part *p = realloc(c->part, cap * sizeof *p);
+		if (!p) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		c->part = p;
+		c->part_cap = cap;
+	}
+	if (PyBytes_Check(o)) {
+		c->part[c->parts++] = (struct part){PyBytes_AsString(o), (size_t)PyBytes_Size(o)};
+		return 0;
+	}
+	if (c->views == c->view_cap) {
+		size_t cap = c->view_cap ? 2 * c->view_cap : 256;
+		Py_buffer *v = realloc(c->view, cap * sizeof *v);
+		if (!v) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		c->view = v;
+		c->view_cap = cap;
+	}
+	Py_buffer *v = &c->view[c->views];
+	if (PyObject_GetBuffer(o, v, PyBUF_SIMPLE) < 0)
+		return -1;
+	c->views++;
+	c->part[c->parts++] = (struct part){v->buf, (size_t)v->len};
+	return 0;
+}
+
+/* The encoded item b's parts noted (a list of parts, or one bytes). GIL held. */
+static int add_parts(struct run_ctx *c, PyObject *b)
+{
+	if (!PyList_Check(b))
+		return add_part(c, b);
+	Py_ssize_t k = PyList_Size(b);
+	for (Py_ssize_t i = 0; i < k; i++)
+		if (add_part(c, PyList_GetItem(b, i)) < 0)
+			return -1;
+	return 0;
+}
+
 static int refill(struct run_ctx *c)
 {
+	release_views(c);
 	Py_CLEAR(c->batch);
 	c->pos = c->n = 0;
+	c->first[0] = 0;
 	if (c->gen_failed)
 		return -1;
 	if (c->ended || c->exc)
@@ -450,9 +540,9 @@ static int refill(struct run_ctx *c)
 			goto fail;
 		}
 		Py_DECREF(b);
-		c->ptr[c->n] = PyBytes_AsString(b);
-		c->len[c->n] = (size_t)PyBytes_Size(b);
-		c->n++;
+		if (add_parts(c, b) < 0)
+			goto fail;
+		c->first[++c->n] = c->parts;
 		if (now() - start > 1e-3)
 			break;
 	}
@@ -488,10 +578,18 @@ static int gen_next(void *ctx, struct gpud_buf *item, struct gpud_error *err)
 		if (r == 0)
 			return 0;
 	}
-	size_t n = c->len[c->pos];
+	/* The item's parts, each copied once, straight into the task's record. */
+	size_t n = 0, from = c->first[c->pos], to = c->first[c->pos + 1];
+	for (size_t i = from; i < to; i++)
+		n += c->part[i].n;
 	item->size = n;
-	if (n <= item->capacity)
-		memcpy(item->data, c->ptr[c->pos], n);
+	if (n <= item->capacity) {
+		char *at = item->data;
+		for (size_t i = from; i < to; i++) {
+			memcpy(at, c->part[i].p, c->part[i].n);
+			at += c->part[i].n;
+		}
+	}
 	/* else: too large, the host fails this task saying so */
 	c->pos++;
 	return 1;
@@ -640,10 +738,9 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 	c.on_setup_fail = callback_or_null(cbs, "on_setup_fail");
 	c.on_task_start = callback_or_null(cbs, "on_task_start");
 	c.on_resume = callback_or_null(cbs, "on_resume");
-	c.ptr = calloc((size_t)prefetch, sizeof *c.ptr);
-	c.len = calloc((size_t)prefetch, sizeof *c.len);
+	c.first = calloc((size_t)prefetch + 1, sizeof *c.first);
 	c.job = gpud_job_new();
-	if (!c.five || !c.ptr || !c.len || !c.job) {
+	if (!c.five || !c.first || !c.job) {
 		PyErr_NoMemory();
 		goto out;
 	}
@@ -755,6 +852,7 @@ out:
 	Py_XDECREF(old_int);
 	Py_XDECREF(sigmod);
 	Py_XDECREF(c.on_resume);
+	release_views(&c);
 	Py_XDECREF(c.batch);
 	Py_XDECREF(c.iter);
 	Py_XDECREF(c.exc);
@@ -765,8 +863,9 @@ out:
 	Py_XDECREF(c.on_timeout);
 	Py_XDECREF(c.on_setup_fail);
 	Py_XDECREF(c.on_task_start);
-	free(c.ptr);
-	free(c.len);
+	free(c.first);
+	free(c.part);
+	free(c.view);
 	gpud_job_free(c.job);
 	return result;
 }

@@ -115,7 +115,8 @@ _PLAIN = frozenset([int, float, str, bytes, bool, type(None), dict, list, tuple]
 def dumps(obj):
     """obj as a result: a protocol-5 pickle; with out-of-band buffers (a NumPy array's
     data), b'GPD5', their count, the pickle's and each buffer's size, the pickle, then
-    the buffers."""
+    the buffers, as a list of those parts: the python worker plugin writes them one
+    after another into the result (result = bytes), the buffers' data copied once."""
     bufs = []
     p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
     if not bufs:
@@ -125,7 +126,12 @@ def dumps(obj):
     except BufferError:  # not contiguous: in band after all
         return pickle.dumps(obj, 5)
     head = struct.pack(f"<4sI{len(raws) + 1}Q", _MAGIC, len(raws), len(p), *(r.nbytes for r in raws))
-    return b"".join([head, p, *raws])
+    return [head, p, *raws]
+
+
+def _nbytes(data):
+    """The bytes of what dumps() gave: bytes, or a list of parts."""
+    return len(data) if type(data) is bytes else frame_size(data)
 
 
 def loads_framed(data):
@@ -142,6 +148,106 @@ def loads_framed(data):
         buffers.append(mv[at : at + n])
         at += n
     return pickle.loads(p, buffers=buffers)
+
+
+# Items (the Dispatcher's tasks): b'GPD6', the buffer count, the pickle's size and each
+# buffer's size, padding to a 64-byte line, the buffers back to back, then the pickle.
+# The buffers are the items' data, written into the ring as they are (no pickle copy):
+# bytes-like items themselves, a NumPy array's data. Unpacked in the worker over the
+# task's read-only memoryview, they are views of the ring.
+_ITEMS = b"GPD6"
+_LINE = 64
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _out_of_band(x):
+    """A bytes-like item as a buffer pickle keeps out of band (pickle keeps bytes and
+    bytearray in band); anything else as it is."""
+    if type(x) in _BYTES_LIKE:
+        try:
+            return pickle.PickleBuffer(x)
+        except (BufferError, TypeError):  # not contiguous: in band
+            return x
+    return x
+
+
+def frame(obj, many=False):
+    """obj (an item, or with many=True a list of items) as the parts of a task, to be
+    written one after another: [head, buffer, ..., pickle]. Bytes-like items travel as
+    buffers and arrive as read-only memoryviews; a NumPy array's data travels as a
+    buffer and it arrives as a read-only array over the ring."""
+    if many:
+        obj = [_out_of_band(x) for x in obj]
+    else:
+        obj = _out_of_band(obj)
+    bufs = []
+    p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
+    try:
+        raws = [b.raw() for b in bufs]
+    except BufferError:  # a buffer that is not contiguous: all in band
+        obj = [bytes(x) if isinstance(x, pickle.PickleBuffer) else x
+               for x in (obj if many else [obj])]
+        return [pickle.dumps(obj if many else obj[0], 5)]
+    if not raws:
+        return [p]
+    n = 8 + 8 * (len(raws) + 1)
+    head = struct.pack(f"<4sI{len(raws) + 1}Q", _ITEMS, len(raws), len(p),
+                       *(r.nbytes for r in raws))
+    head += bytes(-n % _LINE)
+    return [head, *raws, p]
+
+
+def frame_one(obj, _protocol=5):
+    """frame(obj): gpud._gpud's encoder for one item a task."""
+    return frame(obj)
+
+
+def frame_size(parts):
+    return sum(len(x) if type(x) is bytes else x.nbytes for x in parts)
+
+
+def loads_items(data):
+    """The inverse of frame() over `data` (a read-only memoryview of the task): the
+    buffers are views of it (no copy)."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.nbytes < 8 or bytes(mv[:4]) != _ITEMS:
+        return pickle.loads(mv)
+    (count,) = struct.unpack_from("<I", mv, 4)
+    sizes = struct.unpack_from(f"<{count + 1}Q", mv, 8)
+    n = 8 + 8 * (count + 1)
+    at = n + (-n % _LINE)
+    buffers = []
+    for size in sizes[1:]:
+        buffers.append(mv[at : at + size])
+        at += size
+    return pickle.loads(mv[at : at + sizes[0]], buffers=buffers)
+
+
+def stack(items):
+    """The items of a batch (equal-size NumPy arrays, or bytes-like items, as they
+    reach process_batch) as one NumPy array of shape (n, ...): with no copy when they
+    lie back to back in the task (a Dispatcher chunk's items do), else a copy
+    (numpy.stack). The array is a read-only view of the ring, valid until
+    process_batch returns, as its items are."""
+    import numpy as np
+
+    arrs = [np.frombuffer(x, np.uint8) if isinstance(x, _BYTES_LIKE) else np.asarray(x)
+            for x in items]
+    if not arrs:
+        raise ValueError("gpud.stack(): no items")
+    a0 = arrs[0]
+    step = a0.nbytes
+    start = a0.__array_interface__["data"][0]
+    same = a0.flags.c_contiguous and all(
+        a.dtype == a0.dtype and a.shape == a0.shape and a.flags.c_contiguous
+        and a.__array_interface__["data"][0] == start + i * step
+        for i, a in enumerate(arrs))
+    if not same or step == 0:
+        return np.stack(arrs)
+    from numpy.lib.stride_tricks import as_strided
+
+    return as_strided(a0, shape=(len(arrs),) + a0.shape, strides=(step,) + a0.strides,
+                      writeable=False)
 
 
 class TaskFailed(Exception):
@@ -255,7 +361,7 @@ class Worker:
         sys.modules["gpud"]._in_worker = True
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
-        self.loads = pickle.loads if gpud_input == "pickle" else bytes
+        self.loads = loads_items if gpud_input == "pickle" else bytes
         self.chunked = gpud_chunked == "1"
         self.batch = max(1, int(gpud_batch))
         self.retries = int(gpud_retries)
@@ -306,6 +412,8 @@ class Worker:
                     if isinstance(r, BaseException):
                         errors[at + j] = _traceback_text(r)
                         got[j] = None
+                    elif type(r) is memoryview:  # an item itself: its bytes
+                        got[j] = r.tobytes()
                 results.extend(got)
             return results, errors, _clock() - t0
         process = self.worker.process
@@ -314,7 +422,8 @@ class Worker:
         _note(size=1, calls=len(items))
         for j, item in enumerate(items):
             try:
-                append(process(item))
+                r = process(item)
+                append(r.tobytes() if type(r) is memoryview else r)
             except BaseException as e:
                 if _is_fatal(e) or _is_timeout(e):
                     raise
@@ -333,7 +442,7 @@ class Worker:
         pickle or fit."""
         try:
             data = dumps(got)
-            if len(data) <= self.result_max:
+            if _nbytes(data) <= self.result_max:
                 return data
         except BaseException as e:
             if _is_fatal(e) or _is_timeout(e):
@@ -344,7 +453,7 @@ class Worker:
             if j in errors:
                 continue
             try:
-                n = len(dumps(r))
+                n = _nbytes(dumps(r))
             except BaseException as e:
                 if _is_fatal(e) or _is_timeout(e):
                     raise
@@ -359,11 +468,11 @@ class Worker:
         # Still too large together: the largest results go back to the Dispatcher to
         # run again (each fits alone), until the rest fits.
         for j in sorted(sizes, key=sizes.get, reverse=True):
-            if len(data) <= self.result_max:
+            if _nbytes(data) <= self.result_max:
                 break
             errors[j], results[j] = None, None
             if len(results) == 1:  # alone, with the chunk's own few bytes around it
-                errors[j] = (f"python: result of {len(data)} bytes exceeds max_result_bytes "
+                errors[j] = (f"python: result of {_nbytes(data)} bytes exceeds max_result_bytes "
                              f"({self.result_max})")
             data = dumps(got)
         return data
@@ -398,6 +507,8 @@ class Worker:
             out = []
             for r in results:  # a result that cannot be pickled fails its item alone
                 try:
+                    if type(r) is memoryview:  # the item itself: its bytes
+                        r = r.tobytes()
                     out.append(r if isinstance(r, BaseException) else dumps(r))
                 except BaseException as e:
                     if _is_fatal(e):
@@ -415,6 +526,8 @@ class Worker:
         for x in items:
             try:
                 r = process(loads(x))
+                if type(r) is memoryview:  # the item itself: its bytes
+                    r = r.tobytes()
                 append(pdumps(r, 5) if type(r) in plain else dumps(r))
             except BaseException as e:
                 if _is_timeout(e):

@@ -248,7 +248,7 @@ class Dispatcher:
                 keys.append(("worker.gpud_retries", str(self._item_retries())))
                 keys.append(("worker.gpud_result_max",
                              str(_size(o.get("max_result_bytes"), 1 << 20))))
-                codec = 0
+                codec = 2  # the chunks come framed already (gpud._worker.frame)
         if o.get("python") and isinstance(cls, (str, os.PathLike)):
             keys.append(("job.python", o["python"]))  # a Python class's is set above
         for section in ("generator", "sink"):
@@ -390,6 +390,47 @@ class Dispatcher:
         keys = o.get("keys") or {}
         return any(k in keys for k in ("job.journal", "job.rank", "job.ranks")) or bool(o.get("job"))
 
+    def _size_chunks(self, chunk):
+        """The task limits a chunk of batch_size items (or chunksize) needs, from the
+        first item's size: the keys raising max_task_bytes and max_result_bytes where
+        the program did not set them; JobError in one line where it set one too small."""
+        want = chunk.fixed or chunk.batch
+        if want <= 1:
+            return []
+        per = chunk.first_item_bytes()
+        if per is None:
+            return []
+        need = want * per
+        o = self.options
+        keys = o.get("keys") or {}
+        given = o.get("max_task_bytes", keys.get("job.max_task_bytes"))
+        name = f"chunksize={chunk.fixed}" if chunk.fixed else f"batch_size={chunk.batch}"
+        if given is not None:
+            if need > _size(given, 1 << 20):
+                raise JobError(
+                    f"Dispatcher: {name} with items of {per} bytes (the first "
+                    f"item, framed) needs tasks of {need} bytes, over max_task_bytes={given}: "
+                    f"raise max_task_bytes to {_round_size(need)} or more, or leave it unset "
+                    "(gpud then sizes it)")
+            return []
+        limit = max(1 << 20, need + need // 4 + (64 << 10))
+        if limit > _MAX_BYTES:
+            raise JobError(
+                f"Dispatcher: {name} with items of {per} bytes (the first "
+                f"item, framed) needs tasks of {need} bytes, over gpud's largest task (1G): lower "
+                "batch_size")
+        text = _round_size(limit)
+        limit = _size(text, limit)
+        chunk.max_task = limit
+        chunk.whole = True
+        out = [("job.max_task_bytes", text)]
+        if o.get("max_result_bytes", keys.get("job.max_result_bytes")) is None:
+            # A batch's results come back as one task's result: room for results as
+            # large as the items.
+            chunk.max_result = limit
+            out.append(("job.max_result_bytes", text))
+        return out
+
     def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
@@ -408,10 +449,18 @@ class Dispatcher:
             chunk = _Chunks(generator, k, callbacks, budget, int(o.get("batch_size") or 1),
                             _size(o.get("max_task_bytes"), 1 << 20),
                             _size(o.get("max_result_bytes"), 1 << 20), _worker.loads_framed,
-                            not self._tied())
+                            _worker.frame, _worker.frame_size, not self._tied())
             generator, callbacks = chunk, chunk.callbacks()
+            if o.get("batch_wait_ms") and chunk.batch > 1:
+                chunk.wait = float(o["batch_wait_ms"]) / 1000
+            sized = self._size_chunks(chunk)
         keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None,
                                  chunk is not None)
+        if chunk is not None and sized:
+            # The workers' limit for a chunk's results is the one sized for it.
+            keys = [(k, str(chunk.max_result)) if k == "worker.gpud_result_max" else (k, v)
+                    for k, v in keys]
+            keys.extend(sized)
         total = -1
         if generator is not None:
             try:
@@ -437,7 +486,7 @@ class Dispatcher:
                 os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
                 callbacks, prefetch, _UI[ui], flags, o.get("tty"),
                 os.fspath(o["stats_json"]) if o.get("stats_json") else None,
-                (pickle.loads, pickle.dumps, _worker.loads_framed))
+                (pickle.loads, _worker.frame_one, _worker.loads_framed))
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
         self.stats = stats = _stats(stats_json, status)
@@ -475,6 +524,17 @@ _CHUNK_SECONDS = 0.002
 _CHUNK_MAX = 1024
 
 
+_BATCH_WAIT = 0.01
+_MAX_BYTES = 1 << 30  # gpud's largest max_task_bytes
+
+
+def _round_size(n):
+    """n rounded up to whole MiB (K under 1 MiB)."""
+    if n >= 1 << 20:
+        return f"{-(-n // (1 << 20))}M"
+    return f"{-(-n // 1024)}K"
+
+
 def _size(v, default):
     """A byte count as gpud reads one (4096, "64K", "1M", "1G")."""
     if v is None:
@@ -494,19 +554,22 @@ class _Chunks:
     the callbacks and the stats.
 
     k: a fixed chunksize (every chunk full but the last, so that a resume's skip of c
-    tasks is c*k items), or None: automatic. Then a chunk starts at one item and grows
-    (at most doubling from one result to the next) while the workers report that its
-    items take little time, up to `budget` seconds of process() a chunk, _CHUNK_MAX
-    items, half of max_task_bytes pickled and a quarter of max_result_bytes of results;
-    it shrinks at once when items turn slow, but not below `batch` (batch_size) once a
-    result has come: process_batch() then gets full batches. A chunk also ends when the program's
-    iterator takes over a millisecond for its items (a live source's items are not
-    held back).
+    tasks is c*k items), or None: automatic. Then a chunk starts at one item (at
+    `batch` items with batch_size) and grows (at most doubling from one result to the
+    next) while the workers report that its items take little time, up to `budget`
+    seconds of process() a chunk, _CHUNK_MAX items, half of max_task_bytes (by the
+    largest item seen) and a quarter of max_result_bytes of results; it shrinks at once
+    when items turn slow. With batch_size a chunk is a whole number of batches, and
+    max_task_bytes was sized for one (Dispatcher._size_chunks, which may set `whole`:
+    a chunk may then fill all of max_task_bytes), so process_batch() gets full batches.
+    A chunk also ends when the program's iterator takes over a millisecond for its
+    items, or with batch_size when it pauses (a live source's items are not held back).
 
-    Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task's
-    bytes are the pickled list of its items (pickled here, in one call); its result
-    is the pickled (results, {index: error text}, seconds in process()), unpickled here
-    in one call and given to the callbacks item by item.
+    Chunk c (the gpud task id) holds items starts[c] to starts[c + 1] - 1. A task is
+    its items framed (gpud._worker.frame: their data out of band, written into the ring
+    by gpud._gpud straight from the items); its result is the pickled (results,
+    {index: error text}, seconds in process()), unpickled here in one call and given
+    to the callbacks item by item.
 
     Each item its own outcome (reissue: where no journal or rank ties a task to its
     items): a chunk of several items that fails as a whole (its worker died running
@@ -518,16 +581,25 @@ class _Chunks:
     the end of the tasks: empty chunks (`fillers`, 0.3 ms apart) keep the run asking."""
 
     def __init__(self, iterable, k, callbacks, budget, batch, max_task, max_result,
-                 loads_framed, reissue=True):
+                 loads_framed, frame, frame_size, reissue=True):
         self.it = iter(iterable)
         self.fixed = k
-        self.k = k or 1
+        # With batch_size, the first chunk is a full batch already.
+        self.k = k or max(1, batch)
         self.cb = callbacks
         self.budget = budget
         self.batch = batch
         self.max_task = max_task
         self.max_result = max_result
         self.loads_framed = loads_framed
+        self.frame, self.frame_size = frame, frame_size
+        # How long a chunk waits for the iterator's items: a millisecond, or with
+        # batch_size while they come at least one per _BATCH_WAIT (batch_wait_ms when
+        # set), to fill a batch.
+        self.wait = 1e-3 if batch <= 1 else _BATCH_WAIT
+        self.whole = False  # max_task_bytes sized for a batch: a chunk may fill all of it
+        self.per_item = 0  # the largest bytes an item took in a chunk so far
+        self.warned = False  # a batch cut short by its bytes was said
         self.starts = array("q")  # chunk -> its first item
         self.items = 0  # read from the program's iterable so far
         self.carry = []  # items read but left for the next chunk (a chunk too large)
@@ -537,7 +609,7 @@ class _Chunks:
         self.largest = 1  # the largest chunk sent
         self.per_gpu = {}  # gpu -> [completed, failed, timeouts]
         self.reissue = reissue
-        self.sent = {}  # chunk of several items -> its bytes, until its outcome
+        self.sent = {}  # chunk of several items -> its items, until its outcome
         self.again = []  # (item id, item) to run again alone
         self.single = {}  # chunk -> the item id it runs again
         self.fillers = 0
@@ -548,6 +620,27 @@ class _Chunks:
                 self.total = (len(iterable) + k - 1) // k
             except TypeError:
                 pass
+
+    def first_item_bytes(self):
+        """The first item's bytes as a chunk carries it (read now and kept for the
+        first chunk); None when there is none or it cannot be read or pickled (the
+        first chunk then says so)."""
+        try:
+            self.carry = self._read(1)
+        except BaseException as e:
+            self.carry, self.ended = self._partial, True
+            self.raised = e
+            return None
+        if not self.carry:
+            return None
+        try:
+            return self.frame_size(self.frame(self.carry, True))
+        except BaseException:
+            return None
+
+    def _limit(self):
+        """The most bytes a chunk of several items may take."""
+        return self.max_task if self.whole else self.max_task // 2
 
     def __len__(self):
         if self.total is None:
@@ -574,11 +667,16 @@ class _Chunks:
         while len(chunk) < k:
             want = min(block, k - len(chunk))
             n = len(chunk)
+            t1 = _clock()
             chunk.extend(_islice(it, want))
             if len(chunk) - n < want:
                 self.ended = True
                 break
-            if _clock() - t0 > 1e-3:
+            t2 = _clock()
+            # A live source's items are not held back: a chunk ends after a
+            # millisecond, or with batch_size when the source pauses (its items came
+            # slower than one per `wait` seconds).
+            if (t2 - t1 > self.wait * want) if self.batch > 1 else (t2 - t0 > self.wait):
                 break
             block = min(block * 2, 64)
         return chunk
@@ -589,7 +687,7 @@ class _Chunks:
         self.waits = 0
         self.single[len(self.starts)] = i
         self.starts.append(self.items)  # no items of the stream
-        return _dumps([item], 5)
+        return self.frame([item], True)
 
     def _end(self):
         """No more items from the iterable: an empty chunk while chunks of several
@@ -621,8 +719,9 @@ class _Chunks:
             self.raised = e
         if not chunk:
             return self._end()
+        frame = self.frame
         try:
-            data = _dumps(chunk, 5)
+            parts = frame(chunk, True)
         except BaseException as e:  # an item that cannot be pickled: those before it go
             good = 0
             for x in chunk:
@@ -636,22 +735,42 @@ class _Chunks:
             if not good:
                 return self._end()
             del chunk[good:]
-            data = _dumps(chunk, 5)
-        # Past half of max_task_bytes: the tail waits for the next chunk (one item
-        # too large fails alone, as a task does).
-        while len(data) > self.max_task // 2 and len(chunk) > 1 and not self.fixed:
-            half = len(chunk) // 2
-            self.carry[:0] = chunk[half:]
-            del chunk[half:]
-            data = _dumps(chunk, 5)
-            self.k = max(1, half)
+            parts = frame(chunk, True)
+        size = self.frame_size(parts)
+        per = -(-size // len(chunk))
+        if per > self.per_item:
+            self.per_item = per
+        # Past the limit (items larger than those before): the tail waits for the next
+        # chunk, cut once by the items' sizes; one item too large fails alone, as a
+        # task does. The next chunks are sized by the largest item seen, so the cut is
+        # not done again (not below batch_size: the limit was sized for full batches).
+        limit = self._limit()
+        if size > limit and len(chunk) > 1 and not self.fixed:
+            keep = max(1, min(len(chunk) - 1, int(limit * 0.9) // per))
+            if keep > self.batch:  # whole batches
+                keep -= keep % self.batch
+            self.carry[:0] = chunk[keep:]
+            del chunk[keep:]
+            parts = frame(chunk, True)
+            fits, b = self._fits(), self.batch
+            self.k = max(b, fits - fits % b)
+            if b > 1 and keep < b and not self.warned:  # said once, not silently
+                self.warned = True
+                print(f"gpud: batch_size={b}: items of about {per} bytes (larger than the "
+                      f"first) pass max_task_bytes ({self.max_task} bytes) at {keep} items: "
+                      "process_batch() gets fewer; raise max_task_bytes", file=sys.stderr,
+                      flush=True)
         if self.reissue and len(chunk) > 1:
-            self.sent[len(self.starts)] = data
+            self.sent[len(self.starts)] = chunk  # its items, to run again one by one
         self.starts.append(self.items)
         self.items += len(chunk)
         if len(chunk) > self.largest:
             self.largest = len(chunk)
-        return data
+        return parts
+
+    def _fits(self):
+        """The most items a chunk holds by bytes (the largest item seen so far)."""
+        return max(1, int(self._limit() * 0.9) // self.per_item) if self.per_item else _CHUNK_MAX
 
     def ids(self, task_id):
         if self.single:
@@ -673,7 +792,7 @@ class _Chunks:
         if data is None:
             return False
         ids = self.ids(task_id)
-        items = _loads(data)
+        items = data
         self.again.extend(reversed([(i, x) for j, (i, x) in enumerate(zip(ids, items))
                                     if only is None or j in only]))
         return True
@@ -687,9 +806,11 @@ class _Chunks:
         if size > self.max_result // 4:
             target = min(target, n * (self.max_result // 4) / size)
         k = self.k
-        k = int(min(target, 2 * k, _CHUNK_MAX) if target > k else target)
-        # With batch_size, process_batch() gets full batches once the items are seen.
-        self.k = max(1, self.batch if k < self.batch else k)
+        k = int(min(target, 2 * k, _CHUNK_MAX, self._fits()) if target > k else target)
+        # With batch_size, process_batch() gets full batches: a chunk holds a whole
+        # number of them (max_task_bytes was sized for one: _size_chunks).
+        b = self.batch
+        self.k = max(1, b if k < b else k - k % b)
 
     def callbacks(self):
         cb = self.cb

@@ -34,7 +34,7 @@ class Worker(BaseWorker):
                 seen.add(data["flaky"])
                 raise RuntimeError(f"flaky {data['flaky']}")
             data = data["flaky"]
-        if isinstance(data, bytearray):  # auto(): large items, their length back
+        if isinstance(data, memoryview):  # auto(): large items (read-only views), their length
             return len(data)
         return {"n": data, "twice": data * self.scale, "gpu": self.gpu_id, "seed": self.seed,
                 "note": self.note, "pid": os.getpid(), "exe": sys.executable,
@@ -277,6 +277,151 @@ def arrays():
               f"array {i}: {type(a)} {getattr(a, 'dtype', None)}")
         check(np.array_equal(a, rows[i] * 2), f"array {i} values")
         check(a.flags.writeable, "the array is writable")
+
+
+class RingWorker(BaseWorker):
+    """What a batch's items are in the worker: their count, whether each is a read-only
+    view lying in the run's shared memory (memfd "gpud-run"), and their values."""
+
+    def setup(self, gpu_id, seed):
+        import numpy as np
+
+        self.np = np
+
+    def process_batch(self, items):
+        np = self.np
+        spans = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "gpud-run" in line:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    spans.append((lo, hi, line.split()[1]))
+        a = gpud.stack(items)
+        at = a.__array_interface__["data"][0]
+        in_ring = [lo <= at and at + a.nbytes <= hi and "w" not in perm
+                   for lo, hi, perm in spans]
+        try:
+            a[0] = 0
+            wrote = True
+        except ValueError:
+            wrote = False
+        views = all(isinstance(x, (memoryview, np.ndarray)) for x in items)
+        readonly = all(x.readonly if isinstance(x, memoryview) else not x.flags.writeable
+                       for x in items)
+        return [(len(items), any(in_ring), wrote, views and readonly, int(a[i].sum()))
+                for i in range(len(items))]
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+
+class CudartWorker(RingWorker):
+    """Loads the CUDA runtime in setup(), as torch does: the worker then pins its rings
+    (pin_memory = auto), which fails without a GPU and is skipped."""
+
+    def setup(self, gpu_id, seed, lib):
+        import ctypes
+
+        super().setup(gpu_id, seed)
+        self.cudart = ctypes.CDLL(lib)
+
+
+CUDART = "/usr/local/cuda/lib64/libcudart.so"
+
+
+def batches():
+    # batch_size means what it says at any item size: every call but the last gets
+    # batch_size items, which arrive as read-only views of the ring, one contiguous
+    # array by gpud.stack; each result equals the loop's.
+    import numpy as np
+
+    for size, n, bs, kind in ((150_528, 1000, 256, bytes), (1000, 3000, 64, bytes),
+                              (40_000, 700, 32, np.ndarray), (8, 500, 16, np.ndarray)):
+        base = [np.full(size, i % 7, np.uint8) for i in range(7)]
+        items = ((base[i % 7].copy() if kind is np.ndarray else base[i % 7].tobytes())
+                 for i in range(n))
+        got = {}
+        Dispatcher(RingWorker, [0], batch_size=bs).run(items,
+                                                       lambda t, r, w: got.__setitem__(t, r))
+        check(sorted(got) == list(range(n)), f"{size}: {len(got)} results")
+        counts = [got[i][0] for i in range(n)]
+        check(set(counts[: n - n % bs]) == {bs} and set(counts[n - n % bs:]) <= {n % bs},
+              f"{size} bytes, batch_size={bs}: calls got {sorted(set(counts))} items")
+        check(all(got[i][1] for i in got), f"{size}: the batch lies in the ring")
+        check(not any(got[i][2] for i in got), f"{size}: the batch could be written")
+        check(all(got[i][3] for i in got), f"{size}: items are read-only views")
+        check(all(got[i][4] == size * (i % 7) for i in got), f"{size}: results")
+    # Here, no pickle copy of the items' data: a chunk's parts are the items' own
+    # buffers (by address), and framing 64 items of 150 KB allocates less than one.
+    import tracemalloc
+    from gpud import _worker
+
+    arrays = [np.full(150_528, i, np.uint8) for i in range(64)]
+    blobs = [a.tobytes() for a in arrays]
+    for chunk in (arrays, blobs):
+        tracemalloc.start()
+        parts = _worker.frame(chunk, True)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        check(peak < 150_528, f"framing allocated {peak} bytes")
+        check(len(parts) == 66 and all(
+            np.frombuffer(p, np.uint8).__array_interface__["data"][0]
+            == np.frombuffer(x, np.uint8).__array_interface__["data"][0]
+            for p, x in zip(parts[1:-1], chunk)), "the parts are the items' own buffers")
+    # A worker that brought the CUDA runtime in during setup() with no GPU to pin its
+    # rings for: the registration fails, is skipped, and the run goes on.
+    if os.path.exists(CUDART):
+        got = {}
+        Dispatcher(CudartWorker, [0], batch_size=16).run(
+            (np.full(100, i, np.uint8) for i in range(64)),
+            lambda t, r, w: got.__setitem__(t, r), lib=CUDART)
+        check(sorted(got) == list(range(64)) and all(got[i][4] == 100 * i for i in got),
+              f"with the CUDA runtime loaded: {len(got)} results")
+    else:
+        print(f"SKIP: no {CUDART}: the pinning that fails without a GPU is not tried")
+    # A worker's array result: its data goes out as the array's own buffer (by address),
+    # no pickle copy of it; the plugin writes the parts into the result once.
+    result = np.arange(1 << 18, dtype=np.float32)
+    tracemalloc.start()
+    parts = _worker.dumps({"out": result})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    check(isinstance(parts, list) and peak < result.nbytes // 4
+          and np.frombuffer(parts[-1], np.uint8).__array_interface__["data"][0]
+          == result.__array_interface__["data"][0], f"a result's parts: {peak} bytes")
+    back = _worker.loads_framed(bytearray(b"".join(bytes(x) for x in parts)))
+    check(np.array_equal(back["out"], result), "the result back")
+    # Items that grow past what max_task_bytes was sized for: chunks cut by their bytes,
+    # said once on standard error (never silently), whole batches before.
+    import contextlib
+    import io
+    from gpud.dispatcher import _Chunks
+
+    cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
+    c = _Chunks((bytes(n) for n in [1000] * 300 + [3000] * 700), None, cbs, 0.002, 64,
+                100_000, 1 << 20, _worker.loads_framed, _worker.frame, _worker.frame_size,
+                reissue=False)  # no workers here to give chunks back
+    c.whole = True
+    sizes, err = [], io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for _ in c:
+            sizes.append(len(c.ids(len(sizes))))
+            c._adapt(sizes[-1], 1e-6 * sizes[-1], 100)
+    check(sum(sizes) == 1000 and sizes[:4] == [64] * 4 and max(sizes[5:]) < 64,
+          f"chunks of growing items: {sizes}")
+    check(err.getvalue().count("batch_size=64: items of about") == 1
+          and "raise max_task_bytes" in err.getvalue(), f"said once: {err.getvalue()!r}")
+    # Set too small for a batch: refused before anything runs, in one line naming the
+    # key, the item size and what to change.
+    try:
+        Dispatcher(RingWorker, [0], batch_size=256, max_task_bytes="1M").run(
+            (bytes(150_528) for _ in range(10)), lambda *a: None)
+    except gpud.JobError as e:
+        text = str(e)
+        check("batch_size=256" in text and "max_task_bytes" in text and "150" in text
+              and "\n" not in text, f"the refusal: {text}")
+    else:
+        check(False, "batch_size=256 of 150 KB items with max_task_bytes=1M was not refused")
 
 
 def chunks():
@@ -719,5 +864,5 @@ if __name__ == "__main__":
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
          "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts,
-         "times": times}[mode]()
+         "times": times, "batches": batches}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -160,7 +160,7 @@ def main():
                  "times"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
                           capture_output=True).returncode == 0:
-            modes.append("arrays")
+            modes += ["arrays", "batches"]
         else:
             log("SKIP debian: arrays (no NumPy in /usr/bin/python3: apt-get install python3-numpy)")
         for mode in modes:

@@ -670,6 +670,30 @@ static int check_in_flight(struct parse *p, const struct cfg *c)
 	return -1;
 }
 
+/* A batching worker's calls get batch_size tasks when each worker may hold two
+ * batches (one running, the next ready): with a queue_size set below that, what the
+ * other workers (a CPU stage's, say) and the running batch hold leaves the next call
+ * what is left of it, half a batch or less. Refused, saying what to give. */
+static int check_batch_room(struct parse *p, const struct cfg *c)
+{
+	struct raw *r = find_raw(p, "job", "queue_size");
+	size_t per = c->gpus_per_worker ? c->gpus_per_worker : 1;
+	unsigned long long workers = (unsigned long long)(c->n_gpus / per) * c->workers_per_gpu;
+	if (!r || c->batch_size <= 1 || !workers || c->gpus_all || c->gpus_auto)
+		return 0;
+	unsigned long long need = 2ull * c->batch_size * workers;
+	if (need <= c->queue_size)
+		return 0;
+	char at[512];
+	fail(p,
+	     "%s: [job] queue_size = %u cannot hold 2 batches of batch_size = %u for each of "
+	     "%llu worker%s, so calls would get fewer tasks: raise queue_size to %llu, or "
+	     "lower batch_size",
+	     where(p, r, at, sizeof at), c->queue_size, c->batch_size, workers,
+	     workers == 1 ? "" : "s", need);
+	return -1;
+}
+
 /* The journal: beside the job file by default, named after it (job.ini ->
  * job.journal), so a plain run can always be resumed. */
 static void default_journal(struct cfg *c)
@@ -735,7 +759,7 @@ static int check_sizes(struct parse *p, struct cfg *c)
 static int validate(struct parse *p, struct cfg *c)
 {
 	if (check_sections(p, c) < 0 || read_keys(p, c) < 0 || check_required(p, c) < 0 ||
-	    check_ranks(p, c) < 0 || check_in_flight(p, c) < 0)
+	    check_ranks(p, c) < 0 || check_in_flight(p, c) < 0 || check_batch_room(p, c) < 0)
 		return -1;
 	default_journal(c);
 	return check_sizes(p, c);

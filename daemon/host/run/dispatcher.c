@@ -9,8 +9,9 @@
  * where the workers left them, so nothing is copied on the way.
  *
  * Load balancing: each worker may hold at most `window` tasks, sized to about
- * WINDOW_S of its own measured work, so a worker with slow tasks holds one or two
- * while a fast one gets bursts of hundreds; queue_size bounds all of them together.
+ * WINDOW_S of its own measured work, and at least two (one running, the next ready),
+ * so a worker with slow tasks holds two while a fast one gets bursts of hundreds;
+ * queue_size bounds all of them together.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -107,9 +108,10 @@ static void update_window(struct host *h, struct host_worker *w)
 	if (h->cfg->max_in_flight > 1 && w->flies &&
 	    want < IN_FLIGHT_WINDOW * h->cfg->max_in_flight)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
-	/* Fed by a CPU stage: the next task is ready while one runs, so the GPU does not
-	 * wait for the hand-over between its tasks. */
-	if (h->pool.stages && w->stage == h->pool.n_stages && want < 2)
+	/* Two tasks at least: the next one is in the worker's ring while one runs, so a
+	 * worker with long tasks (a Python Dispatcher's chunk of a whole batch, a GPU
+	 * worker fed by a CPU stage) does not wait for the host between them. */
+	if (want < 2)
 		want = 2;
 	w->window = want >= (double)max ? max : (uint32_t)want;
 }
