@@ -68,6 +68,10 @@ static uint64_t section_print(uint64_t h, const struct cfg_section *s)
 	h = hash_str(h, s->plugin);
 	for (size_t i = 0; i < s->count; i++) {
 		struct stat st;
+		/* The Python program's arguments (gpud.Dispatcher gives its workers sys.argv)
+		 * say how it was started, not what the job is: a resume may differ there. */
+		if (!strcmp(s->kv[i].key, "gpud_argv"))
+			continue;
 		h = hash_str(h, s->kv[i].key);
 		h = hash_str(h, s->kv[i].value);
 		/* An input file that changed makes another job. */
