@@ -19,6 +19,7 @@ static const char usage[] =
 	"       gpud check JOB.ini [--set SECTION.KEY=VALUE]... [--import]\n"
 	"       gpud status JOB.ini [--set SECTION.KEY=VALUE]...\n"
 	"       gpud merge STATS.json...\n"
+	"       gpud merge-arrays [--dataset NAME] OUT SHARD...\n"
 	"       gpud plugins\n"
 	"       gpud --help | --version\n";
 
@@ -34,6 +35,9 @@ static const char help[] =
 	"  check JOB.ini    parse and validate the job, load every plugin; runs no task\n"
 	"  status JOB.ini   how far the run its journal describes got; runs nothing\n"
 	"  merge FILES...   the ranks' --stats-json files as one summary (JSON)\n"
+	"  merge-arrays OUT SHARD...\n"
+	"                   the ranks' shards of an npy or hdf5 sink joined into OUT by\n"
+	"                   task id (--dataset NAME: the hdf5 dataset, default data)\n"
 	"  plugins          list the plugins found by name (GPUD_PLUGIN_PATH, then built-in)\n"
 	"\n"
 	"options:\n"
@@ -64,7 +68,10 @@ static const char help[] =
 	"gpud check exits 0 when a run would start, 2 otherwise (another run of the job\n"
 	"alive included); gpud status 0, 2 without a journal to read.\n"
 	"exit status of merge: 0; 2 when a file is missing, not a stats file, given twice\n"
-	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n";
+	"(or two of one rank), of another job or number of ranks, or a rank has no file.\n"
+	"exit status of merge-arrays: 0 every row ok; 1 merged, some rows failed (zero in\n"
+	"OUT, marked in OUT.done); 2 refused: a task id in two shards or in none, shards\n"
+	"that differ, a shard without its .done record (nothing written).\n";
 
 struct args {
 	const char *cmd, *job, *ui;
@@ -243,6 +250,8 @@ int main(int argc, char **argv)
 			strerror(errno));
 	if (argc >= 2 && strcmp(argv[1], "merge") == 0)
 		return gpud_merge(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "merge-arrays") == 0)
+		return gpud_merge_arrays(argc - 2, argv + 2);
 	a.sets = calloc((size_t)argc, sizeof *a.sets);
 	if (!a.sets) {
 		perror("gpud");

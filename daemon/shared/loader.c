@@ -71,6 +71,10 @@ static void resolve(struct plugin *pl)
 			SYM(pl, sink.finish, "gpud_sink_finish");
 			SYM(pl, sink.resumed, "gpud_sink_resumed");
 		}
+		if (minor >= 6) {
+			SYM(pl, sink.tasks, "gpud_sink_tasks");
+			pl->sink.fail_task = true;
+		}
 		break;
 	}
 }

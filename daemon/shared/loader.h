@@ -45,7 +45,9 @@ struct sink_ops {
 	int (*finish)(void *state, const struct gpud_stats *stats, const struct gpud_run_end *end,
 		      struct gpud_error *err); /* optional, 1.3: instead of close */
 	int (*resumed)(void *state, const struct gpud_resume_info *info,
-		       struct gpud_error *err); /* optional, 1.3 */
+		       struct gpud_error *err);                           /* optional, 1.3 */
+	int (*tasks)(void *state, int64_t total, struct gpud_error *err); /* optional, 1.6 */
+	bool fail_task;      /* 1.6: GPUD_SINK_TASK_FAILED from event fails the task */
 	bool calling_thread; /* GPUD_SINK_CALLING_THREAD (gpud.h): in-process sinks only */
 };
 

@@ -251,6 +251,11 @@ GPUD_API int gpud_plugins(void);
 /** `gpud merge`: the ranks' --stats-json files as one summary (JSON) on standard
  *  output. 0, or 2 (said on standard error). */
 GPUD_API int gpud_merge(int n_files, char *const *files);
+/** `gpud merge-arrays [--dataset NAME] OUT SHARD...`: the ranks' shards of an `npy` or
+ *  `hdf5` sink joined into OUT by task id (docs/cluster.md), argv being the arguments
+ *  after `merge-arrays`. 0 every row ok, 1 merged with failed rows, 2 refused (said on
+ *  standard error, nothing written). */
+GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
 
 /*
  * What a run does to the process (gpud_job_run, gpud_job_check, gpud_job_status):

@@ -64,7 +64,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 5
+#define GPUD_ABI_MINOR 6
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -592,8 +592,19 @@ struct gpud_stats {
 GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struct gpud_error *err);
 /** Required. Receives one event. Never two calls at once; a call may come from the host
  *  loop's thread or from its stand-in while the generator's next() is blocked (see
- *  Threads above). Returns 0, or -1 with err to abort the run. */
+ *  Threads above). Returns 0, or -1 with err to abort the run (ABI 1.6: or
+ *  GPUD_SINK_TASK_FAILED for a GPUD_TASK_OK event). */
 GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct gpud_error *err);
+/** (ABI 1.6) Returned by gpud_sink_event for a GPUD_TASK_OK event, with err filled: the
+ *  sink refuses this result (one of the wrong size for a row of an array, say) and the
+ *  task fails with err's message instead of succeeding: counted failed, listed with the
+ *  failures, recorded as an error by the journal (so --resume does not run it again;
+ *  --retry-failed does), never retried within the run (the same worker would most likely
+ *  give the same result). The sink gets no GPUD_TASK_ERROR event for it: it said so
+ *  itself. For another kind of event, or from a plugin built for ABI 1.5 or older, any
+ *  nonzero return aborts the run. */
+#define GPUD_SINK_TASK_FAILED 1
+
 /** Optional. Called exactly once at the end of every run that opened the sink, with the
  *  final stats; frees the state. 0, or -1 with err (the run then exits with status 3).
  *  Not called when the sink exports gpud_sink_finish (ABI 1.3), which takes its place. */
@@ -658,6 +669,14 @@ struct gpud_resume_info {
  *  any task runs, exit 2). Not called on a fresh run. */
 GPUD_EXPORT int gpud_sink_resumed(void *state, const struct gpud_resume_info *info,
 				  struct gpud_error *err);
+
+/** Optional (ABI 1.6). Called once, right after the sink opened (gpud_sink_open or
+ *  gpud_sink_resume) and before gpud_sink_resumed and any event, with the number of tasks
+ *  the generator says the job has (gpud_generator_total; with ranks, all ranks together,
+ *  as task ids are global), or -1 when it does not say. A sink that writes by task id (an
+ *  array of one row per task) sizes its output with it. 0, or -1 with err (the run stops
+ *  before any task runs, exit 2). */
+GPUD_EXPORT int gpud_sink_tasks(void *state, int64_t total, struct gpud_error *err);
 
 /** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
  *  and that the output could be written (its folder exists and is writable) WITHOUT

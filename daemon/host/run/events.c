@@ -94,6 +94,25 @@ static bool standing_in(const struct host *h)
 	return h->standin_running && atomic_load_explicit(&h->gate.taken, memory_order_acquire);
 }
 
+/* A result the sink refused (GPUD_SINK_TASK_FAILED, ABI 1.6): the task fails with the
+ * sink's message, as if its worker had failed it for good (no retry), and the journal
+ * records the error. */
+static void refused(struct host *h, const struct gpud_event *ev, const char *message)
+{
+	char msg[sizeof((struct gpud_error *)0)->message + 16];
+	snprintf(msg, sizeof msg, "sink: %s", message);
+	if (h->stats.ok)
+		UI_SET(h->stats.ok, h->stats.ok - 1);
+	UI_ADD(h->stats.failed, 1);
+	const struct host_worker *w = NULL;
+	if (ev->worker_id >= 0 && (unsigned)ev->worker_id < h->pool.n)
+		w = &h->pool.w[ev->worker_id];
+	failures_add(h, ev->task_id, (unsigned)ev->attempt, w, false, msg, false);
+	ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)ev->task_id, msg);
+	if (h->journal.fd >= 0)
+		journal_mark(&h->journal, ev->task_id, 1);
+}
+
 /* An event the sink wants, given to it now. */
 static void deliver_now(struct host *h, const struct gpud_event *ev)
 {
@@ -106,7 +125,10 @@ static void deliver_now(struct host *h, const struct gpud_event *ev)
 	}
 	struct gpud_error err;
 	err.message[0] = '\0';
-	if (sink_call(h, ev, &err) != 0) {
+	int rc = sink_call(h, ev, &err);
+	if (rc == GPUD_SINK_TASK_FAILED && ev->kind == GPUD_TASK_OK && h->sink_ops->fail_task) {
+		refused(h, ev, err.message[0] ? err.message : "the sink refused the result");
+	} else if (rc != 0) {
 		h->out.open = false;
 		if (outcome)
 			h->out.lost++;

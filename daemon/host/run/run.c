@@ -513,7 +513,8 @@ static int open_plugins(struct host *h, struct cfg *c)
 	}
 	if (gen->total)
 		h->flow.total = gen->total(h->gen);
-	if (h->flow.total >= 0) /* this rank's share of them */
+	int64_t job_total = h->flow.total; /* all ranks together: the ids' span */
+	if (h->flow.total >= 0)            /* this rank's share of them */
 		h->flow.total = (int64_t)ranks_share((uint64_t)h->flow.total, c->rank, c->ranks);
 
 	err.message[0] = '\0';
@@ -532,6 +533,12 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	h->out.calling_thread = sink->calling_thread;
 	err.message[0] = '\0';
+	if (sink->tasks && sink->tasks(h->sink, job_total, &err) != 0) {
+		text_clean(err.message);
+		say("sink %s: %s", c->sink.plugin,
+		    err.message[0] ? err.message : "gpud_sink_tasks failed");
+		return 1;
+	}
 	if (resume_tell_sink(h, &err) < 0) {
 		text_clean(err.message);
 		say("sink %s: %s", c->sink.plugin,

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/* The array sinks' shared parts (common.h): dtype and shape keys, .npy headers, the
+ * done record. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static const struct {
+	const char *name, *descr;
+} dtype_names[] = {
+	{"bool", "|b1"},      {"int8", "|i1"},        {"uint8", "|u1"},   {"int16", "<i2"},
+	{"uint16", "<u2"},    {"int32", "<i4"},       {"uint32", "<u4"},  {"int64", "<i8"},
+	{"uint64", "<u8"},    {"float16", "<f2"},     {"float32", "<f4"}, {"float64", "<f8"},
+	{"complex64", "<c8"}, {"complex128", "<c16"}, {"half", "<f2"},    {"single", "<f4"},
+	{"double", "<f8"},    {"byte", "|i1"},        {"ubyte", "|u1"},
+};
+
+int arr_parse_dtype(const char *who, const char *v, struct arr_dtype *out, struct gpud_error *err)
+{
+	const char *s = v;
+	for (size_t i = 0; i < sizeof dtype_names / sizeof *dtype_names; i++)
+		if (strcmp(v, dtype_names[i].name) == 0)
+			s = dtype_names[i].descr;
+	char order = '<';
+	if (*s == '<' || *s == '>' || *s == '|' || *s == '=')
+		order = *s++;
+	if (order == '=')
+		order = '<'; /* the machines gpud runs on are little-endian */
+	char kind = *s ? *s++ : '\0';
+	char *end;
+	errno = 0;
+	unsigned long size = isdigit((unsigned char)*s) ? strtoul(s, &end, 10) : 0;
+	bool ok = size && *end == '\0' && errno == 0;
+	switch (kind) {
+	case 'b':
+		ok = ok && size == 1;
+		break;
+	case 'i':
+	case 'u':
+		ok = ok && (size == 1 || size == 2 || size == 4 || size == 8);
+		break;
+	case 'f':
+		ok = ok && (size == 2 || size == 4 || size == 8);
+		break;
+	case 'c':
+		ok = ok && (size == 8 || size == 16);
+		break;
+	default:
+		ok = false;
+	}
+	if (!ok)
+		return gpud_fail(err,
+				 "%s: dtype = '%s': not a NumPy dtype gpud writes (a name: bool, "
+				 "int8 .. int64, uint8 .. uint64, float16, float32, float64, "
+				 "complex64, complex128; or a type string: <f4, >i2, |u1, f8)",
+				 who, v);
+	if (size == 1)
+		order = '|';
+	else if (order == '|')
+		return gpud_fail(err, "%s: dtype = '%s': '|' (no byte order) is for 1-byte types",
+				 who, v);
+	out->kind = kind;
+	out->order = order;
+	out->itemsize = size;
+	snprintf(out->descr, sizeof out->descr, "%c%c%u", order, kind, (unsigned)(size & 31));
+	return 0;
+}
+
+int arr_parse_shape(const char *who, const char *v, struct arr_shape *out, struct gpud_error *err)
+{
+	const char *p = v;
+	out->ndim = 0;
+	while (isspace((unsigned char)*p))
+		p++;
+	char close = *p == '(' ? ')' : *p == '[' ? ']' : '\0';
+	if (close)
+		p++;
+	for (;;) {
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p == close || (!close && !*p))
+			break;
+		if (!isdigit((unsigned char)*p))
+			goto bad;
+		char *end;
+		errno = 0;
+		unsigned long long d = strtoull(p, &end, 10);
+		if (errno || d == 0 || d > (1ull << 40))
+			return gpud_fail(err, "%s: shape = '%s': each size must be 1 to 2^40", who,
+					 v);
+		if (out->ndim == ARR_MAX_DIMS)
+			return gpud_fail(err, "%s: shape = '%s': more than %d sizes", who, v,
+					 ARR_MAX_DIMS);
+		out->dims[out->ndim++] = d;
+		p = end;
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p == ',' || *p == 'x' || *p == 'X')
+			p++;
+		else if (*p != close && *p)
+			goto bad;
+	}
+	if (close)
+		p++;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p)
+		goto bad;
+	return 0;
+bad:
+	return gpud_fail(err,
+			 "%s: shape = '%s': expected the sizes of one row, like 3, 3,4, (3, 4) "
+			 "or 64x64x3 (empty: one scalar a row)",
+			 who, v);
+}
+
+size_t arr_row_bytes(const struct arr_shape *s, const struct arr_dtype *d)
+{
+	size_t n = d->itemsize;
+	for (unsigned i = 0; i < s->ndim; i++)
+		if (__builtin_mul_overflow(n, (size_t)s->dims[i], &n))
+			return 0;
+	return n;
+}
+
+const char *arr_shape_str(const struct arr_shape *s, int64_t rows, char *buf, size_t len)
+{
+	size_t used = 0;
+	unsigned n = 0;
+#define PUT(...) used += (size_t)snprintf(buf + used, used < len ? len - used : 0, __VA_ARGS__)
+	PUT("(");
+	if (rows >= 0) {
+		PUT("%lld", (long long)rows);
+		n++;
+	}
+	for (unsigned i = 0; i < s->ndim; i++, n++)
+		PUT("%s%llu", n ? ", " : "", (unsigned long long)s->dims[i]);
+	PUT("%s)", n == 1 ? "," : "");
+#undef PUT
+	return buf;
+}
+
+int arr_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t w = pwrite(fd, c, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+int arr_pread_all(int fd, void *p, size_t n, uint64_t off)
+{
+	char *c = p;
+	while (n) {
+		ssize_t r = pread(fd, c, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			errno = EIO;
+			return -1;
+		}
+		c += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int arr_npy_write_header(int fd, const struct arr_dtype *dtype, const struct arr_shape *row,
+			 uint64_t rows, uint64_t *data_off)
+{
+	char shape[512], dict[1024];
+	arr_shape_str(row, (int64_t)rows, shape, sizeof shape);
+	int dl = snprintf(dict, sizeof dict,
+			  "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", dtype->descr,
+			  shape);
+	if (dl < 0 || (size_t)dl >= sizeof dict - 80) {
+		errno = EOVERFLOW;
+		return -1;
+	}
+	/* magic (6), version (2), length (2 in v1, 4 in v2); dict, spaces and a newline
+	 * up to a multiple of 64 bytes. */
+	size_t pre = 10, total = (pre + (size_t)dl + 1 + 63) / 64 * 64;
+	unsigned char hdr[1200];
+	memset(hdr, ' ', total);
+	memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+	size_t hlen = total - pre;
+	hdr[8] = (unsigned char)(hlen & 0xff);
+	hdr[9] = (unsigned char)(hlen >> 8);
+	memcpy(hdr + pre, dict, (size_t)dl);
+	hdr[total - 1] = '\n';
+	if (arr_pwrite_all(fd, hdr, total, 0) < 0)
+		return -1;
+	*data_off = total;
+	return 0;
+}
+
+/* The value after `'key':` in a header dict, or NULL. */
+static const char *dict_value(const char *dict, const char *key)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "'%s':", key);
+	const char *p = strstr(dict, pat);
+	if (!p) {
+		snprintf(pat, sizeof pat, "\"%s\":", key);
+		p = strstr(dict, pat);
+	}
+	if (!p)
+		return NULL;
+	p += strlen(pat);
+	while (*p == ' ')
+		p++;
+	return p;
+}
+
+int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gpud_error *err)
+{
+	unsigned char pre[12];
+	memset(out, 0, sizeof *out);
+	if (arr_pread_all(fd, pre, sizeof pre, 0) < 0 || memcmp(pre, "\x93NUMPY", 6) != 0)
+		return gpud_fail(err, "%s is not a .npy file (no \\x93NUMPY magic)", path);
+	uint64_t hlen, start;
+	if (pre[6] == 1) {
+		hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
+		start = 10;
+	} else if (pre[6] == 2 || pre[6] == 3) {
+		hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
+		       (uint64_t)pre[11] << 24;
+		start = 12;
+	} else {
+		return gpud_fail(err, "%s: .npy format version %u.%u is not one gpud reads", path,
+				 pre[6], pre[7]);
+	}
+	if (hlen > (1u << 20))
+		return gpud_fail(err, "%s: .npy header of %llu bytes is too long", path,
+				 (unsigned long long)hlen);
+	char *dict = malloc(hlen + 1);
+	if (!dict)
+		return gpud_fail(err, "out of memory reading %s", path);
+	if (arr_pread_all(fd, dict, hlen, start) < 0) {
+		free(dict);
+		return gpud_fail(err, "%s: its .npy header is cut short", path);
+	}
+	dict[hlen] = '\0';
+	int rc = -1;
+	const char *d = dict_value(dict, "descr"), *f = dict_value(dict, "fortran_order"),
+		   *s = dict_value(dict, "shape");
+	char descr[16] = "";
+	if (!d || !f || !s || (*d != '\'' && *d != '"')) {
+		gpud_fail(err, "%s: its .npy header lacks descr, fortran_order or shape", path);
+		goto out;
+	}
+	const char *q = strchr(d + 1, *d);
+	if (!q || q - d - 1 >= (long)sizeof descr) {
+		gpud_fail(err, "%s: its .npy header's descr is not a simple dtype", path);
+		goto out;
+	}
+	memcpy(descr, d + 1, (size_t)(q - d - 1));
+	if (arr_parse_dtype(path, descr, &out->dtype, err) < 0)
+		goto out;
+	out->fortran = strncmp(f, "True", 4) == 0;
+	const char *e = strchr(s, ')');
+	if (*s != '(' || !e) {
+		gpud_fail(err, "%s: its .npy header's shape is not a tuple", path);
+		goto out;
+	}
+	char tuple[512];
+	size_t tl = (size_t)(e - s + 1);
+	if (tl >= sizeof tuple) {
+		gpud_fail(err, "%s: its .npy header's shape is too long", path);
+		goto out;
+	}
+	memcpy(tuple, s, tl);
+	tuple[tl] = '\0';
+	struct arr_shape all;
+	if (arr_parse_shape(path, tuple, &all, err) < 0)
+		goto out;
+	if (all.ndim == 0) {
+		gpud_fail(err, "%s holds a scalar, not rows", path);
+		goto out;
+	}
+	out->rows = all.dims[0];
+	out->row.ndim = all.ndim - 1;
+	memcpy(out->row.dims, all.dims + 1, out->row.ndim * sizeof *all.dims);
+	out->data_off = start + hlen;
+	rc = 0;
+out:
+	free(dict);
+	return rc;
+}
+
+char *arr_done_path(const char *path)
+{
+	char *p;
+	return asprintf(&p, "%s.done", path) < 0 ? NULL : p;
+}
+
+int arr_done_open(const char *path, uint64_t rows, bool keep, uint64_t *data_off,
+		  struct gpud_error *err)
+{
+	static const struct arr_dtype u8 = {"|u1", 'u', '|', 1};
+	const struct arr_shape none = {0};
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0666);
+	if (fd < 0)
+		return gpud_fail(err, "cannot open %s: %s", path, strerror(errno));
+	struct stat st;
+	if (keep && fstat(fd, &st) == 0 && st.st_size > 0) {
+		struct arr_npy h;
+		if (arr_npy_read_header(fd, path, &h, err) < 0)
+			goto fail;
+		if (h.rows != rows || h.row.ndim != 0 || h.dtype.itemsize != 1)
+			return close(fd),
+			       gpud_fail(err,
+					 "%s records %llu rows, the array has %llu: it belongs to "
+					 "another output (remove both to start afresh)",
+					 path, (unsigned long long)h.rows,
+					 (unsigned long long)rows);
+		if (fstat(fd, &st) == 0 && (uint64_t)st.st_size < h.data_off + rows &&
+		    ftruncate(fd, (off_t)(h.data_off + rows)) < 0) {
+			gpud_fail(err, "cannot size %s: %s", path, strerror(errno));
+			goto fail;
+		}
+		*data_off = h.data_off;
+		return fd;
+	}
+	if (arr_npy_write_header(fd, &u8, &none, rows, data_off) < 0 ||
+	    ftruncate(fd, (off_t)(*data_off + rows)) < 0) {
+		gpud_fail(err, "cannot write %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+uint8_t *arr_done_read(int fd, const char *path, uint64_t rows, uint64_t data_off,
+		       struct gpud_error *err)
+{
+	uint8_t *b = malloc(rows ? rows : 1);
+	if (!b) {
+		gpud_fail(err, "out of memory reading %s", path);
+		return NULL;
+	}
+	if (arr_pread_all(fd, b, rows, data_off) < 0) {
+		gpud_fail(err, "cannot read %s: %s", path, strerror(errno));
+		free(b);
+		return NULL;
+	}
+	return b;
+}
