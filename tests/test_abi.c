@@ -19,7 +19,14 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 5);
+	cr_expect_eq(GPUD_ABI_MINOR, 6);
+}
+
+/* (1.6) What a sink returns to fail a task whose result it refuses: apart from 0 and
+ * from -1 (abort the run). */
+Test(abi, sink_task_failed_value)
+{
+	cr_expect_eq(GPUD_SINK_TASK_FAILED, 1);
 }
 
 /* (1.5) A call interrupted past task_timeout: the mark a built plugin sets, apart from

@@ -102,6 +102,24 @@ Test(loader, tables_follow_abi_minor)
 	}
 }
 
+/* (1.6) gpud_sink_tasks and GPUD_SINK_TASK_FAILED belong to sinks of 1.6: a 1.5 sink that
+ * exports a function of that name, or returns 1, means nothing by it. */
+Test(loader, sink_tasks_and_task_failed_from_1_6)
+{
+	for (unsigned minor = 5; minor <= 6; minor++) {
+		struct plugin pl;
+		char name[64];
+		snprintf(name, sizeof name, "sink-minor%u.so", minor);
+		char *path = fixture(name);
+		cr_assert_eq(loader_open(&pl, path, LOADER_SINK, err, sizeof err), 0, "%s", err);
+		cr_expect_eq(pl.sink.tasks != NULL, minor >= 6, "1.%u sink: tasks", minor);
+		cr_expect_eq(pl.sink.fail_task, minor >= 6, "1.%u sink: fail_task", minor);
+		cr_expect(pl.sink.finish && pl.sink.resumed, "1.%u sink: the 1.3 ones", minor);
+		loader_close(&pl);
+		free(path);
+	}
+}
+
 Test(loader, missing_required_entry_point)
 {
 	refused("missing-next.so", LOADER_GENERATOR,

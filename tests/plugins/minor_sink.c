@@ -53,3 +53,8 @@ GPUD_EXPORT int gpud_sink_resumed(void *s, const struct gpud_resume_info *info,
 	(void)s, (void)info, (void)e;
 	return 0;
 }
+GPUD_EXPORT int gpud_sink_tasks(void *s, int64_t total, struct gpud_error *e)
+{
+	(void)s, (void)total, (void)e;
+	return 0;
+}

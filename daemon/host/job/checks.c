@@ -141,6 +141,24 @@ int checks_keys(const struct host *h, const struct cfg *c, const char *worker_ou
 	return rc;
 }
 
+/* Where the key a plugin's message names ("KEY = 'value'": the form of the built-in
+ * plugins' messages) was set ("file:line", "--set ..."), or NULL; of a key set twice,
+ * the last (the one the plugin reads). */
+static const char *key_named(const struct cfg_section *s, const char *message)
+{
+	const char *at = NULL;
+	for (size_t i = 0; i < s->count; i++) {
+		size_t kl = strlen(s->kv[i].key);
+		for (const char *p = strstr(message, s->kv[i].key); p;
+		     p = strstr(p + 1, s->kv[i].key))
+			if ((p == message || p[-1] == ' ') && strncmp(p + kl, " = ", 3) == 0) {
+				at = s->where ? s->where[i] : NULL;
+				break;
+			}
+	}
+	return at;
+}
+
 /* A plugin's own check, `fn` (its table's check: ABI 1.2, or NULL); says so on `out`,
  * naming `sym`, when it has none. */
 static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *),
@@ -157,7 +175,8 @@ static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *)
 	err.message[0] = '\0';
 	if (fn(&s->args, &err) != 0) {
 		text_clean(err.message);
-		say("%s %s: %s", kind, s->plugin,
+		const char *at = key_named(s, err.message);
+		say("%s%s%s %s: %s", at ? at : "", at ? ": " : "", kind, s->plugin,
 		    err.message[0] ? err.message : "its check failed without a message");
 		return -1;
 	}

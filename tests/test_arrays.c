@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: MIT */
+/* The array sinks (npy, hdf5) and `gpud merge-arrays`: rows read back with NumPy and
+ * h5py (Debian's /usr/bin/python3), a result of the wrong size failing its task alone,
+ * kill -9 and --resume giving every row once, ranks merged equal to one run, merges
+ * refused for a gap and a duplicate. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+#define PY "/usr/bin/python3"
+
+/* NumPy (and h5py with `h5`) in Debian's Python, or the test is skipped in one line. */
+static void need_python(const char *dir, bool h5)
+{
+	char script[256];
+	snprintf(script, sizeof script, "%s -c 'import numpy%s' 2>/dev/null; echo $? > have_py", PY,
+		 h5 ? ", h5py" : "");
+	t_sh(dir, script);
+	if (t_read_long(dir, "have_py") != 0)
+		cr_skip_test("%s has no numpy%s: the arrays cannot be read back", PY,
+			     h5 ? " or h5py" : "");
+}
+
+static bool have_hdf5(void)
+{
+	const char *v = getenv("HAVE_HDF5");
+	return v && strcmp(v, "1") == 0;
+}
+
+/* Runs a Python check (its text) in dir; its standard output and error in dir/py.
+ * Returns its exit status: the checks assert. */
+static int py(const char *dir, const char *code)
+{
+	char *path = t_write(dir, "check.py", code);
+	char script[512];
+	snprintf(script, sizeof script, "%s check.py > py 2>&1; echo $? > py_rc", PY);
+	t_sh(dir, script);
+	free(path);
+	return (int)t_read_long(dir, "py_rc");
+}
+
+#define PY_ROWS                                                                                    \
+	"import numpy as np, struct, sys\n"                                                        \
+	"def want(n):\n"                                                                           \
+	"    x = np.arange(n, dtype=np.float32)[:, None]\n"                                        \
+	"    return x + np.array([0, 0.5, 1], dtype=np.float32)\n"
+
+static const char job_npy[] = "[job]\ngpus = 0,1\n[worker]\nplugin = rows\n%s\n"
+			      "[generator]\nplugin = range\nstop = %d\n"
+			      "[sink]\nplugin = npy\npath = %s\ndtype = float32\nshape = 3\n%s";
+
+Test(arrays, npy_rows_at_their_ids_with_the_right_shape_dtype_and_header, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir, job_npy, "", 1000, "out.npy", "");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0, "%s", t_read_in(dir, "err"));
+	int rc = py(dir,
+		    PY_ROWS "a = np.load('out.npy')\n"
+			    "assert a.shape == (1000, 3) and a.dtype == np.float32, (a.shape, "
+			    "a.dtype)\n"
+			    "assert (a == want(1000)).all()\n"
+			    "d = np.load('out.npy.done')\n"
+			    "assert d.shape == (1000,) and d.dtype == np.uint8 and (d == 1).all()\n"
+			    "h = open('out.npy', 'rb').read(10)\n"
+			    "n = struct.unpack('<H', h[8:10])[0]\n"
+			    "assert h[:8] == b'\\x93NUMPY\\x01\\x00' and (10 + n) % 64 == 0, n\n"
+			    "print('ok')\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+}
+
+Test(arrays, npy_a_result_of_the_wrong_size_fails_its_task_alone, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir, job_npy, "short_id = 7", 500, "out.npy", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "task 7 failed: sink: npy: the result is 8 bytes, a row of "), "%s",
+		  err);
+	cr_expect(strstr(err, "is 12 bytes (shape (3,) of <f4)"), "%s", err);
+	cr_expect(strstr(err, "499 ok, 1 failed"), "%s", err);
+	int rc = py(dir, PY_ROWS "a = np.load('out.npy'); d = np.load('out.npy.done')\n"
+				 "w = want(500); w[7] = 0\n"
+				 "assert (a == w).all()\n"
+				 "assert d[7] == 2 and (np.delete(d, 7) == 1).all(), d[:10]\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+	free(err);
+}
+
+/* The count: the generator's (range and lines of a file say it), or `tasks`; a stream
+ * of unknown length without `tasks` is refused before anything runs, and `tasks` that
+ * disagrees with the generator's count too. */
+Test(arrays, npy_rows_from_the_generator_or_tasks, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir,
+	       "[job]\ngpus = 0\n[worker]\nplugin = rows\n[generator]\nplugin = lines\npath = -\n"
+	       "[sink]\nplugin = npy\npath = out.npy\ndtype = <f4\nshape = (3)\n");
+	t_sh(dir, "seq 0 99 | \"$GPUD\" run job.ini --ui off 2>err1; echo $? > rc1\n"
+		  "seq 0 99 | \"$GPUD\" run job.ini --ui off --set sink.tasks=100 2>err2; "
+		  "echo $? > rc2\n"
+		  "seq 0 99 > in.txt\n"
+		  "\"$GPUD\" run job.ini --ui off --set generator.path=in.txt --set sink.tasks=50 "
+		  "2>err3; echo $? > rc3\n");
+	cr_expect_eq(t_read_long(dir, "rc1"), 2);
+	cr_expect(strstr(t_read_in(dir, "err1"), "the generator does not say how many tasks the "
+						 "job has: set tasks = N in [sink]"),
+		  "%s", t_read_in(dir, "err1"));
+	cr_expect_eq(t_read_long(dir, "rc2"), 0, "%s", t_read_in(dir, "err2"));
+	cr_expect_eq(t_read_long(dir, "rc3"), 2);
+	cr_expect(strstr(t_read_in(dir, "err3"),
+			 "tasks = 50, but the generator says the job has 100 tasks"),
+		  "%s", t_read_in(dir, "err3"));
+	cr_expect_eq(py(dir, PY_ROWS "a = np.load('out.npy')\nassert (a == want(100)).all()\n"), 0,
+		     "%s", t_read_in(dir, "py"));
+}
+
+Test(arrays, npy_check_names_the_file_and_line_of_a_bad_key, .timeout = 30)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, job_npy, "", 10, "out.npy", "");
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set sink.dtype=float33", dir), 2);
+	cr_expect(strstr(t_read_in(dir, "err"),
+			 "--set sink.dtype=float33: sink npy: npy: dtype = 'float33': not a "
+			 "NumPy dtype"),
+		  "%s", t_read_in(dir, "err"));
+	t_jobf(dir, job_npy, "", 10, "out.npy", "");
+	char *job = t_read_in(dir, "job.ini");
+	char *bad = strstr(job, "shape = 3");
+	cr_assert(bad);
+	memcpy(bad, "shape = 0", 9);
+	free(t_write(dir, "job.ini", job));
+	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 2);
+	cr_expect(strstr(t_read_in(dir, "err"), "job.ini:13: sink npy: npy: shape = '0'"), "%s",
+		  t_read_in(dir, "err"));
+	char *made = NULL;
+	cr_assert(asprintf(&made, "%s/out.npy", dir) > 0);
+	cr_expect(access(made, F_OK) != 0, "check creates nothing");
+	free(made);
+	free(job);
+}
+
+/* kill -9 of the host at about half way (by the done record's count), then --resume:
+ * the same file, every row right and marked once, the done half not run again. */
+Test(arrays, npy_kill_9_half_way_then_resume_gives_every_row_once, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir, job_npy, "sleep_us = 200", 20000, "out.npy", "");
+	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err1 & p=$!\n"
+			   "w '[ -f out.npy.done ] && [ $(tr -cd \"\\001\" < out.npy.done | wc -c) "
+			   "-ge 10000 ]'\n"
+			   "kill -9 $p; wait $p 2>/dev/null\n"
+			   /* less the 1 of the header's version */
+			   "echo $(( $(tr -cd '\\001' < out.npy.done | wc -c) - 1 )) > half\n"
+			   "ls -i out.npy | cut -d' ' -f1 > ino1\n"
+			   "w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
+			   "\"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? > rc\n"
+			   "ls -i out.npy | cut -d' ' -f1 > ino2\n");
+	long half = t_read_long(dir, "half");
+	cr_expect(half >= 10000 && half < 20000, "killed at %ld of 20000", half);
+	cr_expect_eq(t_read_long(dir, "rc"), 0, "%s", t_read_in(dir, "err2"));
+	cr_expect_eq(t_read_long(dir, "ino1"), t_read_long(dir, "ino2"), "the same file");
+	char *err2 = t_read_in(dir, "err2");
+	long skipped = 0;
+	const char *s = strstr(err2, "resumed: ");
+	cr_expect(s && sscanf(s, "resumed: %ld tasks were already done", &skipped) == 1, "%s",
+		  err2);
+	cr_expect(skipped >= half, "%ld skipped, %ld were done", skipped, half);
+	int rc = py(dir, PY_ROWS "a = np.load('out.npy'); d = np.load('out.npy.done')\n"
+				 "assert a.shape == (20000, 3)\n"
+				 "bad = np.nonzero((a != want(20000)).any(axis=1))[0]\n"
+				 "assert len(bad) == 0, bad[:10]\n"
+				 "assert (d == 1).all(), np.bincount(d)\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+	free(err2);
+}
+
+/* A resumed run refuses an array of another shape, and one without its done record. */
+Test(arrays, npy_resume_refuses_another_jobs_file, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, job_npy, "", 100, "out.npy", "");
+	cr_assert_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --resume --force --set sink.shape=4", dir),
+		2);
+	cr_expect(strstr(t_read_in(dir, "err"),
+			 "holds rows of (3,) <f4, the job writes rows of (4,) <f4"),
+		  "%s", t_read_in(dir, "err"));
+	t_sh(dir, "rm out.npy.done");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 2);
+	cr_expect(strstr(t_read_in(dir, "err"), "but its done record"), "%s",
+		  t_read_in(dir, "err"));
+}
+
+/* Two ranks, each its own full-size file, merged: equal to one run's; a merge with a
+ * rank missing names the first id it lacks and the files, one with a rank twice the
+ * id and both files; nothing is written by a refused merge. */
+static void ranks_and_merge(const char *plugin, const char *ext, const char *reader)
+{
+	const char *dir = t_tmpdir();
+	char sink[256];
+	snprintf(sink, sizeof sink,
+		 "[sink]\nplugin = %s\npath = out-{rank}.%s\ndtype = float32\n"
+		 "shape = 3\n",
+		 plugin, ext);
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\n[worker]\nplugin = rows\n[generator]\nplugin = range\n"
+	       "stop = 1000\n%s",
+	       sink);
+	char script[2048];
+	snprintf(script, sizeof script,
+		 "\"$GPUD\" run job.ini --ui off --rank 0/2 2>e0; echo $? > rc\n"
+		 "\"$GPUD\" run job.ini --ui off --rank 1/2 2>e1; echo $? >> rc\n"
+		 "\"$GPUD\" run job.ini --ui off --set sink.path=one.%s 2>e2; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays all.%s out-0.%s out-1.%s 2>m0; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays gap.%s out-0.%s 2>m1; echo $? >> rc\n"
+		 "cp out-0.%s dup.%s; cp out-0.%s.done dup.%s.done 2>/dev/null\n"
+		 "\"$GPUD\" merge-arrays twice.%s out-0.%s out-1.%s dup.%s 2>m2; echo $? >> rc\n"
+		 "ls gap.* twice.* 2>/dev/null | wc -l > left\n",
+		 ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext);
+	t_sh(dir, script);
+	char *rc = t_read_in(dir, "rc");
+	cr_expect_str_eq(rc, "0\n0\n0\n0\n2\n2\n", "%s\n%s\n%s", t_read_in(dir, "e0"),
+			 t_read_in(dir, "m0"), t_read_in(dir, "m1"));
+	char want[256];
+	snprintf(want, sizeof want, "task 64 is in none of out-0.%s (488 tasks missing in all)",
+		 ext);
+	cr_expect(strstr(t_read_in(dir, "m1"), want), "%s", t_read_in(dir, "m1"));
+	snprintf(want, sizeof want, "task 0 is in two shards: out-0.%s and dup.%s", ext, ext);
+	cr_expect(strstr(t_read_in(dir, "m2"), want), "%s", t_read_in(dir, "m2"));
+	cr_expect_eq(t_read_long(dir, "left"), 0, "a refused merge writes nothing");
+	char code[2048];
+	snprintf(code, sizeof code,
+		 PY_ROWS "%s\n"
+			 "all, d = load('all.%s'); one, _ = load('one.%s')\n"
+			 "r0, d0 = load('out-0.%s')\n"
+			 "assert all.shape == (1000, 3) and all.dtype == np.float32\n"
+			 "assert (all == one).all() and (all == want(1000)).all()\n"
+			 "assert (d == 1).all()\n"
+			 "mine = (np.arange(1000) // 64) %% 2 == 0\n"
+			 "assert (d0 == mine).all() and (r0[~mine] == 0).all()\n",
+		 reader, ext, ext, ext);
+	cr_expect_eq(py(dir, code), 0, "%s", t_read_in(dir, "py"));
+	free(rc);
+}
+
+Test(arrays, npy_two_ranks_merged_equal_one_run_and_gaps_and_duplicates_refused, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	ranks_and_merge("npy", "npy", "def load(p): return np.load(p), np.load(p + '.done')\n");
+}
+
+Test(arrays, hdf5_rows_at_their_ids, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	need_python(dir, true);
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = rows\nshort_id = 5\n"
+		    "[generator]\nplugin = range\nstop = 3000\n[sink]\nplugin = hdf5\n"
+		    "path = out.h5\ndataset = emb\ndtype = float32\nshape = 3\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	cr_expect(strstr(t_read_in(dir, "err"), "task 5 failed: sink: hdf5: the result is 8 "
+						"bytes, a row of "),
+		  "%s", t_read_in(dir, "err"));
+	int rc = py(dir,
+		    PY_ROWS "import h5py\n"
+			    "f = h5py.File('out.h5', 'r'); a = f['emb'][:]; d = f['emb_done'][:]\n"
+			    "w = want(3000); w[5] = 0\n"
+			    "assert a.shape == (3000, 3) and a.dtype == np.float32\n"
+			    "assert (a == w).all()\n"
+			    "assert d[5] == 2 and (np.delete(d, 5) == 1).all()\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+}
+
+Test(arrays, hdf5_kill_9_half_way_then_resume_gives_every_row_once, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	need_python(dir, true);
+	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = rows\nsleep_us = 200\n"
+		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = hdf5\n"
+		    "path = out.h5\ndtype = float32\nshape = 3\n");
+	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err1 & p=$!\n"
+			   "w '[ -f out.h5 ]'; sleep 1.5; kill -9 $p; wait $p 2>/dev/null\n"
+			   "w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
+			   "\"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 0, "%s", t_read_in(dir, "err2"));
+	cr_expect(strstr(t_read_in(dir, "err2"), "tasks were already done"), "%s",
+		  t_read_in(dir, "err2"));
+	int rc = py(dir, PY_ROWS
+		    "import h5py\n"
+		    "f = h5py.File('out.h5', 'r'); a = f['data'][:]; d = f['data_done'][:]\n"
+		    "assert (a == want(20000)).all()\n"
+		    "assert (d == 1).all(), np.bincount(d)\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+}
+
+Test(arrays, hdf5_two_ranks_merged_equal_one_run_and_gaps_and_duplicates_refused, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	need_python(dir, true);
+	ranks_and_merge("hdf5", "h5",
+			"import h5py\n"
+			"def load(p):\n"
+			"    f = h5py.File(p, 'r'); return f['data'][:], f['data_done'][:]\n");
+}
