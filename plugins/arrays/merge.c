@@ -161,20 +161,18 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 		goto oom;
 	/* Runs of rows from one shard, a block at most, read and written whole. */
 	for (uint64_t id = 0; id < rows;) {
+		if (status[id] != ARR_OK) { /* no row: it stays zero */
+			id++;
+			continue;
+		}
 		uint32_t o = owner[id];
 		uint64_t end = id + 1;
-		while (end < rows && end - id < block && owner[end] == o)
+		while (end < rows && end - id < block && owner[end] == o && status[end] == ARR_OK)
 			end++;
-		if (status[id] == ARR_OK) {
-			uint64_t k = id + 1;
-			while (k < end && status[k] == ARR_OK)
-				k++;
-			end = k;
-			if (fmt->read(&f[o], id, end - id, buf, &err) < 0 ||
-			    fmt->write(&out, id, end - id, buf, &err) < 0) {
-				fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
-				goto out;
-			}
+		if (fmt->read(&f[o], id, end - id, buf, &err) < 0 ||
+		    fmt->write(&out, id, end - id, buf, &err) < 0) {
+			fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
+			goto out;
 		}
 		id = end;
 	}
@@ -188,7 +186,10 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 	say_files(names, sizeof names, f, n);
 	fprintf(stderr, "gpud merge-arrays: %s: %llu rows from %zu shard%s (%s)", out_path,
 		(unsigned long long)rows, n, n == 1 ? "" : "s", names);
-	if (failed)
+	if (failed && strcmp(fmt->name, "hdf5") == 0)
+		fprintf(stderr, "; %llu tasks failed: their rows are zero, marked in %s_done",
+			(unsigned long long)failed, dataset ? dataset : "data");
+	else if (failed)
 		fprintf(stderr, "; %llu tasks failed: their rows are zero, marked in %s.done",
 			(unsigned long long)failed, out_path);
 	fputc('\n', stderr);

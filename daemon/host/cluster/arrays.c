@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,27 @@ int gpud_merge_arrays(int argc, char *const *argv)
 			"gpud merge-arrays: %s is neither a .npy nor an HDF5 file (or cannot be "
 			"read)\n",
 			first);
+		return 2;
+	}
+	const char *out = NULL;
+	for (int i = 0, k = 0; i < argc && !out; i++) {
+		if (!strcmp(argv[i], "--dataset"))
+			i++;
+		else if (argv[i][0] != '-' && k++ == 0)
+			out = argv[i];
+	}
+	size_t ol = out ? strlen(out) : 0;
+	bool says_npy = ol > 4 && !strcmp(out + ol - 4, ".npy");
+	bool says_h5 = (ol > 3 && !strcmp(out + ol - 3, ".h5")) ||
+		       (ol > 5 && !strcmp(out + ol - 5, ".hdf5"));
+	if ((says_npy && strcmp(fmt, "npy") != 0) || (says_h5 && strcmp(fmt, "hdf5") != 0)) {
+		fprintf(stderr,
+			"gpud merge-arrays: the shards are %s files (%s is one), the output %s "
+			"is named for another format\n",
+			fmt == NULL           ? "?"
+			: !strcmp(fmt, "npy") ? ".npy"
+					      : "HDF5",
+			first, out);
 		return 2;
 	}
 	char err[1024];
