@@ -16,8 +16,8 @@
  *
  * Results are gathered in blocks of rows (an aligned window of up to 4 MiB, at least one
  * row) and written as hyperslabs, one per run of consecutive rows, when a result falls
- * outside the window, when the window is full, a second after its first result, and at
- * the end; each run's done bytes are written only after its rows. A row its done record
+ * outside the window, when the window is full, at the first result a second or more
+ * after the window's first, and at the end; each run's done bytes are written only after its rows. A row its done record
  * does not mark (one still in the window when the host was killed) runs again on
  * --resume (what the file holds decides, not the journal).
  *
