@@ -91,6 +91,21 @@ Test(arrays, npy_a_result_of_the_wrong_size_fails_its_task_alone, .timeout = 60)
 				 "assert (a == w).all()\n"
 				 "assert d[7] == 2 and (np.delete(d, 7) == 1).all(), d[:10]\n");
 	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+	/* The journal has it as an error: --resume runs nothing (and says an earlier attempt
+	 * failed); --retry-failed runs task 7 alone, which now fits. */
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	cr_expect(strstr(t_read_in(dir, "err"), "500 tasks were already done") ||
+			  strstr(t_read_in(dir, "err"), "already finished"),
+		  "%s", t_read_in(dir, "err"));
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --resume --retry-failed --force "
+			    "--set worker.short_id=-1",
+			    dir),
+		     0, "%s", t_read_in(dir, "err"));
+	cr_expect(strstr(t_read_in(dir, "err"), "1 tasks: 1 ok"), "%s", t_read_in(dir, "err"));
+	rc = py(dir, PY_ROWS "a = np.load('out.npy'); d = np.load('out.npy.done')\n"
+			     "assert (a == want(500)).all() and (d == 1).all()\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
 	free(err);
 }
 
