@@ -17,9 +17,9 @@
  * Results are gathered in blocks of rows (an aligned window of up to 4 MiB, at least one
  * row) and written as hyperslabs, one per run of consecutive rows, when a result falls
  * outside the window, when the window is full, at the first result a second or more
- * after the window's first, and at the end; each run's done bytes are written only after its rows. A row its done record
- * does not mark (one still in the window when the host was killed) runs again on
- * --resume (what the file holds decides, not the journal).
+ * after the window's first, and at the end; each run's done bytes are written only after
+ * its rows. A row its done record does not mark (one still in the window when the host
+ * was killed) runs again on --resume (what the file holds decides, not the journal).
  *
  * A result whose size is not a row's fails its task (GPUD_SINK_TASK_FAILED), naming
  * both sizes. With ranks, `path` must hold {rank}: each rank a full-size file of its
