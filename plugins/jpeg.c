@@ -274,16 +274,16 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 		s->pixels_cap = size;
 	}
 	int flags = s->strict ? TJFLAG_STOPONWARNING : 0;
-	if (tjDecompress2(s->tj, task->input, (unsigned long)task->input_size, s->pixels, sw, 0,
-			  sh, cmyk ? TJPF_CMYK : TJPF_RGB, flags) < 0 &&
+	if (tjDecompress2(s->tj, task->input, (unsigned long)task->input_size, s->pixels, sw, 0, sh,
+			  cmyk ? TJPF_CMYK : TJPF_RGB, flags) < 0 &&
 	    (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
-		return gpud_task_reject(task, "jpeg: cannot decode this %d x %d image: %s", iw,
-					ih, tjGetErrorStr2(s->tj));
+		return gpud_task_reject(task, "jpeg: cannot decode this %d x %d image: %s", iw, ih,
+					tjGetErrorStr2(s->tj));
 	if (cmyk)
 		cmyk_to_rgb(s->pixels, (size_t)sw * (size_t)sh);
 	if (resize(s, sw, sh, task->result.data) < 0)
-		return gpud_task_fail(task, "jpeg: out of memory resizing %d x %d to %d x %d",
-				      sw, sh, s->width, s->height);
+		return gpud_task_fail(task, "jpeg: out of memory resizing %d x %d to %d x %d", sw,
+				      sh, s->width, s->height);
 	task->result.size = need;
 	return 0;
 }
