@@ -320,6 +320,35 @@ def _counted(results, n):
     return results
 
 
+def _loads_result(data):
+    """A Python stage's result (dumps(): a pickle, or framed with its buffers) as the
+    next stage's input: the object, on a copy of its own."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.nbytes >= 4 and bytes(mv[:4]) == b"GPD5":
+        return loads_framed(bytearray(mv))
+    return pickle.loads(mv)
+
+
+def _input_loader(kind):
+    """What a task's bytes become for the class (Dispatcher's stages, gpud._stages):
+    "bytes"; "result" (a Python stage's result); "array:DTYPE:D0,D1,...": a NumPy
+    array of that dtype and shape, copied out of the ring (a C stage's pixels)."""
+    if kind == "result":
+        return _loads_result
+    if kind.startswith("array:"):
+        import numpy
+
+        _, dtype, shape = kind.split(":", 2)
+        dtype = numpy.dtype(dtype)
+        shape = tuple(int(x) for x in shape.split(","))
+
+        def as_array(data):
+            return numpy.frombuffer(data, dtype).reshape(shape).copy()
+
+        return as_array
+    return bytes
+
+
 class SetupFailed(Exception):
     """A setup() that raised: its message is the error's line, then the traceback."""
 
@@ -361,7 +390,7 @@ class Worker:
         sys.modules["gpud"]._in_worker = True
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
-        self.loads = loads_items if gpud_input == "pickle" else bytes
+        self.loads = loads_items if gpud_input == "pickle" else _input_loader(gpud_input)
         self.chunked = gpud_chunked == "1"
         self.batch = max(1, int(gpud_batch))
         self.retries = int(gpud_retries)
