@@ -123,16 +123,19 @@ def parse(stages):
     return out
 
 
-def keys(stages, worker_keys, worker_script, value, first_input):
+def keys(stages, worker_keys, worker_script, value, first_input, worker_python):
     """The [stage.NAME] keys of `stages`, in order, and the input kind the worker gets.
 
     worker_keys(cls, setup_kwargs): the gpud_* keys that load a Python class in a
     worker (Dispatcher._worker_keys, as "worker.KEY" pairs); value(v): a key's text;
     first_input: what the first stage gets ("pickle": the program's items, pickled;
-    "bytes": a generator plugin's, or the program's given raw to a C stage)."""
+    "bytes": a generator plugin's, or the program's given raw to a C stage);
+    worker_python: whether the worker is a Python class. A Python stage in front of a
+    C stage or a C worker gives its results as bytes (gpud_output = raw)."""
     out = []
     given = first_input
-    for st in stages:
+    for i, st in enumerate(stages):
+        nxt_python = stages[i + 1].python if i + 1 < len(stages) else worker_python
         p = f"stage.{st.name}."
         if st.python:
             cls = st.what
@@ -141,6 +144,8 @@ def keys(stages, worker_keys, worker_script, value, first_input):
                     (p + "result", "bytes")]
             out += [(p + k[len("worker."):], v) for k, v in worker_keys(cls, st.keys)]
             out.append((p + "gpud_input", given))
+            if not nxt_python:
+                out.append((p + "gpud_output", "raw"))
         else:
             out.append((p + "plugin", os.fspath(st.what)))
             for k, v in st.keys.items():
@@ -150,7 +155,7 @@ def keys(stages, worker_keys, worker_script, value, first_input):
                 out.append((p + k, value(v)))
         for k, v in st.own.items():
             out.append((p + k, value(v)))
-        given = st.gives()
+        given = st.gives() if not (st.python and not nxt_python) else "bytes"
     return out, given
 
 

@@ -243,6 +243,10 @@ class Dispatcher:
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
+            if self._sink_plugin():
+                # A sink plugin takes the results' own bytes (an array's data), not
+                # their pickles.
+                keys.append(("worker.gpud_output", "raw"))
             codec = 1
             if chunked:
                 # Each task is a pickled list of items, pickled here (_Chunks), and its
@@ -281,13 +285,18 @@ class Dispatcher:
         items_pickled = python_items and stages[0].python
         more, given = _stages.keys(
             stages, lambda c, kw: self._worker_keys(c, base_seed, kw), _WORKER_SCRIPT,
-            _value, "pickle" if items_pickled else "bytes")
+            _value, "pickle" if items_pickled else "bytes", worker_python)
         keys = [(k, given) if k == "worker.gpud_input" else (k, v) for k, v in keys]
         if not worker_python and any(st.python for st in stages):
             keys.append(("job.python", self.options.get("python") or sys.executable))
         elif not worker_python and self.options.get("python"):
             keys.append(("job.python", self.options["python"]))
         return keys + more, _stages.codec(items_pickled, worker_python)
+
+    def _sink_plugin(self):
+        """Whether a sink plugin, not the callbacks, takes the results."""
+        o = self.options
+        return bool((o.get("sink") or {}).get("plugin") or "sink.plugin" in (o.get("keys") or {}))
 
     def _item_retries(self):
         """How often a worker runs an item of a chunk again when process() raised
@@ -389,10 +398,12 @@ class Dispatcher:
         o = self.options
         k = o.get("chunksize")
         python_pair = not isinstance(self.worker_cls, (str, os.PathLike)) and generator is not None
-        if self._stages:  # a stage's task is one item: what it gives is the next's input
+        if self._stages or self._sink_plugin():
+            # A stage's task is one item (what it gives is the next's input), and a
+            # sink plugin takes one result a task.
             if k is not None and int(k) > 1:
-                raise JobError(f"Dispatcher: chunksize={k} with stages: each item goes "
-                               "through the stages as a task of its own (chunksize=1)")
+                raise JobError(f"Dispatcher: chunksize={k} with stages or a sink plugin: "
+                               "each item is a task of its own (chunksize=1)")
             return 1
         if k is not None:
             k = int(k)
