@@ -102,6 +102,19 @@ class Upper:
         return (data.encode() if isinstance(data, str) else bytes(data)).upper()
 
 
+class Vector:
+    """float32 arrays, every other one a reversed (non-contiguous) view."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, x):
+        import numpy as np
+
+        v = np.arange(3, dtype=np.float32) + int(x)
+        return v[::-1] if int(x) % 2 else v
+
+
 def jpegs(n):
     import numpy as np
     from PIL import Image
@@ -195,6 +208,17 @@ def mode_plugins():
     with open(out2) as f:
         lines = sorted((json.loads(x)["task_id"], json.loads(x)["result"]) for x in f)
     check(lines == [(0, "AB"), (1, "CD")], f"a Python class's results to a sink plugin: {lines}")
+    # Arrays to a sink plugin: their data in C order (a view reversed, too).
+    try:
+        import numpy as np
+    except ImportError:
+        print("SKIP: arrays to a sink plugin (no NumPy)", flush=True)
+    else:
+        folder = out + ".arrays"
+        Dispatcher(Vector, GPUS, sink={"plugin": "files", "dir": folder}).run(range(4), None)
+        rows = {i: np.fromfile(os.path.join(folder, str(i)), np.float32).tolist() for i in range(4)}
+        check(rows == {i: ([i, i + 1.0, i + 2.0] if i % 2 == 0 else [i + 2.0, i + 1.0, i])
+                       for i in range(4)}, f"arrays' data to a sink plugin: {rows}")
     # Specs refused before anything runs, saying what is wrong.
     for bad, words in (({"height": 3}, "names its \"plugin\""),
                        (42, "is not a stage"),
