@@ -249,12 +249,21 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 					"max_result_bytes (%zu): raise [job] max_result_bytes "
 					"(and max_task_bytes, the next stage's input)",
 					s->height, s->width, need, task->result.capacity);
-	int iw, ih, subsamp, colorspace;
+	int iw = 0, ih = 0, subsamp = -1, colorspace = -1;
 	if (task->input_size > ULONG_MAX ||
 	    tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size, &iw, &ih,
 				&subsamp, &colorspace) < 0)
 		return gpud_task_reject(task, "jpeg: not a JPEG it can read (%zu bytes): %s",
 					task->input_size, tjGetErrorStr2(s->tj));
+	/* A header cut short can come back "read" with no frame in it: its sizes are not
+	 * believed unless a JPEG could have them. */
+	if (iw < 1 || ih < 1 || iw > 65535 || ih > 65535)
+		return gpud_task_reject(
+			task,
+			"jpeg: not a JPEG it can read (%zu bytes): no image size in "
+			"its header%s%s",
+			task->input_size, tjGetErrorStr2(s->tj)[0] ? ": " : "",
+			tjGetErrorStr2(s->tj));
 	tjscalingfactor f = choose_scale(iw, ih, s->width, s->height);
 	int sw = TJSCALED(iw, f), sh = TJSCALED(ih, f);
 	int cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;

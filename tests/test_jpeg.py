@@ -161,13 +161,16 @@ def test_corrupt(d):
         f.write(whole[: len(whole) // 3])
     with open(os.path.join(d, "imgs", "z_not_jpeg.jpg"), "wb") as f:
         f.write(b"GIF89a, not a JPEG at all")
-    names = [good[0], "z_truncated.jpg", good[1], "z_not_jpeg.jpg", good[2]]
+    # A JPEG's first marker, then no frame (its segment runs past the end).
+    with open(os.path.join(d, "imgs", "z_header_only.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 this is no JPEG")
+    names = [good[0], "z_truncated.jpg", good[1], "z_not_jpeg.jpg", good[2], "z_header_only.jpg"]
     r = job(d, names, job_keys="max_retries = 2",
             sink="[sink]\nplugin = jsonl\npath = out.jsonl\n")
     check(r.returncode == 1, f"a run with damaged images ends 1 (some tasks failed): {r.returncode}")
     lines = [json.loads(x) for x in open(os.path.join(d, "out.jsonl"))]
     by_id = {x["task_id"]: x for x in lines}
-    check(sorted(by_id) == list(range(5)) and len(lines) == 5, "every task one line")
+    check(sorted(by_id) == list(range(6)) and len(lines) == 6, "every task one line")
     check(all(by_id[i]["status"] == "ok" for i in (0, 2, 4)),
           "the good images around the damaged ones succeed")
     t, n = by_id.get(1, {}), by_id.get(3, {})
@@ -175,6 +178,10 @@ def test_corrupt(d):
           f"the truncated image fails alone with the decoder's message: {t}")
     check(n.get("status") == "error" and "Not a JPEG file" in n.get("error", ""),
           f"the file that is no JPEG fails alone with the decoder's message: {n}")
+    h = by_id.get(5, {})
+    check(h.get("status") == "error" and "jpeg: not a JPEG it can read" in h.get("error", ""),
+          f"a header with no frame fails alone, its worker alive: {h}")
+    check(r.stderr.count("exited with status") == 0, f"no stage worker died: {r.stderr[-500:]}")
     check(t.get("attempt", 0) == 0 and n.get("attempt", 0) == 0,
           "a damaged image is not retried (max_retries = 2): its input will not change")
     # strict = false: the decoder's best effort for the truncated file.
