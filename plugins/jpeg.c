@@ -239,9 +239,10 @@ static void cmyk_to_rgb(unsigned char *p, size_t n)
 	}
 }
 
-GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+/* Task `task` decoded into its result; -1 after gpud_task_reject/fail. *tj_failed: a
+ * TurboJPEG call failed (or only warned), so its handle is not to be used again. */
+static int decode(struct jpeg_state *s, struct gpud_task *task, int *tj_failed)
 {
-	struct jpeg_state *s = state;
 	size_t need = (size_t)s->width * (size_t)s->height * 3;
 	if (need > task->result.capacity)
 		return gpud_task_reject(task,
@@ -251,19 +252,20 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 					s->height, s->width, need, task->result.capacity);
 	int iw = 0, ih = 0, subsamp = -1, colorspace = -1;
 	if (task->input_size > ULONG_MAX ||
-	    tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size, &iw, &ih,
-				&subsamp, &colorspace) < 0)
+	    (*tj_failed = tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size,
+					      &iw, &ih, &subsamp, &colorspace) < 0))
 		return gpud_task_reject(task, "jpeg: not a JPEG it can read (%zu bytes): %s",
 					task->input_size, tjGetErrorStr2(s->tj));
 	/* A header cut short can come back "read" with no frame in it: its sizes are not
 	 * believed unless a JPEG could have them. */
 	if (iw < 1 || ih < 1 || iw > 65535 || ih > 65535)
-		return gpud_task_reject(
-			task,
-			"jpeg: not a JPEG it can read (%zu bytes): no image size in "
-			"its header%s%s",
-			task->input_size, tjGetErrorStr2(s->tj)[0] ? ": " : "",
-			tjGetErrorStr2(s->tj));
+		return *tj_failed = 1,
+		       gpud_task_reject(
+			       task,
+			       "jpeg: not a JPEG it can read (%zu bytes): no image size in "
+			       "its header%s%s",
+			       task->input_size, tjGetErrorStr2(s->tj)[0] ? ": " : "",
+			       tjGetErrorStr2(s->tj));
 	tjscalingfactor f = choose_scale(iw, ih, s->width, s->height);
 	int sw = TJSCALED(iw, f), sh = TJSCALED(ih, f);
 	int cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
@@ -283,9 +285,9 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 		s->pixels_cap = size;
 	}
 	int flags = s->strict ? TJFLAG_STOPONWARNING : 0;
-	if (tjDecompress2(s->tj, task->input, (unsigned long)task->input_size, s->pixels, sw, 0, sh,
-			  cmyk ? TJPF_CMYK : TJPF_RGB, flags) < 0 &&
-	    (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
+	*tj_failed = tjDecompress2(s->tj, task->input, (unsigned long)task->input_size, s->pixels,
+				   sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB, flags) < 0;
+	if (*tj_failed && (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
 		return gpud_task_reject(task, "jpeg: cannot decode this %d x %d image: %s", iw, ih,
 					tjGetErrorStr2(s->tj));
 	if (cmyk)
@@ -295,6 +297,24 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 				      sh, s->width, s->height);
 	task->result.size = need;
 	return 0;
+}
+
+GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
+{
+	struct jpeg_state *s = state;
+	if (!s->tj) {
+		s->tj = tjInitDecompress();
+		if (!s->tj)
+			return gpud_task_fatal(task, "jpeg: TurboJPEG: %s", tjGetErrorStr2(NULL));
+	}
+	int tj_failed = 0, rc = decode(s, task, &tj_failed);
+	/* After an error (or a warning) a TurboJPEG handle of libjpeg-turbo 2.1 fails
+	 * every later header with the same message: the next task gets a fresh one. */
+	if (tj_failed) {
+		tjDestroy(s->tj);
+		s->tj = tjInitDecompress(); /* NULL: made again by the next task */
+	}
+	return rc;
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)

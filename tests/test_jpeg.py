@@ -164,14 +164,26 @@ def test_corrupt(d):
     # A JPEG's first marker, then no frame (its segment runs past the end).
     with open(os.path.join(d, "imgs", "z_header_only.jpg"), "wb") as f:
         f.write(b"\xff\xd8\xff\xe0 this is no JPEG")
-    names = [good[0], "z_truncated.jpg", good[1], "z_not_jpeg.jpg", good[2], "z_header_only.jpg"]
-    r = job(d, names, job_keys="max_retries = 2",
+    # A Huffman table whose counts add up to more than it holds: an error in the
+    # middle of the header (after which libjpeg-turbo 2.1's handle failed every later
+    # header with the same message, until the stage made it anew).
+    at = whole.index(b"\xff\xc4") + 5
+    with open(os.path.join(d, "imgs", "z_bad_huffman.jpg"), "wb") as f:
+        f.write(whole[:at] + b"\xff" * 16 + whole[at + 16:])
+    # One stage worker: every good image after a damaged one decodes on the worker
+    # that just failed.
+    names = [good[0], "z_truncated.jpg", good[1], "z_not_jpeg.jpg", good[2],
+             "z_header_only.jpg", good[0], "z_bad_huffman.jpg", good[1]]
+    r = job(d, names, job_keys="max_retries = 2", stage="workers = 1",
             sink="[sink]\nplugin = jsonl\npath = out.jsonl\n")
     check(r.returncode == 1, f"a run with damaged images ends 1 (some tasks failed): {r.returncode}")
     lines = [json.loads(x) for x in open(os.path.join(d, "out.jsonl"))]
     by_id = {x["task_id"]: x for x in lines}
-    check(sorted(by_id) == list(range(6)) and len(lines) == 6, "every task one line")
-    check(all(by_id[i]["status"] == "ok" for i in (0, 2, 4)),
+    check(sorted(by_id) == list(range(9)) and len(lines) == 9, "every task one line")
+    check(by_id.get(7, {}).get("status") == "error"
+          and "Bogus Huffman table" in by_id.get(7, {}).get("error", ""),
+          f"a bad Huffman table fails with the decoder's message: {by_id.get(7)}")
+    check(all(by_id[i]["status"] == "ok" for i in (0, 2, 4, 6, 8)),
           "the good images around the damaged ones succeed")
     t, n = by_id.get(1, {}), by_id.get(3, {})
     check(t.get("status") == "error" and "Premature end of JPEG file" in t.get("error", ""),
