@@ -251,9 +251,12 @@ static int decode(struct jpeg_state *s, struct gpud_task *task, int *tj_failed)
 					"(and max_task_bytes, the next stage's input)",
 					s->height, s->width, need, task->result.capacity);
 	int iw = 0, ih = 0, subsamp = -1, colorspace = -1;
-	if (task->input_size > ULONG_MAX ||
-	    (*tj_failed = tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size,
-					      &iw, &ih, &subsamp, &colorspace) < 0))
+	if (task->input_size > ULONG_MAX)
+		return gpud_task_reject(task, "jpeg: %zu bytes is too large", task->input_size);
+	*tj_failed = tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size, &iw,
+					 &ih, &subsamp, &colorspace) < 0;
+	/* strict = false: a header read with a warning only (extraneous bytes) goes on. */
+	if (*tj_failed && (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
 		return gpud_task_reject(task, "jpeg: not a JPEG it can read (%zu bytes): %s",
 					task->input_size, tjGetErrorStr2(s->tj));
 	/* A header cut short can come back "read" with no frame in it: its sizes are not
