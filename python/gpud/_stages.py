@@ -43,6 +43,12 @@ class Stage:
                             "process()) or a C worker plugin's name or path")
         self.what = what
         self.keys = keys
+        if not self.python and _plugin_name(os.fspath(what)) == "jpeg":
+            missing = [k for k in ("height", "width") if k not in keys]
+            if missing:
+                raise TypeError(f"gpud.Stage(\"jpeg\"): {' and '.join(missing)} "
+                                f"{'is' if len(missing) == 1 else 'are'} required (its "
+                                "results are height x width x 3 uint8 pixels)")
         self.own = {k: v for k, v in (("workers", workers), ("task_timeout", task_timeout),
                                       ("max_retries", max_retries)) if v is not None}
         if name is None:

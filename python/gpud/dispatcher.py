@@ -552,6 +552,12 @@ class Dispatcher:
                     raise RuntimeError(
                         f"All workers failed during setup ({setup_failed} setup failures; "
                         f"the first: {lines[-1] if lines else first})")
+                lines = (first or "").strip().splitlines()
+                if setup_failed and lines and "stage" in error:
+                    # A stage whose workers all failed their setup: why, as for the
+                    # GPU workers above.
+                    raise RunAborted(f"{error} ({setup_failed} setup failures; the first: "
+                                     f"{lines[-1]})")
                 raise RunAborted(error)
             return stats
 

@@ -102,6 +102,14 @@ class Upper:
         return (data.encode() if isinstance(data, str) else bytes(data)).upper()
 
 
+class Broken:
+    def setup(self, gpu_id, seed):
+        raise RuntimeError("no model here")
+
+    def process(self, x):
+        return x
+
+
 class Vector:
     """float32 arrays, every other one a reversed (non-contiguous) view."""
 
@@ -221,6 +229,8 @@ def mode_plugins():
                        for i in range(4)}, f"arrays' data to a sink plugin: {rows}")
     # Specs refused before anything runs, saying what is wrong.
     for bad, words in (({"height": 3}, "names its \"plugin\""),
+                       ("jpeg", "height and width are required"),
+                       ({"plugin": "jpeg", "height": 3}, "width is required"),
                        (42, "is not a stage"),
                        ({"plugin": "jpeg", "class": Mean}, "not both")):
         try:
@@ -236,6 +246,13 @@ def mode_plugins():
         check("chunksize=8 with stages" in str(e), f"chunksize with stages: {e}")
     else:
         check(False, "chunksize=8 with stages refused")
+    # A stage none of whose workers could be set up: RunAborted says why.
+    try:
+        Dispatcher(Mean, GPUS, stages=[Stage(Broken)]).run([1], lambda *a: None)
+    except gpud.RunAborted as e:
+        check("stage broken" in str(e) and "no model here" in str(e), f"why: {e}")
+    else:
+        check(False, "RunAborted for a stage that cannot be set up")
     try:
         Dispatcher(Mean, GPUS, keys={"stage.d.plugin": "jpeg"}).run([b"x"], lambda *a: None)
     except gpud.JobError as e:
