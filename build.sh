@@ -21,10 +21,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # libpython3.11-dev: the python plugins (skipped cleanly when meson finds no python3-embed).
-need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev)
+# libturbojpeg0-dev: the jpeg stage (skipped cleanly when meson finds no libturbojpeg).
+need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libturbojpeg0-dev)
 case "${1:-}" in
   demo|bench|install|python) ;;
-  test) need+=(g++ libcriterion-dev tmux python3-numpy openmpi-bin clang-format) ;;
+  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil openmpi-bin clang-format) ;;
   *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]" >&2; exit 2 ;;
 esac
 

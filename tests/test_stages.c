@@ -96,8 +96,9 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 5\n"));
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
 	chk = t_read_in(dir, "out");
-	cr_expect(chk && strstr(chk, " (no workers =: the cores left over by the GPU workers, "
-				     "at least 1); "),
+	cr_expect(chk && strstr(chk, " (no workers =: the cores it may use, less the named "
+				     "stages' workers and a core per 4 GPU workers, shared, at "
+				     "least 1); "),
 		  "%s", chk);
 	free(chk);
 	stage_job(dir, 20000, "", "", "");

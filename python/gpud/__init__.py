@@ -92,6 +92,10 @@ def __getattr__(name):
         from ._worker import stack
 
         return stack
+    if name == "Stage":
+        from ._stages import Stage
+
+        return Stage
     if name == "RichDispatcher":
         from .ui import RichDispatcher
 
@@ -103,6 +107,7 @@ __all__ = [
     "BaseWorker",
     "Dispatcher",
     "RichDispatcher",
+    "Stage",
     "stack",
     "WorkerFatal",
     "TaskRejected",

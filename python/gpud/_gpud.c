@@ -69,7 +69,23 @@ enum codec {
 	CODEC_PICKLE = 1, /* pickle protocol 5 (the package's Python worker) */
 	CODEC_PARTS = 2,  /* items encoded already: bytes, or a list of buffers written one
 			     after another (the package's chunks); results as CODEC_RAW */
+	/* CPU stages between (Dispatcher's stages=): what the first stage takes and what
+	 * the last worker gives differ. */
+	CODEC_RAW_PICKLE = 3, /* items as CODEC_RAW (a C stage first), results as
+				 CODEC_PICKLE (a Python worker class last) */
+	CODEC_PICKLE_RAW = 4, /* items as CODEC_PICKLE (a Python stage first), results as
+				 CODEC_RAW (a C worker plugin last) */
 };
+
+static bool results_pickled(enum codec c)
+{
+	return c == CODEC_PICKLE || c == CODEC_RAW_PICKLE;
+}
+
+static bool items_pickled(enum codec c)
+{
+	return c == CODEC_PICKLE || c == CODEC_PICKLE_RAW;
+}
 
 struct run_ctx {
 	gpud_job *job;
@@ -185,8 +201,8 @@ static void keep_error(struct run_ctx *c, const char *where)
  * package's decoder, which needs a copy of its own), or a copy of the bytes. */
 static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
 {
-	if (c->codec != CODEC_PICKLE || size == 0)
-		return size == 0 && c->codec == CODEC_PICKLE
+	if (!results_pickled(c->codec) || size == 0)
+		return size == 0 && results_pickled(c->codec)
 			       ? (Py_INCREF(Py_None), Py_None)
 			       : PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
 	if (size >= 4 && memcmp(data, "GPD5", 4) == 0) {
@@ -431,7 +447,7 @@ static int sink_resume(void *ctx, void (*done)(void *done_ctx, uint64_t task_id,
  * reference to a bytes object, or NULL with an exception. */
 static PyObject *encode_item(struct run_ctx *c, PyObject *item)
 {
-	if (c->codec == CODEC_PICKLE)
+	if (items_pickled(c->codec))
 		return PyObject_CallFunctionObjArgs(c->dumps, item, c->five, NULL);
 	if (PyBytes_Check(item) || (c->codec == CODEC_PARTS && PyList_Check(item))) {
 		Py_INCREF(item);

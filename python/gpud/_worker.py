@@ -320,6 +320,55 @@ def _counted(results, n):
     return results
 
 
+def _loads_result(data):
+    """A Python stage's result (dumps(): a pickle, or framed with its buffers) as the
+    next stage's input: the object, on a copy of its own."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.nbytes >= 4 and bytes(mv[:4]) == b"GPD5":
+        return loads_framed(bytearray(mv))
+    return pickle.loads(mv)
+
+
+def _raw_bytes(r):
+    """A result as the bytes a sink plugin or a C stage gets: a buffer (bytes, an
+    array: its data in C order), or str as UTF-8; TypeError for anything else."""
+    if isinstance(r, (bytes, bytearray)):
+        return r
+    if isinstance(r, str):
+        return r.encode()
+    if isinstance(r, memoryview):
+        return r.tobytes()
+    if hasattr(r, "__array_interface__") or type(r).__module__ == "numpy":
+        import numpy
+
+        return numpy.ascontiguousarray(r)
+    try:
+        return memoryview(r).tobytes()
+    except TypeError:
+        raise TypeError(f"the result {type(r).__qualname__} goes to a sink plugin or a C "
+                        "stage, which take bytes: return bytes, str or an array") from None
+
+
+def _input_loader(kind):
+    """What a task's bytes become for the class (Dispatcher's stages, gpud._stages):
+    "bytes"; "result" (a Python stage's result); "array:DTYPE:D0,D1,...": a NumPy
+    array of that dtype and shape, copied out of the ring (a C stage's pixels)."""
+    if kind == "result":
+        return _loads_result
+    if kind.startswith("array:"):
+        import numpy
+
+        _, dtype, shape = kind.split(":", 2)
+        dtype = numpy.dtype(dtype)
+        shape = tuple(int(x) for x in shape.split(","))
+
+        def as_array(data):
+            return numpy.frombuffer(data, dtype).reshape(shape).copy()
+
+        return as_array
+    return bytes
+
+
 class SetupFailed(Exception):
     """A setup() that raised: its message is the error's line, then the traceback."""
 
@@ -351,7 +400,8 @@ class Worker:
 
     def _setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
               gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
-              gpud_retries="0", gpud_result_max="1048576", gpud_argv="", **unused):
+              gpud_retries="0", gpud_result_max="1048576", gpud_argv="", gpud_output="pickle",
+              **unused):
         if gpud_argv:  # before the script is loaded: its top level may read sys.argv
             sys.argv = pickle.loads(base64.b64decode(gpud_argv))
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
@@ -361,8 +411,9 @@ class Worker:
         sys.modules["gpud"]._in_worker = True
         cls = _find_class(gpud_target, gpud_main)
         kwargs = pickle.loads(base64.b64decode(gpud_setup)) if gpud_setup else {}
-        self.loads = loads_items if gpud_input == "pickle" else bytes
+        self.loads = loads_items if gpud_input == "pickle" else _input_loader(gpud_input)
         self.chunked = gpud_chunked == "1"
+        self.raw = gpud_output == "raw"
         self.batch = max(1, int(gpud_batch))
         self.retries = int(gpud_retries)
         self.result_max = int(gpud_result_max)
@@ -477,8 +528,38 @@ class Worker:
             data = dumps(got)
         return data
 
+    def _raw_batch(self, items):
+        """The results as their own bytes, not pickled (gpud_output = raw: a sink
+        plugin or a C stage takes them): bytes-like as they are, str as UTF-8, an
+        array's data in C order."""
+        loads = self.loads
+        results = None
+        if self.user_batch is not None:
+            try:
+                results = _counted(self.user_batch([loads(x) for x in items]), len(items))
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                if _is_timeout(e):
+                    return _timed_out(e, [], len(items))
+                return [_failure(e)] * len(items)
+        out = []
+        for j, x in enumerate(items):
+            try:
+                r = results[j] if results is not None else self.worker.process(loads(x))
+                out.append(r if isinstance(r, BaseException) else _raw_bytes(r))
+            except BaseException as e:
+                if _is_fatal(e):
+                    raise
+                if _is_timeout(e):
+                    return _timed_out(e, out, len(items))
+                out.append(_failure(e))
+        return out
+
     def process_batch(self, items):
         loads = self.loads
+        if self.raw:
+            return self._raw_batch(items)
         if self.chunked:
             out = []
             for x in items:

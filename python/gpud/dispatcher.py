@@ -11,6 +11,7 @@ import sys
 from time import perf_counter as _clock, sleep as _sleep
 
 from . import JobError, RunAborted
+from . import _stages
 
 _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 
@@ -170,7 +171,10 @@ class Dispatcher:
     metrics_file, refresh_rate; journal (a path, or True for "<script>.journal" in the
     current folder), resume=True, retry_failed=True, force=True; python (the
     workers' interpreter: this one by default); ui ("off", "plain", "dashboard");
-    stats_json (a path); job (a job file the options apply on top of); keys (a dict
+    stats_json (a path); stages (a list of CPU stages in front of the worker:
+    gpud.Stage(Class or "plugin", **keys), or dicts {"plugin": "jpeg", ...} /
+    {"class": Decode, ...}; each item goes through them in turn, the last one's result
+    is the worker's input; docs/python.md); job (a job file the options apply on top of); keys (a dict
     {"section.key": value} of any other key); generator / sink (a dict of a built-in
     or .so generator / sink plugin's keys, with "plugin"); prefetch (items read ahead
     from the generator at most, 256, and never more than queue_size); chunksize (items per gpud task: None, the
@@ -186,12 +190,13 @@ class Dispatcher:
         self.options = dict(options)
         known = set(_OPTION_KEYS) | {
             "journal", "resume", "retry_failed", "force", "python", "ui", "stats_json",
-            "job", "keys", "generator", "sink", "prefetch", "tty", "chunksize",
+            "job", "keys", "generator", "sink", "prefetch", "tty", "chunksize", "stages",
         }
         unknown = sorted(set(self.options) - known)
         if unknown:
             raise TypeError(
                 f"Dispatcher(): unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        self._stages = _stages.parse(self.options.get("stages"))
         self.stats = None
 
     # ---- the job's keys ----
@@ -238,6 +243,10 @@ class Dispatcher:
             keys.extend(self._worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
+            if self._sink_plugin():
+                # A sink plugin takes the results' own bytes (an array's data), not
+                # their pickles.
+                keys.append(("worker.gpud_output", "raw"))
             codec = 1
             if chunked:
                 # Each task is a pickled list of items, pickled here (_Chunks), and its
@@ -249,21 +258,45 @@ class Dispatcher:
                 keys.append(("worker.gpud_result_max",
                              str(_size(o.get("max_result_bytes"), 1 << 20))))
                 codec = 2  # the chunks come framed already (gpud._worker.frame)
-        if o.get("python") and isinstance(cls, (str, os.PathLike)):
+        if self._stages:
+            keys, codec = self._stage_keys(keys, base_seed, python_items)
+        elif o.get("python") and isinstance(cls, (str, os.PathLike)):
             keys.append(("job.python", o["python"]))  # a Python class's is set above
         for section in ("generator", "sink"):
             for k, v in (o.get(section) or {}).items():
                 keys.append((f"{section}.{k}", _value(v)))
         for k, v in (o.get("keys") or {}).items():
             if str(k).startswith("stage.") and not isinstance(cls, (str, os.PathLike)):
-                # A stage's result is the next one's input as bytes, where this class
-                # gets a pickled item: the two cannot meet.
+                # A stage given as keys: the class would get a pickled item, which a
+                # stage's result is not; stages= says what each one gives.
                 raise JobError(
-                    f"keys={{{k!r}: ...}}: CPU stages ([stage.NAME]) run in front of a C "
-                    "worker plugin here, or in a job file (gpud run); a Python worker "
-                    "class gets its items pickled, which a stage's result is not")
+                    f"keys={{{k!r}: ...}}: CPU stages in front of a Python worker class "
+                    "are given as stages=[gpud.Stage(...)] (a Python class, or a C worker "
+                    "plugin such as gpud.Stage(\"jpeg\", height=64, width=64)), which says "
+                    "what each stage's results are")
             keys.append((k, _value(v)))
         return keys, codec
+
+    def _stage_keys(self, keys, base_seed, python_items):
+        """keys with the stages' sections added (gpud._stages), the worker told what
+        the last stage gives it; and the codec."""
+        cls, stages = self.worker_cls, self._stages
+        worker_python = not isinstance(cls, (str, os.PathLike))
+        items_pickled = python_items and stages[0].python
+        more, given = _stages.keys(
+            stages, lambda c, kw: self._worker_keys(c, base_seed, kw), _WORKER_SCRIPT,
+            _value, "pickle" if items_pickled else "bytes", worker_python)
+        keys = [(k, given) if k == "worker.gpud_input" else (k, v) for k, v in keys]
+        if not worker_python and any(st.python for st in stages):
+            keys.append(("job.python", self.options.get("python") or sys.executable))
+        elif not worker_python and self.options.get("python"):
+            keys.append(("job.python", self.options["python"]))
+        return keys + more, _stages.codec(items_pickled, worker_python)
+
+    def _sink_plugin(self):
+        """Whether a sink plugin, not the callbacks, takes the results."""
+        o = self.options
+        return bool((o.get("sink") or {}).get("plugin") or "sink.plugin" in (o.get("keys") or {}))
 
     def _item_retries(self):
         """How often a worker runs an item of a chunk again when process() raised
@@ -365,6 +398,13 @@ class Dispatcher:
         o = self.options
         k = o.get("chunksize")
         python_pair = not isinstance(self.worker_cls, (str, os.PathLike)) and generator is not None
+        if self._stages or self._sink_plugin():
+            # A stage's task is one item (what it gives is the next's input), and a
+            # sink plugin takes one result a task.
+            if k is not None and int(k) > 1:
+                raise JobError(f"Dispatcher: chunksize={k} with stages or a sink plugin: "
+                               "each item is a task of its own (chunksize=1)")
+            return 1
         if k is not None:
             k = int(k)
             if k < 1:
@@ -512,6 +552,12 @@ class Dispatcher:
                     raise RuntimeError(
                         f"All workers failed during setup ({setup_failed} setup failures; "
                         f"the first: {lines[-1] if lines else first})")
+                lines = (first or "").strip().splitlines()
+                if setup_failed and lines and "stage" in error:
+                    # A stage whose workers all failed their setup: why, as for the
+                    # GPU workers above.
+                    raise RunAborted(f"{error} ({setup_failed} setup failures; the first: "
+                                     f"{lines[-1]})")
                 raise RunAborted(error)
             return stats
 

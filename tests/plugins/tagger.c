@@ -7,7 +7,7 @@
  * numbers), first_attempt_only = 1 (misbehave only on attempt 0), no_gpu = 1 (setup
  * fails unless CUDA_VISIBLE_DEVICES is set and empty and gpu_id is -1), pid_file (each
  * process appends its pid to it at setup), count_file (each task appends its number:
- * what ran, and where).
+ * what ran, and where), pad (that many zero bytes after the result: a large one).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -120,11 +120,14 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 				;
 	}
 	size_t tl = strlen(t->tag);
-	if (tl + task->input_size > task->result.capacity)
+	long pad = gpud_arg_long(t->args, "pad", 0);
+	size_t extra = pad > 0 ? (size_t)pad : 0;
+	if (tl + task->input_size + extra > task->result.capacity)
 		return gpud_task_fail(task, "tagger: result too large");
 	memcpy(task->result.data, t->tag, tl);
 	memcpy((char *)task->result.data + tl, task->input, task->input_size);
-	task->result.size = tl + task->input_size;
+	memset((char *)task->result.data + tl + task->input_size, 0, extra);
+	task->result.size = tl + task->input_size + extra;
 	return 0;
 }
 

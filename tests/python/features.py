@@ -644,12 +644,14 @@ def checks():
               f"message: {e}")
     else:
         check(False, "TypeError for an async def process")
-    # A CPU stage in front of a Python class: refused, since its items travel pickled.
+    # A CPU stage as keys in front of a Python class: refused, pointing to stages=
+    # (tests/python/stages.py), which says what each stage gives.
     try:
         Dispatcher(Worker, GPUS, keys={"stage.decode.plugin": "echo"}).run(
             range(3), lambda *a: None, scale=1)
     except gpud.JobError as e:
-        check("stage.decode.plugin" in str(e) and "pickled" in str(e), f"message: {e}")
+        check("stage.decode.plugin" in str(e) and "stages=[gpud.Stage(" in str(e),
+              f"message: {e}")
     else:
         check(False, "JobError for a stage in front of a Python worker class")
     # In front of a C worker plugin, a stage works: bytes in, bytes out.

@@ -168,6 +168,18 @@ def main():
         # Each item its own outcome: bad results and crashing items among others.
         for mode in ("results", "crashes"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
+        # Stages in front of the class (gpud.Stage), generator and sink plugins by name.
+        stage_modes = ["python", "plugins"]
+        if subprocess.run(["/usr/bin/python3", "-c", "import numpy, PIL"], env=BASE_ENV,
+                          capture_output=True).returncode == 0 and os.path.exists(
+                              os.path.join(BUILD, "plugins", "worker-jpeg.so")):
+            stage_modes.insert(0, "jpeg")
+        else:
+            log("SKIP debian: stages.py jpeg (needs NumPy and Pillow in /usr/bin/python3: "
+                "python3-numpy, python3-pil; and the jpeg plugin: libturbojpeg0-dev)")
+        for mode in stage_modes:
+            run(f"debian: stages.py {mode}", "/usr/bin/python3", ["stages.py", mode], env,
+                f"PASS {mode}")
         run("debian: the workers' sys.argv is the program's", "/usr/bin/python3",
             ["launch.py", "argv", "--input", "x y.txt", "7"], env)
         run("debian: launcher variables refused with JobError", "/usr/bin/python3",

@@ -194,6 +194,9 @@ struct host_stage {
 	 * for room in it) */
 	unsigned alive;
 	uint64_t queued;
+	/* its largest ok result so far and that task's input (the loop's; said at the
+	 * end by stages_note_results when large) */
+	uint32_t largest_result, largest_input;
 };
 
 /* The worker processes: workers/lifecycle.c and spawn.c (started, ended, restarted). */

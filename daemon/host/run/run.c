@@ -246,9 +246,11 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
 			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
 			       per[i] == 1 ? "" : "s",
-			       c->stages[i].workers ? ""
-						    : " (no workers =: the cores left over by the "
-						      "GPU workers, at least 1)",
+			       c->stages[i].workers
+				       ? ""
+				       : " (no workers =: the cores it may use, less the "
+					 "named stages' workers and a core per 4 GPU "
+					 "workers, shared, at least 1)",
 			       h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
@@ -263,6 +265,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			python_describe(python_chosen(), py, sizeof py);
 			printf("  python: %s\n", py);
 		}
+		capacity_describe(&h, c, stdout);
 		fputs(notes ? notes : "", stdout);
 	}
 	free(notes);
@@ -420,6 +423,7 @@ static int finish_run(struct host *h)
 	bool complete = !h->ctl.abort && h->flow.done && !h->stats.not_run;
 	resume_finish(h, complete);
 	stats_print(h, stderr);
+	stages_note_results(h, stderr);
 	if (h->resume.skipped)
 		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);

@@ -30,11 +30,15 @@ unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per
 		else
 			unnamed++;
 	}
-	/* The cores this process may run on (a batch system's share), else those online. */
+	/* The cores this process may run on (a batch system's share), else those online,
+	 * less the named stages' workers and a quarter of a core per GPU worker: a GPU
+	 * worker mostly waits for its GPU (its CPU side unpacks inputs and launches
+	 * work), so counting it as a whole core left a decode stage one worker on two
+	 * cores with one GPU worker, and half the throughput. */
 	cpu_set_t set;
 	long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
 								 : sysconf(_SC_NPROCESSORS_ONLN);
-	long left = cores - (long)gpu_workers - (long)named;
+	long left = cores - (long)(gpu_workers / STAGES_GPU_WORKERS_PER_CORE) - (long)named;
 	unsigned each = unnamed && left > (long)unnamed ? (unsigned)(left / (long)unnamed) : 1;
 	for (size_t i = 0; i < c->n_stages; i++) {
 		per[i] = c->stages[i].workers ? c->stages[i].workers : each;
@@ -245,6 +249,11 @@ bool stages_forward(struct host *h, struct host_worker *w, const struct task_ent
 	if (!to)
 		return false;
 	UI_ADD(w->ok, 1);
+	struct host_stage *st = &h->pool.stages[w->stage];
+	if (size > st->largest_result) {
+		st->largest_result = size;
+		st->largest_input = t->size;
+	}
 	/* Attempts count per stage: the next stage's first run is its attempt 0. */
 	hand_over(to, rec, (struct task_ent){.id = t->id, .size = size}, payload);
 	return true;
@@ -358,6 +367,30 @@ bool stages_any_timeout(const struct host *h)
 		if (h->cfg->stages[s].task_timeout > 0)
 			return true;
 	return false;
+}
+
+void stages_note_results(const struct host *h, FILE *f)
+{
+	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
+		const struct host_stage *st = &h->pool.stages[s];
+		uint64_t out = st->largest_result, in = st->largest_input;
+		bool grows = out >= STAGES_RESULT_NOTE && out >= STAGES_RESULT_GROWTH * in;
+		if (!grows && out <= STAGES_RESULT_LARGE)
+			continue;
+		char times[48] = "";
+		if (in && out >= 2 * in)
+			snprintf(times, sizeof times, ", %.0f times its input of %llu bytes",
+				 (double)out / (double)in, (unsigned long long)in);
+		fprintf(f,
+			"gpud: note: stage %s's results took up to %llu bytes a task%s; each is "
+			"copied into a task ring of the %s, whose rings hold max_task_bytes (%u) a "
+			"task: where a smaller type will do, send it (uint8 pixels rather than "
+			"float32 take a quarter), and lower [job] max_task_bytes to what a result "
+			"needs (gpud check shows the memory)\n",
+			st->name, (unsigned long long)out, times,
+			s + 1 < h->pool.n_stages ? "next stage's workers" : "GPU workers",
+			h->cfg->max_task_bytes);
+	}
 }
 
 void stages_free(struct host *h)

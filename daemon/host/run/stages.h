@@ -25,10 +25,15 @@ struct host;
 struct host_worker;
 struct task_ent;
 
+/* GPU workers counted as one core when stage workers are counted by default. */
+#define STAGES_GPU_WORKERS_PER_CORE 4
+
 /* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
- * number `gpu_workers`; returns their sum (0 without stages). A stage without
- * `workers` gets the machine's online cores left over by the GPU workers and the
- * stages that name their count, shared among such stages, at least 1. */
+ * number `gpu_workers`; returns their sum (0 without stages). The stages without
+ * `workers` share, at least 1 each, the cores this process may run on (its CPU
+ * affinity: a batch system's share) less the workers of the stages that name their
+ * count and a core per STAGES_GPU_WORKERS_PER_CORE GPU workers (rounded down: a GPU
+ * worker mostly waits for its GPU). */
 unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
 
 /* The stages' plugins found and checked (each in a helper process, with its declared
@@ -94,6 +99,17 @@ double stages_task_timeout(const struct host *h, const struct host_worker *w);
 unsigned stages_max_retries(const struct host *h, const struct host_worker *w);
 /* Whether some stage sets a task_timeout of its own. */
 bool stages_any_timeout(const struct host *h);
+
+/* A stage's results are said to be large, at the end of a run, when the largest was
+ * at least STAGES_RESULT_GROWTH times its input and STAGES_RESULT_NOTE bytes, or
+ * over STAGES_RESULT_LARGE: each is copied into the next stage's rings. */
+#define STAGES_RESULT_GROWTH 4
+#define STAGES_RESULT_NOTE (256u << 10)
+#define STAGES_RESULT_LARGE (1u << 20)
+
+/* One line on `f` for each stage whose results were large (above), naming the sizes
+ * and what to change. */
+void stages_note_results(const struct host *h, FILE *f);
 
 void stages_free(struct host *h);
 

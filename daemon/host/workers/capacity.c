@@ -144,3 +144,60 @@ int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *
 	n += stages_workers(c, n, per);
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
 }
+
+void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
+{
+	unsigned per[CFG_MAX_STAGES];
+	unsigned gpu = (unsigned)(groups_count(c) * c->workers_per_gpu);
+	if (gpu == 0)
+		return;
+	unsigned n = gpu + stages_workers(c, gpu, per);
+	struct shm_plan p;
+	if (shm_plan(h, n, &p) < 0)
+		return; /* said by capacity_check */
+	char a[32], b[32], d[32], e[32], f[32];
+	uint64_t worker = p.task_cap + p.out_size;
+	unsigned batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
+	fprintf(out,
+		"  shared memory: %s in all, %llu bytes: the run's memfd of %s (%llu bytes: its "
+		"header, feeds and config, then every worker's task ring), a result memfd per "
+		"worker of %s (%llu bytes), a bell page\n",
+		human(p.all, a, sizeof a), (unsigned long long)p.all,
+		human(p.run_size, b, sizeof b), (unsigned long long)p.run_size,
+		human(p.out_size, d, sizeof d), (unsigned long long)p.out_size);
+	fprintf(out,
+		"    per worker %s: task ring %s, room for %llu tasks of max_task_bytes (%s); "
+		"results %s, room for %llu of max_result_bytes (%s) (%s %u)\n",
+		human(worker, a, sizeof a), human(p.task_cap, b, sizeof b),
+		(unsigned long long)(p.task_cap / p.task_need),
+		human(c->max_task_bytes, d, sizeof d), human(p.result_cap, e, sizeof e),
+		(unsigned long long)(p.result_cap / p.result_need),
+		human(c->max_result_bytes, f, sizeof f),
+		c->max_in_flight > c->batch_size ? "max_in_flight" : "batch_size", batch);
+	for (unsigned s = 0; s <= c->n_stages; s++) {
+		unsigned k = s < c->n_stages ? per[s] : gpu;
+		fprintf(out, "    %s%s: %u worker%s x %s = %s\n", s < c->n_stages ? "stage " : "",
+			s < c->n_stages ? c->stages[s].name : "gpu", k, k == 1 ? "" : "s",
+			human(worker, a, sizeof a), human(worker * k, b, sizeof b));
+	}
+	/* A stage's result is copied whole into a task ring of the next stage's workers:
+	 * results larger than they need be (float32 where uint8 would do) cost memory and
+	 * copies in every one of them. */
+	uint32_t result =
+		c->max_task_bytes < c->max_result_bytes ? c->max_task_bytes : c->max_result_bytes;
+	for (unsigned s = 0; s < c->n_stages && result > CAPACITY_STAGE_RESULT_LARGE; s++) {
+		unsigned next = s + 1 < c->n_stages ? per[s + 1] : gpu;
+		fprintf(out,
+			"  warning: stage %s's results may take up to %s each (the smaller of "
+			"max_task_bytes and max_result_bytes), each copied into the task ring of "
+			"one of the %u worker%s of %s%s (%s in all, room for %llu each): send the "
+			"smallest type that will do (uint8 pixels rather than float32 take a "
+			"quarter) and lower [job] max_task_bytes to what a result needs (or "
+			"batch_size)\n",
+			c->stages[s].name, human(result, a, sizeof a), next, next == 1 ? "" : "s",
+			s + 1 < c->n_stages ? "stage " : "the GPU workers",
+			s + 1 < c->n_stages ? c->stages[s + 1].name : "",
+			human(p.task_cap * next, b, sizeof b),
+			(unsigned long long)(p.task_cap / p.task_need));
+	}
+}

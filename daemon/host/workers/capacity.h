@@ -24,4 +24,15 @@
  * h->pool.plugin. 0, or -1 with one line on standard error. */
 int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *notes);
 
+/* `gpud check`'s account of the run's shared memory, on `out`: the total, the run
+ * memfd and each worker's result memfd in bytes, each worker's rings (room for how many
+ * tasks and results of the largest size), and what each stage's workers and the GPU
+ * workers take; a warning when a stage's results may be large. Every figure is
+ * shm_plan's, the one the run maps. Needs what capacity_check needs. */
+void capacity_describe(const struct host *h, const struct cfg *c, FILE *out);
+
+/* A stage's results above this size (the smaller of max_task_bytes and
+ * max_result_bytes, which bound them) are called large by `gpud check`. */
+#define CAPACITY_STAGE_RESULT_LARGE (1u << 20)
+
 #endif

@@ -7,7 +7,10 @@
 
 /* The sizes of a run's shared memory for n workers (shm_layout.h). */
 struct shm_plan {
-	uint64_t task_need, task_cap, result_cap, out_size;
+	/* task_need / result_need: the ring bytes one task of max_task_bytes / one result
+	 * of max_result_bytes takes (with its record header and gap); task_cap /
+	 * result_cap: each worker's rings; out_size: each worker's out memfd. */
+	uint64_t task_need, result_need, task_cap, result_cap, out_size;
 	size_t blob;
 	uint64_t feeds_off, config_off, rings_off;
 	uint64_t run_size; /* the run memfd */
