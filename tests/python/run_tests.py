@@ -69,7 +69,7 @@ def run(name, python, args, env=None, expect="PASS", timeout=240):
     e = dict(BASE_ENV, **(env or {}))
     t0 = time.monotonic()
     try:
-        r = subprocess.run([python] + args, cwd=HERE, env=e, capture_output=True, text=True,
+        r = subprocess.run([python] + args, cwd=HERE, env=e, capture_output=True, text=True, errors="replace",
                            timeout=timeout)
         out, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired as t:

@@ -114,9 +114,49 @@ char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_
 	return buf;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (2 to 4 bytes; no overlong form,
+ * no surrogate, nothing past U+10FFFF), or 0. */
+static int utf8_sequence(const unsigned char *s)
+{
+	int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+	if (!n || (n == 3 && s[0] > 0xef))
+		return 0;
+	for (int i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0; /* also the NUL that ends a string cut inside a sequence */
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
+	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
+		return 0;
+	return n;
+}
+
 void text_clean(char *s)
 {
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
+	unsigned char *p = (unsigned char *)s;
+	while (*p) {
+		if (*p < 0x80) {
+			if (*p < 0x20 || *p == 0x7f)
+				*p = '?';
+			p++;
+			continue;
+		}
+		int n = utf8_sequence(p);
+		if (n) {
+			p += n;
+			continue;
+		}
+		/* A sequence cut short by the end (a message cut at its buffer's size) goes;
+		 * any other byte that is no UTF-8 becomes '?'. */
+		unsigned char *q = p + 1;
+		while ((*q & 0xc0) == 0x80)
+			q++;
+		if (!*q && *p >= 0xc2 && *p <= 0xf4 &&
+		    q - p < (*p >= 0xf0   ? 4
+			     : *p >= 0xe0 ? 3
+					  : 2)) {
+			*p = '\0';
+			break;
+		}
+		*p++ = '?';
+	}
 }

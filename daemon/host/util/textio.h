@@ -19,8 +19,9 @@ void io_json_string(FILE *f, const char *s);
  * bound. */
 char *io_read_small(const char *path, size_t cap, size_t *size, char *why, size_t len);
 
-/* Replaces control characters (a plugin's message may hold any bytes) with '?', in
- * place, so they never reach a terminal raw. */
+/* Replaces control characters and bytes that are no UTF-8 (a plugin's message may hold
+ * any bytes) with '?', in place, and drops a character cut short at the end (a message
+ * cut at its buffer's size), so what reaches a terminal, a log or JSON is text. */
 void text_clean(char *s);
 
 #endif
