@@ -116,6 +116,7 @@ setup(
     ext_modules=[Extension(
         "gpud._gpud", ["gpud/_gpud.c"],
         include_dirs=[os.path.join(src, "plugin_api")],
+        depends=[os.path.join(src, "plugin_api", "gpud", h) for h in ("gpud.h", "plugin.h")],
         # The soname itself: the wheel's lib/ has no libgpud.so link for -lgpud.
         libraries=[":" + soname],
         extra_link_args=["-Wl,-rpath,$ORIGIN/_native/lib"],
@@ -123,5 +124,7 @@ setup(
         # -g0: no debug information, which would name this machine's folders.
         extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-g0"])],
     cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    # setuptools' own build folder beside meson's, not in python/.
+    options={"bdist_wheel": {"py_limited_api": "cp39"},
+             "build": {"build_base": os.path.join(build, "setuptools")}},
 )

@@ -7,7 +7,7 @@
 # with --no-index, and then, with the source and build folders hidden (a private mount
 # namespace with empty folders over them, where unshare -m is allowed), runs the demo job
 # copied elsewhere with the venv's `gpud` (every result checked against hashlib) and a
-# small Dispatcher job with the venv's Python. The venv is a plain one (no
+# small Dispatcher job with the venv's Python, and with pyenv's 3.9 and 3.13 where found. The venv is a plain one (no
 # --system-site-packages): what is checked works without NumPy.
 #   tests/wheel_test.sh BUILD_DIR SOURCE_DIR
 # Exit 77 (meson's skip), with one line, where pip, setuptools, wheel or venv is missing.
@@ -98,6 +98,7 @@ class Upper(gpud.BaseWorker):
 if __name__ == "__main__":
     venv = sys.argv[1]
     assert gpud.__file__.startswith(venv + "/"), gpud.__file__
+    assert sys.executable.startswith(venv + "/"), sys.executable
     got = {}
     stats = gpud.Dispatcher(Upper, gpu_ids=[0, 1], ui="off").run(
         generator=(f"item{i}" for i in range(300)),
@@ -107,7 +108,8 @@ if __name__ == "__main__":
     with open("/proc/self/maps") as f:
         libs = {line.split()[-1] for line in f if "libgpud.so" in line}
     assert libs == {os.path.join(os.path.dirname(gpud.__file__), "_native", "lib", "libgpud.so.1")}, libs
-    print("PASS dispatcher: 300 of 300 results, libgpud", libs.pop())
+    print(f"PASS dispatcher (Python {sys.version.split()[0]}): 300 of 300 results, libgpud",
+          libs.pop())
 EOF
 cat >"$tmp/job/check.py" <<'EOF'
 import hashlib
@@ -126,6 +128,20 @@ assert seen == set(range(4000)), len(seen)
 print("PASS demo: 4000 of 4000 results equal hashlib's")
 EOF
 
+# The same wheel in the oldest and newest CPython gpud supports (the stable ABI), where
+# pyenv has them.
+others=()
+for minor in 3.9 3.13; do
+  other=$(ls -d "$HOME"/.pyenv/versions/"$minor".*/bin/python3 2>/dev/null | tail -n 1 || true)
+  if [ -z "$other" ]; then
+    echo "SKIP the wheel in Python $minor: none under ~/.pyenv/versions"
+    continue
+  fi
+  "$other" -m venv "$tmp/v$minor"
+  "$tmp/v$minor/bin/pip" install -q --no-index "$whl"
+  others+=("$tmp/v$minor")
+done
+
 # What runs where the source tree is gone: cwd outside it, PATH without it.
 cat >"$tmp/run.sh" <<EOF
 set -eu
@@ -140,6 +156,7 @@ grep -q '^  worker     sha256 ' plugins.out || { cat plugins.out; exit 1; }
 # Run from the venv's bin/ unactivated, the python plugins get the venv's Python.
 grep -qF ", venv $tmp/v; from \\\$VIRTUAL_ENV)" plugins.out || { cat plugins.out; exit 1; }
 "$tmp/v/bin/python" upper.py "$tmp/v"
+for v in ${others[*]:-}; do "\$v/bin/python" upper.py "\$v"; done
 EOF
 hide=("$src")
 case $build/ in "$src"/*) ;; *) hide+=("$build") ;; esac
