@@ -66,6 +66,10 @@ def native():
     shutil.rmtree(stage, ignore_errors=True)
     subprocess.run(["meson", "install", "-C", build, "--no-rebuild", "--quiet", "--strip",
                     "--destdir", stage], check=True, stdout=subprocess.DEVNULL)
+    if not os.path.exists(os.path.join(root, "lib", "gpud", "plugins", "worker-python.so")):
+        raise SystemExit("gpud: meson built no python plugins (it found no python3-embed: "
+                         "Debian's libpython3.11-dev), so gpud.Dispatcher could run no "
+                         "Python worker class: install it and build the wheel again")
     native.done = True
     return root
 
