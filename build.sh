@@ -17,6 +17,13 @@
 #                     into PYTHON's site-packages (default python3; a venv's python
 #                     installs into the venv), or into DIR. Offline; needs no pip.
 #                     GPUD_BUILD=DIR: another build folder (build-release...).
+#                     For development: the package links that build's libgpud by its path.
+#   ./build.sh wheel [PYTHON] [-w DIR]
+#                     build the `gpud` wheel into dist/ (or DIR), offline, with PYTHON's
+#                     pip (default Debian's /usr/bin/python3): gpud built in build-wheel/
+#                     (release) and put inside the package with its command, worker and
+#                     plugins, all found relative to it (docs/python.md, "The wheel"), for
+#                     `pip install --no-index dist/gpud-*.whl` into any venv
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,8 +32,10 @@ cd "$(dirname "$0")"
 need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libturbojpeg0-dev)
 case "${1:-}" in
   demo|bench|install|python) ;;
-  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil openmpi-bin clang-format) ;;
-  *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]" >&2; exit 2 ;;
+  wheel) need+=(python3-pip python3-setuptools python3-wheel python3-venv) ;;
+  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil openmpi-bin clang-format
+               python3-pip python3-setuptools python3-wheel python3-venv) ;;
+  *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]|wheel [PYTHON] [-w DIR]" >&2; exit 2 ;;
 esac
 
 # libhdf5-dev: the hdf5 sink (skipped cleanly when meson finds no hdf5); h5py reads its
@@ -182,7 +191,7 @@ case "$1" in
     # loop, the stand-in, the dashboard, metrics) and the workers' (the watcher). So this
     # tree builds gpud, gpud-worker and the plugins with -fsanitize=thread, and build/'s
     # test programs run them (--wrapper points GPUD and GPUD_WORKER_EXE here). The
-    # install test is build/'s own, already run. The CUDA example is left out: the CUDA
+    # install and wheel tests are build/'s own, already run. The CUDA example is left out: the CUDA
     # runtime crashes under TSan (its test skips, with one line).
     # meson test puts build/'s libgpud first on LD_LIBRARY_PATH (test_api links it):
     # this tree's gpud names its own libgpud with DT_RPATH, which is searched before
@@ -192,7 +201,8 @@ case "$1" in
     tsan=$PWD/build-tsan
     rm -rf "$tsan/tsan-reports"
     mkdir -p "$tsan/tsan-reports"
-    mapfile -t suites < <(meson test -C build --list 2>/dev/null | grep -vx install)
+    # The wheel test runs its own release build (no sanitizer), like install.
+    mapfile -t suites < <(meson test -C build --list 2>/dev/null | grep -vxE 'install|wheel')
     # gcc 12's TSan aborts ("unexpected memory mapping") on kernels with more mmap
     # randomness than it knows (vm.mmap_rnd_bits > 28): setarch -R runs the suite without
     # address randomization. Any report fails the process that made it (halt_on_error,
@@ -220,6 +230,26 @@ case "$1" in
       esac
     done
     python_install "$py" "$target"
+    ;;
+  wheel)
+    shift
+    py=/usr/bin/python3 dist=dist
+    [ -x "$py" ] || py=python3
+    while (($#)); do
+      case $1 in
+        -w) dist=${2:?-w needs a folder}; shift 2 ;;
+        *) py=$1; shift ;;
+      esac
+    done
+    if ! "$py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ("pip", "setuptools", "wheel"))))'; then
+      echo "build.sh wheel: $py has no pip, setuptools or wheel (Debian: python3-pip python3-setuptools python3-wheel; or name another Python)" >&2
+      exit 2
+    fi
+    # Offline: the build uses the setuptools and wheel already there (no isolation) and
+    # gpud needs no Python package.
+    "$py" -m pip wheel --no-build-isolation --no-deps --no-index -w "$dist" ./python
+    whl=$(ls -t "$dist"/gpud-*.whl | head -n 1)
+    echo "== $whl: install it with  pip install --no-index $whl  (into a venv: python3 -m venv v && v/bin/pip install --no-index $whl)"
     ;;
   bench)
     setup build-release -Dtests=disabled -Dbuildtype=release
