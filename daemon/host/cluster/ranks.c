@@ -301,6 +301,13 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 			 hint);
 		return -1;
 	}
+	if (c->shares == CFG_SHARES_DYNAMIC && c->claims && strstr(c->claims, "{rank}")) {
+		snprintf(why, len,
+			 "%s: [job] claims = %s: the claims folder is every rank's (they take "
+			 "chunks by claiming them there); leave {rank} out of it",
+			 c->claims_at ? c->claims_at : c->path, c->claims);
+		return -1;
+	}
 	if (stats_json && *stats_json && shared(*stats_json, n)) {
 		snprintf(why, len, "--stats-json %s: %u ranks would write it together; %s",
 			 *stats_json, n, hint);
@@ -325,7 +332,7 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 		c->journal = j;
 	}
 	if (subst_in(&c->journal, k, n) < 0 || subst_in(&c->log_dir, k, n) < 0 ||
-	    subst_in(&c->metrics_file, k, n) < 0)
+	    subst_in(&c->metrics_file, k, n) < 0 || subst_in(&c->claims, k, n) < 0)
 		goto oom;
 	if (stats_json && *stats_json) {
 		*owned = subst(*stats_json, k, n);

@@ -698,15 +698,17 @@ static int check_batch_room(struct parse *p, const struct cfg *c)
  * job.journal), so a plain run can always be resumed. */
 static void default_journal(struct cfg *c)
 {
-	if (c->journal || c->journal_off)
-		return;
 	const char *base = strrchr(c->path, '/');
 	base = base ? base + 1 : c->path;
 	size_t bl = strlen(base);
 	if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
 		bl -= 4;
-	if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
+	if (!c->journal && !c->journal_off &&
+	    asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
 		c->journal = NULL;
+	/* The claims of dynamic shares likewise (job.ini -> job.claims/). */
+	if (!c->claims && asprintf(&c->claims, "%s/%.*s.claims", c->dir, (int)bl, base) < 0)
+		c->claims = NULL;
 }
 
 /* The worker count and the plugin sections' sizes; then the plugins' views of them. */
@@ -947,6 +949,8 @@ void cfg_free(struct cfg *c)
 	free(c->journal);
 	free(c->metrics_file);
 	free(c->journal_at);
+	free(c->claims);
+	free(c->claims_at);
 	free(c->log_dir_at);
 	free(c->metrics_file_at);
 	free(c->metrics_host);

@@ -185,6 +185,11 @@ static void release(struct host *h)
 		close(h->view.fd);
 	metrics_stop(h, -1);
 	journal_close(&h->journal);
+	if (h->claims) {
+		claims_close(h->claims);
+		free(h->claims);
+		h->claims = NULL;
+	}
 	files_close_logs(h);
 	if (h->files.failures)
 		fclose(h->files.failures);
@@ -252,6 +257,8 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			       h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+		if (c->ranks > 1 && c->shares == CFG_SHARES_DYNAMIC)
+			printf("  shares: dynamic, claimed in %s\n", c->claims);
 		if (groups_width(c) > 1)
 			run_check_groups(c);
 		else
@@ -513,8 +520,15 @@ static int open_plugins(struct host *h, struct cfg *c)
 	}
 	if (gen->total)
 		h->flow.total = gen->total(h->gen);
-	if (h->flow.total >= 0) /* this rank's share of them */
+	if (h->claims) {
+		/* Dynamic shares: the count sizes the claims near the end; this rank's
+		 * share is known only when the run ends. */
+		if (h->flow.total >= 0)
+			claims_set_total(h->claims, (uint64_t)h->flow.total);
+		h->flow.total = -1;
+	} else if (h->flow.total >= 0) { /* this rank's share of them */
 		h->flow.total = (int64_t)ranks_share((uint64_t)h->flow.total, c->rank, c->ranks);
+	}
 
 	err.message[0] = '\0';
 	int so = resume_sink_open(h, &c->sink.args, &err);
@@ -657,6 +671,17 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
 		goto out; /* before the journal, the sink or any worker */
+	if (c->shares == CFG_SHARES_DYNAMIC && c->ranks > 1) {
+		char why[1200];
+		h.claims = calloc(1, sizeof *h.claims);
+		if (!h.claims || claims_open(h.claims, c->claims, c->rank, c->ranks, opts->resume,
+					     why, sizeof why) < 0) {
+			say("%s: %s", c->path, h.claims ? why : "out of memory");
+			free(h.claims);
+			h.claims = NULL;
+			goto out;
+		}
+	}
 	int jr = resume_open(&h, opts);
 	if (jr != 0) {
 		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */

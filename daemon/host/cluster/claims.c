@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/* Dynamic shares: chunks claimed by atomic creates in a folder all ranks see. */
+#define _GNU_SOURCE
+#include "cluster/claims.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wait.h"
+
+/* A claim's name: its first chunk, fixed-width hex (they list in chain order). */
+static void claim_name(char *buf, size_t len, uint64_t chunk)
+{
+	snprintf(buf, len, "c%016" PRIx64, chunk);
+}
+
+/* A claim's text (its symlink's target): who made it, how many chunks, of how many
+ * ranks, and a nonce that tells this process's claim from another's. */
+struct claim {
+	unsigned rank, ranks;
+	uint64_t len;
+};
+
+static int claim_parse(const char *s, struct claim *cl)
+{
+	unsigned long long n;
+	if (sscanf(s, "r%u n%llu of%u", &cl->rank, &n, &cl->ranks) != 3 || n == 0 ||
+	    n > CLAIMS_MAX_BATCH || cl->ranks == 0 || cl->rank >= cl->ranks)
+		return -1;
+	cl->len = n;
+	return 0;
+}
+
+/* Reads the claim at `chunk`: 0, 1 when there is none, -1 when it cannot be read or
+ * is not a claim (errno set). `text` (len bytes) gets its target. */
+static int claim_read(struct claims *c, uint64_t chunk, struct claim *cl, char *text, size_t len)
+{
+	char name[32];
+	claim_name(name, sizeof name, chunk);
+	ssize_t n = readlinkat(c->dfd, name, text, len - 1);
+	if (n < 0)
+		return errno == ENOENT ? 1 : -1;
+	text[n] = '\0';
+	if (claim_parse(text, cl) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+static int own_add(struct claims *c, uint64_t first, uint64_t end)
+{
+	if (c->n_own == c->cap_own) {
+		size_t cap = c->cap_own ? 2 * c->cap_own : 64;
+		struct claims_range *n = realloc(c->own, cap * sizeof *n);
+		if (!n)
+			return -1;
+		c->own = n;
+		c->cap_own = cap;
+	}
+	uint64_t nth = 0;
+	if (c->n_own) {
+		const struct claims_range *p = &c->own[c->n_own - 1];
+		nth = p->nth + (p->end - p->first) * RANKS_CHUNK;
+	}
+	c->own[c->n_own++] = (struct claims_range){first, end, nth};
+	return 0;
+}
+
+int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, bool resume,
+		char *why, size_t len)
+{
+	*c = (struct claims){.dfd = -1,
+			     .rank = rank,
+			     .ranks = ranks,
+			     .batch = 1,
+			     .total_chunks = UINT64_MAX,
+			     .total_ids = UINT64_MAX};
+	c->nonce = (uint64_t)getpid() << 32 ^ wait_now_ns();
+	if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
+		snprintf(why, len, "cannot make the claims folder %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	c->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dfd < 0) {
+		snprintf(why, len, "cannot open the claims folder %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	c->dir = strdup(dir);
+	if (!c->dir) {
+		snprintf(why, len, "out of memory");
+		goto fail;
+	}
+	/* The chain already there, from chunk 0. */
+	for (;;) {
+		struct claim cl;
+		char text[128];
+		int rc = claim_read(c, c->cursor, &cl, text, sizeof text);
+		if (rc == 1)
+			break;
+		if (rc < 0) {
+			snprintf(why, len, "%s/c%016" PRIx64 ": %s", dir, c->cursor,
+				 errno == EINVAL ? "not a claim gpud made" : strerror(errno));
+			goto fail;
+		}
+		if (cl.ranks != ranks) {
+			snprintf(why, len,
+				 "the claims folder %s holds claims of a run of %u ranks, and this "
+				 "is rank %u of %u: %s",
+				 dir, cl.ranks, rank, ranks,
+				 resume ? "resume it with as many ranks"
+					: "remove it to start over");
+			goto fail;
+		}
+		if (cl.rank == rank) {
+			if (!resume) {
+				snprintf(why, len,
+					 "the claims folder %s holds claims rank %u made in an "
+					 "earlier run (c%016" PRIx64 "): --resume goes on from "
+					 "them; remove the folder to start over",
+					 dir, rank, c->cursor);
+				goto fail;
+			}
+			if (own_add(c, c->cursor, c->cursor + cl.len) < 0) {
+				snprintf(why, len, "out of memory");
+				goto fail;
+			}
+		}
+		c->cursor += cl.len;
+	}
+	c->cur = 0;
+	return 0;
+fail:
+	claims_close(c);
+	return -1;
+}
+
+void claims_close(struct claims *c)
+{
+	if (c->dfd >= 0)
+		close(c->dfd);
+	free(c->dir);
+	free(c->own);
+	*c = (struct claims){.dfd = -1};
+}
+
+void claims_set_total(struct claims *c, uint64_t total)
+{
+	c->total_ids = total;
+	c->total_chunks = (total + RANKS_CHUNK - 1) / RANKS_CHUNK;
+}
+
+/* The next claim's length: this rank's rate over its last claim, the cost of claiming,
+ * and (counted tasks) what is left. */
+static uint64_t next_batch(struct claims *c, uint64_t now)
+{
+	uint64_t b = c->batch;
+	if (c->claims && c->n_own) {
+		const struct claims_range *p = &c->own[c->n_own - 1];
+		uint64_t took = now - c->last_ns, done = p->end - p->first;
+		uint64_t target = c->cost_ns * CLAIMS_COST_FACTOR;
+		if (target < CLAIMS_TARGET_NS)
+			target = CLAIMS_TARGET_NS;
+		if (took < target) /* faster than the target: at most twice as much */
+			b = done * 2;
+		else if (took > 4 * target)
+			b = done / 2;
+		else
+			b = done;
+	}
+	if (b < 1)
+		b = 1;
+	if (b > CLAIMS_MAX_BATCH)
+		b = CLAIMS_MAX_BATCH;
+	if (c->total_chunks != UINT64_MAX && c->cursor < c->total_chunks) {
+		uint64_t left = c->total_chunks - c->cursor;
+		uint64_t guided = (left + 2 * c->ranks - 1) / (2 * (uint64_t)c->ranks);
+		if (b > guided)
+			b = guided;
+		if (b > left)
+			b = left;
+	}
+	return b < 1 ? 1 : b;
+}
+
+/* One claim at the end of the chain; 0 (own[] has it, or another rank won it and the
+ * cursor went past it), 1 when every chunk is claimed, -1 with why. */
+static int claim_next(struct claims *c, char *why, size_t len)
+{
+	if (c->cursor >= c->total_chunks) {
+		c->ended = true;
+		return 1;
+	}
+	uint64_t t0 = wait_now_ns();
+	uint64_t n = next_batch(c, t0);
+	char name[32], text[128], back[128];
+	claim_name(name, sizeof name, c->cursor);
+	snprintf(text, sizeof text, "r%u n%" PRIu64 " of%u p%d x%016" PRIx64, c->rank, n, c->ranks,
+		 (int)getpid(), c->nonce + c->claims + c->collisions);
+	int rc = symlinkat(text, c->dfd, name);
+	if (rc < 0 && errno != EEXIST) {
+		snprintf(why, len, "cannot claim %s/%s: %s", c->dir, name, strerror(errno));
+		return -1;
+	}
+	struct claim cl = {.rank = c->rank, .ranks = c->ranks, .len = n};
+	if (rc < 0) {
+		/* Another rank's, or ours after all: over NFS, a create retried after a lost
+		 * reply finds what the first try made. The text tells, nonce and all. */
+		int r = claim_read(c, c->cursor, &cl, back, sizeof back);
+		if (r != 0) {
+			snprintf(why, len, "cannot read the claim %s/%s: %s", c->dir, name,
+				 r == 1 ? "it went away (the folder was emptied while ranks ran)"
+				 : errno == EINVAL ? "not a claim gpud made"
+						   : strerror(errno));
+			return -1;
+		}
+		if (strcmp(back, text) != 0) {
+			c->collisions++;
+			c->cursor += cl.len;
+			c->claim_ns += wait_now_ns() - t0;
+			return 0;
+		}
+	}
+	if (own_add(c, c->cursor, c->cursor + n) < 0) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	c->cursor += n;
+	uint64_t t1 = wait_now_ns();
+	c->claims++;
+	c->claim_ns += t1 - t0;
+	/* A running mean of what claiming costs (collisions included). */
+	c->cost_ns = c->claim_ns / c->claims;
+	c->last_ns = t1;
+	c->batch = n;
+	return 0;
+}
+
+uint64_t claims_from(struct claims *c, uint64_t id, char *why, size_t len)
+{
+	for (;;) {
+		if (id < c->hi && id >= c->lo)
+			return id;
+		/* A later claim of ours, already made (a resumed run's). */
+		while (c->cur < c->n_own && c->own[c->cur].end * RANKS_CHUNK <= id)
+			c->cur++;
+		if (c->cur < c->n_own) {
+			c->lo = c->own[c->cur].first * RANKS_CHUNK;
+			c->hi = c->own[c->cur].end * RANKS_CHUNK;
+			c->lo_nth = c->own[c->cur].nth;
+			if (id < c->lo)
+				id = c->lo;
+			continue;
+		}
+		/* Past every claim of ours: the chain's end is where the next one goes (the
+		 * stream never runs ahead of the chain: it jumps only to claims). */
+		int rc = claim_next(c, why, len);
+		if (rc != 0) {
+			if (rc > 0)
+				why[0] = '\0';
+			return UINT64_MAX;
+		}
+	}
+}
+
+uint64_t claims_nth_slow(const struct claims *c, uint64_t id)
+{
+	uint64_t ch = id / RANKS_CHUNK;
+	size_t a = 0, b = c->n_own;
+	while (a < b) { /* the first claim that ends after ch */
+		size_t m = (a + b) / 2;
+		if (c->own[m].end <= ch)
+			a = m + 1;
+		else
+			b = m;
+	}
+	if (a == c->n_own) {
+		if (!c->n_own)
+			return 0;
+		const struct claims_range *p = &c->own[c->n_own - 1];
+		return p->nth + (p->end - p->first) * RANKS_CHUNK;
+	}
+	const struct claims_range *r = &c->own[a];
+	if (id <= r->first * RANKS_CHUNK)
+		return r->nth;
+	return r->nth + (id - r->first * RANKS_CHUNK);
+}
+
+bool claims_foreign(void *claims, uint64_t chunk)
+{
+	struct claims *c = claims;
+	return chunk < c->cursor && !claims_mine(c, chunk * RANKS_CHUNK);
+}
