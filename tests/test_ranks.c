@@ -569,3 +569,136 @@ Test(ranks, merge_refuses_devices_and_huge_files, .timeout = 60)
 	cr_expect(strstr(err, "big.json: 104857600 bytes, more than the 8 MiB"), "%s", err);
 	free(err);
 }
+
+/* ---- dynamic shares ([job] shares = dynamic, claims.h) ---- */
+
+/* fast.ini and slow.ini: one job, the slow one's worker 4x slower a task; claims in
+ * `claims`, a journal per rank. */
+static void dynamic_jobs(const char *dir, unsigned long n, const char *gen)
+{
+	static const char body[] = "[job]\ngpus = 0,1\nshares = dynamic\nclaims = claims\n"
+				   "journal = j-{rank}.journal\n[worker]\nplugin = faulty\n"
+				   "sleep_us = %u\n[generator]\n%s%lu\n"
+				   "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n";
+	char *text;
+	cr_assert(asprintf(&text, body, 200u, gen, n) > 0);
+	free(t_write(dir, "fast.ini", text));
+	free(text);
+	cr_assert(asprintf(&text, body, 800u, gen, n) > 0);
+	free(t_write(dir, "slow.ini", text));
+	free(text);
+}
+
+/* The "total" of rank k's --stats-json s-k.json: the tasks it ran. */
+static long rank_total(const char *dir, unsigned k)
+{
+	char name[32];
+	snprintf(name, sizeof name, "s-%u.json", k);
+	char *s = t_read_in(dir, name);
+	cr_assert(s, "no %s", name);
+	const char *t = strstr(s, "\"total\": ");
+	cr_assert(t, "%s", s);
+	long v = atol(t + 9);
+	cr_expect(strstr(s, "\"shares\": \"dynamic\", \"claims\": "), "%s", s);
+	free(s);
+	return v;
+}
+
+Test(ranks, dynamic_shares_follow_each_ranks_speed_every_id_once, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	dynamic_jobs(dir, 20000, "plugin = range\nstop = ");
+	cr_assert_eq(t_sh(dir, "for k in 0 1; do \"$GPUD\" run fast.ini --rank $k/3 --ui off "
+			       "--stats-json s-{rank}.json 2>>err & done\n"
+			       "\"$GPUD\" run slow.ini --rank 2/3 --ui off --stats-json "
+			       "s-{rank}.json 2>>err & wait"),
+		     0);
+	union_once(dir, 3, 20000);
+	long t0 = rank_total(dir, 0), t1 = rank_total(dir, 1), t2 = rank_total(dir, 2);
+	cr_expect_eq(t0 + t1 + t2, 20000);
+	/* The slow rank did fewer than either fast one (a timing: by a wide margin, 4x
+	 * slower; the ratio of run times is in bench/shares.sh). */
+	cr_expect(t2 < t0 && t2 < t1, "shares %ld %ld %ld", t0, t1, t2);
+	/* A generator without a count (lines reads a file): claims go on until a rank
+	 * finds the stream ended; 4 ranks over 10,000 lines. */
+	cr_assert_eq(t_sh(dir, "seq 0 9999 > in.txt; rm -rf claims out-*.jsonl j-*"), 0);
+	dynamic_jobs(dir, 0, "plugin = lines\npath = in.txt\n;");
+	cr_assert_eq(t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run fast.ini --rank $k/4 --ui off "
+			       "2>>err & done\n"
+			       "\"$GPUD\" run slow.ini --rank 3/4 --ui off 2>>err & wait"),
+		     0);
+	union_once(dir, 4, 10000);
+}
+
+Test(ranks, dynamic_shares_checked_and_refused_naming_where, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\nshares = sometimes\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 10\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "check %s/job.ini", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.ini:3") && strstr(err, "expected static or dynamic"), "%s", err);
+	free(err);
+	/* The claims folder is every rank's. */
+	t_jobf(dir,
+	       "[job]\ngpus = 0\nshares = dynamic\nclaims = c-{rank}\n[worker]\n"
+	       "plugin = echo\n[generator]\nplugin = range\nstop = 10\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "check %s/job.ini --rank 0/2", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "job.ini:4: [job] claims") && strstr(err, "leave {rank} out"), "%s",
+		  err);
+	free(err);
+	/* gpud check says where the claims go; the default is beside the job file. */
+	t_jobf(dir, "[job]\ngpus = 0\nshares = dynamic\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 1000\n"
+		    "[sink]\nplugin = jsonl\npath = o{rank}.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "check %s/job.ini --rank 1/2", dir), 0);
+	char *out = t_read_in(dir, "out");
+	cr_expect(strstr(out, "shares: dynamic, claimed in ") && strstr(out, "/job.claims"), "%s",
+		  out);
+	free(out);
+	/* Both ranks, then a fresh run of rank 1 over its own claims: refused (its output
+	 * is about to be emptied); --resume goes on; another number of ranks is refused. */
+	cr_assert_eq(t_sh(dir, "for k in 0 1; do \"$GPUD\" run job.ini --rank $k/2 --ui off "
+			       "2>>err & done; wait"),
+		     0);
+	cr_expect_eq(t_gpud(dir, "run %s/job.ini --rank 1/2 --ui off --force", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds claims rank 1 made in an earlier run") &&
+			  strstr(err, "--resume goes on from them"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run %s/job.ini --rank 1/2 --ui off --resume", dir), 0);
+	cr_expect_eq(t_gpud(dir, "run %s/job.ini --rank 1/3 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds claims of a run of 2 ranks, and this is rank 1 of 3"), "%s",
+		  err);
+	free(err);
+}
+
+Test(ranks, dynamic_shares_killed_then_resumed_every_id_once, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	dynamic_jobs(dir, 12000, "plugin = range\nstop = ");
+	/* One rank killed with SIGKILL part way: the others finish what they claim; its
+	 * claims wait for it (no lease yet) and --resume of that rank finishes them. */
+	t_sh(dir, "\"$GPUD\" run fast.ini --rank 0/3 --ui off 2>>err & a=$!\n"
+		  "\"$GPUD\" run slow.ini --rank 1/3 --ui off 2>>err & b=$!\n"
+		  "\"$GPUD\" run fast.ini --rank 2/3 --ui off 2>>err & c=$!\n"
+		  "w '[ -s out-1.jsonl ]'; sleep 0.2; kill -9 $b && echo 1 > killed\n"
+		  "wait $a $c\n"
+		  "\"$GPUD\" run slow.ini --rank 1/3 --ui off --resume 2>>err; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	cr_expect_eq(t_read_long(dir, "killed"), 1, "rank 1 ended before it was killed");
+	union_once(dir, 3, 12000);
+	/* The whole job stopped (SIGTERM to every rank), then resumed as a whole. */
+	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed\n"
+		  "p=; for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off 2>>err & "
+		  "p=\"$p $!\"; done\n"
+		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'; sleep 0.3\n"
+		  "kill -9 $p && echo 1 > killed; wait\n"
+		  "for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off --resume "
+		  "2>>err & done; wait\n");
+	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
+	union_once(dir, 3, 12000);
+}
