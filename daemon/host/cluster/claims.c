@@ -162,19 +162,23 @@ void claims_set_total(struct claims *c, uint64_t total)
  * and (counted tasks) what is left. */
 static uint64_t next_batch(struct claims *c, uint64_t now)
 {
-	uint64_t b = c->batch;
+	uint64_t b = c->batch, floor = 1;
 	if (c->claims && c->n_own) {
 		const struct claims_range *p = &c->own[c->n_own - 1];
 		uint64_t took = now - c->last_ns, done = p->end - p->first;
 		uint64_t target = c->cost_ns * CLAIMS_COST_FACTOR;
 		if (target < CLAIMS_TARGET_NS)
 			target = CLAIMS_TARGET_NS;
-		if (took < target) /* faster than the target: at most twice as much */
-			b = done * 2;
-		else if (took > 4 * target)
-			b = done / 2;
+		/* What the last claim's rate makes of the target, growing at most 8x a
+		 * claim (the first claims' times hold the workers' start). */
+		if (took == 0 || took < target / 8)
+			b = done * 8;
 		else
-			b = done;
+			b = (uint64_t)((double)done * (double)target / (double)took + 0.5);
+		/* Near the end too, a claim covers 100 times its cost: at no-op speed a
+		 * chunk of 64 ids takes less time than claiming it. */
+		if (took)
+			floor = (uint64_t)((double)done * 100.0 * (double)c->cost_ns / (double)took);
 	}
 	if (b < 1)
 		b = 1;
@@ -184,7 +188,7 @@ static uint64_t next_batch(struct claims *c, uint64_t now)
 		uint64_t left = c->total_chunks - c->cursor;
 		uint64_t guided = (left + 2 * c->ranks - 1) / (2 * (uint64_t)c->ranks);
 		if (b > guided)
-			b = guided;
+			b = guided > floor ? guided : floor;
 		if (b > left)
 			b = left;
 	}

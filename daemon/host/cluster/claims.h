@@ -14,7 +14,7 @@
  *
  * Batches: a claim's length is sized from this rank's rate so that one covers at least
  * CLAIMS_TARGET_NS of its work and at least CLAIMS_COST_FACTOR times what a claim costs
- * (so claiming stays well under 1% of the rank's time), doubling at most per claim; when
+ * (so claiming stays well under 1% of the rank's time), growing at most 8x a claim; when
  * the generator counts its tasks, never more than the unclaimed chunks / (2 x ranks)
  * (guided self-scheduling), so ranks finish together.
  *
