@@ -576,10 +576,11 @@ Test(ranks, merge_refuses_devices_and_huge_files, .timeout = 60)
  * `claims`, a journal per rank. */
 static void dynamic_jobs(const char *dir, unsigned long n, const char *gen)
 {
-	static const char body[] = "[job]\ngpus = 0,1\nshares = dynamic\nclaims = claims\n"
-				   "journal = j-{rank}.journal\n[worker]\nplugin = faulty\n"
-				   "sleep_us = %u\n[generator]\n%s%lu\n"
-				   "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n";
+	static const char body[] =
+		"[job]\ngpus = 0,1\nshares = dynamic\nclaims = claims\nlease = 1\n"
+		"journal = j-{rank}.journal\n[worker]\nplugin = faulty\n"
+		"sleep_us = %u\n[generator]\n%s%lu\n"
+		"[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n";
 	char *text;
 	cr_assert(asprintf(&text, body, 200u, gen, n) > 0);
 	free(t_write(dir, "fast.ini", text));
@@ -676,24 +677,65 @@ Test(ranks, dynamic_shares_checked_and_refused_naming_where, .timeout = 60)
 	free(err);
 }
 
-Test(ranks, dynamic_shares_killed_then_resumed_every_id_once, .timeout = 180)
+Test(ranks, dynamic_shares_a_lost_rank_is_finished_by_the_others, .timeout = 180)
 {
 	const char *dir = t_tmpdir();
 	dynamic_jobs(dir, 12000, "plugin = range\nstop = ");
-	/* One rank killed with SIGKILL part way: the others finish what they claim; its
-	 * claims wait for it (no lease yet) and --resume of that rank finishes them. */
-	t_sh(dir, "\"$GPUD\" run fast.ini --rank 0/3 --ui off 2>>err & a=$!\n"
-		  "\"$GPUD\" run slow.ini --rank 1/3 --ui off 2>>err & b=$!\n"
-		  "\"$GPUD\" run fast.ini --rank 2/3 --ui off 2>>err & c=$!\n"
+	/* One rank killed with SIGKILL part way: its alive.r1 stands still, and after the
+	 * lease (1 s) one of the others resumes its share (its journal and output), so
+	 * the run ends with every id once and no one starting rank 1 again. */
+	t_sh(dir, "\"$GPUD\" run fast.ini --rank 0/3 --ui off --stats-json s-{rank}.json "
+		  "2>>err & a=$!\n"
+		  "\"$GPUD\" run fast.ini --rank 1/3 --ui off --stats-json s-{rank}.json "
+		  "2>>err & b=$!\n"
+		  "\"$GPUD\" run fast.ini --rank 2/3 --ui off --stats-json s-{rank}.json "
+		  "2>>err & c=$!\n"
 		  "w '[ -s out-1.jsonl ]'; sleep 0.2; kill -9 $b && echo 1 > killed\n"
-		  "wait $a $c\n"
-		  "\"$GPUD\" run slow.ini --rank 1/3 --ui off --resume 2>>err; echo $? > rc\n");
-	cr_expect_eq(t_read_long(dir, "rc"), 0);
+		  "wait $a; echo $? > rc0; wait $c; echo $? > rc2\n"
+		  "ls claims/done.r0 claims/done.r1 claims/done.r2 > /dev/null; echo $? > done\n");
 	cr_expect_eq(t_read_long(dir, "killed"), 1, "rank 1 ended before it was killed");
+	cr_expect_eq(t_read_long(dir, "rc0"), 0);
+	cr_expect_eq(t_read_long(dir, "rc2"), 0);
+	cr_expect_eq(t_read_long(dir, "done"), 0, "every rank's share finished");
 	union_once(dir, 3, 12000);
-	/* The whole job stopped (SIGTERM to every rank), then resumed as a whole. */
-	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed\n"
-		  "p=; for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off 2>>err & "
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: rank 1 of 3: no sign of life for 1.0 s") &&
+			  strstr(err, "finishing its share") &&
+			  strstr(err, "tasks were already done"),
+		  "%s", err);
+	free(err);
+	/* The three stats files add up: rank 1's is the takeover's. */
+	long t0 = rank_total(dir, 0), t1 = rank_total(dir, 1), t2 = rank_total(dir, 2);
+	cr_expect(t0 > 0 && t1 > 0 && t2 > 0, "%ld %ld %ld", t0, t1, t2);
+}
+
+Test(ranks, dynamic_shares_a_stopped_rank_that_comes_back_finishes_nothing_twice, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	dynamic_jobs(dir, 12000, "plugin = range\nstop = ");
+	/* SIGSTOP past the lease: the others take rank 1 for lost, but the takeover is
+	 * refused (rank 1 still holds its journal and outputs); after SIGCONT it finishes
+	 * its own share, and nothing is in two outputs. */
+	t_sh(dir, "for k in 0 1 2; do \"$GPUD\" run fast.ini --rank $k/3 --ui off 2>>err & "
+		  "eval p$k=$!; done\n"
+		  "w '[ -s out-1.jsonl ]'; sleep 0.2; kill -STOP $p1 && echo 1 > stopped\n"
+		  "sleep 3; kill -CONT $p1\n"
+		  "wait $p0; echo $? > rc0; wait $p1; echo $? > rc1; wait $p2; echo $? > rc2\n");
+	cr_expect_eq(t_read_long(dir, "stopped"), 1, "rank 1 ended before it was stopped");
+	cr_expect_eq(t_read_long(dir, "rc0"), 0);
+	cr_expect_eq(t_read_long(dir, "rc1"), 0);
+	cr_expect_eq(t_read_long(dir, "rc2"), 0);
+	union_once(dir, 3, 12000);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "rank 1 of 3 still holds its outputs"), "%s", err);
+	free(err);
+}
+
+Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	dynamic_jobs(dir, 12000, "plugin = range\nstop = ");
+	t_sh(dir, "p=; for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off 2>>err & "
 		  "p=\"$p $!\"; done\n"
 		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'; sleep 0.3\n"
 		  "kill -9 $p && echo 1 > killed; wait\n"

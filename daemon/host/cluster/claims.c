@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +81,7 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		char *why, size_t len)
 {
 	*c = (struct claims){.dfd = -1,
+			     .alive_fd = -1,
 			     .rank = rank,
 			     .ranks = ranks,
 			     .batch = 1,
@@ -145,11 +148,17 @@ fail:
 
 void claims_close(struct claims *c)
 {
+	if (c->beating) {
+		atomic_store(&c->stop, true);
+		pthread_join(c->beat, NULL);
+	}
+	if (c->alive_fd >= 0)
+		close(c->alive_fd);
 	if (c->dfd >= 0)
 		close(c->dfd);
 	free(c->dir);
 	free(c->own);
-	*c = (struct claims){.dfd = -1};
+	*c = (struct claims){.dfd = -1, .alive_fd = -1};
 }
 
 void claims_set_total(struct claims *c, uint64_t total)
@@ -178,7 +187,8 @@ static uint64_t next_batch(struct claims *c, uint64_t now)
 		/* Near the end too, a claim covers 100 times its cost: at no-op speed a
 		 * chunk of 64 ids takes less time than claiming it. */
 		if (took)
-			floor = (uint64_t)((double)done * 100.0 * (double)c->cost_ns / (double)took);
+			floor = (uint64_t)((double)done * 100.0 * (double)c->cost_ns /
+					   (double)took);
 	}
 	if (b < 1)
 		b = 1;
@@ -302,4 +312,282 @@ bool claims_foreign(void *claims, uint64_t chunk)
 {
 	struct claims *c = claims;
 	return chunk < c->cursor && !claims_mine(c, chunk * RANKS_CHUNK);
+}
+
+/* ---- the lease ---- */
+
+static void *beat_main(void *arg)
+{
+	struct claims *c = arg;
+	uint64_t period = (uint64_t)(c->lease / 4 * 1e9), last = wait_now_ns();
+	while (!atomic_load(&c->stop)) {
+		struct timespec nap = {0, 20000000}; /* looks at `stop` every 20 ms */
+		nanosleep(&nap, NULL);
+		uint64_t now = wait_now_ns();
+		if (now - last >= period) {
+			futimens(c->alive_fd, NULL); /* a failure shows as a stale lease */
+			last = now;
+		}
+	}
+	return NULL;
+}
+
+int claims_live(struct claims *c, double lease, char *why, size_t len)
+{
+	char name[48];
+	c->lease = lease;
+	snprintf(name, sizeof name, "done.r%u", c->rank);
+	if (unlinkat(c->dfd, name, 0) < 0 && errno != ENOENT) {
+		snprintf(why, len, "cannot remove %s/%s: %s", c->dir, name, strerror(errno));
+		return -1;
+	}
+	snprintf(name, sizeof name, "alive.r%u", c->rank);
+	c->alive_fd = openat(c->dfd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (c->alive_fd < 0 || futimens(c->alive_fd, NULL) < 0) {
+		snprintf(why, len, "cannot write %s/%s: %s", c->dir, name, strerror(errno));
+		return -1;
+	}
+	atomic_store(&c->stop, false);
+	if (pthread_create(&c->beat, NULL, beat_main, c) != 0) {
+		snprintf(why, len, "cannot start the thread that renews the lease");
+		return -1;
+	}
+	c->beating = true;
+	return 0;
+}
+
+void claims_finished(struct claims *c)
+{
+	char name[48];
+	snprintf(name, sizeof name, "done.r%u", c->rank);
+	int fd = openat(c->dfd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0)
+		fprintf(stderr,
+			"gpud: cannot write %s/%s: %s; the other ranks will take this "
+			"rank for lost, and find its share finished\n",
+			c->dir, name, strerror(errno));
+	else
+		close(fd);
+}
+
+static bool has(struct claims *c, const char *fmt, unsigned r)
+{
+	char name[48];
+	snprintf(name, sizeof name, fmt, r);
+	return faccessat(c->dfd, name, F_OK, 0) == 0;
+}
+
+/* The arguments of `gpud run ... --rank R/N --resume --ui off`, from this process's
+ * own (a NULL-terminated array of pointers into *buf; free both), or NULL when this is
+ * not the gpud command running a job file (libgpud, Python). */
+static char **takeover_argv(unsigned r, unsigned n, char **buf, char *exe, size_t exe_len)
+{
+	ssize_t el = readlink("/proc/self/exe", exe, exe_len - 1);
+	if (el <= 0)
+		return NULL;
+	exe[el] = '\0';
+	const char *base = strrchr(exe, '/');
+	if (strcmp(base ? base + 1 : exe, "gpud") != 0)
+		return NULL;
+	FILE *f = fopen("/proc/self/cmdline", "re");
+	if (!f)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *b = malloc(cap + 64);
+	while (b && !feof(f)) {
+		if (len == cap) {
+			char *nb = realloc(b, (cap *= 2) + 64);
+			if (!nb) {
+				free(b);
+				b = NULL;
+				break;
+			}
+			b = nb;
+		}
+		len += fread(b + len, 1, cap - len, f);
+		if (ferror(f))
+			break;
+	}
+	fclose(f);
+	if (!b)
+		return NULL;
+	size_t args = 0;
+	for (size_t i = 0; i < len; i++)
+		args += b[i] == '\0';
+	char **v = calloc(args + 8, sizeof *v);
+	if (!v || args < 3) {
+		free(b);
+		free(v);
+		return NULL;
+	}
+	size_t k = 0;
+	char *p = b, *end = b + len;
+	v[k++] = exe;
+	p += strlen(p) + 1; /* argv[0] */
+	if (strcmp(p, "run") != 0) {
+		free(b);
+		free(v);
+		return NULL;
+	}
+	static const char *const drop1[] = {"--resume", "--force", "--retry-failed", NULL};
+	static const char *const drop2[] = {"--rank", "--ui", NULL};
+	while (p < end) {
+		bool skip = false;
+		for (size_t i = 0; drop1[i]; i++)
+			skip |= !strcmp(p, drop1[i]);
+		for (size_t i = 0; drop2[i]; i++) {
+			size_t l = strlen(drop2[i]);
+			if (!strncmp(p, drop2[i], l) && p[l] == '=')
+				skip = true;
+			else if (!strcmp(p, drop2[i])) {
+				skip = true;
+				p += strlen(p) + 1; /* and its value */
+			}
+		}
+		if (!skip && p < end)
+			v[k++] = p;
+		if (p < end)
+			p += strlen(p) + 1;
+	}
+	char *rank = b + len; /* the 64 bytes kept past the arguments */
+	snprintf(rank, 64, "%u/%u", r, n);
+	v[k++] = "--resume";
+	v[k++] = "--ui";
+	v[k++] = "off";
+	v[k++] = "--rank";
+	v[k++] = rank;
+	v[k] = NULL;
+	*buf = b;
+	return v;
+}
+
+/* Runs rank r's share to its end as a child; its exit status, or -1. */
+static int take_over(struct claims *c, unsigned r)
+{
+	char exe[4096], *buf = NULL;
+	char **v = takeover_argv(r, c->ranks, &buf, exe, sizeof exe);
+	if (!v)
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setenv("GPUD_TAKEOVER", "1", 1); /* the child finishes r, and no other */
+		execv(exe, v);
+		_exit(127);
+	}
+	free(v);
+	free(buf);
+	int st;
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int claims_sweep(struct claims *c, int status)
+{
+	if (getenv("GPUD_TAKEOVER"))
+		return status; /* a takeover's child: its parent sweeps */
+	struct seen {
+		int64_t mtime;    /* alive.r<R>'s, in ns; -1: none yet */
+		uint64_t since;   /* when it was seen to change (this clock) */
+		bool given_up;    /* its takeover ended otherwise than finished */
+		unsigned refused; /* takeovers it refused, holding its outputs */
+	} *seen = calloc(c->ranks, sizeof *seen);
+	if (!seen)
+		return status;
+	uint64_t lease_ns = (uint64_t)(c->lease * 1e9), start = wait_now_ns();
+	for (unsigned r = 0; r < c->ranks; r++)
+		seen[r] = (struct seen){.mtime = -2, .since = start};
+	bool said = false;
+	for (;;) {
+		bool waiting = false;
+		for (unsigned r = 0; r < c->ranks; r++) {
+			if (r == c->rank || seen[r].given_up || has(c, "done.r%u", r))
+				continue;
+			waiting = true;
+			char name[48];
+			struct stat st;
+			snprintf(name, sizeof name, "alive.r%u", r);
+			int64_t m = fstatat(c->dfd, name, &st, 0) == 0
+					    ? (int64_t)st.st_mtim.tv_sec * 1000000000 +
+						      st.st_mtim.tv_nsec
+					    : -1;
+			uint64_t now = wait_now_ns();
+			if (m != seen[r].mtime) {
+				seen[r].mtime = m;
+				seen[r].since = now;
+				continue;
+			}
+			if (now - seen[r].since < lease_ns)
+				continue;
+			/* Lost, or stopped: its locks tell (a stopped one holds them). */
+			char lockname[48];
+			snprintf(lockname, sizeof lockname, "take.r%u", r);
+			int lk = openat(c->dfd, lockname, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+			if (lk < 0 || flock(lk, LOCK_EX | LOCK_NB) < 0) {
+				if (lk >= 0)
+					close(lk); /* another rank is finishing it */
+				seen[r].since = now;
+				continue;
+			}
+			if (has(c, "done.r%u", r)) {
+				close(lk);
+				continue;
+			}
+			fprintf(stderr,
+				"gpud: rank %u of %u: no sign of life for %.1f s (%s/%s): finishing "
+				"its share (gpud run ... --rank %u/%u --resume)\n",
+				r, c->ranks, c->lease, c->dir, name, r, c->ranks);
+			int rc = take_over(c, r);
+			close(lk);
+			if ((rc == 0 || rc == 1) && has(c, "done.r%u", r)) {
+				c->takeovers++;
+				if (rc == 1 && status == 0)
+					status = 1;
+				continue;
+			}
+			if (rc == 2) {
+				/* Refused: it still holds its journal and outputs (stopped,
+				 * or slow): it is not lost; looked at again after a lease. */
+				seen[r].since = wait_now_ns();
+				if (++seen[r].refused < CLAIMS_REFUSALS) {
+					fprintf(stderr,
+						"gpud: rank %u of %u still holds its outputs (or its "
+						"run was refused): not lost; waiting for it\n",
+						r, c->ranks);
+					continue;
+				}
+				fprintf(stderr,
+					"gpud: rank %u of %u: no sign of life for %u leases, and "
+					"its share could not be taken over: it is left to it (or "
+					"to `gpud run ... --rank %u/%u --resume`)\n",
+					r, c->ranks, CLAIMS_REFUSALS, r, c->ranks);
+				seen[r].given_up = true;
+				continue;
+			}
+			fprintf(stderr,
+				"gpud: rank %u of %u: finishing its share %s (status %d); `gpud run "
+				"... --rank %u/%u --resume` finishes it\n",
+				r, c->ranks, rc < 0 ? "could not start" : "ended unfinished", rc, r,
+				c->ranks);
+			seen[r].given_up = true;
+			if (status == 0)
+				status = 1;
+		}
+		if (!waiting)
+			break;
+		if (!said) {
+			said = true;
+			fprintf(stderr,
+				"gpud: rank %u of %u: waiting for the other ranks to finish "
+				"(one that shows no sign of life for %.1f s is finished here)\n",
+				c->rank, c->ranks, c->lease);
+		}
+		uint64_t nap_ns = lease_ns / 4 < 250000000u ? lease_ns / 4 : 250000000u;
+		struct timespec nap = {(time_t)(nap_ns / 1000000000u),
+				       (long)(nap_ns % 1000000000u)};
+		nanosleep(&nap, NULL);
+	}
+	free(seen);
+	return status;
 }

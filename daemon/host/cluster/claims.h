@@ -24,6 +24,8 @@
 #ifndef GPUD_CLAIMS_H
 #define GPUD_CLAIMS_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +35,9 @@
 #define CLAIMS_TARGET_NS 200000000u /* a claim covers at least 0.2 s of a rank's work */
 #define CLAIMS_COST_FACTOR 1000u    /* ... and 1,000 times what claiming costs */
 #define CLAIMS_MAX_BATCH 65536u     /* chunks in one claim (4M ids) */
+#define CLAIMS_REFUSALS                                                                            \
+	5 /* takeovers a live (stopped) rank refuses before the                                    \
+	     others stop waiting for it */
 
 struct claims_range {
 	uint64_t first, end; /* chunks [first, end) */
@@ -57,6 +62,13 @@ struct claims {
 	uint64_t claims, collisions, claim_ns; /* made, lost to another rank, time spent */
 	uint64_t nonce;
 	bool ended; /* every chunk is claimed (a counted generator) */
+	/* The lease (claims_live): alive.r<K> touched every lease / 4 by `beat`. */
+	double lease;
+	int alive_fd;
+	pthread_t beat;
+	bool beating;
+	atomic_bool stop;
+	unsigned takeovers; /* lost ranks this one finished (claims_sweep) */
 };
 
 /* Opens (makes) the claims folder `dir` for rank `rank` of `ranks`, and reads the chain
@@ -67,7 +79,20 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		char *why, size_t len);
 void claims_close(struct claims *c);
 
-/* The generator counts `total` tasks (all ranks'). */
+/* The rank is running: alive.r<K> in the folder is touched every `lease` / 4 seconds
+ * (from a thread of its own, until claims_close), and done.r<K> of an earlier run is
+ * removed. 0, or -1 with why. */
+int claims_live(struct claims *c, double lease, char *why, size_t len);
+/* Every task of this rank's share has its outcome (its journal says so): done.r<K>. */
+void claims_finished(struct claims *c);
+/* After this rank's own run: waits until every other rank has finished, and finishes
+ * the share of a rank whose alive.r<R> stood still for the lease, by running `gpud run
+ * ARGS --rank R/N --resume` (this process's own arguments otherwise) as a child: it
+ * resumes R's journal and R's output, and R's locks on them (runlock.h) refuse it while
+ * R still runs, stopped or slow. `status` is this rank's exit status; returns it, or 1
+ * when it was 0 and a rank it finished had failed tasks. */
+int claims_sweep(struct claims *c, int status);
+
 void claims_set_total(struct claims *c, uint64_t total);
 
 /* The first id at or after `id` that is this rank's, claiming the next chunks when the

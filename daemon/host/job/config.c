@@ -887,6 +887,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.timeout_grace = CFG_TIMEOUT_GRACE,
 		.setup_timeout = CFG_SETUP_TIMEOUT,
 		.drain_timeout = CFG_DRAIN_TIMEOUT,
+		.lease = 60,
 		.refresh_rate = 4,
 		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
 		.metrics_interval = 5,

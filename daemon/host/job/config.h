@@ -107,6 +107,7 @@ struct cfg {
 	 * claims_at: where claims was set, NULL for the default beside the job file. */
 	int shares;
 	char *claims, *claims_at;
+	double lease; /* seconds without a sign of life after which a rank is taken for lost */
 	/* What every rank of one job shares, for `gpud merge` (ranks_apply): the worker's and
 	 * the generator's plugins and keys as written ({rank} not put in), base_seed. */
 	uint64_t job_id;

@@ -123,6 +123,10 @@ const struct cfg_key cfg_keys[] = {
 	 .example = "out/job.claims",
 	 .doc = "with shares = dynamic: the folder of claims every rank sees (default: "
 		"beside the job file, JOB.claims)"},
+	{"job", "lease", CFG_REAL, FIELD(lease), .lo = 0.1, .hi = 1e6,
+	 .expect = "expected seconds, from 0.1", .example = "60",
+	 .doc = "with shares = dynamic: a rank whose heartbeat stands still this long is "
+		"taken for lost, and the others finish its share (default 60)"},
 	{"job", "python", CFG_CUSTOM, set_python,
 	 .expect = "expected a Python interpreter or environment folder",
 	 .example = "/usr/bin/python3",

@@ -426,6 +426,8 @@ static int finish_run(struct host *h)
 	 * the run finished, so a --resume has nothing left to do. */
 	bool complete = !h->ctl.abort && h->flow.done && !h->stats.not_run;
 	resume_finish(h, complete);
+	if (complete && h->claims)
+		claims_finished(h->claims);
 	stats_print(h, stderr);
 	if (h->resume.skipped)
 		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
@@ -695,7 +697,20 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	pthread_mutex_init(&h.view.notes.lock, NULL);
 	if (op > 0 || setup_run(&h, c) < 0 || open_tty(&h, opts) < 0)
 		goto close_plugins;
+	if (h.claims) {
+		char why[1200];
+		if (claims_live(h.claims, c->lease, why, sizeof why) < 0) {
+			say("%s: %s", c->path, why);
+			goto close_plugins;
+		}
+	}
 	rc = run_loop(&h);
+	/* Dynamic shares, this rank's share finished: the others' too, a lost one's by
+	 * this process (the gpud command only: a child resumes that rank's share, which
+	 * needs its journal). */
+	if (h.claims && (rc == 0 || rc == 1) && h.journal.fd >= 0 && !opts->gen_ops &&
+	    !opts->sink_ops)
+		rc = claims_sweep(h.claims, rc);
 	goto out;
 
 close_plugins : /* nothing ran */
