@@ -739,8 +739,26 @@ Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
 		  "p=\"$p $!\"; done\n"
 		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'; sleep 0.3\n"
 		  "kill -9 $p && echo 1 > killed; wait\n"
+		  "\"$GPUD\" status slow.ini > status1\n"
 		  "for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off --resume "
-		  "2>>err & done; wait\n");
+		  "2>>err & done; wait\n"
+		  "\"$GPUD\" status slow.ini > status2\n");
 	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
 	union_once(dir, 3, 12000);
+	/* gpud status: every rank side by side, what is missing, and then nothing. */
+	char *st = t_read_in(dir, "status1");
+	cr_expect(strstr(st, "shares: dynamic, 3 ranks, claims in ") && strstr(st, "rank 2: ") &&
+			  strstr(st, "claimed but not done: ") &&
+			  !strstr(st, "claimed but not done: none"),
+		  "%s", st);
+	free(st);
+	st = t_read_in(dir, "status2");
+	for (int k = 0; k < 3; k++) {
+		char want[32];
+		snprintf(want, sizeof want, "rank %d: ", k);
+		const char *l = strstr(st, want);
+		cr_expect(l && strstr(l, "finished; journal "), "%s", st);
+	}
+	cr_expect(strstr(st, "claimed but not done: none"), "%s", st);
+	free(st);
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "record/journal.h"
 #include "wait.h"
 
 /* A claim's name: its first chunk, fixed-width hex (they list in chain order). */
@@ -165,6 +166,12 @@ void claims_set_total(struct claims *c, uint64_t total)
 {
 	c->total_ids = total;
 	c->total_chunks = (total + RANKS_CHUNK - 1) / RANKS_CHUNK;
+	/* For `gpud status`, which does not open the generator: every rank's is the same
+	 * (the first one made stays). */
+	char text[32];
+	snprintf(text, sizeof text, "%" PRIu64, total);
+	if (c->dfd >= 0)
+		symlinkat(text, c->dfd, "total");
 }
 
 /* The next claim's length: this rank's rate over its last claim, the cost of claiming,
@@ -332,10 +339,26 @@ static void *beat_main(void *arg)
 	return NULL;
 }
 
-int claims_live(struct claims *c, double lease, char *why, size_t len)
+int claims_live(struct claims *c, double lease, const char *journal, char *why, size_t len)
 {
 	char name[48];
 	c->lease = lease;
+	/* journal.r<K>: where this rank's journal is, for `gpud status` (a link made
+	 * aside and renamed over the last one). */
+	char *abs = journal ? realpath(journal, NULL) : NULL;
+	if (abs) {
+		char tmp[64];
+		snprintf(tmp, sizeof tmp, ".journal.r%u.%d", c->rank, (int)getpid());
+		snprintf(name, sizeof name, "journal.r%u", c->rank);
+		unlinkat(c->dfd, tmp, 0);
+		if (symlinkat(abs, c->dfd, tmp) < 0 || renameat(c->dfd, tmp, c->dfd, name) < 0) {
+			snprintf(why, len, "cannot write %s/%s: %s", c->dir, name, strerror(errno));
+			unlinkat(c->dfd, tmp, 0);
+			free(abs);
+			return -1;
+		}
+		free(abs);
+	}
 	snprintf(name, sizeof name, "done.r%u", c->rank);
 	if (unlinkat(c->dfd, name, 0) < 0 && errno != ENOENT) {
 		snprintf(why, len, "cannot remove %s/%s: %s", c->dir, name, strerror(errno));
@@ -590,4 +613,159 @@ int claims_sweep(struct claims *c, int status)
 	}
 	free(seen);
 	return status;
+}
+
+/* ---- gpud status ---- */
+
+struct rank_view {
+	uint64_t claims, ids, done, failed;
+	struct journal j;
+	bool has_journal;
+	char journal[512];
+};
+
+/* Prints the missing ids of [from, to) (rank r's claim) as ranges, up to *left more. */
+static uint64_t missing_in(const struct journal *j, bool has, uint64_t from, uint64_t to,
+			   unsigned *left, FILE *out)
+{
+	uint64_t n = 0;
+	for (uint64_t id = from; id < to;) {
+		if (has && journal_is_done(j, id)) {
+			id++;
+			continue;
+		}
+		uint64_t a = id;
+		while (id < to && !(has && journal_is_done(j, id)))
+			id++;
+		n += id - a;
+		if (*left) {
+			(*left)--;
+			if (id - a == 1)
+				fprintf(out, " %llu", (unsigned long long)a);
+			else
+				fprintf(out, " %llu-%llu", (unsigned long long)a,
+					(unsigned long long)id - 1);
+		}
+	}
+	return n;
+}
+
+int claims_status(const char *dir, int64_t total, FILE *out)
+{
+	struct claims c;
+	char why[1200];
+	/* Read as rank 0 of whatever the first claim says. */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		fprintf(out, "  shares: dynamic; no claims folder %s yet (%s)\n", dir,
+			strerror(errno));
+		return 0;
+	}
+	char text[128];
+	struct claim first;
+	c = (struct claims){.dfd = dfd, .alive_fd = -1};
+	int rc = claim_read(&c, 0, &first, text, sizeof text);
+	close(dfd);
+	if (rc != 0) {
+		fprintf(out, "  shares: dynamic; no claim in %s yet\n", dir);
+		return 0;
+	}
+	unsigned n = first.ranks;
+	if (claims_open(&c, dir, 0, n, true, why, sizeof why) < 0) {
+		fprintf(out, "  shares: dynamic; %s\n", why);
+		return 2;
+	}
+	struct rank_view *v = calloc(n, sizeof *v);
+	if (!v) {
+		claims_close(&c);
+		return 2;
+	}
+	for (unsigned r = 0; r < n; r++) {
+		char name[48];
+		snprintf(name, sizeof name, "journal.r%u", r);
+		ssize_t l = readlinkat(c.dfd, name, v[r].journal, sizeof v[r].journal - 1);
+		v[r].journal[l > 0 ? l : 0] = '\0';
+		v[r].j = (struct journal){.fd = -1, .rank = 0, .ranks = 1};
+		v[r].has_journal =
+			l > 0 && journal_read(&v[r].j, v[r].journal, why, sizeof why) == 0;
+	}
+	if (total < 0) { /* the generator's count, as the ranks found it */
+		ssize_t l = readlinkat(c.dfd, "total", text, sizeof text - 1);
+		if (l > 0) {
+			text[l] = '\0';
+			total = strtoll(text, NULL, 10);
+		}
+	}
+	uint64_t end_id = c.cursor * RANKS_CHUNK;
+	if (total >= 0 && end_id > (uint64_t)total)
+		end_id = (uint64_t)total;
+	/* The chain again, claim by claim, with who holds it. */
+	uint64_t missing = 0;
+	unsigned left = 8;
+	fprintf(out, "  shares: dynamic, %u ranks, claims in %s: ids 0 to %llu claimed\n", n, dir,
+		(unsigned long long)end_id);
+	char *miss = NULL;
+	size_t miss_len = 0;
+	FILE *m = open_memstream(&miss, &miss_len);
+	for (uint64_t ch = 0; m && ch < c.cursor;) {
+		struct claim cl;
+		if (claim_read(&c, ch, &cl, text, sizeof text) != 0)
+			break;
+		uint64_t a = ch * RANKS_CHUNK, b = (ch + cl.len) * RANKS_CHUNK;
+		if (total >= 0 && b > (uint64_t)total)
+			b = (uint64_t)total;
+		struct rank_view *rv = &v[cl.rank];
+		rv->claims++;
+		if (b > a) {
+			rv->ids += b - a;
+			uint64_t miss_here = missing_in(&rv->j, rv->has_journal, a, b, &left, m);
+			rv->done += b - a - miss_here;
+			missing += miss_here;
+		}
+		ch += cl.len;
+	}
+	if (m)
+		fclose(m);
+	uint64_t now = (uint64_t)time(NULL);
+	for (unsigned r = 0; r < n; r++) {
+		char name[48], state[96] = "";
+		struct stat st;
+		snprintf(name, sizeof name, "done.r%u", r);
+		if (fstatat(c.dfd, name, &st, 0) == 0) {
+			snprintf(state, sizeof state, "finished");
+		} else {
+			snprintf(name, sizeof name, "alive.r%u", r);
+			if (fstatat(c.dfd, name, &st, 0) == 0)
+				snprintf(state, sizeof state, "last sign of life %llu s ago",
+					 (unsigned long long)(now > (uint64_t)st.st_mtime
+								      ? now - (uint64_t)st.st_mtime
+								      : 0));
+			else
+				snprintf(state, sizeof state, "never started");
+		}
+		fprintf(out,
+			"  rank %u: %llu claims, %llu ids, %llu done, %llu to run; %s; journal %s\n",
+			r, (unsigned long long)v[r].claims, (unsigned long long)v[r].ids,
+			(unsigned long long)v[r].done, (unsigned long long)(v[r].ids - v[r].done),
+			state, v[r].journal[0] ? v[r].journal : "(none yet)");
+		journal_close(&v[r].j);
+	}
+	if (missing)
+		fprintf(out,
+			"  claimed but not done: %llu ids:%s%s\n  (as the journals say: a rank "
+			"killed may have lost output its journal had counted; its --resume reads "
+			"its output back)\n",
+			(unsigned long long)missing, miss ? miss : "", left ? "" : " ...");
+	else
+		fprintf(out, "  claimed but not done: none\n");
+	if (total >= 0 && end_id < (uint64_t)total)
+		fprintf(out, "  not claimed yet: ids %llu to %lld\n", (unsigned long long)end_id,
+			(long long)total - 1);
+	else if (total < 0)
+		fprintf(out, "  not claimed yet: whatever the generator yields from id %llu on\n",
+			(unsigned long long)end_id);
+	free(miss);
+	free(v);
+	claims_close(&c);
+	return 0;
 }

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cluster/ranks.h"
 
@@ -79,10 +80,11 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		char *why, size_t len);
 void claims_close(struct claims *c);
 
-/* The rank is running: alive.r<K> in the folder is touched every `lease` / 4 seconds
+/* The rank is running: journal.r<K> in the folder names its journal (NULL: none),
+ * alive.r<K> in the folder is touched every `lease` / 4 seconds
  * (from a thread of its own, until claims_close), and done.r<K> of an earlier run is
  * removed. 0, or -1 with why. */
-int claims_live(struct claims *c, double lease, char *why, size_t len);
+int claims_live(struct claims *c, double lease, const char *journal, char *why, size_t len);
 /* Every task of this rank's share has its outcome (its journal says so): done.r<K>. */
 void claims_finished(struct claims *c);
 /* After this rank's own run: waits until every other rank has finished, and finishes
@@ -92,6 +94,11 @@ void claims_finished(struct claims *c);
  * R still runs, stopped or slow. `status` is this rank's exit status; returns it, or 1
  * when it was 0 and a rank it finished had failed tasks. */
 int claims_sweep(struct claims *c, int status);
+
+/* `gpud status` of a job with dynamic shares: every rank's claims, ids, done (from its
+ * journal, named by journal.r<K>), state (finished, its last sign of life), and the ids
+ * claimed but not done; `total`: the generator's count, or -1. 0, or 2. */
+int claims_status(const char *dir, int64_t total, FILE *out);
 
 void claims_set_total(struct claims *c, uint64_t total);
 

@@ -369,6 +369,11 @@ int run_status(struct cfg *c)
 {
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (c->shares == CFG_SHARES_DYNAMIC) {
+		/* Every rank's, side by side, from the claims folder. */
+		printf("%s:\n", c->path);
+		return claims_status(c->claims, -1, stdout);
+	}
 	if (c->journal_off || !c->journal) {
 		say("%s: [job] journal is off: nothing to tell", c->path);
 		return 2;

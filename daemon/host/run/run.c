@@ -699,7 +699,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		goto close_plugins;
 	if (h.claims) {
 		char why[1200];
-		if (claims_live(h.claims, c->lease, why, sizeof why) < 0) {
+		if (claims_live(h.claims, c->lease, h.journal.fd >= 0 ? h.journal.path : NULL, why,
+				sizeof why) < 0) {
 			say("%s: %s", c->path, why);
 			goto close_plugins;
 		}
