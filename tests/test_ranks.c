@@ -578,7 +578,8 @@ static void dynamic_jobs(const char *dir, unsigned long n, const char *gen)
 {
 	static const char body[] =
 		"[job]\ngpus = 0,1\nshares = dynamic\nclaims = claims\nlease = 1\n"
-		"journal = j-{rank}.journal\n[worker]\nplugin = faulty\n"
+		"journal = j-{rank}.journal\n[ui]\nmetrics_file = m-{rank}.prom\n"
+		"[worker]\nplugin = faulty\n"
 		"sleep_us = %u\n[generator]\n%s%lu\n"
 		"[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n";
 	char *text;
@@ -620,6 +621,13 @@ Test(ranks, dynamic_shares_follow_each_ranks_speed_every_id_once, .timeout = 180
 	/* The slow rank did fewer than either fast one (a timing: by a wide margin, 4x
 	 * slower; the ratio of run times is in bench/shares.sh). */
 	cr_expect(t2 < t0 && t2 < t1, "shares %ld %ld %ld", t0, t1, t2);
+	/* Each rank's share in its metrics. */
+	char *m = t_read_in(dir, "m-2.prom");
+	cr_expect(m && strstr(m, "gpud_rank_info{rank=\"2\",ranks=\"3\",shares=\"dynamic\"} 1") &&
+			  strstr(m, "gpud_share_claimed_tasks ") &&
+			  strstr(m, "gpud_share_claims_total "),
+		  "%s", m);
+	free(m);
 	/* A generator without a count (lines reads a file): claims go on until a rank
 	 * finds the stream ended; 4 ranks over 10,000 lines. */
 	cr_assert_eq(t_sh(dir, "seq 0 9999 > in.txt; rm -rf claims out-*.jsonl j-*"), 0);

@@ -262,6 +262,9 @@ static int claim_next(struct claims *c, char *why, size_t len)
 	c->cost_ns = c->claim_ns / c->claims;
 	c->last_ns = t1;
 	c->batch = n;
+	atomic_store_explicit(&c->pub_claims, c->claims, memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ids, claims_nth(c, c->total_ids), memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ns, c->claim_ns, memory_order_relaxed);
 	return 0;
 }
 

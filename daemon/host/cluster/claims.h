@@ -70,6 +70,8 @@ struct claims {
 	bool beating;
 	atomic_bool stop;
 	unsigned takeovers; /* lost ranks this one finished (claims_sweep) */
+	/* For the metrics thread: claims made, ids claimed, ns spent claiming. */
+	_Atomic uint64_t pub_claims, pub_ids, pub_ns;
 };
 
 /* Opens (makes) the claims folder `dir` for rank `rank` of `ranks`, and reads the chain
