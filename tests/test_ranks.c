@@ -678,10 +678,12 @@ Test(ranks, dynamic_shares_checked_and_refused_naming_where, .timeout = 60)
 		  "%s", err);
 	free(err);
 	cr_expect_eq(t_gpud(dir, "run %s/job.ini --rank 1/2 --ui off --resume", dir), 0);
-	cr_expect_eq(t_gpud(dir, "run %s/job.ini --rank 1/3 --ui off --resume", dir), 2);
+	/* ordered = true cannot be kept by chunks claimed as they come. */
+	t_jobf(dir, "[job]\ngpus = 0\nshares = dynamic\nordered = true\n[worker]\nplugin = echo\n"
+		    "[generator]\nplugin = range\nstop = 10\n[sink]\nplugin = null\n");
+	cr_expect_eq(t_gpud(dir, "check %s/job.ini", dir), 2);
 	err = t_read_in(dir, "err");
-	cr_expect(strstr(err, "holds claims of a run of 2 ranks, and this is rank 1 of 3"), "%s",
-		  err);
+	cr_expect(strstr(err, "ordered = true and shares = dynamic"), "%s", err);
 	free(err);
 }
 
@@ -769,4 +771,29 @@ Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
 	}
 	cr_expect(strstr(st, "claimed but not done: none"), "%s", st);
 	free(st);
+	/* Killed as a whole at 3 ranks, resumed with 2: ranks 0 and 1 go on from their
+	 * claims, and old rank 2's share, which no rank of the new run is, is finished by
+	 * one of them after the lease (as rank 2 of 3, from its journal and output). */
+	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed\n"
+		  "p=; for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off 2>>err & "
+		  "p=\"$p $!\"; done\n"
+		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'; sleep 0.3\n"
+		  "kill -9 $p && echo 1 > killed; wait\n"
+		  "for k in 0 1; do \"$GPUD\" run slow.ini --rank $k/2 --ui off --resume "
+		  "2>>err2 & done; wait\n");
+	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
+	union_once(dir, 3, 12000);
+	char *err = t_read_in(dir, "err2");
+	cr_expect(strstr(err, "gpud: rank 2 of 3: no sign of life"), "%s", err);
+	free(err);
+	/* Killed at 2 ranks, resumed with 3: the third claims what is left. */
+	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed err2\n"
+		  "p=; for k in 0 1; do \"$GPUD\" run slow.ini --rank $k/2 --ui off 2>>err & "
+		  "p=\"$p $!\"; done\n"
+		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ]'; sleep 0.3\n"
+		  "kill -9 $p && echo 1 > killed; wait\n"
+		  "for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off --resume "
+		  "2>>err2 & done; wait\n");
+	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
+	union_once(dir, 3, 12000);
 }

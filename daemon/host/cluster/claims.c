@@ -78,6 +78,30 @@ static int own_add(struct claims *c, uint64_t first, uint64_t end)
 	return 0;
 }
 
+/* Rank r made claims as one of `of` ranks: it is waited for (claims_sweep), and run as
+ * rank r of `of` when it must be finished by another. */
+static int note_of(struct claims *c, unsigned r, unsigned of)
+{
+	if (r >= c->n_of) {
+		unsigned n = r + 1;
+		unsigned *v = realloc(c->of, n * sizeof *v);
+		if (!v)
+			return -1;
+		for (unsigned k = c->n_of; k < n; k++)
+			v[k] = 0;
+		c->of = v;
+		c->n_of = n;
+	}
+	c->of[r] = of;
+	return 0;
+}
+
+/* The ranks to wait for: this run's, and those earlier runs' claims name. */
+static unsigned all_ranks(const struct claims *c)
+{
+	return c->n_of > c->ranks ? c->n_of : c->ranks;
+}
+
 int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, bool resume,
 		char *why, size_t len)
 {
@@ -115,13 +139,10 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 				 errno == EINVAL ? "not a claim gpud made" : strerror(errno));
 			goto fail;
 		}
-		if (cl.ranks != ranks) {
-			snprintf(why, len,
-				 "the claims folder %s holds claims of a run of %u ranks, and this "
-				 "is rank %u of %u: %s",
-				 dir, cl.ranks, rank, ranks,
-				 resume ? "resume it with as many ranks"
-					: "remove it to start over");
+		/* A run of another number of ranks (a resume with more or fewer): its
+		 * ranks are waited for, and finished by the others when none runs them. */
+		if (note_of(c, cl.rank, cl.ranks) < 0) {
+			snprintf(why, len, "out of memory");
 			goto fail;
 		}
 		if (cl.rank == rank) {
@@ -159,6 +180,7 @@ void claims_close(struct claims *c)
 		close(c->dfd);
 	free(c->dir);
 	free(c->own);
+	free(c->of);
 	*c = (struct claims){.dfd = -1, .alive_fd = -1};
 }
 
@@ -244,6 +266,10 @@ static int claim_next(struct claims *c, char *why, size_t len)
 			return -1;
 		}
 		if (strcmp(back, text) != 0) {
+			if (note_of(c, cl.rank, cl.ranks) < 0) {
+				snprintf(why, len, "out of memory");
+				return -1;
+			}
 			c->collisions++;
 			c->cursor += cl.len;
 			c->claim_ns += wait_now_ns() - t0;
@@ -487,11 +513,18 @@ static char **takeover_argv(unsigned r, unsigned n, char **buf, char *exe, size_
 	return v;
 }
 
+/* The number of ranks rank r is one of: its claims', else this run's. */
+static unsigned rank_of(const struct claims *c, unsigned r)
+{
+	unsigned of = r < c->n_of ? c->of[r] : 0;
+	return of > r ? of : c->ranks > r ? c->ranks : r + 1;
+}
+
 /* Runs rank r's share to its end as a child; its exit status, or -1. */
 static int take_over(struct claims *c, unsigned r)
 {
 	char exe[4096], *buf = NULL;
-	char **v = takeover_argv(r, c->ranks, &buf, exe, sizeof exe);
+	char **v = takeover_argv(r, rank_of(c, r), &buf, exe, sizeof exe);
 	if (!v)
 		return -1;
 	fflush(NULL);
@@ -518,16 +551,17 @@ int claims_sweep(struct claims *c, int status)
 		uint64_t since;   /* when it was seen to change (this clock) */
 		bool given_up;    /* its takeover ended otherwise than finished */
 		unsigned refused; /* takeovers it refused, holding its outputs */
-	} *seen = calloc(c->ranks, sizeof *seen);
+	} *seen = calloc(all_ranks(c), sizeof *seen);
 	if (!seen)
 		return status;
 	uint64_t lease_ns = (uint64_t)(c->lease * 1e9), start = wait_now_ns();
-	for (unsigned r = 0; r < c->ranks; r++)
+	unsigned n = all_ranks(c);
+	for (unsigned r = 0; r < n; r++)
 		seen[r] = (struct seen){.mtime = -2, .since = start};
 	bool said = false;
 	for (;;) {
 		bool waiting = false;
-		for (unsigned r = 0; r < c->ranks; r++) {
+		for (unsigned r = 0; r < n; r++) {
 			if (r == c->rank || seen[r].given_up || has(c, "done.r%u", r))
 				continue;
 			waiting = true;
@@ -563,7 +597,7 @@ int claims_sweep(struct claims *c, int status)
 			fprintf(stderr,
 				"gpud: rank %u of %u: no sign of life for %.1f s (%s/%s): finishing "
 				"its share (gpud run ... --rank %u/%u --resume)\n",
-				r, c->ranks, c->lease, c->dir, name, r, c->ranks);
+				r, rank_of(c, r), c->lease, c->dir, name, r, rank_of(c, r));
 			int rc = take_over(c, r);
 			close(lk);
 			if ((rc == 0 || rc == 1) && has(c, "done.r%u", r)) {
@@ -580,22 +614,22 @@ int claims_sweep(struct claims *c, int status)
 					fprintf(stderr,
 						"gpud: rank %u of %u still holds its outputs (or its "
 						"run was refused): not lost; waiting for it\n",
-						r, c->ranks);
+						r, rank_of(c, r));
 					continue;
 				}
 				fprintf(stderr,
 					"gpud: rank %u of %u: no sign of life for %u leases, and "
 					"its share could not be taken over: it is left to it (or "
 					"to `gpud run ... --rank %u/%u --resume`)\n",
-					r, c->ranks, CLAIMS_REFUSALS, r, c->ranks);
+					r, rank_of(c, r), CLAIMS_REFUSALS, r, rank_of(c, r));
 				seen[r].given_up = true;
 				continue;
 			}
 			fprintf(stderr,
 				"gpud: rank %u of %u: finishing its share %s (status %d); `gpud run "
 				"... --rank %u/%u --resume` finishes it\n",
-				r, c->ranks, rc < 0 ? "could not start" : "ended unfinished", rc, r,
-				c->ranks);
+				r, rank_of(c, r), rc < 0 ? "could not start" : "ended unfinished",
+				rc, r, rank_of(c, r));
 			seen[r].given_up = true;
 			if (status == 0)
 				status = 1;
@@ -673,11 +707,11 @@ int claims_status(const char *dir, int64_t total, FILE *out)
 		fprintf(out, "  shares: dynamic; no claim in %s yet\n", dir);
 		return 0;
 	}
-	unsigned n = first.ranks;
-	if (claims_open(&c, dir, 0, n, true, why, sizeof why) < 0) {
+	if (claims_open(&c, dir, 0, first.ranks, true, why, sizeof why) < 0) {
 		fprintf(out, "  shares: dynamic; %s\n", why);
 		return 2;
 	}
+	unsigned n = all_ranks(&c);
 	struct rank_view *v = calloc(n, sizeof *v);
 	if (!v) {
 		claims_close(&c);

@@ -70,6 +70,8 @@ struct claims {
 	bool beating;
 	atomic_bool stop;
 	unsigned takeovers; /* lost ranks this one finished (claims_sweep) */
+	unsigned *of;       /* of[r]: the number of ranks rank r's claims were made with */
+	unsigned n_of;
 	/* For the metrics thread: claims made, ids claimed, ns spent claiming. */
 	_Atomic uint64_t pub_claims, pub_ids, pub_ns;
 };

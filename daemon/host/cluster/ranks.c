@@ -322,8 +322,10 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 			secs[s]->kv[i].value = v;
 		}
 	}
-	/* The default journal, beside the job file, is ours to name per rank. */
-	if (c->journal && !c->journal_set && n > 1) {
+	/* The default journal, beside the job file, is ours to name per rank (with dynamic
+	 * shares, with one rank too: a resume may run fewer ranks than the run it goes on
+	 * from, and rank 0 of 1 goes on from rank 0's journal). */
+	if (c->journal && !c->journal_set && (n > 1 || c->shares == CFG_SHARES_DYNAMIC)) {
 		char *j = NULL;
 		size_t l = strlen(c->journal);
 		if (asprintf(&j, "%.*s.rank%u.journal", (int)(l - 8), c->journal, k) < 0)

@@ -101,7 +101,10 @@ uint64_t journal_fingerprint(const struct cfg *c)
 		h = hash_str(h, c->sink.kv[i].key);
 		h = hash_str(h, c->sink.kv[i].value);
 	}
-	h = hash_mix(h, (uint64_t)c->rank << 32 | c->ranks); /* a rank's journal is its own */
+	/* A rank's journal is its own; with dynamic shares, whatever the number of ranks
+	 * (a resume may run more or fewer: each goes on from its rank's claims). */
+	h = hash_mix(h, (uint64_t)c->rank << 32 |
+				(c->shares == CFG_SHARES_DYNAMIC ? 0xffffffffu : c->ranks));
 	return hash_mix(h, c->base_seed);
 }
 

@@ -257,7 +257,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			       h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
-		if (c->ranks > 1 && c->shares == CFG_SHARES_DYNAMIC)
+		if (c->shares == CFG_SHARES_DYNAMIC)
 			printf("  shares: dynamic, claimed in %s\n", c->claims);
 		if (groups_width(c) > 1)
 			run_check_groups(c);
@@ -673,7 +673,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
 		goto out; /* before the journal, the sink or any worker */
-	if (c->shares == CFG_SHARES_DYNAMIC && c->ranks > 1) {
+	/* Dynamic shares, with one rank too: a resume of a run of several may have fewer
+	 * (claims.h). */
+	if (c->shares == CFG_SHARES_DYNAMIC) {
 		char why[1200];
 		h.claims = calloc(1, sizeof *h.claims);
 		if (!h.claims || claims_open(h.claims, c->claims, c->rank, c->ranks, opts->resume,
