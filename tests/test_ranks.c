@@ -797,3 +797,49 @@ Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
 	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
 	union_once(dir, 3, 12000);
 }
+
+Test(ranks, dynamic_shares_under_mpirun_count_in_mpi_and_resume_with_fewer, .timeout = 240)
+{
+	const char *dir = t_tmpdir();
+	if (t_sh(dir, "command -v mpirun >/dev/null && mpirun --allow-run-as-root --oversubscribe "
+		      "-np 2 true >/dev/null 2>&1") != 0)
+		cr_skip_test("Open MPI's mpirun is not installed or cannot start here "
+			     "(Debian: openmpi-bin)");
+	if (t_sh(dir, "for f in /usr/lib/*/libmpi.so.40 /usr/lib/libmpi.so.40 "
+		      "/usr/lib64/libmpi.so.40; do [ -e \"$f\" ] && exit 0; done; exit 1") != 0)
+		cr_skip_test("no libmpi.so.40 (Open MPI 3 or 4): the MPI counter cannot be tried");
+	t_jobf(dir,
+	       "[job]\ngpus = 0,1\nshares = dynamic\nlease = 1\nclaims = claims\n"
+	       "journal = j-{rank}.journal\n[worker]\nplugin = echo\n[generator]\n"
+	       "plugin = range\nstop = 100000\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	/* Four ranks: every claim starts where the counter in rank 0's window said (the
+	 * claims say "mpi"; no rank ever lost a name to another). */
+	t_sh(dir, "mpirun --allow-run-as-root --oversubscribe -np 4 sh -c 'exec \"$GPUD\" run "
+		  "job.ini --ui off --stats-json s-{rank}.json 2>>err-$OMPI_COMM_WORLD_RANK'; "
+		  "echo $? > rc\n"
+		  "ls -l claims | grep -c ' mpi$' > n_mpi; ls claims | grep -c '^c' > n_claims\n"
+		  "cat s-*.json | grep -c '\"claims_lost\": 0,' > n_lost0\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 4, 100000);
+	long n_mpi = t_read_long(dir, "n_mpi");
+	cr_expect(n_mpi > 0 && n_mpi == t_read_long(dir, "n_claims"), "%ld claims by the counter",
+		  n_mpi);
+	cr_expect_eq(t_read_long(dir, "n_lost0"), 4);
+	/* Killed as a whole (one rank's SIGKILL ends mpirun's job), then resumed under
+	 * mpirun with 2 ranks: ranks 2 and 3 of the first run are finished by them. */
+	t_jobf(dir, "[job]\ngpus = 0,1\nshares = dynamic\nlease = 1\nclaims = claims\n"
+		    "journal = j-{rank}.journal\n[worker]\nplugin = faulty\nsleep_us = 500\n"
+		    "[generator]\nplugin = range\nstop = 20000\n"
+		    "[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "rm -rf claims out-* j-* s-* err-*\n"
+		  "mpirun --allow-run-as-root --oversubscribe -np 4 sh -c 'echo $$ > "
+		  "pid-$OMPI_COMM_WORLD_RANK; exec \"$GPUD\" run job.ini --ui off "
+		  "2>>err-$OMPI_COMM_WORLD_RANK' >/dev/null 2>&1 & m=$!\n"
+		  "w '[ -s out-0.jsonl ] && [ -s out-3.jsonl ]'; sleep 0.3\n"
+		  "kill -9 $(cat pid-2) && echo 1 > killed; wait $m\n"
+		  "mpirun --allow-run-as-root --oversubscribe -np 2 sh -c 'exec \"$GPUD\" run "
+		  "job.ini --ui off --resume 2>>err2-$OMPI_COMM_WORLD_RANK'; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "killed"), 1, "the run ended before a rank was killed");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 4, 20000);
+}

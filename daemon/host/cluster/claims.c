@@ -102,7 +102,31 @@ static unsigned all_ranks(const struct claims *c)
 	return c->n_of > c->ranks ? c->n_of : c->ranks;
 }
 
-int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, bool resume,
+/* The first claim after chunk `ch` in the folder, or UINT64_MAX. */
+static uint64_t next_claim_after(struct claims *c, uint64_t ch)
+{
+	int fd = dup(c->dfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return UINT64_MAX;
+	}
+	uint64_t best = UINT64_MAX;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char *end;
+		if (e->d_name[0] != 'c' || strlen(e->d_name) != 17)
+			continue;
+		uint64_t v = strtoull(e->d_name + 1, &end, 16);
+		if (*end == '\0' && v > ch && v < best)
+			best = v;
+	}
+	closedir(d);
+	return best;
+}
+
+int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, int mode,
 		char *why, size_t len)
 {
 	*c = (struct claims){.dfd = -1,
@@ -122,6 +146,7 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		snprintf(why, len, "cannot open the claims folder %s: %s", dir, strerror(errno));
 		return -1;
 	}
+	c->no_new = getenv("GPUD_TAKEOVER") != NULL;
 	c->dir = strdup(dir);
 	if (!c->dir) {
 		snprintf(why, len, "out of memory");
@@ -132,8 +157,36 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		struct claim cl;
 		char text[128];
 		int rc = claim_read(c, c->cursor, &cl, text, sizeof text);
-		if (rc == 1)
-			break;
+		if (rc == 1) {
+			/* The chain's end, or a gap: chunks counted out by the MPI counter
+			 * to a rank that died before it recorded its claim (mpi.h). */
+			uint64_t next = next_claim_after(c, c->cursor);
+			if (next == UINT64_MAX)
+				break;
+			if (mode == CLAIMS_LOOK || getenv("GPUD_TAKEOVER")) {
+				c->cursor = next; /* nobody's: a look, or a takeover's child */
+				continue;
+			}
+			uint64_t n = next - c->cursor;
+			if (n > CLAIMS_MAX_BATCH)
+				n = CLAIMS_MAX_BATCH;
+			snprintf(text, sizeof text, "r%u n%" PRIu64 " of%u p%d x%016" PRIx64, rank,
+				 n, ranks, (int)getpid(), c->nonce);
+			char name[32];
+			claim_name(name, sizeof name, c->cursor);
+			if (symlinkat(text, c->dfd, name) == 0) {
+				if (own_add(c, c->cursor, c->cursor + n) < 0) {
+					snprintf(why, len, "out of memory");
+					goto fail;
+				}
+				c->cursor += n;
+				continue;
+			}
+			if (errno == EEXIST)
+				continue; /* another rank's fill: read as any claim */
+			snprintf(why, len, "cannot claim %s/%s: %s", dir, name, strerror(errno));
+			goto fail;
+		}
 		if (rc < 0) {
 			snprintf(why, len, "%s/c%016" PRIx64 ": %s", dir, c->cursor,
 				 errno == EINVAL ? "not a claim gpud made" : strerror(errno));
@@ -145,8 +198,8 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 			snprintf(why, len, "out of memory");
 			goto fail;
 		}
-		if (cl.rank == rank) {
-			if (!resume) {
+		if (cl.rank == rank && mode != CLAIMS_LOOK) {
+			if (mode == CLAIMS_FRESH) {
 				snprintf(why, len,
 					 "the claims folder %s holds claims rank %u made in an "
 					 "earlier run (c%016" PRIx64 "): --resume goes on from "
@@ -176,6 +229,7 @@ void claims_close(struct claims *c)
 	}
 	if (c->alive_fd >= 0)
 		close(c->alive_fd);
+	mpi_counter_close(c->mpi); /* collective: after every rank's sweep */
 	if (c->dfd >= 0)
 		close(c->dfd);
 	free(c->dir);
@@ -294,6 +348,68 @@ static int claim_next(struct claims *c, char *why, size_t len)
 	return 0;
 }
 
+/* One claim where the MPI counter says; as claim_next. */
+static int claim_counted(struct claims *c, char *why, size_t len)
+{
+	if (c->ended)
+		return 1;
+	uint64_t t0 = wait_now_ns();
+	uint64_t n = next_batch(c, t0), at;
+	if (mpi_counter_add(c->mpi, n, &at) < 0) {
+		snprintf(why, len, "MPI_Fetch_and_op on the claims counter failed");
+		return -1;
+	}
+	if (at >= c->total_chunks) {
+		c->ended = true;
+		return 1;
+	}
+	if (c->total_chunks != UINT64_MAX && n > c->total_chunks - at)
+		n = c->total_chunks - at;
+	char name[32], text[128];
+	claim_name(name, sizeof name, at);
+	snprintf(text, sizeof text, "r%u n%" PRIu64 " of%u p%d x%016" PRIx64 " mpi", c->rank, n,
+		 c->ranks, (int)getpid(), c->nonce + c->claims);
+	/* The counter gave [at, at + n) to this rank alone: the name is free. */
+	if (symlinkat(text, c->dfd, name) < 0) {
+		snprintf(why, len, "cannot record the claim %s/%s: %s", c->dir, name,
+			 errno == EEXIST ? "it exists (a process claims there without the MPI "
+					   "counter)"
+					 : strerror(errno));
+		return -1;
+	}
+	if (own_add(c, at, at + n) < 0) {
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	/* Every chunk below at + n is claimed (the counter passed it), if not recorded
+	 * yet: the end of the chain as this rank knows it. */
+	if (at + n > c->cursor)
+		c->cursor = at + n;
+	uint64_t t1 = wait_now_ns();
+	c->claims++;
+	c->claim_ns += t1 - t0;
+	c->cost_ns = c->claim_ns / c->claims;
+	c->last_ns = t1;
+	c->batch = n;
+	atomic_store_explicit(&c->pub_claims, c->claims, memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ids, claims_nth(c, c->total_ids), memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ns, c->claim_ns, memory_order_relaxed);
+	return 0;
+}
+
+int claims_use_mpi(struct claims *c, char *note, size_t note_len, char *why, size_t len)
+{
+	note[0] = '\0';
+	if (c->no_new)
+		return 0;
+	int rc = mpi_counter_open(&c->mpi, c->rank, c->ranks, c->cursor, why, len);
+	if (rc > 0) {
+		snprintf(note, note_len, "%s", why);
+		return 0;
+	}
+	return rc;
+}
+
 uint64_t claims_from(struct claims *c, uint64_t id, char *why, size_t len)
 {
 	for (;;) {
@@ -311,8 +427,11 @@ uint64_t claims_from(struct claims *c, uint64_t id, char *why, size_t len)
 			continue;
 		}
 		/* Past every claim of ours: the chain's end is where the next one goes (the
-		 * stream never runs ahead of the chain: it jumps only to claims). */
-		int rc = claim_next(c, why, len);
+		 * stream never runs ahead of the chain: it jumps only to claims). A
+		 * takeover's child ends here: the ranks that wait claimed the rest. */
+		int rc = c->no_new ? 1
+			 : c->mpi  ? claim_counted(c, why, len)
+				   : claim_next(c, why, len);
 		if (rc != 0) {
 			if (rc > 0)
 				why[0] = '\0';
@@ -364,6 +483,8 @@ static void *beat_main(void *arg)
 			futimens(c->alive_fd, NULL); /* a failure shows as a stale lease */
 			last = now;
 		}
+		if (c->mpi) /* others' adds to rank 0's counter, and to no one's harm elsewhere */
+			mpi_counter_progress(c->mpi);
 	}
 	return NULL;
 }
@@ -531,6 +652,7 @@ static int take_over(struct claims *c, unsigned r)
 	pid_t pid = fork();
 	if (pid == 0) {
 		setenv("GPUD_TAKEOVER", "1", 1); /* the child finishes r, and no other */
+		setenv("GPUD_NO_MPI", "1", 1);   /* nor takes part in mpirun's MPI */
 		execv(exe, v);
 		_exit(127);
 	}
@@ -707,7 +829,7 @@ int claims_status(const char *dir, int64_t total, FILE *out)
 		fprintf(out, "  shares: dynamic; no claim in %s yet\n", dir);
 		return 0;
 	}
-	if (claims_open(&c, dir, 0, first.ranks, true, why, sizeof why) < 0) {
+	if (claims_open(&c, dir, 0, first.ranks, CLAIMS_LOOK, why, sizeof why) < 0) {
 		fprintf(out, "  shares: dynamic; %s\n", why);
 		return 2;
 	}

@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cluster/mpi.h"
 #include "cluster/ranks.h"
 
 #define CLAIMS_TARGET_NS 200000000u /* a claim covers at least 0.2 s of a rank's work */
@@ -69,18 +70,23 @@ struct claims {
 	pthread_t beat;
 	bool beating;
 	atomic_bool stop;
-	unsigned takeovers; /* lost ranks this one finished (claims_sweep) */
-	unsigned *of;       /* of[r]: the number of ranks rank r's claims were made with */
+	unsigned takeovers;      /* lost ranks this one finished (claims_sweep) */
+	unsigned *of;            /* of[r]: the number of ranks rank r's claims were made with */
+	bool no_new;             /* a takeover's child: it finishes the lost rank's claims only */
+	struct mpi_counter *mpi; /* where claims start, under mpirun (mpi.h); NULL: files */
 	unsigned n_of;
 	/* For the metrics thread: claims made, ids claimed, ns spent claiming. */
 	_Atomic uint64_t pub_claims, pub_ids, pub_ns;
 };
 
 /* Opens (makes) the claims folder `dir` for rank `rank` of `ranks`, and reads the chain
- * already there: this rank's claims of an earlier run of the job are its own again (a
- * --resume); `resume` false refuses a folder holding claims of this rank (an earlier
- * run's: its outputs are about to be emptied). 0, or -1 with why. */
-int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, bool resume,
+ * already there: this rank's claims of an earlier run of the job are its own again
+ * (CLAIMS_RESUME); CLAIMS_FRESH refuses a folder holding claims of this rank (an
+ * earlier run's: its outputs are about to be emptied). A gap in the chain (chunks the
+ * MPI counter gave a rank that died before recording them) is claimed as it is met,
+ * except by a look or a takeover's child. 0, or -1 with why. */
+enum { CLAIMS_FRESH, CLAIMS_RESUME, CLAIMS_LOOK /* gpud status: nothing made */ };
+int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, int mode,
 		char *why, size_t len);
 void claims_close(struct claims *c);
 
@@ -98,6 +104,11 @@ void claims_finished(struct claims *c);
  * R still runs, stopped or slow. `status` is this rank's exit status; returns it, or 1
  * when it was 0 and a rank it finished had failed tasks. */
 int claims_sweep(struct claims *c, int status);
+
+/* Under Open MPI's mpirun (the rank from its environment): claims start where a
+ * counter in rank 0's MPI window says (mpi.h). Collective. 0 (in use, or not here:
+ * *note says why not, when it is not), or -1 with why. */
+int claims_use_mpi(struct claims *c, char *note, size_t note_len, char *why, size_t len);
 
 /* `gpud status` of a job with dynamic shares: every rank's claims, ids, done (from its
  * journal, named by journal.r<K>), state (finished, its last sign of life), and the ids

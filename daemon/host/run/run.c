@@ -678,11 +678,20 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	if (c->shares == CFG_SHARES_DYNAMIC) {
 		char why[1200];
 		h.claims = calloc(1, sizeof *h.claims);
-		if (!h.claims || claims_open(h.claims, c->claims, c->rank, c->ranks, opts->resume,
-					     why, sizeof why) < 0) {
+		if (!h.claims ||
+		    claims_open(h.claims, c->claims, c->rank, c->ranks,
+				opts->resume ? CLAIMS_RESUME : CLAIMS_FRESH, why, sizeof why) < 0) {
 			say("%s: %s", c->path, h.claims ? why : "out of memory");
 			free(h.claims);
 			h.claims = NULL;
+			goto out;
+		}
+		/* Under mpirun (its environment gave the rank), claims start where a counter
+		 * in rank 0's MPI window says, when libmpi loads (cluster/mpi.h). */
+		char note[600];
+		if (!strcmp(c->rank_source, "Open MPI") &&
+		    claims_use_mpi(h.claims, note, sizeof note, why, sizeof why) < 0) {
+			say("%s: %s", c->path, why);
 			goto out;
 		}
 	}
