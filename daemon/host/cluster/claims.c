@@ -397,11 +397,28 @@ static int claim_counted(struct claims *c, char *why, size_t len)
 	return 0;
 }
 
+/* Whether this process is the gpud command (not a program using libgpud). */
+static bool gpud_command(void)
+{
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	const char *base = strrchr(exe, '/');
+	return strcmp(base ? base + 1 : exe, "gpud") == 0;
+}
+
 int claims_use_mpi(struct claims *c, char *note, size_t note_len, char *why, size_t len)
 {
 	note[0] = '\0';
 	if (c->no_new)
 		return 0;
+	/* A program using libgpud may have MPI plans of its own. */
+	if (!gpud_command()) {
+		snprintf(note, note_len, "not the gpud command");
+		return 0;
+	}
 	int rc = mpi_counter_open(&c->mpi, c->rank, c->ranks, c->cursor, why, len);
 	if (rc > 0) {
 		snprintf(note, note_len, "%s", why);

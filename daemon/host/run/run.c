@@ -687,9 +687,10 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 			goto out;
 		}
 		/* Under mpirun (its environment gave the rank), claims start where a counter
-		 * in rank 0's MPI window says, when libmpi loads (cluster/mpi.h). */
+		 * in rank 0's MPI window says, when libmpi loads (cluster/mpi.h). The gpud
+		 * command only: a program using libgpud may have MPI plans of its own. */
 		char note[600];
-		if (!strcmp(c->rank_source, "Open MPI") &&
+		if (!strcmp(c->rank_source, "Open MPI") && !opts->gen_ops && !opts->sink_ops &&
 		    claims_use_mpi(h.claims, note, sizeof note, why, sizeof why) < 0) {
 			say("%s: %s", c->path, why);
 			goto out;
