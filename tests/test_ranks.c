@@ -779,14 +779,20 @@ Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
 		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'; sleep 0.3\n"
 		  "kill -9 $p && echo 1 > killed; wait\n"
 		  "for k in 0 1; do \"$GPUD\" run slow.ini --rank $k/2 --ui off --resume "
-		  "2>>err2 & done; wait\n");
+		  "--stats-json s-{rank}.json 2>>err2 & done; wait\n");
 	cr_expect_eq(t_read_long(dir, "killed"), 1, "the ranks ended before they were killed");
 	union_once(dir, 3, 12000);
 	char *err = t_read_in(dir, "err2");
 	cr_expect(strstr(err, "gpud: rank 2 of 3: no sign of life"), "%s", err);
 	free(err);
+	/* gpud merge takes the ranks of both runs (2, and rank 2 of 3 as finished by the
+	 * others): the figures add up to the job. */
+	cr_expect_eq(t_gpud(dir, "merge %s/s-0.json %s/s-1.json %s/s-2.json", dir, dir, dir), 0);
+	char *m = t_read_in(dir, "out");
+	cr_expect(strstr(m, "\"total\": 12000,") && strstr(m, "\"missing_ranks\": []"), "%s", m);
+	free(m);
 	/* Killed at 2 ranks, resumed with 3: the third claims what is left. */
-	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed err2\n"
+	t_sh(dir, "rm -rf claims out-*.jsonl j-* killed err2 s-*.json\n"
 		  "p=; for k in 0 1; do \"$GPUD\" run slow.ini --rank $k/2 --ui off 2>>err & "
 		  "p=\"$p $!\"; done\n"
 		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ]'; sleep 0.3\n"
