@@ -404,6 +404,26 @@ Test(ranks, a_real_slurm_srun_array_and_requeue, .timeout = 300)
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	union_once(dir, 3, 30000);
 
+	/* Dynamic shares under Slurm: an srun step of 2 (the node has 2 CPUs), then an
+	 * array of 3, claiming in one folder; every id once. */
+	t_jobf(dir,
+	       "[job]\ngpus = 0\nshares = dynamic\nlease = 1\nclaims = claims\n"
+	       "journal = j-{rank}.journal\n[worker]\nplugin = echo\n[generator]\n"
+	       "plugin = range\nstop = 30000\n[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n");
+	t_sh(dir, "rm -rf out-*.jsonl claims j-*; export SLURM_CONF=$PWD/slurm/slurm.conf; "
+		  "timeout 120 srun -n 2 \"$GPUD\" run job.ini --ui off 2>>err; echo $? > rc");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	union_once(dir, 2, 30000);
+	t_sh(dir, "rm -rf out-*.jsonl claims j-*; export SLURM_CONF=$PWD/slurm/slurm.conf; "
+		  "timeout 120 sbatch --wait --array=0-2 -o /dev/null array.sh >/dev/null 2>>err; "
+		  "echo $? > rc; ls claims | grep -c '^done' > n_done; "
+		  "cat out-*.jsonl > all; rm out-*.jsonl; mv all out-0.jsonl");
+	cr_expect_eq(t_read_long(dir, "rc"), 0);
+	cr_expect_eq(t_read_long(dir, "n_done"), 3);
+	/* (Array tasks may run one after another here: the first can claim it all, and
+	 * the later ones then run nothing; the union is what counts.) */
+	union_once(dir, 1, 30000);
+
 	/* A requeued job resumes: what its first run finished does not run again. */
 	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
 		    "[generator]\nplugin = range\nstop = 8000\n"
