@@ -488,6 +488,8 @@ bool claims_foreign(void *claims, uint64_t chunk)
 
 /* ---- the lease ---- */
 
+extern char **environ;
+
 static void *beat_main(void *arg)
 {
 	struct claims *c = arg;
@@ -665,14 +667,33 @@ static int take_over(struct claims *c, unsigned r)
 	char **v = takeover_argv(r, rank_of(c, r), &buf, exe, sizeof exe);
 	if (!v)
 		return -1;
+	/* The child's environment, made before fork (the lease thread runs: between fork
+	 * and exec only async-signal-safe calls): this one's, with GPUD_TAKEOVER (the
+	 * child finishes r, and no other) and GPUD_NO_MPI (nor takes part in mpirun's). */
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 3, sizeof *env);
+	if (!env) {
+		free(v);
+		free(buf);
+		return -1;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "GPUD_TAKEOVER=", 14) &&
+		    strncmp(environ[i], "GPUD_NO_MPI=", 12))
+			env[k++] = environ[i];
+	env[k++] = "GPUD_TAKEOVER=1";
+	env[k++] = "GPUD_NO_MPI=1";
+	env[k] = NULL;
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
-		setenv("GPUD_TAKEOVER", "1", 1); /* the child finishes r, and no other */
-		setenv("GPUD_NO_MPI", "1", 1);   /* nor takes part in mpirun's MPI */
-		execv(exe, v);
+		execve(exe, v, env);
 		_exit(127);
 	}
+	free(env);
 	free(v);
 	free(buf);
 	int st;
