@@ -420,6 +420,14 @@ static int job_ready(struct gpud_job *job, struct cfg *c, const char *rank, cons
 			 c->path, c->ranks, c->rank_source);
 		goto fail;
 	}
+	if (c->shares == CFG_SHARES_DYNAMIC && c->ordered) {
+		job_fail(job,
+			 "%s: ordered = true and shares = dynamic: each rank holds the chunks it "
+			 "claimed, so no rank can deliver the ids in order; drop ordered, or sort "
+			 "the merged output",
+			 c->path);
+		goto fail;
+	}
 	/* Two keys naming one file would have the run destroy one output (or an input)
 	 * with another: refused before anything is touched. */
 	if (outputs && outputs_distinct(c, *stats_json, job->err, sizeof job->err) < 0)

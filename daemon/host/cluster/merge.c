@@ -55,6 +55,7 @@ static int worse(int a, int b)
  * wrote them: has_rank false). */
 struct share {
 	bool has_rank;
+	bool dynamic; /* "shares": "dynamic": a resume may have run another number of ranks */
 	unsigned rank, ranks;
 	char job_id[24];
 	dev_t dev;
@@ -70,6 +71,7 @@ static void read_share(const char *text, struct share *s)
 		s->rank = (unsigned)r;
 		s->ranks = (unsigned)n;
 	}
+	s->dynamic = strstr(text, "\"shares\": \"dynamic\"") != NULL;
 	const char *j = strstr(text, "\"job_id\": \"");
 	s->job_id[0] = '\0';
 	if (j)
@@ -90,7 +92,7 @@ static int check_shares(int argc, char **argv, const struct share *s)
 			}
 			if (!s[i].has_rank || !s[j].has_rank)
 				continue;
-			if (s[i].ranks != s[j].ranks) {
+			if (s[i].ranks != s[j].ranks && !(s[i].dynamic && s[j].dynamic)) {
 				fprintf(stderr,
 					"gpud: merge: %s is of a run over %u ranks, %s of one "
 					"over %u: not one job\n",
@@ -131,7 +133,12 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 			return 0;
 		}
 	}
+	/* With dynamic shares, the ranks of every run of the job (a resume with fewer
+	 * ranks finishes the others' as they were). */
 	unsigned n = s[0].ranks, missing = 0;
+	for (int i = 1; i < argc; i++)
+		if (s[i].ranks > n)
+			n = s[i].ranks;
 	bool *seen = calloc(n, sizeof *seen);
 	if (!seen) {
 		fprintf(stderr, "gpud: merge: out of memory\n");

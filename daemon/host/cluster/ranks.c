@@ -301,6 +301,13 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 			 hint);
 		return -1;
 	}
+	if (c->shares == CFG_SHARES_DYNAMIC && c->claims && strstr(c->claims, "{rank}")) {
+		snprintf(why, len,
+			 "%s: [job] claims = %s: the claims folder is every rank's (they take "
+			 "chunks by claiming them there); leave {rank} out of it",
+			 c->claims_at ? c->claims_at : c->path, c->claims);
+		return -1;
+	}
 	if (stats_json && *stats_json && shared(*stats_json, n)) {
 		snprintf(why, len, "--stats-json %s: %u ranks would write it together; %s",
 			 *stats_json, n, hint);
@@ -315,8 +322,10 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 			secs[s]->kv[i].value = v;
 		}
 	}
-	/* The default journal, beside the job file, is ours to name per rank. */
-	if (c->journal && !c->journal_set && n > 1) {
+	/* The default journal, beside the job file, is ours to name per rank (with dynamic
+	 * shares, with one rank too: a resume may run fewer ranks than the run it goes on
+	 * from, and rank 0 of 1 goes on from rank 0's journal). */
+	if (c->journal && !c->journal_set && (n > 1 || c->shares == CFG_SHARES_DYNAMIC)) {
 		char *j = NULL;
 		size_t l = strlen(c->journal);
 		if (asprintf(&j, "%.*s.rank%u.journal", (int)(l - 8), c->journal, k) < 0)
@@ -325,7 +334,7 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 		c->journal = j;
 	}
 	if (subst_in(&c->journal, k, n) < 0 || subst_in(&c->log_dir, k, n) < 0 ||
-	    subst_in(&c->metrics_file, k, n) < 0)
+	    subst_in(&c->metrics_file, k, n) < 0 || subst_in(&c->claims, k, n) < 0)
 		goto oom;
 	if (stats_json && *stats_json) {
 		*owned = subst(*stats_json, k, n);

@@ -698,15 +698,17 @@ static int check_batch_room(struct parse *p, const struct cfg *c)
  * job.journal), so a plain run can always be resumed. */
 static void default_journal(struct cfg *c)
 {
-	if (c->journal || c->journal_off)
-		return;
 	const char *base = strrchr(c->path, '/');
 	base = base ? base + 1 : c->path;
 	size_t bl = strlen(base);
 	if (bl > 4 && strcmp(base + bl - 4, ".ini") == 0)
 		bl -= 4;
-	if (asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
+	if (!c->journal && !c->journal_off &&
+	    asprintf(&c->journal, "%s/%.*s.journal", c->dir, (int)bl, base) < 0)
 		c->journal = NULL;
+	/* The claims of dynamic shares likewise (job.ini -> job.claims/). */
+	if (!c->claims && asprintf(&c->claims, "%s/%.*s.claims", c->dir, (int)bl, base) < 0)
+		c->claims = NULL;
 }
 
 /* The worker count and the plugin sections' sizes; then the plugins' views of them. */
@@ -885,6 +887,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.timeout_grace = CFG_TIMEOUT_GRACE,
 		.setup_timeout = CFG_SETUP_TIMEOUT,
 		.drain_timeout = CFG_DRAIN_TIMEOUT,
+		.lease = 60,
 		.refresh_rate = 4,
 		.retry_on = CFG_RETRY_ERROR | CFG_RETRY_TIMEOUT | CFG_RETRY_CRASH,
 		.metrics_interval = 5,
@@ -947,6 +950,8 @@ void cfg_free(struct cfg *c)
 	free(c->journal);
 	free(c->metrics_file);
 	free(c->journal_at);
+	free(c->claims);
+	free(c->claims_at);
 	free(c->log_dir_at);
 	free(c->metrics_file_at);
 	free(c->metrics_host);

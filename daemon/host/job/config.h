@@ -52,6 +52,8 @@ struct cfg_stage {
 	struct cfg_section sec; /* plugin and its keys, as [worker]'s (minus `workers`) */
 };
 
+enum { CFG_SHARES_STATIC, CFG_SHARES_DYNAMIC };
+
 struct cfg {
 	char *path; /* the job file as given */
 	char *dir;  /* its folder, absolute */
@@ -100,6 +102,12 @@ struct cfg {
 	unsigned rank, ranks;
 	int local_rank, local_size;
 	char rank_source[48];
+	/* Shares (ranks.h, claims.h): CFG_SHARES_STATIC (chunk c to rank c % ranks) or
+	 * CFG_SHARES_DYNAMIC (chunks claimed in the `claims` folder as ranks need them);
+	 * claims_at: where claims was set, NULL for the default beside the job file. */
+	int shares;
+	char *claims, *claims_at;
+	double lease; /* seconds without a sign of life after which a rank is taken for lost */
 	/* What every rank of one job shares, for `gpud merge` (ranks_apply): the worker's and
 	 * the generator's plugins and keys as written ({rank} not put in), base_seed. */
 	uint64_t job_id;

@@ -32,6 +32,8 @@ static const struct cfg_name retry_names[] = {{"none", 0},
 static const struct cfg_name pin_names[] = {{"auto", CFG_PIN_AUTO}, {"on", CFG_PIN_ON},
 					    {"true", CFG_PIN_ON},   {"off", CFG_PIN_OFF},
 					    {"false", CFG_PIN_OFF}, {NULL, 0}};
+static const struct cfg_name shares_names[] = {
+	{"static", CFG_SHARES_STATIC}, {"dynamic", CFG_SHARES_DYNAMIC}, {NULL, 0}};
 
 #define TIMEOUT(f, what)                                                                           \
 	{                                                                                          \
@@ -113,6 +115,18 @@ const struct cfg_key cfg_keys[] = {
 	{"job", "ranks", CFG_UINT, FIELD(job_ranks), .min = 1, .max = 1000000,
 	 .expect = "expected a whole number up to 1000000", .example = "1",
 	 .doc = "with rank: how many ranks the job has"},
+	{"job", "shares", CFG_ENUM, FIELD(shares), .names = shares_names,
+	 .expect = "expected static or dynamic", .example = "dynamic",
+	 .doc = "with ranks: static (chunk c of 64 ids to rank c mod ranks) or dynamic "
+		"(chunks claimed as each rank needs them, in the claims folder)"},
+	{"job", "claims", CFG_PATH, FIELD(claims), .at_off = offsetof(struct cfg, claims_at),
+	 .example = "out/job.claims",
+	 .doc = "with shares = dynamic: the folder of claims every rank sees (default: "
+		"beside the job file, JOB.claims)"},
+	{"job", "lease", CFG_REAL, FIELD(lease), .lo = 0.1, .hi = 1e6,
+	 .expect = "expected seconds, from 0.1", .example = "60",
+	 .doc = "with shares = dynamic: a rank whose heartbeat stands still this long is "
+		"taken for lost, and the others finish its share (default 60)"},
 	{"job", "python", CFG_CUSTOM, set_python,
 	 .expect = "expected a Python interpreter or environment folder",
 	 .example = "/usr/bin/python3",

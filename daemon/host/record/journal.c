@@ -101,7 +101,10 @@ uint64_t journal_fingerprint(const struct cfg *c)
 		h = hash_str(h, c->sink.kv[i].key);
 		h = hash_str(h, c->sink.kv[i].value);
 	}
-	h = hash_mix(h, (uint64_t)c->rank << 32 | c->ranks); /* a rank's journal is its own */
+	/* A rank's journal is its own; with dynamic shares, whatever the number of ranks
+	 * (a resume may run more or fewer: each goes on from its rank's claims). */
+	h = hash_mix(h, (uint64_t)c->rank << 32 |
+				(c->shares == CFG_SHARES_DYNAMIC ? 0xffffffffu : c->ranks));
 	return hash_mix(h, c->base_seed);
 }
 
@@ -142,7 +145,9 @@ static void advance(struct journal *j)
 {
 	for (;;) {
 		/* Another rank's word (RANKS_CHUNK = 64): not ours to wait for. */
-		if (j->ranks > 1 && j->low % 64 == 0 && (j->low / 64) % j->ranks != j->rank) {
+		if (j->low % 64 == 0 &&
+		    (j->foreign ? j->foreign(j->foreign_ctx, j->low / 64)
+				: j->ranks > 1 && (j->low / 64) % j->ranks != j->rank)) {
 			j->low += 64;
 			continue;
 		}
@@ -531,7 +536,13 @@ int journal_end(struct journal *j, uint64_t count)
 static int open_file(struct journal *j, const char *path, int flags, char *why, size_t len)
 {
 	unsigned rank = j->rank, ranks = j->ranks; /* set by the caller before */
-	*j = (struct journal){.fd = -1, .rank = rank, .ranks = ranks};
+	bool (*foreign)(void *, uint64_t) = j->foreign;
+	void *foreign_ctx = j->foreign_ctx;
+	*j = (struct journal){.fd = -1,
+			      .rank = rank,
+			      .ranks = ranks,
+			      .foreign = foreign,
+			      .foreign_ctx = foreign_ctx};
 	j->path = strdup(path);
 	j->fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (j->fd < 0) {

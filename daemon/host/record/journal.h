@@ -53,9 +53,13 @@ struct journal {
 	uint64_t flushed_ns;
 	bool ended; /* an END record was read: the run it describes finished */
 	uint64_t end_count;
-	uint64_t cut_bytes;           /* a torn tail removed on open */
-	uint64_t fingerprint;         /* the header's */
-	unsigned rank, ranks;         /* the other ranks' chunks count as done (ranks.h) */
+	uint64_t cut_bytes;   /* a torn tail removed on open */
+	uint64_t fingerprint; /* the header's */
+	unsigned rank, ranks; /* the other ranks' chunks count as done (ranks.h) */
+	/* Dynamic shares: whether a chunk is another rank's (claims_foreign), instead of
+	 * rank and ranks; NULL: static. */
+	bool (*foreign)(void *ctx, uint64_t chunk);
+	void *foreign_ctx;
 	uint64_t records_loaded;      /* records read on open: a run that adds none leaves it so */
 	struct journal_input *inputs; /* the INPUT records read */
 	size_t n_inputs;
@@ -108,7 +112,7 @@ uint64_t journal_sample_from(const struct journal *j, uint64_t id);
 uint64_t journal_fingerprint(const struct cfg *c);
 
 /* Before journal_create, journal_resume or journal_read: j->rank and j->ranks (the
- * other ranks' chunks count as done), the rest zero. */
+ * other ranks' chunks count as done), or j->foreign and j->foreign_ctx, the rest zero. */
 
 /* Creates (or empties) the journal at `path` for a fresh run, with an INPUT record for
  * each of `in` (n of them). 0, or -1 with why. */

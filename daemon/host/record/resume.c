@@ -13,6 +13,7 @@
 
 #include "run/events.h"
 #include "loader.h"
+#include "cluster/claims.h"
 #include "cluster/ranks.h"
 #include "record/outputs.h"
 #include "view/ui.h"
@@ -64,6 +65,10 @@ int resume_open(struct host *h, const struct run_opts *o)
 	struct journal_input *in;
 	size_t n_in;
 	h->journal = (struct journal){.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (h->claims) { /* dynamic shares: the chunks other ranks claimed */
+		h->journal.foreign = claims_foreign;
+		h->journal.foreign_ctx = h->claims;
+	}
 	if (inputs_scan(c, &in, &n_in, why, sizeof why) < 0) {
 		say("%s: %s", c->path, why);
 		return -1;
@@ -150,12 +155,12 @@ static bool may_be_task(const struct host *h, uint64_t id)
 {
 	const struct cfg *c = h->cfg;
 	const struct journal *j = &h->journal;
-	if (!ranks_mine(id, c->rank, c->ranks))
+	if (!shares_mine(h->claims, id, c->rank, c->ranks))
 		return false;
 	if (h->flow.total >= 0) /* this rank's share: the id's place among its tasks */
-		return ranks_share(id, c->rank, c->ranks) < (uint64_t)h->flow.total;
+		return shares_nth(h->claims, id, c->rank, c->ranks) < (uint64_t)h->flow.total;
 	if (j->end_count) /* this rank's count, as resume_finish writes it */
-		return ranks_share(id, c->rank, c->ranks) < j->end_count;
+		return shares_nth(h->claims, id, c->rank, c->ranks) < j->end_count;
 	uint64_t known = (j->was_base + j->was_n) * 64;
 	if (known < j->was_low)
 		known = j->was_low;
@@ -277,7 +282,15 @@ int resume_tell_sink(struct host *h, struct gpud_error *err)
 		/* Below low every id is done: this rank's chunks of it. Other ranks' chunks
 		 * count as done in the journal and are left out. */
 		uint64_t end;
-		for (uint64_t id = ranks_next_own(0, rank, ranks); id < j->low;
+		for (size_t r = 0; h->claims && r < h->claims->n_own; r++) {
+			uint64_t id = h->claims->own[r].first * RANKS_CHUNK;
+			end = h->claims->own[r].end * RANKS_CHUNK;
+			if (id >= j->low)
+				break;
+			if (add_range(&done, &n, &cap, id, (end < j->low ? end : j->low) - id) < 0)
+				goto oom;
+		}
+		for (uint64_t id = ranks_next_own(0, rank, ranks); !h->claims && id < j->low;
 		     id = ranks_next_own(end, rank, ranks)) {
 			end = ranks > 1 ? (id / RANKS_CHUNK + 1) * RANKS_CHUNK : j->low;
 			if (end > j->low)
@@ -290,7 +303,7 @@ int resume_tell_sink(struct host *h, struct gpud_error *err)
 			uint64_t base = (j->base_word + w) * 64;
 			for (uint64_t m = j->words[w]; m; m &= m - 1) {
 				uint64_t id = base + (uint64_t)__builtin_ctzll(m);
-				if (id >= j->low && ranks_mine(id, rank, ranks) &&
+				if (id >= j->low && shares_mine(h->claims, id, rank, ranks) &&
 				    add_range(&done, &n, &cap, id, 1) < 0)
 					goto oom;
 			}
@@ -300,7 +313,7 @@ int resume_tell_sink(struct host *h, struct gpud_error *err)
 			goto oom;
 		for (size_t i = 0; i < j->n_fail; i++)
 			if (journal_is_done(j, j->fail_ids[i]) &&
-			    ranks_mine(j->fail_ids[i], rank, ranks))
+			    shares_mine(h->claims, j->fail_ids[i], rank, ranks))
 				failed[n_failed++] = j->fail_ids[i];
 	}
 	struct gpud_resume_info info = {
@@ -332,7 +345,7 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err)
 		return -1;
 	h->flow.next_id = low;
 	h->out.next_deliver = low;
-	h->resume.skipped += ranks_share(low, h->cfg->rank, h->cfg->ranks);
+	h->resume.skipped += shares_nth(h->claims, low, h->cfg->rank, h->cfg->ranks);
 	return 0;
 }
 
@@ -343,7 +356,7 @@ void resume_finish(struct host *h, bool complete)
 	/* The count of this rank's tasks (all of them, with one rank). A rank jumps to its
 	 * next chunk before the call that finds the end, so next_id may lie past the last
 	 * task; the ids it jumped are other ranks', so its share of next_id is exact. */
-	uint64_t count = ranks_share(h->flow.next_id, h->cfg->rank, h->cfg->ranks);
+	uint64_t count = shares_nth(h->claims, h->flow.next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
 		fprintf(stderr,
@@ -356,6 +369,11 @@ int run_status(struct cfg *c)
 {
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
+	if (c->shares == CFG_SHARES_DYNAMIC) {
+		/* Every rank's, side by side, from the claims folder. */
+		printf("%s:\n", c->path);
+		return claims_status(c->claims, -1, stdout);
+	}
 	if (c->journal_off || !c->journal) {
 		say("%s: [job] journal is off: nothing to tell", c->path);
 		return 2;

@@ -308,11 +308,44 @@ static void generator_failed(struct host *h, struct gpud_error *err)
 		   err->message[0] ? err->message : "gpud_generator_next returned -1");
 }
 
+/* Dynamic shares: the stream has passed this rank's claims; the next claim is made
+ * (claims.h) and a generator that can jump, jumps to it. false when the stream ends
+ * here (every chunk is claimed) or the run was aborted. */
+static bool claim_more(struct host *h, struct gpud_error *err)
+{
+	char why[600];
+	uint64_t to = claims_from(h->claims, h->flow.next_id, why, sizeof why);
+	if (to == UINT64_MAX) {
+		if (why[0]) {
+			h->flow.failed = true;
+			host_abort(h, "%s", why);
+		}
+		h->flow.done = true; /* the rest is other ranks' */
+		return false;
+	}
+	if (to == h->flow.next_id || !h->gen_ops->skip)
+		return true; /* a generator that cannot jump: admit drops the ids between */
+	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
+		h->flow.done = h->flow.failed = true;
+		text_clean(err->message);
+		host_abort(h, "the generator failed to skip to task %llu: %s",
+			   (unsigned long long)to,
+			   err->message[0] ? err->message : "gpud_generator_skip failed");
+		return false;
+	}
+	h->flow.next_id = to;
+	return true;
+}
+
 /* Another rank's chunk ahead: a generator that can jump, jumps it. false when the jump
- * failed (the run is aborted). */
+ * failed (the run is aborted), or the stream ends here for this rank. */
 static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 {
 	const struct cfg *c = h->cfg;
+	if (h->claims) {
+		uint64_t id = h->flow.next_id;
+		return (id >= h->claims->lo && id < h->claims->hi) || claim_more(h, err);
+	}
 	if (c->ranks <= 1 || !h->gen_ops->skip || ranks_mine(h->flow.next_id, c->rank, c->ranks))
 		return true;
 	uint64_t to = ranks_next_own(h->flow.next_id, c->rank, c->ranks);
@@ -334,13 +367,15 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 		      struct task_ent *ent)
 {
 	const struct cfg *c = h->cfg;
-	/* Another rank's (a generator that cannot jump): dropped likewise. */
-	if (c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks))
+	/* Another rank's (a generator that cannot jump): dropped likewise. With dynamic
+	 * shares, claim_more has just claimed what the stream is in, if anything. */
+	if (h->claims ? id < h->claims->lo || id >= h->claims->hi
+		      : c->ranks > 1 && !ranks_mine(id, c->rank, c->ranks))
 		return FED_DROPPED;
 	/* A sampled task's input, recorded, or compared with what the journaled run read
 	 * when resuming. */
 	if (h->journal.fd >= 0 &&
-	    __builtin_expect(journal_sampled(ranks_share(id, c->rank, c->ranks)), 0) &&
+	    __builtin_expect(journal_sampled(shares_nth(h->claims, id, c->rank, c->ranks)), 0) &&
 	    journal_sample(&h->journal, id, item->data,
 			   item->size < c->max_task_bytes ? item->size : c->max_task_bytes) < 0) {
 		h->flow.done = true;

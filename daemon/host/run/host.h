@@ -22,6 +22,7 @@
 #include "view/ui.h"
 #include "view/metrics.h"
 #include "record/journal.h"
+#include "cluster/claims.h"
 
 /* How a worker slot ended, for the dashboard. */
 enum hw_end { END_NONE, END_FINISHED, END_ERROR };
@@ -331,6 +332,7 @@ struct host {
 	 * then (s): the stats JSON's start_time and host_cpu_seconds are from these. */
 	double t_start_wall, cpu_start;
 	struct journal journal; /* fd -1 when off */
+	struct claims *claims;  /* shares = dynamic with ranks (claims.h); NULL: static */
 	struct host_resume resume;
 	struct host_files files;
 	struct host_view view;

@@ -185,6 +185,11 @@ static void release(struct host *h)
 		close(h->view.fd);
 	metrics_stop(h, -1);
 	journal_close(&h->journal);
+	if (h->claims) {
+		claims_close(h->claims);
+		free(h->claims);
+		h->claims = NULL;
+	}
 	files_close_logs(h);
 	if (h->files.failures)
 		fclose(h->files.failures);
@@ -254,6 +259,8 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			       h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+		if (c->shares == CFG_SHARES_DYNAMIC)
+			printf("  shares: dynamic, claimed in %s\n", c->claims);
 		if (groups_width(c) > 1)
 			run_check_groups(c);
 		else
@@ -422,6 +429,8 @@ static int finish_run(struct host *h)
 	 * the run finished, so a --resume has nothing left to do. */
 	bool complete = !h->ctl.abort && h->flow.done && !h->stats.not_run;
 	resume_finish(h, complete);
+	if (complete && h->claims)
+		claims_finished(h->claims);
 	stats_print(h, stderr);
 	stages_note_results(h, stderr);
 	if (h->resume.skipped)
@@ -518,8 +527,15 @@ static int open_plugins(struct host *h, struct cfg *c)
 	if (gen->total)
 		h->flow.total = gen->total(h->gen);
 	int64_t job_total = h->flow.total; /* all ranks together: the ids' span */
-	if (h->flow.total >= 0)            /* this rank's share of them */
+	if (h->claims) {
+		/* Dynamic shares: the count sizes the claims near the end; this rank's
+		 * share is known only when the run ends. */
+		if (h->flow.total >= 0)
+			claims_set_total(h->claims, (uint64_t)h->flow.total);
+		h->flow.total = -1;
+	} else if (h->flow.total >= 0) { /* this rank's share of them */
 		h->flow.total = (int64_t)ranks_share((uint64_t)h->flow.total, c->rank, c->ranks);
+	}
 
 	err.message[0] = '\0';
 	int so = resume_sink_open(h, &c->sink.args, &err);
@@ -668,6 +684,29 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
 		goto out; /* before the journal, the sink or any worker */
+	/* Dynamic shares, with one rank too: a resume of a run of several may have fewer
+	 * (claims.h). */
+	if (c->shares == CFG_SHARES_DYNAMIC) {
+		char why[1200];
+		h.claims = calloc(1, sizeof *h.claims);
+		if (!h.claims ||
+		    claims_open(h.claims, c->claims, c->rank, c->ranks,
+				opts->resume ? CLAIMS_RESUME : CLAIMS_FRESH, why, sizeof why) < 0) {
+			say("%s: %s", c->path, h.claims ? why : "out of memory");
+			free(h.claims);
+			h.claims = NULL;
+			goto out;
+		}
+		/* Under mpirun (its environment gave the rank), claims start where a counter
+		 * in rank 0's MPI window says, when libmpi loads (cluster/mpi.h). The gpud
+		 * command only: a program using libgpud may have MPI plans of its own. */
+		char note[600];
+		if (!strcmp(c->rank_source, "Open MPI") && !opts->gen_ops && !opts->sink_ops &&
+		    claims_use_mpi(h.claims, note, sizeof note, why, sizeof why) < 0) {
+			say("%s: %s", c->path, why);
+			goto out;
+		}
+	}
 	int jr = resume_open(&h, opts);
 	if (jr != 0) {
 		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
@@ -681,7 +720,21 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	pthread_mutex_init(&h.view.notes.lock, NULL);
 	if (op > 0 || setup_run(&h, c) < 0 || open_tty(&h, opts) < 0)
 		goto close_plugins;
+	if (h.claims) {
+		char why[1200];
+		if (claims_live(h.claims, c->lease, h.journal.fd >= 0 ? h.journal.path : NULL, why,
+				sizeof why) < 0) {
+			say("%s: %s", c->path, why);
+			goto close_plugins;
+		}
+	}
 	rc = run_loop(&h);
+	/* Dynamic shares, this rank's share finished: the others' too, a lost one's by
+	 * this process (the gpud command only: a child resumes that rank's share, which
+	 * needs its journal). */
+	if (h.claims && (rc == 0 || rc == 1) && h.journal.fd >= 0 && !opts->gen_ops &&
+	    !opts->sink_ops)
+		rc = claims_sweep(h.claims, rc);
 	goto out;
 
 close_plugins : /* nothing ran */

@@ -171,10 +171,26 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	stages_json(h, f, s->elapsed);
 	fprintf(f, ", \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
 		h->cfg->ranks, (unsigned long long)h->cfg->job_id);
+	/* Dynamic shares: this rank's share is what it claimed, known once the stream
+	 * ended for it; and what claiming cost. */
+	long long total = h->flow.total;
+	if (h->claims) {
+		const struct claims *cl = h->claims;
+		if (h->flow.done && !h->flow.failed)
+			total = (long long)claims_nth(cl, h->flow.next_id);
+		fprintf(f,
+			", \"shares\": \"dynamic\", \"claims\": %llu, \"claims_lost\": %llu, "
+			"\"claim_seconds\": %.6f, \"claimed_tasks\": %llu",
+			(unsigned long long)cl->claims, (unsigned long long)cl->collisions,
+			(double)cl->claim_ns * 1e-9,
+			(unsigned long long)claims_nth(cl, cl->total_ids));
+	} else {
+		fprintf(f, ", \"shares\": \"static\"");
+	}
 	fprintf(f,
 		", \"total\": %lld, \"resumed\": %llu, \"first_new_task_seconds\": %.6f, "
 		"\"journal\": ",
-		(long long)h->flow.total, (unsigned long long)h->resume.skipped,
+		total, (unsigned long long)h->resume.skipped,
 		h->resume.first_new_ns ? (double)(h->resume.first_new_ns - h->t_start_ns) * 1e-9
 				       : 0.0);
 	io_json_string(f, h->journal.fd >= 0 ? h->journal.path : NULL);

@@ -256,6 +256,22 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 	if (UI_READ(h->flow.total) >= 0)
 		gauge(o, "gpud_tasks_expected", "Tasks the generator said it would yield.",
 		      (double)UI_READ(h->flow.total));
+	/* Which share of the job this is: each rank's figures side by side in one
+	 * dashboard (rank and ranks as labels). */
+	fprintf(o,
+		"# HELP gpud_rank_info This process's rank, the number of ranks and how ids "
+		"are shared.\n# TYPE gpud_rank_info gauge\n"
+		"gpud_rank_info{rank=\"%u\",ranks=\"%u\",shares=\"%s\"} 1\n",
+		h->cfg->rank, h->cfg->ranks, h->claims ? "dynamic" : "static");
+	if (h->claims) {
+		struct claims *cl = h->claims;
+		counter(o, "gpud_share_claims_total", "Claims this rank made (dynamic shares).",
+			atomic_load_explicit(&cl->pub_claims, memory_order_relaxed));
+		gauge(o, "gpud_share_claimed_tasks", "Task ids in this rank's claims.",
+		      (double)atomic_load_explicit(&cl->pub_ids, memory_order_relaxed));
+		gauge(o, "gpud_share_claim_seconds", "Seconds this rank spent claiming.",
+		      (double)atomic_load_explicit(&cl->pub_ns, memory_order_relaxed) * 1e-9);
+	}
 	counter(o, "gpud_retries_total", "Task runs that failed and were run again.",
 		UI_READ(s->retried));
 	counter(o, "gpud_worker_restarts_total", "Worker processes started again.",
