@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: MIT
+"""The reader generators (tar, npy, hdf5) through real jobs of the gpud binary, with the
+echo worker (result = input) and the jsonl sink: every task's bytes compared with what
+the test wrote into its shards, arrays and HDF5 files.
+
+tar: WebDataset shards made with Python's tarfile (plain, gzip, zstd through the zstd
+command): task ids in shard order, each sample's key in the `keys` file, a sample
+without the member failing alone naming key and shard, a truncated shard failing with
+libarchive's message while every sample before the damage runs, `--resume` refusing a
+changed shard by name, two ranks sharing the samples exactly once.
+
+Run by meson (test `readers`) with $GPUD set; needs NumPy (and h5py for hdf5): on a
+Python without them it runs itself again on /usr/bin/python3; a part whose plugin or
+package is missing says so in one line and is skipped (exit 77 when every part is)."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+SKIP = 77
+
+
+def _reexec():
+    try:
+        import numpy  # noqa: F401
+
+        return
+    except ImportError:
+        pass
+    other = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(other) and os.access(other, os.X_OK):
+        if subprocess.run([other, "-c", "import numpy"], capture_output=True).returncode == 0:
+            os.execv(other, [other] + sys.argv)
+    print("SKIP: the readers' test needs NumPy (python3-numpy)")
+    sys.exit(SKIP)
+
+
+_reexec()
+
+import numpy as np  # noqa: E402
+
+GPUD = os.environ.get("GPUD")
+FAILED = 0
+RAN = 0
+
+
+def check(cond, what):
+    global FAILED
+    if not cond:
+        FAILED += 1
+        print(f"FAIL: {what}", flush=True)
+    else:
+        print(f"ok: {what}", flush=True)
+
+
+def run(d, *args, timeout=240):
+    env = dict(os.environ, TMPDIR=d)
+    return subprocess.run([GPUD, *args], cwd=d, capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def write_job(d, generator, sink="[sink]\nplugin = jsonl\npath = out.jsonl\n", job=""):
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(f"[job]\ngpus = 0\n{job}\n[worker]\nplugin = echo\n"
+                f"[generator]\n{generator}\n{sink}")
+
+
+def outcomes(path):
+    """task id -> (status, bytes or error message); a task seen twice is a failure."""
+    got = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            tid = r["task_id"]
+            if tid in got:
+                check(False, f"task {tid} has one outcome in {os.path.basename(path)}")
+            if r["status"] == "ok":
+                data = (r["result"].encode("utf-8") if "result" in r else
+                        __import__("base64").b64decode(r["result_base64"]))
+                got[tid] = ("ok", data)
+            else:
+                got[tid] = (r["status"], r.get("error", ""))
+    return got
+
+
+# ---- tar ----
+
+def make_shard(path, samples, mode="w"):
+    """samples: list of (key, {ext: bytes})."""
+    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as t:
+        for key, members in samples:
+            for ext, data in members.items():
+                ti = tarfile.TarInfo(f"{key}.{ext}")
+                ti.size = len(data)
+                ti.mtime = 1700000000
+                t.addfile(ti, io.BytesIO(data))
+
+
+def samples_for(shard, n, rng, skip_member=()):
+    out = []
+    for i in range(n):
+        key = f"part{shard}/{i:05d}"
+        members = {"cls": str(i % 10).encode(), "jpg": rng.bytes(int(rng.integers(1, 3000)))}
+        if i in skip_member:
+            del members["jpg"]
+        out.append((key, members))
+    return out
+
+
+def test_tar_order_keys_and_missing_member(d):
+    rng = np.random.default_rng(1)
+    shards = [samples_for(0, 40, rng), samples_for(1, 25, rng, skip_member={7}),
+              samples_for(2, 30, rng)]
+    os.makedirs(os.path.join(d, "shards"))
+    make_shard(os.path.join(d, "shards", "a-000.tar"), shards[0])
+    make_shard(os.path.join(d, "shards", "a-001.tar.gz"), shards[1], "w:gz")
+    plain = os.path.join(d, "shards", "a-002.tar")
+    make_shard(plain, shards[2])
+    zst = shutil.which("zstd")
+    if zst:
+        subprocess.run([zst, "-q", "--rm", plain, "-o", plain + ".zst"], check=True)
+    else:
+        print("note: no zstd command (Debian: zstd): the .tar.zst shard stays a .tar")
+    write_job(d, "plugin = tar\npath = shards/a-*\nkeys = keys.tsv\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    check(r.returncode == 1, f"a run with one sample lacking its member exits 1 (exit "
+          f"{r.returncode}: {r.stderr.strip()[-400:]})")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    flat = [(si, k, m) for si, s in enumerate(shards) for k, m in s]
+    check(len(got) == len(flat), f"{len(flat)} samples, {len(got)} outcomes")
+    keys = [line.rstrip("\n").split("\t") for line in open(os.path.join(d, "keys.tsv"))]
+    check(len(keys) == len(flat), "keys.tsv has a line per task")
+    good = 0
+    for tid, (si, key, members) in enumerate(flat):
+        check_key = keys[tid][0] == str(tid) and keys[tid][1] == key if tid < len(keys) else False
+        if not check_key:
+            check(False, f"keys.tsv line {tid}: {keys[tid] if tid < len(keys) else None} "
+                  f"names task {tid}, sample {key}")
+        st = got.get(tid)
+        if "jpg" in members:
+            good += st == ("ok", members["jpg"])
+        else:
+            check(st is not None and st[0] == "error" and f"'{key}'" in st[1]
+                  and "a-001.tar.gz" in st[1] and "'jpg'" in st[1],
+                  f"the sample without a jpg fails alone, naming key and shard: {st}")
+    check(good == len(flat) - 1, f"every other sample's jpg reached the sink byte for byte, "
+          f"in shard order ({good} of {len(flat) - 1})")
+    check(keys[-1][2].endswith(".tar.zst" if zst else ".tar"), "keys.tsv names each shard")
+
+    # member = cls: the other member of each sample.
+    r = run(d, "run", "job.ini", "--ui", "off", "--set", "generator.member=cls",
+            "--set", "job.journal=off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 0 and all(got[t] == ("ok", m["cls"]) for t, (_, _, m) in enumerate(flat)),
+          f"member = cls gives each sample's cls (exit {r.returncode})")
+
+
+def test_tar_truncated(d):
+    rng = np.random.default_rng(2)
+    a = samples_for(0, 30, rng)
+    b = samples_for(1, 10, rng)
+    make_shard(os.path.join(d, "s-0.tar"), a)
+    make_shard(os.path.join(d, "s-1.tar"), b)
+    # Cut shard 0 in the middle of sample 20's jpg.
+    with tarfile.open(os.path.join(d, "s-0.tar")) as t:
+        m = t.getmember(a[20][0] + ".jpg")
+        cut = m.offset_data + m.size // 2
+    os.truncate(os.path.join(d, "s-0.tar"), cut)
+    write_job(d, "plugin = tar\npath = s-*.tar\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 1, f"a truncated shard: exit 1 (exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+    check(all(got.get(i) == ("ok", a[i][1]["jpg"]) for i in range(20)),
+          "the 20 samples before the damage ran")
+    dmg = got.get(20)
+    check(dmg is not None and dmg[0] == "error" and "s-0.tar" in dmg[1] and "damaged" in dmg[1]
+          and a[20][0] in dmg[1], f"the damage is one failed task naming the shard: {dmg}")
+    check(all(got.get(21 + i) == ("ok", b[i][1]["jpg"]) for i in range(10)) and len(got) == 31,
+          f"the next shard's samples follow it, every task once ({len(got)} outcomes)")
+
+
+def test_tar_resume_refuses_changed_shard(d):
+    rng = np.random.default_rng(3)
+    make_shard(os.path.join(d, "r-0.tar"), samples_for(0, 5, rng))
+    make_shard(os.path.join(d, "r-1.tar"), samples_for(1, 5, rng))
+    write_job(d, "plugin = tar\npath = r-*.tar\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    check(r.returncode == 0, f"a first run (exit {r.returncode}: {r.stderr.strip()[-300:]})")
+    r = run(d, "run", "job.ini", "--ui", "off", "--resume")
+    check(r.returncode == 0, f"--resume of unchanged shards runs (exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+    make_shard(os.path.join(d, "r-1.tar"), samples_for(1, 6, rng))
+    r = run(d, "run", "job.ini", "--ui", "off", "--resume")
+    check(r.returncode == 2 and "r-1.tar" in r.stderr and "changed" in r.stderr,
+          f"--resume refuses a changed shard, naming it (exit {r.returncode}: "
+          f"{r.stderr.strip()[-400:]})")
+
+
+def test_tar_ranks(d):
+    rng = np.random.default_rng(4)
+    shards = [samples_for(k, 700, rng) for k in range(3)]
+    for k, s in enumerate(shards):
+        make_shard(os.path.join(d, f"k-{k}.tar"), s)
+    write_job(d, "plugin = tar\npath = k-*.tar\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r2 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    check(r.returncode == 0 and r2.returncode == 0,
+          f"two ranks run (exit {r.returncode}, {r2.returncode}: {r.stderr[-200:]} {r2.stderr[-200:]})")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    flat = [m["jpg"] for s in shards for _, m in s]
+    check(not (set(g0) & set(g1)) and set(g0) | set(g1) == set(range(len(flat))),
+          f"the ranks' tasks ({len(g0)} + {len(g1)}) are every sample exactly once")
+    both = {**g0, **g1}
+    check(all(both[i] == ("ok", flat[i]) for i in range(len(flat))),
+          "each rank's tasks carry their own samples' bytes")
+
+
+def test_tar_check(d):
+    write_job(d, "plugin = tar\npath = none-*.tar\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode != 0 and "no shard matches" in (r.stdout + r.stderr),
+          f"check: a glob matching nothing is said ({(r.stdout + r.stderr).strip()[-200:]})")
+    make_shard(os.path.join(d, "c.tar"), [("x", {"jpg": b"1"})])
+    write_job(d, "plugin = tar\npath = c.tar\nmembr = png\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode != 0 and "member" in (r.stdout + r.stderr),
+          f"check: a misspelt key is refused, with the nearest ({(r.stdout + r.stderr).strip()[-200:]})")
+    write_job(d, "plugin = tar\npath = c.tar\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode == 0, f"check: a good tar job passes ({(r.stdout + r.stderr).strip()[-200:]})")
+
+
+def main():
+    global RAN
+    parts = []
+    if os.environ.get("HAVE_ARCHIVE", "1") == "1":
+        parts += [test_tar_order_keys_and_missing_member, test_tar_truncated,
+                  test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check]
+    else:
+        print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
+    for part in parts:
+        d = tempfile.mkdtemp(prefix="gpud-readers-")
+        try:
+            print(f"-- {part.__name__}", flush=True)
+            part(d)
+            RAN += 1
+        finally:
+            if FAILED == 0:
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                print(f"(kept {d})")
+    if RAN == 0:
+        sys.exit(SKIP)
+    print(f"{RAN} parts, {FAILED} failures")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
