@@ -237,6 +237,93 @@ def test_tar_check(d):
     check(r.returncode == 0, f"check: a good tar job passes ({(r.stdout + r.stderr).strip()[-200:]})")
 
 
+# ---- npy ----
+
+def npy_arrays():
+    rng = np.random.default_rng(5)
+    return {
+        "f32": rng.standard_normal((257, 3, 4)).astype(np.float32),
+        "i16be": rng.integers(-30000, 30000, (100, 7)).astype(">i2"),
+        "u8": rng.integers(0, 256, (300,)).astype(np.uint8),
+        "c64": (rng.standard_normal((50, 2)) + 1j * rng.standard_normal((50, 2))).astype(np.complex64),
+        "b": rng.integers(0, 2, (40, 5)).astype(bool),
+        "f64_big": rng.standard_normal((20, 100, 10)),
+        "bytes": np.array([b"ab", b"cdef", b"x"]),
+        "unicode": np.array([["ab", "c\u00e9"], ["z", ""]]),
+        "datetime": np.array(["2020-01-01", "2021-02-03"], dtype="datetime64[s]"),
+    }
+
+
+def test_npy_rows_byte_for_byte(d):
+    for name, arr in npy_arrays().items():
+        np.save(os.path.join(d, f"{name}.npy"), arr)
+        write_job(d, f"plugin = npy\npath = {name}.npy\n", job="journal = off\n")
+        r = run(d, "run", "job.ini", "--ui", "off")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        same = r.returncode == 0 and len(got) == len(arr) and all(
+            got.get(i) == ("ok", arr[i:i + 1].tobytes()) for i in range(len(arr)))
+        check(same, f"npy {name} {arr.dtype.str}{arr.shape}: each row reaches the worker "
+              f"byte for byte, task i = row i (exit {r.returncode}, {len(got)} outcomes: "
+              f"{r.stderr.strip()[-200:]})")
+    arr = npy_arrays()["f32"]
+    write_job(d, "plugin = npy\npath = f32.npy\nrows = 10:70\n", job="journal = off\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 0 and len(got) == 60 and
+          all(got.get(i) == ("ok", arr[10 + i].tobytes()) for i in range(60)),
+          f"rows = 10:70: 60 tasks, task i = row 10 + i ({len(got)} outcomes)")
+    for rows, n in (("250:", 7), (":3", 3), ("5:5", 0)):
+        r = run(d, "run", "job.ini", "--ui", "off", "--set", f"generator.rows={rows}")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        check(r.returncode == 0 and len(got) == n, f"rows = {rows}: {n} tasks ({len(got)})")
+    for rows, said in (("0:258", "has 257 rows"), ("9:3", "past the last"), ("x", "expected A:B")):
+        r = run(d, "check", "job.ini", "--set", f"generator.rows={rows}")
+        check(r.returncode != 0 and said in r.stdout + r.stderr,
+              f"rows = {rows} refused: {(r.stdout + r.stderr).strip()[-160:]}")
+
+
+def test_npy_to_npy_sink_and_ranks(d):
+    arr = npy_arrays()["f32"]
+    np.save(os.path.join(d, "in.npy"), arr)
+    write_job(d, "plugin = npy\npath = in.npy\n",
+              sink="[sink]\nplugin = npy\npath = out.npy\ndtype = float32\nshape = 3,4\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    ok = r.returncode == 0 and os.path.exists(os.path.join(d, "out.npy"))
+    out = np.load(os.path.join(d, "out.npy")) if ok else None
+    check(ok and out.shape == arr.shape and np.array_equal(out, arr),
+          f"npy -> echo -> npy sink: the same array, sized by the generator's total "
+          f"(exit {r.returncode}: {r.stderr.strip()[-200:]})")
+    write_job(d, "plugin = npy\npath = in.npy\nrows = 3:250\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r0 = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r1 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    both = {**g0, **g1}
+    check(r0.returncode == 0 and r1.returncode == 0 and not (set(g0) & set(g1)) and
+          set(both) == set(range(247)) and
+          all(both[i] == ("ok", arr[3 + i].tobytes()) for i in range(247)),
+          f"2 ranks over rows = 3:250 split the rows exactly once ({len(g0)} + {len(g1)})")
+
+
+def test_npy_refused(d):
+    np.save(os.path.join(d, "fortran.npy"), np.asfortranarray(np.arange(12.0).reshape(3, 4)))
+    np.save(os.path.join(d, "obj.npy"), np.array([1, "a", None], dtype=object), allow_pickle=True)
+    np.save(os.path.join(d, "rec.npy"), np.zeros(3, dtype=[("a", "<f4"), ("b", "u1")]))
+    np.save(os.path.join(d, "c.npy"), np.arange(12.0).reshape(3, 4))
+    with open(os.path.join(d, "short.npy"), "wb") as f:
+        f.write(open(os.path.join(d, "c.npy"), "rb").read()[:-8])
+    for name, said in (("fortran", "Fortran order"), ("obj", "dtype object"),
+                       ("rec", "record dtype"), ("short", "shorter"),
+                       ("missing", "cannot open")):
+        write_job(d, f"plugin = npy\npath = {name}.npy\n")
+        for cmd in ("check", "run"):
+            r = run(d, cmd, "job.ini")
+            text = r.stdout + r.stderr
+            check(r.returncode != 0 and said in text and f"{name}.npy" in text,
+                  f"{cmd}: {name}.npy refused, naming it: {text.strip()[-200:]}")
+
+
 def main():
     global RAN
     parts = []
@@ -245,6 +332,7 @@ def main():
                   test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check]
     else:
         print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
+    parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused]
     for part in parts:
         d = tempfile.mkdtemp(prefix="gpud-readers-")
         try:
