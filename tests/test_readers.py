@@ -324,6 +324,64 @@ def test_npy_refused(d):
                   f"{cmd}: {name}.npy refused, naming it: {text.strip()[-200:]}")
 
 
+# ---- hdf5 ----
+
+def test_hdf5_rows(d):
+    import h5py
+
+    rng = np.random.default_rng(6)
+    data = {
+        "/f32": rng.standard_normal((301, 3, 4)).astype(np.float32),
+        "/g/sub/i16be": rng.integers(-30000, 30000, (97, 5)).astype(">i2"),
+        "/s5": np.array([b"abc", b"defgh", b"", b"x"] * 10, dtype="S5"),
+        "/rec": np.array([(i, i * 0.5) for i in range(33)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    }
+    path = os.path.join(d, "in.h5")
+    with h5py.File(path, "w") as f:
+        for name, arr in data.items():
+            f.create_dataset(name, data=arr, chunks=True if arr.ndim > 1 else None,
+                             compression="gzip" if name == "/f32" else None)
+        f.create_dataset("vlen", data=np.array(["a", "bcd"], dtype=h5py.string_dtype()))
+        f.create_dataset("scalar", data=3.0)
+    with h5py.File(path, "r") as f:  # as h5py gives them back
+        data = {name: f[name][()] for name in data}
+    for name, arr in data.items():
+        for block in ("", "block = 7\n"):
+            write_job(d, f"plugin = hdf5\npath = in.h5\ndataset = {name}\n{block}",
+                      job="journal = off\n")
+            r = run(d, "run", "job.ini", "--ui", "off")
+            got = outcomes(os.path.join(d, "out.jsonl"))
+            same = r.returncode == 0 and len(got) == len(arr) and all(
+                got.get(i) == ("ok", arr[i:i + 1].tobytes()) for i in range(len(arr)))
+            check(same, f"hdf5 {name} {arr.dtype}{arr.shape} {block.strip() or 'default block'}: "
+                  f"each row byte for byte (exit {r.returncode}, {len(got)} outcomes: "
+                  f"{r.stderr.strip()[-200:]})")
+    arr = data["/f32"]
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = /f32\nrows = 20:250\nblock = 16\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r0 = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r1 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    both = {**g0, **g1}
+    check(r0.returncode == 0 and r1.returncode == 0 and not (set(g0) & set(g1)) and
+          set(both) == set(range(230)) and
+          all(both[i] == ("ok", arr[20 + i:21 + i].tobytes()) for i in range(230)),
+          f"hdf5 rows = 20:250, 2 ranks: every row exactly once, task i = row 20 + i "
+          f"({len(g0)} + {len(g1)})")
+    with open(os.path.join(d, "not.h5"), "wb") as f:
+        f.write(b"not an hdf5 file" * 10)
+    for p, ds, said in (("in.h5", "vlen", "variable-length"), ("in.h5", "scalar", "scalar"),
+                        ("in.h5", "nope", "no dataset 'nope'"), ("not.h5", "x", "not.h5"),
+                        ("in.h5", "/f32\nrows = 0:302", "has 301 rows")):
+        write_job(d, f"plugin = hdf5\npath = {p}\ndataset = {ds}\n")
+        for cmd in ("check", "run"):
+            r = run(d, cmd, "job.ini")
+            text = r.stdout + r.stderr
+            check(r.returncode != 0 and said in text and p in text,
+                  f"{cmd}: hdf5 {p} {ds.splitlines()[0]} refused: {text.strip()[-200:]}")
+
+
 def main():
     global RAN
     parts = []
@@ -333,6 +391,12 @@ def main():
     else:
         print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
     parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused]
+    if os.environ.get("HAVE_HDF5", "1") != "1":
+        print("SKIP: hdf5: gpud was built without libhdf5 (Debian: libhdf5-dev)")
+    elif subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode:
+        print("SKIP: hdf5: this Python has no h5py (Debian: python3-h5py)")
+    else:
+        parts.append(test_hdf5_rows)
     for part in parts:
         d = tempfile.mkdtemp(prefix="gpud-readers-")
         try:
