@@ -382,6 +382,105 @@ def test_hdf5_rows(d):
                   f"{cmd}: hdf5 {p} {ds.splitlines()[0]} refused: {text.strip()[-200:]}")
 
 
+# ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
+
+def make_jpeg_shards(d, n_shards, per_shard, corrupt=()):
+    """Shards of JPEG samples made with Pillow; returns [(key, jpeg bytes)] in order."""
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    flat = []
+    for s in range(n_shards):
+        samples = []
+        for i in range(per_shard):
+            w, h = int(rng.integers(40, 160)), int(rng.integers(40, 160))
+            y, x = np.mgrid[0:h, 0:w]
+            base = rng.integers(0, 200, 3)
+            a = np.stack([base[0] + x * 50 / w, base[1] + y * 50 / h,
+                          base[2] + (x + y) * 25 / (w + h)], -1)
+            buf = io.BytesIO()
+            Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
+            data = buf.getvalue()
+            if (s, i) in corrupt:
+                data = data[:200] + b"\x00" * 50  # header kept, the scan destroyed
+            key = f"img{s}/{i:05d}"
+            samples.append((key, {"jpg": data, "cls": str(i % 10).encode()}))
+            flat.append((key, data))
+        make_shard(os.path.join(d, f"img-{s:03d}.tar"), samples)
+    return flat
+
+
+def pillow_means(data, size=64):
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        a = np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR)).astype(float)
+    return a.reshape(-1, 3).mean(0)
+
+
+def test_image_pipeline(d):
+    flat = make_jpeg_shards(d, 2, 150, corrupt={(1, 40)})
+    write_job(d, "plugin = tar\npath = img-*.tar\nkeys = keys.tsv\n",
+              sink="[sink]\nplugin = npy\npath = means.npy\ndtype = float32\nshape = 3\n")
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("[worker]\nplugin = echo\n",
+                                "[stage.decode]\nplugin = jpeg\nheight = 64\nwidth = 64\n"
+                                "[worker]\nplugin = means\n")
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(text)
+    env = dict(os.environ, GPUD_PLUGIN_PATH=os.environ.get("FIXTURES", ""))
+    r = subprocess.run([GPUD, "run", "job.ini", "--ui", "off"], cwd=d, capture_output=True,
+                       text=True, env=env, timeout=240)
+    check(r.returncode == 1 and "1 failed" in r.stderr,
+          f"tar -> jpeg -> means -> npy: one corrupt JPEG fails alone (exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+    if not os.path.exists(os.path.join(d, "means.npy")):
+        check(False, "means.npy written")
+        return
+    out = np.load(os.path.join(d, "means.npy"))
+    done = np.load(os.path.join(d, "means.npy.done"))
+    check(out.shape == (300, 3) and out.dtype == np.float32, f"numpy.load: shape {out.shape}")
+    bad = 150 + 40
+    check(done[bad] == 2 and (done[np.arange(300) != bad] == 1).all(),
+          "the done record: every row ok but the corrupt JPEG's (2)")
+    worst = max(float(np.abs(out[i] - pillow_means(data)).max())
+                for i, (_, data) in enumerate(flat) if i != bad)
+    check(worst <= 2.55, f"every row within 1% of 255 of Pillow's means (worst {worst:.3f})")
+    keys = [line.split("\t")[1] for line in open(os.path.join(d, "keys.tsv"))]
+    check(keys == [k for k, _ in flat], "keys.tsv gives each row's sample key")
+
+    # kill -9 of the host half way, then --resume: the same file, every row once.
+    full = out.copy()
+    os.rename(os.path.join(d, "means.npy"), os.path.join(d, "full.npy"))
+    os.unlink(os.path.join(d, "means.npy.done"))
+    cmd = [GPUD, "run", "job.ini", "--ui", "off", "--set", "worker.sleep_us=8000"]
+    p = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import time
+
+    t0 = time.monotonic()
+    half = 0
+    while time.monotonic() - t0 < 120 and p.poll() is None:
+        try:
+            half = int((np.load(os.path.join(d, "means.npy.done"), mmap_mode="r") == 1).sum())
+        except (OSError, ValueError):
+            half = 0
+        if half >= 120:
+            break
+        time.sleep(0.05)
+    running = p.poll() is None
+    p.kill()
+    p.wait()
+    check(running and 0 < half < 299, f"the host killed (-9) while it ran, {half} rows done of 300")
+    r = subprocess.run(cmd + ["--resume"], cwd=d, capture_output=True,
+                       text=True, env=env, timeout=240)
+    out2 = np.load(os.path.join(d, "means.npy"))
+    done2 = np.load(os.path.join(d, "means.npy.done"))
+    resumed = [line for line in r.stderr.splitlines() if "resumed" in line]
+    check(r.returncode == 1 and np.array_equal(out2, full) and (done2 == done).all(),
+          f"--resume finishes the same file: every row equal to the uninterrupted run's "
+          f"(exit {r.returncode}: {resumed})")
+
+
 def main():
     global RAN
     parts = []
@@ -397,6 +496,12 @@ def main():
         print("SKIP: hdf5: this Python has no h5py (Debian: python3-h5py)")
     else:
         parts.append(test_hdf5_rows)
+    if os.environ.get("HAVE_ARCHIVE", "1") != "1" or os.environ.get("HAVE_JPEG", "1") != "1":
+        print("SKIP: the image pipeline: gpud was built without libarchive or libturbojpeg")
+    elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
+        print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
+    else:
+        parts.append(test_image_pipeline)
     for part in parts:
         d = tempfile.mkdtemp(prefix="gpud-readers-")
         try:
