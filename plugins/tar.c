@@ -11,9 +11,9 @@
  *
  * open() reads every shard's headers once (a first pass: the data of a .tar is seeked
  * over, a compressed shard is decompressed), which gives the total, the task ids (in
- * shard order, then member order) and the keys; `keys = FILE` writes them there, one
- * "id<TAB>key<TAB>shard" line per task, so a sink's outputs (by task id) can be joined
- * with the samples' keys. next() then reads the shards again, in order.
+ * shard order, then member order) and the keys; `keys_out = FILE` writes them there,
+ * one "id<TAB>key<TAB>shard" line per task, so a sink's outputs (by task id) can be
+ * joined with the samples' keys. next() then reads the shards again, in order.
  *
  * Failures, each one task's outcome (GPUD_GENERATOR_TASK_FAILED), the stream going on:
  * a sample without the member (naming key and shard); a damaged or truncated shard: the
@@ -40,7 +40,7 @@
 
 GPUD_PLUGIN("generator", "tar", "1.0");
 GPUD_PLUGIN_DESCRIPTION("the samples of WebDataset tar shards (path: a glob), one member each");
-GPUD_PLUGIN_KEYS("path", "member", "keys");
+GPUD_PLUGIN_KEYS("path", "member", "keys_out");
 
 /* One task: a sample, or the damage of a shard (damage != NULL). */
 struct sample {
@@ -244,36 +244,60 @@ GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_e
 		free(shards[i]);
 	}
 	free(shards);
-	const char *keys = gpud_arg(args, "keys", NULL);
+	const char *keys = gpud_arg(args, "keys_out", NULL);
 	if (rc == 0 && keys)
 		rc = check_file_writable("tar", keys, err);
 	return rc;
 }
 
-/* `keys`: every task's key, written whole then renamed into place. */
+/* `keys_out`: every task's key, written whole then renamed into place; left alone when
+ * it holds that already (a reader of it sees no change). A key ending in _out is never
+ * taken for an input by gpud (record/inputs.h). */
 static int write_keys(const struct tar *t, const char *path, struct gpud_error *err)
 {
-	char *tmp;
-	if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
+	char *text = NULL, *tmp = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+	if (!m)
 		return gpud_fail(err, "tar: out of memory");
+	for (size_t i = 0; i < t->n; i++)
+		fprintf(m, "%zu\t%s\t%s\n", i, t->s[i].key ? t->s[i].key : "",
+			t->shards[t->s[i].shard]);
+	if (fclose(m) != 0 || !text) {
+		free(text);
+		return gpud_fail(err, "tar: out of memory");
+	}
+	int rc = 0;
+	FILE *old = fopen(path, "r");
+	if (old) {
+		char *was = malloc(len + 1);
+		size_t got = was ? fread(was, 1, len + 1, old) : 0;
+		bool same = was && got == len && memcmp(was, text, len) == 0;
+		free(was);
+		fclose(old);
+		if (same)
+			goto out;
+	}
+	if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) {
+		tmp = NULL;
+		rc = gpud_fail(err, "tar: out of memory");
+		goto out;
+	}
 	FILE *f = fopen(tmp, "w");
 	if (!f) {
-		gpud_fail(err, "tar: cannot write %s: %s", tmp, strerror(errno));
-		free(tmp);
-		return -1;
+		rc = gpud_fail(err, "tar: cannot write %s: %s", tmp, strerror(errno));
+		goto out;
 	}
-	for (size_t i = 0; i < t->n; i++)
-		fprintf(f, "%zu\t%s\t%s\n", i, t->s[i].key ? t->s[i].key : "",
-			t->shards[t->s[i].shard]);
-	int bad = ferror(f);
-	if (fclose(f) != 0 || bad || rename(tmp, path) < 0) {
-		gpud_fail(err, "tar: cannot write %s: %s", path, strerror(errno ? errno : EIO));
+	size_t put = fwrite(text, 1, len, f);
+	if (fclose(f) != 0 || put != len || rename(tmp, path) < 0) {
+		rc = gpud_fail(err, "tar: cannot write %s: %s", path,
+			       strerror(errno ? errno : EIO));
 		unlink(tmp);
-		free(tmp);
-		return -1;
 	}
+out:
 	free(tmp);
-	return 0;
+	free(text);
+	return rc;
 }
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -292,7 +316,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	for (size_t k = 0; k < t->n_shards; k++)
 		if (index_shard(t, (uint32_t)k, err) < 0)
 			goto fail;
-	const char *keys = gpud_arg(args, "keys", NULL);
+	const char *keys = gpud_arg(args, "keys_out", NULL);
 	if (keys && write_keys(t, keys, err) < 0)
 		goto fail;
 	*state = t;

@@ -135,7 +135,8 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 	for (size_t i = 0; i < s->count; i++) {
 		const char *v = s->kv[i].value;
 		struct stat st;
-		if (v[0] != '/' || !strcmp(s->kv[i].key, "plugin"))
+		if (v[0] != '/' || !strcmp(s->kv[i].key, "plugin") ||
+		    inputs_output_key(s->kv[i].key))
 			continue;
 		if (stat(v, &st) < 0) {
 			if (folders && strpbrk(v, "*?[{") &&
