@@ -38,9 +38,9 @@ case "${1:-}" in
   *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]|wheel [PYTHON] [-w DIR]" >&2; exit 2 ;;
 esac
 
-# libhdf5-dev: the hdf5 sink (skipped cleanly when meson finds no hdf5); h5py reads its
-# output back in the tests.
-need+=(libhdf5-dev)
+# libhdf5-dev: the hdf5 sink, libarchive-dev: the tar generator (each skipped cleanly
+# when meson does not find it); h5py reads the hdf5 output back in the tests.
+need+=(libhdf5-dev libarchive-dev)
 [ "${1:-}" = test ] && need+=(python3-h5py)
 
 missing=()

@@ -19,7 +19,14 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 6);
+	cr_expect_eq(GPUD_ABI_MINOR, 7);
+}
+
+/* (1.7) What a generator's next returns to fail the task of one item and go on: apart
+ * from 1 (an item), 0 (the end) and -1 (the generator failed). */
+Test(abi, generator_task_failed_value)
+{
+	cr_expect_eq(GPUD_GENERATOR_TASK_FAILED, 2);
 }
 
 /* (1.6) What a sink returns to fail a task whose result it refuses: apart from 0 and

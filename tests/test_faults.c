@@ -284,6 +284,38 @@ Test(faults, oversized_generator_items, .timeout = 30)
 	free(out);
 }
 
+/* (ABI 1.7) A generator fails one task and goes on: that task fails with its message,
+ * journaled (resume does not ask for it again), the others run. */
+Test(faults, a_generator_fails_one_task_and_goes_on, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_write(dir, "job.ini",
+			     "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			     "[generator]\nplugin = failgen\ntask_fail_every = 10\nstop = 100\n"
+			     "[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off", path), 1);
+	char *out = t_read_in(dir, "out.jsonl");
+	cr_expect_eq(t_count_lines(out, "{"), 100);
+	size_t errors = 0;
+	for (const char *p = out; (p = strstr(p, "\"status\": \"error\"")); p++)
+		errors++;
+	cr_expect_eq(errors, 10, "%s", out);
+	cr_expect(strstr(out, "\"task_id\": 19, \"status\": \"error\", \"worker_id\": -1"), "%s",
+		  out);
+	cr_expect(strstr(out, "failgen: item 19 cannot be made"), "%s", out);
+	cr_expect(strstr(out, "\"task_id\": 18, \"status\": \"ok\""), "%s", out);
+	free(out);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "100 tasks: 90 ok, 10 failed"), "%s", err);
+	free(err);
+	/* Exit 1: the job's failures stand; none of its tasks runs again. */
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --resume", path), 1);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "0 tasks: 0 ok, 0 failed"), "%s", err);
+	cr_expect(strstr(err, "resumed: 100 tasks were already done"), "%s", err);
+	free(err);
+}
+
 Test(faults, sink_failure_aborts_and_counts_lost_results, .timeout = 30)
 {
 	struct outcome o;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.4 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud plugin ABI, version 1.7 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
  * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
  * gpud_generator_check, gpud_sink_check, gpud_task_reject, worker plugins that export
  * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
@@ -11,7 +11,9 @@
  * smaller calls; and gpud_worker_submit and gpud_worker_poll, which keep up to
  * gpud_worker_info.max_in_flight tasks in flight and finish them in any order; 1.5 added
  * gpud_worker_interrupt, GPUD_TASK_TIMED_OUT and gpud_task_timed_out, with which a
- * worker ends a call that ran past task_timeout itself and keeps its state).
+ * worker ends a call that ran past task_timeout itself and keeps its state; 1.6 added
+ * gpud_sink_tasks and GPUD_SINK_TASK_FAILED; 1.7 added GPUD_GENERATOR_TASK_FAILED, with
+ * which a generator fails one task and goes on).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -64,7 +66,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 6
+#define GPUD_ABI_MINOR 7
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -522,8 +524,14 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
  *  thread); it returns 0 at the end of the stream, -1 with err on failure.
  *  An item larger than item->capacity (= max_task_bytes): set item->size to the size
  *  needed and return 1 without writing; the host reports that task as failed with a
- *  message giving both sizes and goes on. */
+ *  message giving both sizes and goes on.
+ *  (ABI 1.7) Or returns GPUD_GENERATOR_TASK_FAILED with err filled: the item it stands
+ *  for cannot be made (a member missing from an archive's sample, a damaged archive), and
+ *  its task fails with err's message, counted and journaled as a failure, never run or
+ *  retried, while the stream goes on with the next call. */
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err);
+/** (ABI 1.7) Returned by gpud_generator_next: this item's task fails with err's message. */
+#define GPUD_GENERATOR_TASK_FAILED 2
 /** Optional. Frees the state; called once after the last next(). Not called when the
  *  run ended while a next() call had not returned (the call is left running). */
 GPUD_EXPORT void gpud_generator_close(void *state);

@@ -7,7 +7,8 @@
  * CLOCK_MONOTONIC time it was yielded at, in nanoseconds, instead of its number.
  * `pad = P`: item i is its number followed by i % P copies of 'x' (inputs of many sizes).
  * `exit_after = N`: the call after N items calls exit(`exit_status`) (default 0), as a
- * plugin that thinks it owns the process would. */
+ * plugin that thinks it owns the process would. `task_fail_every = N`: every Nth item
+ * fails its task (GPUD_GENERATOR_TASK_FAILED, ABI 1.7), the stream going on. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
 	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp, pad;
-	long exit_after, exit_status;
+	long exit_after, exit_status, task_fail_every;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -43,6 +44,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	}
 	g->exit_after = gpud_arg_long(args, "exit_after", -1);
 	g->exit_status = gpud_arg_long(args, "exit_status", 0);
+	g->task_fail_every = gpud_arg_long(args, "task_fail_every", 0);
 	if (g->block_every > 0)
 		g->block_after = g->block_every;
 	*state = g;
@@ -71,6 +73,11 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 		item->size = item->capacity + 100;
 		g->n++;
 		return 1;
+	}
+	if (g->task_fail_every && g->n % g->task_fail_every == g->task_fail_every - 1) {
+		gpud_fail(err, "failgen: item %ld cannot be made", g->n);
+		g->n++;
+		return GPUD_GENERATOR_TASK_FAILED;
 	}
 	if (g->stamp) {
 		struct timespec now;

@@ -315,12 +315,12 @@ static int key(struct parse *p, struct cfg *c, const struct raw *r)
 }
 
 /* Whether a plugin-section value names a file, so a relative one is resolved: the
- * key says so (plugin, path, dir, file, script, *_path, *_dir, *_file), or the value
- * starts with ./ or ../ . */
+ * key says so (plugin, path, dir, file, script, *_path, *_dir, *_file, and *_out, a
+ * file the plugin writes: record/inputs.h), or the value starts with ./ or ../ . */
 static bool is_path_key(const char *key, const char *value)
 {
 	static const char *const exact[] = {"plugin", "path", "dir", "file", "script"};
-	static const char *const suffix[] = {"_path", "_dir", "_file"};
+	static const char *const suffix[] = {"_path", "_dir", "_file", "_out"};
 	if (strncmp(value, "./", 2) == 0 || strncmp(value, "../", 3) == 0)
 		return true;
 	for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)

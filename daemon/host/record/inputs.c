@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,51 @@ static int list_folder(int fd, const char *path, const char *rel, bool recursive
 	return rc;
 }
 
+/* Adds `in` to *out (its key made from section and key). 0, or -1 (out of memory). */
+static int push(struct journal_input **out, size_t *n, struct journal_input in, const char *section,
+		const char *key, const char *v, char *why, size_t len)
+{
+	uint64_t t = hash_str(hash_str(hash_str(HASH_SEED, section), key), v);
+	in.tag = ((uint32_t)(t ^ t >> 32) & ~1u) | (in.tag & 1);
+	struct journal_input *more = realloc(*out, (*n + 1) * sizeof *more);
+	if (!more || asprintf(&in.key, "%s.%s", section, key) < 0) {
+		if (more)
+			*out = more;
+		free(in.own);
+		snprintf(why, len, "out of memory");
+		return -1;
+	}
+	*out = more;
+	(*out)[(*n)++] = in;
+	return 0;
+}
+
+/* A generator's value that is an absolute glob (the tar generator's shards): each
+ * regular file it matches, as an input of its own. */
+static int scan_glob(const char *section, const char *key, const char *v,
+		     struct journal_input **out, size_t *n, char *why, size_t len)
+{
+	glob_t g;
+	if (glob(v, GLOB_BRACE, NULL, &g) != 0)
+		return 0; /* no match: the generator says so */
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
+		struct stat st;
+		if (stat(g.gl_pathv[i], &st) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		struct journal_input in = {.a = (uint64_t)st.st_size, .b = mtime_ns(&st)};
+		if (!(in.own = strdup(g.gl_pathv[i]))) {
+			snprintf(why, len, "out of memory");
+			rc = -1;
+			break;
+		}
+		in.path = in.own;
+		rc = push(out, n, in, section, key, in.own, why, len);
+	}
+	globfree(&g);
+	return rc;
+}
+
 static int scan_section(const char *section, const struct cfg_section *s, bool folders,
 			struct journal_input **out, size_t *n, char *why, size_t len)
 {
@@ -89,8 +135,15 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 	for (size_t i = 0; i < s->count; i++) {
 		const char *v = s->kv[i].value;
 		struct stat st;
-		if (v[0] != '/' || !strcmp(s->kv[i].key, "plugin") || stat(v, &st) < 0)
+		if (v[0] != '/' || !strcmp(s->kv[i].key, "plugin") ||
+		    inputs_output_key(s->kv[i].key))
 			continue;
+		if (stat(v, &st) < 0) {
+			if (folders && strpbrk(v, "*?[{") &&
+			    scan_glob(section, s->kv[i].key, v, out, n, why, len) < 0)
+				return -1;
+			continue;
+		}
 		bool folder = S_ISDIR(st.st_mode);
 		if (!(S_ISREG(st.st_mode) || (folder && folders)))
 			continue;
@@ -107,17 +160,9 @@ static int scan_section(const char *section, const struct cfg_section *s, bool f
 			in.a = (uint64_t)st.st_size;
 			in.b = mtime_ns(&st);
 		}
-		uint64_t t = hash_str(hash_str(hash_str(HASH_SEED, section), s->kv[i].key), v);
-		in.tag = ((uint32_t)(t ^ t >> 32) & ~1u) | folder;
-		struct journal_input *more = realloc(*out, (*n + 1) * sizeof *more);
-		if (!more || asprintf(&in.key, "%s.%s", section, s->kv[i].key) < 0) {
-			if (more)
-				*out = more;
-			snprintf(why, len, "out of memory");
+		in.tag = folder;
+		if (push(out, n, in, section, s->kv[i].key, v, why, len) < 0)
 			return -1;
-		}
-		*out = more;
-		(*out)[(*n)++] = in;
 	}
 	return 0;
 }
@@ -143,8 +188,10 @@ int inputs_scan(const struct cfg *c, struct journal_input **out, size_t *n, char
 
 void inputs_free(struct journal_input *in, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(in[i].key);
+		free(in[i].own);
+	}
 	free(in);
 }
 

@@ -74,9 +74,9 @@ static uint64_t section_print(uint64_t h, const struct cfg_section *s)
 			continue;
 		h = hash_str(h, s->kv[i].key);
 		h = hash_str(h, s->kv[i].value);
-		/* An input file that changed makes another job. */
-		if (s->kv[i].value[0] == '/' && stat(s->kv[i].value, &st) == 0 &&
-		    S_ISREG(st.st_mode)) {
+		/* An input file that changed makes another job (not one the plugin writes). */
+		if (s->kv[i].value[0] == '/' && !inputs_output_key(s->kv[i].key) &&
+		    stat(s->kv[i].value, &st) == 0 && S_ISREG(st.st_mode)) {
 			h = hash_mix(h, (uint64_t)st.st_size);
 			h = hash_mix(h, (uint64_t)st.st_mtim.tv_sec * 1000000000u +
 						(uint64_t)st.st_mtim.tv_nsec);

@@ -362,8 +362,9 @@ static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 }
 
 /* Task `id`, just generated into `item`: another rank's, one an earlier run finished,
- * one too large, or a task for the ring (*ent). */
-static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
+ * one too large, one the generator failed itself (`failed`: its message, ABI 1.7), or a
+ * task for the ring (*ent). */
+static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, const char *failed,
 		      struct task_ent *ent)
 {
 	const struct cfg *c = h->cfg;
@@ -374,7 +375,7 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 		return FED_DROPPED;
 	/* A sampled task's input, recorded, or compared with what the journaled run read
 	 * when resuming. */
-	if (h->journal.fd >= 0 &&
+	if (h->journal.fd >= 0 && !failed &&
 	    __builtin_expect(journal_sampled(shares_nth(h->claims, id, c->rank, c->ranks)), 0) &&
 	    journal_sample(&h->journal, id, item->data,
 			   item->size < c->max_task_bytes ? item->size : c->max_task_bytes) < 0) {
@@ -396,10 +397,15 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item,
 	UI_ADD(h->stats.generated, 1);
 	if (h->resume.on && !h->resume.first_new_ns)
 		h->resume.first_new_ns = wait_now_ns(); /* the skipping is over */
-	if (item->size > c->max_task_bytes) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "task input of %zu bytes exceeds max_task_bytes (%u)",
-			 item->size, c->max_task_bytes);
+	if (failed || item->size > c->max_task_bytes) {
+		char msg[sizeof((struct gpud_error *)0)->message];
+		if (failed)
+			snprintf(msg, sizeof msg, "%s",
+				 failed[0] ? failed : "the generator failed this task");
+		else
+			snprintf(msg, sizeof msg,
+				 "task input of %zu bytes exceeds max_task_bytes (%u)", item->size,
+				 c->max_task_bytes);
 		UI_ADD(h->stats.failed, 1);
 		failures_add(h, id, 0, NULL, false, msg, false);
 		ui_say(h, UI_FAILURE, "task %llu failed: %s", (unsigned long long)id, msg);
@@ -467,7 +473,12 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 		generator_failed(h, &err);
 		return FED_STOP;
 	}
-	return admit(h, h->flow.next_id++, &item, ent);
+	const char *failed = NULL;
+	if (rc == GPUD_GENERATOR_TASK_FAILED) { /* ABI 1.7: this task fails, the stream goes on */
+		text_clean(err.message);
+		failed = err.message;
+	}
+	return admit(h, h->flow.next_id++, &item, failed, ent);
 }
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the

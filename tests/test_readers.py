@@ -1,0 +1,523 @@
+# SPDX-License-Identifier: MIT
+"""The reader generators (tar, npy, hdf5) through real jobs of the gpud binary, with the
+echo worker (result = input) and the jsonl sink: every task's bytes compared with what
+the test wrote into its shards, arrays and HDF5 files.
+
+tar: WebDataset shards made with Python's tarfile (plain, gzip, zstd through the zstd
+command): task ids in shard order, each sample's key in the `keys` file, a sample
+without the member failing alone naming key and shard, a truncated shard failing with
+libarchive's message while every sample before the damage runs, `--resume` refusing a
+changed shard by name, two ranks sharing the samples exactly once.
+
+Run by meson (test `readers`) with $GPUD set; needs NumPy (and h5py for hdf5): on a
+Python without them it runs itself again on /usr/bin/python3; a part whose plugin or
+package is missing says so in one line and is skipped (exit 77 when every part is)."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+SKIP = 77
+
+
+def _reexec():
+    try:
+        import numpy  # noqa: F401
+
+        return
+    except ImportError:
+        pass
+    other = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(other) and os.access(other, os.X_OK):
+        if subprocess.run([other, "-c", "import numpy"], capture_output=True).returncode == 0:
+            os.execv(other, [other] + sys.argv)
+    print("SKIP: the readers' test needs NumPy (python3-numpy)")
+    sys.exit(SKIP)
+
+
+_reexec()
+
+import numpy as np  # noqa: E402
+
+GPUD = os.environ.get("GPUD")
+FAILED = 0
+RAN = 0
+
+
+def check(cond, what):
+    global FAILED
+    if not cond:
+        FAILED += 1
+        print(f"FAIL: {what}", flush=True)
+    else:
+        print(f"ok: {what}", flush=True)
+
+
+def run(d, *args, timeout=240):
+    env = dict(os.environ, TMPDIR=d)
+    return subprocess.run([GPUD, *args], cwd=d, capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def write_job(d, generator, sink="[sink]\nplugin = jsonl\npath = out.jsonl\n", job=""):
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(f"[job]\ngpus = 0\n{job}\n[worker]\nplugin = echo\n"
+                f"[generator]\n{generator}\n{sink}")
+
+
+def outcomes(path):
+    """task id -> (status, bytes or error message); a task seen twice is a failure."""
+    got = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            tid = r["task_id"]
+            if tid in got:
+                check(False, f"task {tid} has one outcome in {os.path.basename(path)}")
+            if r["status"] == "ok":
+                data = (r["result"].encode("utf-8") if "result" in r else
+                        __import__("base64").b64decode(r["result_base64"]))
+                got[tid] = ("ok", data)
+            else:
+                got[tid] = (r["status"], r.get("error", ""))
+    return got
+
+
+# ---- tar ----
+
+def make_shard(path, samples, mode="w"):
+    """samples: list of (key, {ext: bytes})."""
+    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as t:
+        for key, members in samples:
+            for ext, data in members.items():
+                ti = tarfile.TarInfo(f"{key}.{ext}")
+                ti.size = len(data)
+                ti.mtime = 1700000000
+                t.addfile(ti, io.BytesIO(data))
+
+
+def samples_for(shard, n, rng, skip_member=()):
+    out = []
+    for i in range(n):
+        key = f"part{shard}/{i:05d}"
+        members = {"cls": str(i % 10).encode(), "jpg": rng.bytes(int(rng.integers(1, 3000)))}
+        if i in skip_member:
+            del members["jpg"]
+        out.append((key, members))
+    return out
+
+
+def test_tar_order_keys_and_missing_member(d):
+    rng = np.random.default_rng(1)
+    shards = [samples_for(0, 40, rng), samples_for(1, 25, rng, skip_member={7}),
+              samples_for(2, 30, rng)]
+    os.makedirs(os.path.join(d, "shards"))
+    make_shard(os.path.join(d, "shards", "a-000.tar"), shards[0])
+    make_shard(os.path.join(d, "shards", "a-001.tar.gz"), shards[1], "w:gz")
+    plain = os.path.join(d, "shards", "a-002.tar")
+    make_shard(plain, shards[2])
+    zst = shutil.which("zstd")
+    if zst:
+        subprocess.run([zst, "-q", "--rm", plain, "-o", plain + ".zst"], check=True)
+    else:
+        print("note: no zstd command (Debian: zstd): the .tar.zst shard stays a .tar")
+    write_job(d, "plugin = tar\npath = shards/a-*\nkeys_out = keys.tsv\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    check(r.returncode == 1, f"a run with one sample lacking its member exits 1 (exit "
+          f"{r.returncode}: {r.stderr.strip()[-400:]})")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    flat = [(si, k, m) for si, s in enumerate(shards) for k, m in s]
+    check(len(got) == len(flat), f"{len(flat)} samples, {len(got)} outcomes")
+    keys = [line.rstrip("\n").split("\t") for line in open(os.path.join(d, "keys.tsv"))]
+    check(len(keys) == len(flat), "keys.tsv has a line per task")
+    good = 0
+    for tid, (si, key, members) in enumerate(flat):
+        check_key = keys[tid][0] == str(tid) and keys[tid][1] == key if tid < len(keys) else False
+        if not check_key:
+            check(False, f"keys.tsv line {tid}: {keys[tid] if tid < len(keys) else None} "
+                  f"names task {tid}, sample {key}")
+        st = got.get(tid)
+        if "jpg" in members:
+            good += st == ("ok", members["jpg"])
+        else:
+            check(st is not None and st[0] == "error" and f"'{key}'" in st[1]
+                  and "a-001.tar.gz" in st[1] and "'jpg'" in st[1],
+                  f"the sample without a jpg fails alone, naming key and shard: {st}")
+    check(good == len(flat) - 1, f"every other sample's jpg reached the sink byte for byte, "
+          f"in shard order ({good} of {len(flat) - 1})")
+    check(keys[-1][2].endswith(".tar.zst" if zst else ".tar"), "keys.tsv names each shard")
+
+    # member = cls: the other member of each sample.
+    r = run(d, "run", "job.ini", "--ui", "off", "--set", "generator.member=cls",
+            "--set", "job.journal=off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 0 and all(got[t] == ("ok", m["cls"]) for t, (_, _, m) in enumerate(flat)),
+          f"member = cls gives each sample's cls (exit {r.returncode})")
+
+
+def test_tar_truncated(d):
+    rng = np.random.default_rng(2)
+    a = samples_for(0, 30, rng)
+    b = samples_for(1, 10, rng)
+    make_shard(os.path.join(d, "s-0.tar"), a)
+    make_shard(os.path.join(d, "s-1.tar"), b)
+    # Cut shard 0 in the middle of sample 20's jpg.
+    with tarfile.open(os.path.join(d, "s-0.tar")) as t:
+        m = t.getmember(a[20][0] + ".jpg")
+        cut = m.offset_data + m.size // 2
+    os.truncate(os.path.join(d, "s-0.tar"), cut)
+    write_job(d, "plugin = tar\npath = s-*.tar\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 1, f"a truncated shard: exit 1 (exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+    check(all(got.get(i) == ("ok", a[i][1]["jpg"]) for i in range(20)),
+          "the 20 samples before the damage ran")
+    dmg = got.get(20)
+    check(dmg is not None and dmg[0] == "error" and "s-0.tar" in dmg[1] and "damaged" in dmg[1]
+          and a[20][0] in dmg[1], f"the damage is one failed task naming the shard: {dmg}")
+    check(all(got.get(21 + i) == ("ok", b[i][1]["jpg"]) for i in range(10)) and len(got) == 31,
+          f"the next shard's samples follow it, every task once ({len(got)} outcomes)")
+
+
+def test_tar_resume_refuses_changed_shard(d):
+    rng = np.random.default_rng(3)
+    make_shard(os.path.join(d, "r-0.tar"), samples_for(0, 5, rng))
+    make_shard(os.path.join(d, "r-1.tar"), samples_for(1, 5, rng))
+    write_job(d, "plugin = tar\npath = r-*.tar\nkeys_out = keys.tsv\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    check(r.returncode == 0, f"a first run (exit {r.returncode}: {r.stderr.strip()[-300:]})")
+    time.sleep(0.05)  # a keys file rewritten would have another mtime
+    r = run(d, "run", "job.ini", "--ui", "off", "--resume")
+    check(r.returncode == 0, f"--resume of unchanged shards runs, keys_out not taken for an input "
+          f"(exit {r.returncode}: {r.stderr.strip()[-300:]})")
+    make_shard(os.path.join(d, "r-1.tar"), samples_for(1, 6, rng))
+    r = run(d, "run", "job.ini", "--ui", "off", "--resume")
+    check(r.returncode == 2 and "r-1.tar" in r.stderr and "changed" in r.stderr,
+          f"--resume refuses a changed shard, naming it (exit {r.returncode}: "
+          f"{r.stderr.strip()[-400:]})")
+
+
+def test_tar_ranks(d):
+    rng = np.random.default_rng(4)
+    shards = [samples_for(k, 700, rng) for k in range(3)]
+    for k, s in enumerate(shards):
+        make_shard(os.path.join(d, f"k-{k}.tar"), s)
+    write_job(d, "plugin = tar\npath = k-*.tar\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r2 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    check(r.returncode == 0 and r2.returncode == 0,
+          f"two ranks run (exit {r.returncode}, {r2.returncode}: {r.stderr[-200:]} {r2.stderr[-200:]})")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    flat = [m["jpg"] for s in shards for _, m in s]
+    check(not (set(g0) & set(g1)) and set(g0) | set(g1) == set(range(len(flat))),
+          f"the ranks' tasks ({len(g0)} + {len(g1)}) are every sample exactly once")
+    both = {**g0, **g1}
+    check(all(both[i] == ("ok", flat[i]) for i in range(len(flat))),
+          "each rank's tasks carry their own samples' bytes")
+
+
+def test_tar_check(d):
+    write_job(d, "plugin = tar\npath = none-*.tar\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode != 0 and "no shard matches" in (r.stdout + r.stderr),
+          f"check: a glob matching nothing is said ({(r.stdout + r.stderr).strip()[-200:]})")
+    make_shard(os.path.join(d, "c.tar"), [("x", {"jpg": b"1"})])
+    write_job(d, "plugin = tar\npath = c.tar\nmembr = png\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode != 0 and "member" in (r.stdout + r.stderr),
+          f"check: a misspelt key is refused, with the nearest ({(r.stdout + r.stderr).strip()[-200:]})")
+    write_job(d, "plugin = tar\npath = c.tar\n")
+    r = run(d, "check", "job.ini")
+    check(r.returncode == 0, f"check: a good tar job passes ({(r.stdout + r.stderr).strip()[-200:]})")
+
+
+# ---- npy ----
+
+def npy_arrays():
+    rng = np.random.default_rng(5)
+    return {
+        "f32": rng.standard_normal((257, 3, 4)).astype(np.float32),
+        "i16be": rng.integers(-30000, 30000, (100, 7)).astype(">i2"),
+        "u8": rng.integers(0, 256, (300,)).astype(np.uint8),
+        "c64": (rng.standard_normal((50, 2)) + 1j * rng.standard_normal((50, 2))).astype(np.complex64),
+        "b": rng.integers(0, 2, (40, 5)).astype(bool),
+        "f64_big": rng.standard_normal((20, 100, 10)),
+        "bytes": np.array([b"ab", b"cdef", b"x"]),
+        "unicode": np.array([["ab", "c\u00e9"], ["z", ""]]),
+        "datetime": np.array(["2020-01-01", "2021-02-03"], dtype="datetime64[s]"),
+    }
+
+
+def test_npy_rows_byte_for_byte(d):
+    for name, arr in npy_arrays().items():
+        np.save(os.path.join(d, f"{name}.npy"), arr)
+        write_job(d, f"plugin = npy\npath = {name}.npy\n", job="journal = off\n")
+        r = run(d, "run", "job.ini", "--ui", "off")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        same = r.returncode == 0 and len(got) == len(arr) and all(
+            got.get(i) == ("ok", arr[i:i + 1].tobytes()) for i in range(len(arr)))
+        check(same, f"npy {name} {arr.dtype.str}{arr.shape}: each row reaches the worker "
+              f"byte for byte, task i = row i (exit {r.returncode}, {len(got)} outcomes: "
+              f"{r.stderr.strip()[-200:]})")
+    arr = npy_arrays()["f32"]
+    write_job(d, "plugin = npy\npath = f32.npy\nrows = 10:70\n", job="journal = off\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 0 and len(got) == 60 and
+          all(got.get(i) == ("ok", arr[10 + i].tobytes()) for i in range(60)),
+          f"rows = 10:70: 60 tasks, task i = row 10 + i ({len(got)} outcomes)")
+    for rows, n in (("250:", 7), (":3", 3), ("5:5", 0)):
+        r = run(d, "run", "job.ini", "--ui", "off", "--set", f"generator.rows={rows}")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        check(r.returncode == 0 and len(got) == n, f"rows = {rows}: {n} tasks ({len(got)})")
+    for rows, said in (("0:258", "has 257 rows"), ("9:3", "past the last"), ("x", "expected A:B")):
+        r = run(d, "check", "job.ini", "--set", f"generator.rows={rows}")
+        check(r.returncode != 0 and said in r.stdout + r.stderr,
+              f"rows = {rows} refused: {(r.stdout + r.stderr).strip()[-160:]}")
+
+
+def test_npy_to_npy_sink_and_ranks(d):
+    arr = npy_arrays()["f32"]
+    np.save(os.path.join(d, "in.npy"), arr)
+    write_job(d, "plugin = npy\npath = in.npy\n",
+              sink="[sink]\nplugin = npy\npath = out.npy\ndtype = float32\nshape = 3,4\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    ok = r.returncode == 0 and os.path.exists(os.path.join(d, "out.npy"))
+    out = np.load(os.path.join(d, "out.npy")) if ok else None
+    check(ok and out.shape == arr.shape and np.array_equal(out, arr),
+          f"npy -> echo -> npy sink: the same array, sized by the generator's total "
+          f"(exit {r.returncode}: {r.stderr.strip()[-200:]})")
+    write_job(d, "plugin = npy\npath = in.npy\nrows = 3:250\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r0 = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r1 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    both = {**g0, **g1}
+    check(r0.returncode == 0 and r1.returncode == 0 and not (set(g0) & set(g1)) and
+          set(both) == set(range(247)) and
+          all(both[i] == ("ok", arr[3 + i].tobytes()) for i in range(247)),
+          f"2 ranks over rows = 3:250 split the rows exactly once ({len(g0)} + {len(g1)})")
+
+
+def test_npy_refused(d):
+    np.save(os.path.join(d, "fortran.npy"), np.asfortranarray(np.arange(12.0).reshape(3, 4)))
+    np.save(os.path.join(d, "obj.npy"), np.array([1, "a", None], dtype=object), allow_pickle=True)
+    np.save(os.path.join(d, "rec.npy"), np.zeros(3, dtype=[("a", "<f4"), ("b", "u1")]))
+    np.save(os.path.join(d, "c.npy"), np.arange(12.0).reshape(3, 4))
+    with open(os.path.join(d, "short.npy"), "wb") as f:
+        f.write(open(os.path.join(d, "c.npy"), "rb").read()[:-8])
+    for name, said in (("fortran", "Fortran order"), ("obj", "dtype object"),
+                       ("rec", "record dtype"), ("short", "shorter"),
+                       ("missing", "cannot open")):
+        write_job(d, f"plugin = npy\npath = {name}.npy\n")
+        for cmd in ("check", "run"):
+            r = run(d, cmd, "job.ini")
+            text = r.stdout + r.stderr
+            check(r.returncode != 0 and said in text and f"{name}.npy" in text,
+                  f"{cmd}: {name}.npy refused, naming it: {text.strip()[-200:]}")
+
+
+# ---- hdf5 ----
+
+def test_hdf5_rows(d):
+    import h5py
+
+    rng = np.random.default_rng(6)
+    data = {
+        "/f32": rng.standard_normal((301, 3, 4)).astype(np.float32),
+        "/g/sub/i16be": rng.integers(-30000, 30000, (97, 5)).astype(">i2"),
+        "/s5": np.array([b"abc", b"defgh", b"", b"x"] * 10, dtype="S5"),
+        "/rec": np.array([(i, i * 0.5) for i in range(33)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    }
+    path = os.path.join(d, "in.h5")
+    with h5py.File(path, "w") as f:
+        for name, arr in data.items():
+            f.create_dataset(name, data=arr, chunks=True if arr.ndim > 1 else None,
+                             compression="gzip" if name == "/f32" else None)
+        f.create_dataset("vlen", data=np.array(["a", "bcd"], dtype=h5py.string_dtype()))
+        f.create_dataset("scalar", data=3.0)
+    with h5py.File(path, "r") as f:  # as h5py gives them back
+        data = {name: f[name][()] for name in data}
+    for name, arr in data.items():
+        for block in ("", "block = 7\n"):
+            write_job(d, f"plugin = hdf5\npath = in.h5\ndataset = {name}\n{block}",
+                      job="journal = off\n")
+            r = run(d, "run", "job.ini", "--ui", "off")
+            got = outcomes(os.path.join(d, "out.jsonl"))
+            same = r.returncode == 0 and len(got) == len(arr) and all(
+                got.get(i) == ("ok", arr[i:i + 1].tobytes()) for i in range(len(arr)))
+            check(same, f"hdf5 {name} {arr.dtype}{arr.shape} {block.strip() or 'default block'}: "
+                  f"each row byte for byte (exit {r.returncode}, {len(got)} outcomes: "
+                  f"{r.stderr.strip()[-200:]})")
+    arr = data["/f32"]
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = /f32\nrows = 20:250\nblock = 16\n",
+              sink="[sink]\nplugin = jsonl\npath = out-{rank}.jsonl\n")
+    r0 = run(d, "run", "job.ini", "--ui", "off", "--rank", "0/2")
+    r1 = run(d, "run", "job.ini", "--ui", "off", "--rank", "1/2")
+    g0 = outcomes(os.path.join(d, "out-0.jsonl"))
+    g1 = outcomes(os.path.join(d, "out-1.jsonl"))
+    both = {**g0, **g1}
+    check(r0.returncode == 0 and r1.returncode == 0 and not (set(g0) & set(g1)) and
+          set(both) == set(range(230)) and
+          all(both[i] == ("ok", arr[20 + i:21 + i].tobytes()) for i in range(230)),
+          f"hdf5 rows = 20:250, 2 ranks: every row exactly once, task i = row 20 + i "
+          f"({len(g0)} + {len(g1)})")
+    with open(os.path.join(d, "not.h5"), "wb") as f:
+        f.write(b"not an hdf5 file" * 10)
+    for p, ds, said in (("in.h5", "vlen", "variable-length"), ("in.h5", "scalar", "scalar"),
+                        ("in.h5", "nope", "no dataset 'nope'"), ("not.h5", "x", "not.h5"),
+                        ("in.h5", "/f32\nrows = 0:302", "has 301 rows")):
+        write_job(d, f"plugin = hdf5\npath = {p}\ndataset = {ds}\n")
+        for cmd in ("check", "run"):
+            r = run(d, cmd, "job.ini")
+            text = r.stdout + r.stderr
+            check(r.returncode != 0 and said in text and p in text,
+                  f"{cmd}: hdf5 {p} {ds.splitlines()[0]} refused: {text.strip()[-200:]}")
+
+
+# ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
+
+def make_jpeg_shards(d, n_shards, per_shard, corrupt=()):
+    """Shards of JPEG samples made with Pillow; returns [(key, jpeg bytes)] in order."""
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    flat = []
+    for s in range(n_shards):
+        samples = []
+        for i in range(per_shard):
+            w, h = int(rng.integers(40, 160)), int(rng.integers(40, 160))
+            y, x = np.mgrid[0:h, 0:w]
+            base = rng.integers(0, 200, 3)
+            a = np.stack([base[0] + x * 50 / w, base[1] + y * 50 / h,
+                          base[2] + (x + y) * 25 / (w + h)], -1)
+            buf = io.BytesIO()
+            Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
+            data = buf.getvalue()
+            if (s, i) in corrupt:
+                data = data[:200] + b"\x00" * 50  # header kept, the scan destroyed
+            key = f"img{s}/{i:05d}"
+            samples.append((key, {"jpg": data, "cls": str(i % 10).encode()}))
+            flat.append((key, data))
+        make_shard(os.path.join(d, f"img-{s:03d}.tar"), samples)
+    return flat
+
+
+def pillow_means(data, size=64):
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        a = np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR)).astype(float)
+    return a.reshape(-1, 3).mean(0)
+
+
+def test_image_pipeline(d):
+    flat = make_jpeg_shards(d, 2, 150, corrupt={(1, 40)})
+    write_job(d, "plugin = tar\npath = img-*.tar\nkeys_out = keys.tsv\n",
+              sink="[sink]\nplugin = npy\npath = means.npy\ndtype = float32\nshape = 3\n")
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("[worker]\nplugin = echo\n",
+                                "[stage.decode]\nplugin = jpeg\nheight = 64\nwidth = 64\n"
+                                "[worker]\nplugin = means\n")
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(text)
+    env = dict(os.environ, GPUD_PLUGIN_PATH=os.environ.get("FIXTURES", ""))
+    r = subprocess.run([GPUD, "run", "job.ini", "--ui", "off"], cwd=d, capture_output=True,
+                       text=True, env=env, timeout=240)
+    check(r.returncode == 1 and "1 failed" in r.stderr,
+          f"tar -> jpeg -> means -> npy: one corrupt JPEG fails alone (exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+    if not os.path.exists(os.path.join(d, "means.npy")):
+        check(False, "means.npy written")
+        return
+    out = np.load(os.path.join(d, "means.npy"))
+    done = np.load(os.path.join(d, "means.npy.done"))
+    check(out.shape == (300, 3) and out.dtype == np.float32, f"numpy.load: shape {out.shape}")
+    bad = 150 + 40
+    check(done[bad] == 2 and (done[np.arange(300) != bad] == 1).all(),
+          "the done record: every row ok but the corrupt JPEG's (2)")
+    worst = max(float(np.abs(out[i] - pillow_means(data)).max())
+                for i, (_, data) in enumerate(flat) if i != bad)
+    check(worst <= 2.55, f"every row within 1% of 255 of Pillow's means (worst {worst:.3f})")
+    keys = [line.split("\t")[1] for line in open(os.path.join(d, "keys.tsv"))]
+    check(keys == [k for k, _ in flat], "keys.tsv gives each row's sample key")
+
+    # kill -9 of the host half way, then --resume: the same file, every row once.
+    full = out.copy()
+    os.rename(os.path.join(d, "means.npy"), os.path.join(d, "full.npy"))
+    os.unlink(os.path.join(d, "means.npy.done"))
+    cmd = [GPUD, "run", "job.ini", "--ui", "off", "--set", "worker.sleep_us=8000"]
+    p = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    half = 0
+    while time.monotonic() - t0 < 120 and p.poll() is None:
+        try:
+            half = int((np.load(os.path.join(d, "means.npy.done"), mmap_mode="r") == 1).sum())
+        except (OSError, ValueError):
+            half = 0
+        if half >= 120:
+            break
+        time.sleep(0.05)
+    running = p.poll() is None
+    p.kill()
+    p.wait()
+    check(running and 0 < half < 299, f"the host killed (-9) while it ran, {half} rows done of 300")
+    r = subprocess.run(cmd + ["--resume"], cwd=d, capture_output=True,
+                       text=True, env=env, timeout=240)
+    out2 = np.load(os.path.join(d, "means.npy"))
+    done2 = np.load(os.path.join(d, "means.npy.done"))
+    resumed = [line for line in r.stderr.splitlines() if "resumed" in line]
+    check(r.returncode == 1 and np.array_equal(out2, full) and (done2 == done).all(),
+          f"--resume finishes the same file: every row equal to the uninterrupted run's "
+          f"(exit {r.returncode}: {resumed})")
+
+
+def main():
+    global RAN
+    parts = []
+    if os.environ.get("HAVE_ARCHIVE", "1") == "1":
+        parts += [test_tar_order_keys_and_missing_member, test_tar_truncated,
+                  test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check]
+    else:
+        print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
+    parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused]
+    if os.environ.get("HAVE_HDF5", "1") != "1":
+        print("SKIP: hdf5: gpud was built without libhdf5 (Debian: libhdf5-dev)")
+    elif subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode:
+        print("SKIP: hdf5: this Python has no h5py (Debian: python3-h5py)")
+    else:
+        parts.append(test_hdf5_rows)
+    if os.environ.get("HAVE_ARCHIVE", "1") != "1" or os.environ.get("HAVE_JPEG", "1") != "1":
+        print("SKIP: the image pipeline: gpud was built without libarchive or libturbojpeg")
+    elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
+        print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
+    else:
+        parts.append(test_image_pipeline)
+    for part in parts:
+        d = tempfile.mkdtemp(prefix="gpud-readers-")
+        try:
+            print(f"-- {part.__name__}", flush=True)
+            part(d)
+            RAN += 1
+        finally:
+            if FAILED == 0:
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                print(f"(kept {d})")
+    if RAN == 0:
+        sys.exit(SKIP)
+    print(f"{RAN} parts, {FAILED} failures")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
