@@ -496,8 +496,9 @@ Test(faults, slow_worker_does_not_hoard_tasks, .timeout = 60)
 	}
 	/* The fast worker needs about 0.6 s for everything; the slow one takes 0.3 s a
 	 * task, so it should get a task only when it has finished one: two to four in
-	 * all. A worker given a burst (up to queue_size / 2 = 16) would show here. */
-	cr_expect_leq(slow, 6, "the slow worker ran %zu of 3000 tasks", slow);
+	 * all, up to 9 on a machine so loaded that the fast one takes 2 s. A worker given a
+	 * burst (up to queue_size / 2 = 16) would show here. */
+	cr_expect_leq(slow, 12, "the slow worker ran %zu of 3000 tasks", slow);
 }
 
 /* The host killed outright: no worker goes on running (they die with it). */
