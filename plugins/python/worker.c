@@ -316,6 +316,25 @@ static const char *const our_keys[] = {"script", "module", "class", "python_path
 /* "Cls.method() (file.py:12)", the method's own class, file and first line, into buf:
  * how a result's trouble names the user's code (the frame of its return is gone by the
  * time the result is looked at). */
+/* Whether `bound` is gpud.BaseWorker's own process() (the package's or the workers'
+ * module's), which only raises: a class that defines process_batch() alone then has its
+ * batches of one go to process_batch() too. */
+static bool is_base_process(PyObject *bound)
+{
+	PyObject *func = PyObject_GetAttrString(bound, "__func__");
+	PyObject *qual = func ? PyObject_GetAttrString(func, "__qualname__") : NULL;
+	PyObject *mod = func ? PyObject_GetAttrString(func, "__module__") : NULL;
+	PyErr_Clear();
+	const char *q = qual && PyUnicode_Check(qual) ? py_utf8(qual, NULL) : NULL;
+	const char *m = mod && PyUnicode_Check(mod) ? py_utf8(mod, NULL) : NULL;
+	PyErr_Clear();
+	bool base = q && m && !strcmp(q, "BaseWorker.process") && !strcmp(m, "gpud");
+	Py_XDECREF(func);
+	Py_XDECREF(qual);
+	Py_XDECREF(mod);
+	return base;
+}
+
 static void describe_method(PyObject *bound, const char *fallback, char *buf, size_t len)
 {
 	snprintf(buf, len, "%s()", fallback);
@@ -448,6 +467,8 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	pw->process_batch = PyObject_GetAttrString(pw->obj, "process_batch");
 	if (!pw->process_batch)
 		PyErr_Clear();
+	if (pw->process && pw->process_batch && is_base_process(pw->process))
+		Py_CLEAR(pw->process);
 	pw->release_name = PyUnicode_InternFromString("release");
 	pw->json_loads = PyObject_GetAttrString(json, "loads");
 	pw->json_dumps = PyObject_GetAttrString(json, "dumps");

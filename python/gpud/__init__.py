@@ -64,9 +64,11 @@ class BaseWorker(_abc.ABC):
         given to the Dispatcher; the process sees that GPU as device 0 (cuda:0).
         seed is base_seed + gpu_id. kwargs: run()'s extra keywords."""
 
-    @_abc.abstractmethod
     def process(self, data):
-        """One item as the generator yielded it; returns any picklable object."""
+        """One item as the generator yielded it; returns any picklable object. A class
+        that defines process_batch(items) alone needs none: its batches of one go there
+        too."""
+        raise NotImplementedError("process(data) is not defined")
 
     def cleanup(self):
         """Once, when the worker ends."""

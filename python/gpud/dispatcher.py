@@ -101,6 +101,10 @@ def _check_methods(cls):
                         f"{', '.join(m + '()' for m in abstract)} (abstract in "
                         f"{'gpud.BaseWorker' if set(abstract) <= {'setup', 'process'} else 'its bases'}), "
                         "so it cannot be instantiated")
+    base = getattr(getattr(cls, "process", None), "__qualname__", "") == "BaseWorker.process"
+    if base and not callable(getattr(cls, "process_batch", None)):
+        raise TypeError(f"Dispatcher: the worker class {name} defines neither process(data) "
+                        "nor process_batch(items)")
 
 
 def _is_main_guard(test):

@@ -279,6 +279,22 @@ def arrays():
         check(a.flags.writeable, "the array is writable")
 
 
+class BatchOnly(BaseWorker):
+    """Defines process_batch alone: its batches of one (the stream's last) come there
+    too, not to BaseWorker.process."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process_batch(self, items):
+        return [(len(items), int(x)) for x in items]
+
+
+class Neither(BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+
 class RingWorker(BaseWorker):
     """What a batch's items are in the worker: their count, whether each is a read-only
     view lying in the run's shared memory (memfd "gpud-run"), and their values."""
@@ -351,6 +367,16 @@ def batches():
         check(not any(got[i][2] for i in got), f"{size}: the batch could be written")
         check(all(got[i][3] for i in got), f"{size}: items are read-only views")
         check(all(got[i][4] == size * (i % 7) for i in got), f"{size}: results")
+    # A class with process_batch alone: the last call, of one item, goes there too.
+    got = {}
+    Dispatcher(BatchOnly, [0], batch_size=8).run(range(17), lambda t, r, w: got.__setitem__(t, r))
+    check(sorted(got) == list(range(17)) and got[16] == (1, 16),
+          f"process_batch alone: {len(got)} results, the last {got.get(16)}")
+    try:
+        Dispatcher(Neither, [0], batch_size=8).run(range(3), lambda t, r, w: None)
+        check(False, "a class with neither process nor process_batch was taken")
+    except TypeError as e:
+        check("neither process(data) nor process_batch(items)" in str(e), str(e))
     # Here, no pickle copy of the items' data: a chunk's parts are the items' own
     # buffers (by address), and framing 64 items of 150 KB allocates less than one.
     import tracemalloc
