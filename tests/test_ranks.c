@@ -160,6 +160,18 @@ Test(ranks, shared_outputs_are_refused_naming_the_key, .timeout = 60)
 			strstr(err, "out.jsonl: 2 ranks would write it together; put {rank} in it"),
 		"%s", err);
 	free(err);
+	/* A plugin's file named by a key ending in _out (the tar generator's keys_out): the
+	 * same rule, wherever the key is. */
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --rank 1/2 --set sink.path=o{rank} "
+			    "--set worker.trace_out=t.txt",
+			    dir),
+		     2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "--set worker.trace_out=t.txt: trace_out = ") &&
+			  strstr(err, "t.txt: 2 ranks would write it together; put {rank} in it"),
+		  "%s", err);
+	free(err);
 	/* Standard output is each rank's own. */
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --rank 1/2 --set sink.path=-", dir), 0);

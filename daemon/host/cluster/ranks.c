@@ -284,6 +284,23 @@ int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why,
 			return -1;
 		}
 	}
+	/* A key ending in _out names a file any plugin writes (the tar generator's
+	 * keys_out): the same rule. */
+	const struct cfg_section *writers[] = {&c->worker, &c->generator};
+	for (size_t s = 0; s < 2 + c->n_stages; s++) {
+		const struct cfg_section *sec = s < 2 ? writers[s] : &c->stages[s - 2].sec;
+		for (size_t i = 0; i < sec->count; i++) {
+			const char *key = sec->kv[i].key;
+			size_t kn = strlen(key);
+			if (kn > 4 && !strcmp(key + kn - 4, "_out") &&
+			    shared(sec->kv[i].value, n)) {
+				snprintf(why, len,
+					 "%s: %s = %s: %u ranks would write it together; %s",
+					 sec->where[i], key, sec->kv[i].value, n, hint);
+				return -1;
+			}
+		}
+	}
 	if (c->journal && c->journal_set && shared(c->journal, n)) {
 		snprintf(why, len, "%s: [job] journal = %s: %u ranks would write it together; %s",
 			 c->journal_at ? c->journal_at : c->path, c->journal, n, hint);
