@@ -481,6 +481,36 @@ def test_image_pipeline(d):
           f"(exit {r.returncode}: {resumed})")
 
 
+def test_images_example(d):
+    """docs/images-to-array.md's example as a user runs it: its folder copied, shards
+    made by its script, its job file checked and run, rows equal to Pillow's means."""
+    import numpy as np
+
+    ex = os.path.join(d, "embed")
+    shutil.copytree(os.path.join(os.environ["SRCDIR"], "docs", "examples", "images"), ex)
+    r = subprocess.run([sys.executable, "make_shards.py", "2", "40"], cwd=ex,
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"make_shards.py: {r.stdout}{r.stderr}")
+    py = f"job.python={sys.executable}"
+    r = run(ex, "check", "embed.ini", "--set", py)
+    check(r.returncode == 0 and "shared memory:" in r.stdout + r.stderr,
+          f"gpud check embed.ini: {r.stdout[-400:]}{r.stderr[-400:]}")
+    r = run(ex, "run", "embed.ini", "--ui", "off", "--set", py)
+    check(r.returncode == 0, f"gpud run embed.ini: {r.stderr[-600:]}")
+    emb = np.load(os.path.join(ex, "embeddings-0.npy"))
+    done = np.load(os.path.join(ex, "embeddings-0.npy.done"))
+    check(emb.shape == (80, 3) and emb.dtype == np.float32 and (done == 1).all(),
+          f"embeddings-0.npy {emb.shape} {emb.dtype}, {(done == 1).sum()} rows done")
+    worst = 0.0
+    with open(os.path.join(ex, "keys-0.tsv")) as f:
+        for line in f:
+            tid, key, shard = line.rstrip("\n").split("\t")
+            with tarfile.open(shard) as t:
+                data = t.extractfile(key + ".jpg").read()
+            worst = max(worst, float(np.abs(emb[int(tid)] - pillow_means(data)).max()))
+    check(worst <= 2.55, f"every row within 1% of 255 of Pillow's means (worst {worst:.3f})")
+
+
 def main():
     global RAN
     parts = []
@@ -502,6 +532,10 @@ def main():
         print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
     else:
         parts.append(test_image_pipeline)
+        if os.environ.get("HAVE_PYTHON", "1") == "1":
+            parts.append(test_images_example)
+        else:
+            print("SKIP: docs/images-to-array.md's example: gpud was built without the python plugins")
     for part in parts:
         d = tempfile.mkdtemp(prefix="gpud-readers-")
         try:
