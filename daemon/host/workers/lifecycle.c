@@ -345,7 +345,11 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
 	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
 	bool narrowed = w->timed_out || by_task;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
+	/* Its own exit for a write before a result buffer (the worker found its canary
+	 * broken), unless the host had already killed it as corrupt: told below. */
+	bool tainted =
+		WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt;
+	if (tainted) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
 	}
@@ -436,10 +440,9 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 		}
 	}
 	w->task_free = w->task_head;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
+	if (tainted)
 		ui_say(h, UI_EVENT,
-		       "worker %d (%s): its plugin wrote before a result buffer; "
-		       "restarted",
+		       "worker %d (%s) exited tainted: its plugin wrote before a result buffer",
 		       w->index, WHERE_OF(h, w));
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
 		 worker_message(w, msg, sizeof msg, "")[0])
