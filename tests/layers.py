@@ -40,7 +40,6 @@ daemon/host/job/checks.h: job/ includes run/host.h: a lower layer names run/
 daemon/host/job/python.c: includes "../../../plugins/python/module_source.h", a header outside daemon/ (what both sides use belongs in daemon/shared/)
 daemon/host/record/failures.h: record/ includes run/host.h: a lower layer names run/
 daemon/host/record/files.h: record/ includes run/host.h: a lower layer names run/
-daemon/host/record/resume.c: record/ includes run/events.h: a lower layer names run/
 daemon/host/record/resume.h: record/ includes run/host.h: a lower layer names run/
 daemon/host/record/resume.h: record/ includes run/run.h: a lower layer names run/
 daemon/host/view/metrics.c: calls stages_metrics (run/stages.c): a lower layer calls run/

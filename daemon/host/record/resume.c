@@ -11,11 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run/events.h"
 #include "loader.h"
 #include "cluster/ranks.h"
 #include "record/outputs.h"
-#include "view/ui.h"
 #include "util/say.h"
 
 /* A run without --resume starts over: it empties the journal, and the jsonl sink its

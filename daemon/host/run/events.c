@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "run/events.h"
-#include "job/groups.h"
 #include "run/stages.h"
 #include "record/failures.h"
 #include "view/ui.h"

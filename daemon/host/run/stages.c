@@ -19,7 +19,6 @@
 #include "util/textio.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
-#include "view/ui.h"
 
 unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per)
 {

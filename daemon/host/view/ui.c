@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
-#include "util/textio.h"
 #include "view/ui.h"
 
 #include <errno.h>
