@@ -35,23 +35,14 @@ DEBT = set("""
 circle: job/checks, run/dispatcher, run/events, run/stages, run/standin, view/metrics, view/ui, workers/lifecycle, workers/memory
 circle: job/config, job/keys
 circle: record/failures, record/files
-daemon/host/job/catalog.c: job/ includes run/host.h: a lower layer names run/
-daemon/host/job/checks.h: job/ includes run/host.h: a lower layer names run/
 daemon/host/job/python.c: includes "../../../plugins/python/module_source.h", a header outside daemon/ (what both sides use belongs in daemon/shared/)
-daemon/host/record/failures.h: record/ includes run/host.h: a lower layer names run/
-daemon/host/record/files.h: record/ includes run/host.h: a lower layer names run/
-daemon/host/record/resume.h: record/ includes run/host.h: a lower layer names run/
 daemon/host/record/resume.h: record/ includes run/run.h: a lower layer names run/
 daemon/host/view/metrics.c: calls stages_metrics (run/stages.c): a lower layer calls run/
-daemon/host/view/metrics.c: view/ includes run/host.h: a lower layer names run/
 daemon/host/view/metrics.c: view/ includes run/stages.h: a lower layer names run/
 daemon/host/view/ui.c: calls stages_describe (run/stages.c): a lower layer calls run/
-daemon/host/view/ui.c: view/ includes run/host.h: a lower layer names run/
 daemon/host/view/ui.c: view/ includes run/stages.h: a lower layer names run/
 daemon/host/workers/capacity.c: calls stages_workers (run/stages.c): a lower layer calls run/
 daemon/host/workers/capacity.c: workers/ includes run/stages.h: a lower layer names run/
-daemon/host/workers/capacity.h: workers/ includes run/host.h: a lower layer names run/
-daemon/host/workers/fit.h: workers/ includes run/host.h: a lower layer names run/
 daemon/host/workers/lifecycle.c: calls dispatch_first_window (run/dispatcher.c): a lower layer calls run/
 daemon/host/workers/lifecycle.c: calls events_outcome (run/events.c): a lower layer calls run/
 daemon/host/workers/lifecycle.c: calls events_worker (run/events.c): a lower layer calls run/
@@ -63,13 +54,8 @@ daemon/host/workers/lifecycle.c: calls tasks_requeue (run/tasks.c): a lower laye
 daemon/host/workers/lifecycle.c: workers/ includes run/dispatcher.h: a lower layer names run/
 daemon/host/workers/lifecycle.c: workers/ includes run/events.h: a lower layer names run/
 daemon/host/workers/lifecycle.c: workers/ includes run/stages.h: a lower layer names run/
-daemon/host/workers/lifecycle.h: workers/ includes run/host.h: a lower layer names run/
 daemon/host/workers/memory.c: calls stages_task_timeout (run/stages.c): a lower layer calls run/
-daemon/host/workers/memory.c: workers/ includes run/host.h: a lower layer names run/
 daemon/host/workers/memory.c: workers/ includes run/stages.h: a lower layer names run/
-daemon/host/workers/memory.h: workers/ includes run/host.h: a lower layer names run/
-daemon/host/workers/spawner.h: workers/ includes run/host.h: a lower layer names run/
-daemon/host/workers/times.h: workers/ includes run/host.h: a lower layer names run/
 """.strip().splitlines())
 
 

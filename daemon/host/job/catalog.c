@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "job/python.h"
-#include "run/host.h"
+#include "host.h"
 #include "workers/spawner.h"
 #include "paths.h"
 

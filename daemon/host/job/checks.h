@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "run/host.h"
+#include "host.h"
 
 /* A file a run will write (create or replace): an existing regular file we may write,
  * or a new name in an existing folder we may write in. Touches nothing. 0, or -1 with

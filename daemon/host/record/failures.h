@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "run/host.h"
+#include "host.h"
 
 /* Takes the open descriptor `fd` (or -1: nothing is listed). 0, or -1. */
 int failures_open(struct host *h, int fd);

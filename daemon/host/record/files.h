@@ -4,7 +4,7 @@
 #ifndef GPUD_FILES_H
 #define GPUD_FILES_H
 
-#include "run/host.h"
+#include "host.h"
 
 /* How long a default run folder is kept: older ones are removed when a run starts. */
 #define FILES_KEEP_DAYS 7

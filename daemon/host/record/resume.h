@@ -3,7 +3,7 @@
 #ifndef GPUD_RESUME_H
 #define GPUD_RESUME_H
 
-#include "run/host.h"
+#include "host.h"
 #include "run/run.h"
 
 /* Creates the journal, or with --resume loads it. 0 to run, 1 when the journal says the

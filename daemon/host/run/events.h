@@ -3,7 +3,7 @@
 #ifndef GPUD_EVENTS_H
 #define GPUD_EVENTS_H
 
-#include "run/host.h"
+#include "host.h"
 
 void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void events_deliver(struct host *h, const struct gpud_event *ev);

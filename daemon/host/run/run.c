@@ -25,7 +25,7 @@
 #include "run/events.h"
 #include "record/failures.h"
 #include "record/files.h"
-#include "run/host.h"
+#include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"

@@ -9,7 +9,7 @@
 
 #include "run/stages.h"
 #include "run/events.h"
-#include "run/host.h"
+#include "host.h"
 #include "job/checks.h"
 #include "job/groups.h"
 #include "job/keys.h"

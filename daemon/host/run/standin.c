@@ -13,7 +13,7 @@
 #include <gpud/gpud.h>
 
 #include "run/events.h"
-#include "run/host.h"
+#include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "view/ui.h"

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "job/groups.h"
-#include "run/host.h"
+#include "host.h"
 #include "run/stages.h"
 #include "view/httpd.h"
 #include "view/nvml.h"

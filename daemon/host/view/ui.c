@@ -15,7 +15,7 @@
 #include "job/groups.h"
 #include "job/python.h"
 #include "record/files.h"
-#include "run/host.h"
+#include "host.h"
 #include "run/stages.h"
 #include "view/nvml.h"
 #include "wait.h"

@@ -5,7 +5,7 @@
 
 #include <signal.h>
 
-#include "run/host.h"
+#include "host.h"
 
 /* How many workers killed for corrupting their memory are told of, per run. */
 #define LIFECYCLE_CORRUPTIONS_TOLD 5

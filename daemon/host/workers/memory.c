@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "run/host.h"
+#include "host.h"
 #include "run/stages.h"
 #include "workers/fit.h"
 #include "workers/times.h"
