@@ -317,8 +317,8 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 			 message);
 		message = staged;
 	}
-	if (kind != GPUD_TASK_OK && t->attempt < stages_max_retries(h, w) && !h->ctl.killing &&
-	    retried(h, cause)) {
+	if (kind != GPUD_TASK_OK && t->attempt < stagecfg_max_retries(h->cfg, w->stage) &&
+	    !h->ctl.killing && retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;

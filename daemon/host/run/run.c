@@ -242,7 +242,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		unsigned per[CFG_MAX_STAGES];
-		stages_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
+		stagecfg_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
 			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
 			       per[i] == 1 ? "" : "s",
@@ -567,7 +567,7 @@ static int setup_run(struct host *h, struct cfg *c)
 	 * CPU stage worker. */
 	unsigned per[CFG_MAX_STAGES];
 	h->pool.n_gpu_workers = (unsigned)(groups_count(c) * c->workers_per_gpu);
-	unsigned staged = stages_workers(c, h->pool.n_gpu_workers, per);
+	unsigned staged = stagecfg_workers(c, h->pool.n_gpu_workers, per);
 	h->pool.n = h->pool.n_gpu_workers + staged;
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
 	h->pool.restarts = calloc(groups_count(c) + staged, sizeof *h->pool.restarts);

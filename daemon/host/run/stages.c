@@ -13,38 +13,13 @@
 #include "job/checks.h"
 #include "job/groups.h"
 #include "job/keys.h"
+#include "job/stagecfg.h"
 #include "job/suggest.h"
 #include "record/failures.h"
 #include "util/say.h"
 #include "util/textio.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
-
-unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per)
-{
-	unsigned named = 0, unnamed = 0, total = 0;
-	for (size_t i = 0; i < c->n_stages; i++) {
-		if (c->stages[i].workers)
-			named += c->stages[i].workers;
-		else
-			unnamed++;
-	}
-	/* The cores this process may run on (a batch system's share), else those online,
-	 * less the named stages' workers and a quarter of a core per GPU worker: a GPU
-	 * worker mostly waits for its GPU (its CPU side unpacks inputs and launches
-	 * work), so counting it as a whole core left a decode stage one worker on two
-	 * cores with one GPU worker, and half the throughput. */
-	cpu_set_t set;
-	long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-								 : sysconf(_SC_NPROCESSORS_ONLN);
-	long left = cores - (long)(gpu_workers / STAGES_GPU_WORKERS_PER_CORE) - (long)named;
-	unsigned each = unnamed && left > (long)unnamed ? (unsigned)(left / (long)unnamed) : 1;
-	for (size_t i = 0; i < c->n_stages; i++) {
-		per[i] = c->stages[i].workers ? c->stages[i].workers : each;
-		total += per[i];
-	}
-	return total;
-}
 
 /* A key of [stage.NAME] that is a slip of the stage's own (`worker = 4` for `workers`):
  * refused naming it when the plugin declares its keys and has no such key, said on
@@ -128,7 +103,7 @@ void stages_assign(struct host *h)
 	unsigned per[CFG_MAX_STAGES];
 	if (!p->stages)
 		return;
-	stages_workers(h->cfg, p->n_gpu_workers, per);
+	stagecfg_workers(h->cfg, p->n_gpu_workers, per);
 	unsigned k = p->n_gpu_workers;
 	for (unsigned s = 0; s < p->n_stages; s++) {
 		p->stages[s].first = k;
@@ -346,28 +321,6 @@ void stages_check_alive(struct host *h)
 	}
 }
 
-double stages_task_timeout(const struct host *h, const struct host_worker *w)
-{
-	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].task_timeout >= 0)
-		return h->cfg->stages[w->stage].task_timeout;
-	return h->cfg->task_timeout;
-}
-
-unsigned stages_max_retries(const struct host *h, const struct host_worker *w)
-{
-	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].max_retries >= 0)
-		return (unsigned)h->cfg->stages[w->stage].max_retries;
-	return h->cfg->max_retries;
-}
-
-bool stages_any_timeout(const struct host *h)
-{
-	for (unsigned s = 0; s < h->pool.n_stages; s++)
-		if (h->cfg->stages[s].task_timeout > 0)
-			return true;
-	return false;
-}
-
 void stages_note_results(const struct host *h, FILE *f)
 {
 	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
@@ -502,15 +455,4 @@ void stages_metrics(const struct host *h, FILE *o, double elapsed)
 				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
 				st->name, outcomes[i], (unsigned long long)n[i]);
 	}
-}
-
-const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len)
-{
-	if (w->stage < h->pool.n_stages) {
-		snprintf(buf, len, "stage %s", h->pool.stages[w->stage].name);
-		return buf;
-	}
-	char gpus[GROUPS_LABEL];
-	snprintf(buf, len, "GPU %s", groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus));
-	return buf;
 }

@@ -20,21 +20,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "job/stagecfg.h" /* WHERE_OF, each stage's settings */
+
 struct cfg;
 struct host;
 struct host_worker;
 struct task_ent;
-
-/* GPU workers counted as one core when stage workers are counted by default. */
-#define STAGES_GPU_WORKERS_PER_CORE 4
-
-/* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
- * number `gpu_workers`; returns their sum (0 without stages). The stages without
- * `workers` share, at least 1 each, the cores this process may run on (its CPU
- * affinity: a batch system's share) less the workers of the stages that name their
- * count and a core per STAGES_GPU_WORKERS_PER_CORE GPU workers (rounded down: a GPU
- * worker mostly waits for its GPU). */
-unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
 
 /* The stages' plugins found and checked (each in a helper process, with its declared
  * keys), before anything starts; fills h->pool.stages. 0, or -1 said. */
@@ -86,19 +77,6 @@ void stages_metrics(const struct host *h, FILE *o, double elapsed);
 
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);
-
-/* Where worker w runs, for messages: "GPU 2,3" (its group), or "stage decode" for a
- * CPU stage's worker. */
-const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len);
-/* stages_where for one message; the text lives until the end of the enclosing block. */
-#define WHERE_OF(h, w) stages_where((h), (w), (char[160]){0}, 160)
-
-/* Worker w's task_timeout (seconds, 0 none) and max_retries: its stage's own when the
- * stage sets them, else [job]'s. */
-double stages_task_timeout(const struct host *h, const struct host_worker *w);
-unsigned stages_max_retries(const struct host *h, const struct host_worker *w);
-/* Whether some stage sets a task_timeout of its own. */
-bool stages_any_timeout(const struct host *h);
 
 /* A stage's results are said to be large, at the end of a run, when the largest was
  * at least STAGES_RESULT_GROWTH times its input and STAGES_RESULT_NOTE bytes, or

@@ -24,7 +24,7 @@
 
 #include "run/dispatcher.h"
 #include "run/events.h"
-#include "run/stages.h"
+#include "job/stagecfg.h"
 #include "record/failures.h"
 #include "job/groups.h"
 #include "workers/lifecycle.h"
@@ -400,9 +400,10 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (%s)",
-					 stages_task_timeout(h, w), w->index, WHERE_OF(h, w));
+					 stagecfg_task_timeout(h->cfg, w->stage), w->index,
+					 WHERE_OF(h, w));
 				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
-					       stages_task_timeout(h, w));
+					       stagecfg_task_timeout(h->cfg, w->stage));
 			} else if (fatal_task) {
 				/* gpud_task_fatal in flight: its failure and message, as from
 				 * process() (an error, not a crash). */
@@ -419,7 +420,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				 * this restart is its, not the GPU's. */
 				if (t.crashes++ > 0)
 					w->free_restart = true;
-				if (t.crashes > stages_max_retries(h, w) && t.crashes > 1) {
+				if (t.crashes > stagecfg_max_retries(h->cfg, w->stage) &&
+				    t.crashes > 1) {
 					cause = CAUSE_FINAL;
 					snprintf(msg, sizeof msg,
 						 "poison task: %u workers died while "
@@ -949,14 +951,14 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 	 * (worker/main.c, TINY_NS). */
 	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
-	bool staged = h->pool.n_stages && stages_any_timeout(h);
+	bool staged = h->pool.n_stages && stagecfg_any_timeout(h->cfg);
 	deadline = earlier(deadline,
 			   now + (limit_s > 0 || staged ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
 	for (unsigned i = 0; i < h->pool.n; i++) {
 		struct host_worker *w = &h->pool.w[i];
 		uint64_t own = limit;
 		if (w->stage < h->pool.n_stages) { /* a CPU stage's: its own, if it has one */
-			double s = stages_task_timeout(h, w);
+			double s = stagecfg_task_timeout(h->cfg, w->stage);
 			own = s > 0 ? (uint64_t)(s * 1e9) + coarse_tick_ns() : 0;
 		}
 		deadline = enforce_worker(h, w, now, own, setup_limit, deadline);
