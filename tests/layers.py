@@ -36,7 +36,6 @@ circle: job/checks, run/dispatcher, run/events, run/stages, run/standin, view/me
 circle: job/config, job/keys
 circle: record/failures, record/files
 daemon/host/job/python.c: includes "../../../plugins/python/module_source.h", a header outside daemon/ (what both sides use belongs in daemon/shared/)
-daemon/host/record/resume.h: record/ includes run/run.h: a lower layer names run/
 daemon/host/view/metrics.c: calls stages_metrics (run/stages.c): a lower layer calls run/
 daemon/host/view/metrics.c: view/ includes run/stages.h: a lower layer names run/
 daemon/host/view/ui.c: calls stages_describe (run/stages.c): a lower layer calls run/

@@ -279,6 +279,7 @@ struct host_files {
 
 /* Resuming an earlier run: record/resume.c (the journal itself is record/journal.c's). */
 struct host_resume {
+	bool asked;          /* --resume was given */
 	bool on;             /* --resume with a journal: done tasks are skipped */
 	bool input_changed;  /* a sampled input differs from the journaled run's */
 	bool journal_failed; /* a journal write failed (said once) */

@@ -668,7 +668,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	}
 	if (capacity_check(&h, c, true, stderr) < 0)
 		goto out; /* before the journal, the sink or any worker */
-	int jr = resume_open(&h, opts);
+	int jr = resume_open(&h, (struct resume_flags){.resume = opts->resume,
+						       .retry_failed = opts->retry_failed,
+						       .force = opts->force});
 	if (jr != 0) {
 		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
 		goto out;
