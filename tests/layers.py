@@ -35,7 +35,6 @@ DEBT = set("""
 circle: job/checks, run/dispatcher, run/events, run/stages, run/standin, view/metrics, view/ui, workers/lifecycle
 circle: job/config, job/keys
 circle: record/failures, record/files
-daemon/host/job/python.c: includes "../../../plugins/python/module_source.h", a header outside daemon/ (what both sides use belongs in daemon/shared/)
 daemon/host/view/metrics.c: calls stages_metrics (run/stages.c): a lower layer calls run/
 daemon/host/view/metrics.c: view/ includes run/stages.h: a lower layer names run/
 daemon/host/view/ui.c: calls stages_describe (run/stages.c): a lower layer calls run/
