@@ -18,6 +18,7 @@
 #include "run/standin.h"
 #include "run/tasks.h"
 #include "wait.h"
+#include "view/figures.h"
 #include "view/publish.h"
 #include "view/ui.h"
 #include "view/metrics.h"
@@ -189,11 +190,7 @@ struct host_stage {
 	unsigned first, n;
 	unsigned rr;                    /* where the next hand-over looks first */
 	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
-	/* published (stages_publish, every 100 ms): workers set up or setting up, and tasks
-	 * waiting in front of it (given and not started, or finished upstream and waiting
-	 * for room in it) */
-	unsigned alive;
-	uint64_t queued;
+	struct stage_figures fig;       /* published for the view (view/figures.h) */
 	/* its largest ok result so far and that task's input (the loop's; said at the
 	 * end by stages_note_results when large) */
 	uint32_t largest_result, largest_input;

@@ -281,6 +281,8 @@ void stages_publish(struct host *h, uint64_t now)
 	if (!h->pool.stages || (now && now - last < 100000000u))
 		return;
 	last = now;
+	uint64_t at = now ? now : wait_now_ns();
+	double elapsed = at > h->t_start_ns ? (double)(at - h->t_start_ns) * 1e-9 : 0;
 	uint64_t waiting = 0; /* results of the stage before, waiting for room */
 	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
 		struct host_stage *st = &h->pool.stages[s];
@@ -300,8 +302,20 @@ void stages_publish(struct host *h, uint64_t now)
 			for (const struct requeued *q = h->rq.head; q; q = q->next)
 				queued++;
 		waiting = blocked_done;
-		UI_SET(st->alive, alive);
-		UI_SET(st->queued, queued);
+		uint64_t ok = 0, failed = 0, timeouts = 0;
+		for (unsigned i = 0; i < st->n; i++) {
+			const struct host_worker *w = &h->pool.w[st->first + i];
+			ok += w->ok;
+			failed += w->failed;
+			timeouts += w->timeouts;
+		}
+		UI_SET(st->fig.workers, st->n);
+		UI_SET(st->fig.alive, alive);
+		UI_SET(st->fig.queued, queued);
+		UI_SET(st->fig.ok, ok);
+		UI_SET(st->fig.failed, failed);
+		UI_SET(st->fig.timeouts, timeouts);
+		UI_SET(st->fig.busy, stages_busy(h, st->first, st->n, elapsed));
 	}
 }
 
@@ -396,63 +410,8 @@ void stages_json(const struct host *h, FILE *f, double elapsed)
 			", \"workers\": %u, \"busy\": %.4f, \"queued\": %llu, \"ok\": %llu, "
 			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
 			st->n, stages_busy(h, st->first, st->n, elapsed),
-			(unsigned long long)st->queued, (unsigned long long)ok,
+			(unsigned long long)st->fig.queued, (unsigned long long)ok,
 			(unsigned long long)failed, (unsigned long long)timed_out, restarts);
 	}
 	fprintf(f, "]");
-}
-
-void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len)
-{
-	struct host_stage *st = &h->pool.stages[s];
-	uint64_t ok = 0, failed = 0;
-	for (unsigned i = 0; i < st->n; i++) {
-		struct host_worker *w = &h->pool.w[st->first + i];
-		ok += UI_READ(w->ok);
-		failed += UI_READ(w->failed) + UI_READ(w->timeouts);
-	}
-	snprintf(buf, len,
-		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
-		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(st->alive), st->n,
-		 100 * stages_busy(h, st->first, st->n, elapsed),
-		 (unsigned long long)UI_READ(st->queued), (unsigned long long)ok,
-		 (unsigned long long)failed);
-}
-
-void stages_metrics(const struct host *h, FILE *o, double elapsed)
-{
-	if (!h->pool.stages)
-		return;
-	fprintf(o, "# HELP gpud_stage_workers Workers of the stage set up or setting up "
-		   "(stage=\"gpu\": the GPU workers).\n# TYPE gpud_stage_workers gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_workers{stage=\"%s\"} %u\n", h->pool.stages[s].name,
-			UI_READ(h->pool.stages[s].alive));
-	fprintf(o, "# HELP gpud_stage_busy_ratio The stage's workers' time in process() over "
-		   "the run's time, 0 to 1.\n# TYPE gpud_stage_busy_ratio gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
-			stages_busy(h, h->pool.stages[s].first, h->pool.stages[s].n, elapsed));
-	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
-		   "# TYPE gpud_stage_queued gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_queued{stage=\"%s\"} %llu\n", h->pool.stages[s].name,
-			(unsigned long long)UI_READ(h->pool.stages[s].queued));
-	fprintf(o, "# HELP gpud_stage_task_attempts_total Task runs that ended in the stage, "
-		   "by how.\n# TYPE gpud_stage_task_attempts_total counter\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
-		struct host_stage *st = &h->pool.stages[s];
-		uint64_t n[3] = {0, 0, 0};
-		for (unsigned i = 0; i < st->n; i++) {
-			struct host_worker *w = &h->pool.w[st->first + i];
-			n[0] += UI_READ(w->ok);
-			n[1] += UI_READ(w->failed);
-			n[2] += UI_READ(w->timeouts);
-		}
-		static const char *const outcomes[] = {"ok", "error", "timeout"};
-		for (int i = 0; i < 3; i++)
-			fprintf(o,
-				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
-				st->name, outcomes[i], (unsigned long long)n[i]);
-	}
 }

@@ -56,8 +56,8 @@ void stages_publish_handed(struct host *h, unsigned stage);
  * tasks given. */
 unsigned stages_feed_retries(struct host *h);
 
-/* Every 100 ms (by `now`; now = 0: at once): each stage's live workers and its queue,
- * for the view. */
+/* Every 100 ms (by `now`; now = 0: at once): each stage's figures for the view
+ * (host_stage.fig, view/figures.h): its live workers, its queue, its counts, how busy. */
 void stages_publish(struct host *h, uint64_t now);
 
 /* A stage with no worker left (all set up failed or retired) while tasks remain: the
@@ -67,13 +67,6 @@ void stages_check_alive(struct host *h);
 /* The busy fraction of workers pool.w[first] to pool.w[first + n - 1] over `elapsed`
  * seconds: their time in process() over elapsed x n, 0 to 1 (any thread). */
 double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed);
-
-/* Stage s's line for the dashboard and plain progress (the view's threads): its
- * workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
-void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len);
-
-/* The stages' Prometheus figures, labelled by stage (view/metrics.c). */
-void stages_metrics(const struct host *h, FILE *o, double elapsed);
 
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);

@@ -16,7 +16,6 @@
 #include "job/python.h"
 #include "record/files.h"
 #include "host.h"
-#include "run/stages.h"
 #include "view/nvml.h"
 #include "wait.h"
 #include "workers/fit.h"
@@ -630,14 +629,28 @@ static void dash_write(struct ui *u, const struct frame *fr, bool final)
 	u->prev_lines = fr->lines;
 }
 
+/* Stage s's line for the dashboard and plain progress, from its figures (figures.h):
+ * its workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
+static void stage_line(const struct host *h, unsigned s, char *buf, size_t len)
+{
+	struct host_stage *st = &h->pool.stages[s];
+	struct stage_figures *g = &st->fig;
+	snprintf(buf, len,
+		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
+		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(g->alive),
+		 UI_READ(g->workers), 100 * UI_READ(g->busy),
+		 (unsigned long long)UI_READ(g->queued), (unsigned long long)UI_READ(g->ok),
+		 (unsigned long long)(UI_READ(g->failed) + UI_READ(g->timeouts)));
+}
+
 /* With CPU stages, a row per stage and one for the GPU workers: where the time goes. */
-static void dash_stages(struct ui *u, struct frame *fr, const struct figures *f, int width)
+static void dash_stages(struct ui *u, struct frame *fr, int width)
 {
 	struct host *h = u->h;
 	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++) {
 		struct line l;
 		char text[256];
-		stages_describe(h, s, f->elapsed, text, sizeof text);
+		stage_line(h, s, text, sizeof text);
 		new_line(&l, u, width);
 		l_text(&l, text);
 		frame_add(fr, &l);
@@ -655,7 +668,7 @@ static void draw_dashboard(struct ui *u, bool final)
 	dash_title(u, &fr, &f, width, final);
 	dash_progress(u, &fr, &f, width);
 	dash_outcomes(u, &fr, &f, width);
-	dash_stages(u, &fr, &f, width);
+	dash_stages(u, &fr, width);
 	dash_workers(u, &fr, width, height);
 	dash_notes(u, &fr, width, height);
 	dash_write(u, &fr, final);
@@ -700,7 +713,7 @@ static void plain_progress(struct ui *u, bool final)
 	fputc('\n', stderr);
 	for (unsigned s = 0; u->h->pool.stages && s <= u->h->pool.n_stages; s++) {
 		char text[256];
-		stages_describe(u->h, s, f.elapsed, text, sizeof text);
+		stage_line(u->h, s, text, sizeof text);
 		fprintf(stderr, "gpud:   %s\n", text);
 	}
 	u->failures_shown = 0;
