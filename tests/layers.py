@@ -34,13 +34,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 DEBT = set("""
 circle: job/config, job/keys
 circle: record/failures, record/files
-circle: run/dispatcher, run/events, run/stages, run/standin, workers/lifecycle
-daemon/host/workers/lifecycle.c: calls dispatch_first_window (run/dispatcher.c): a lower layer calls run/
-daemon/host/workers/lifecycle.c: calls events_outcome (run/events.c): a lower layer calls run/
-daemon/host/workers/lifecycle.c: calls events_worker (run/events.c): a lower layer calls run/
-daemon/host/workers/lifecycle.c: calls tasks_requeue (run/tasks.c): a lower layer calls run/
-daemon/host/workers/lifecycle.c: workers/ includes run/dispatcher.h: a lower layer names run/
-daemon/host/workers/lifecycle.c: workers/ includes run/events.h: a lower layer names run/
+circle: run/events, run/stages, run/standin
 """.strip().splitlines())
 
 

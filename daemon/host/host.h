@@ -24,6 +24,16 @@
 #include "view/metrics.h"
 #include "record/journal.h"
 
+/* Why a task ended: the event it makes, and whether it runs again (run/events.c). */
+enum cause {
+	CAUSE_OK,      /* GPUD_TASK_OK */
+	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
+	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
+	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
+	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
+	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
+};
+
 /* How a worker slot ended, for the dashboard. */
 enum hw_end { END_NONE, END_FINISHED, END_ERROR };
 
@@ -160,6 +170,7 @@ struct host_notes {
 };
 
 struct run_opts;
+struct lifecycle_up;
 
 /*
  * The engine's state, grouped by the module that owns each part (the one that writes
@@ -214,6 +225,9 @@ struct host_pool {
 	 * per stage worker. */
 	unsigned n_gpu_workers, n_stages;
 	struct host_stage *stages;
+	/* What the run does with the outcomes, events and retries lifecycle.c finds: set
+	 * by run/ before any worker starts (workers/lifecycle.h). */
+	const struct lifecycle_up *up;
 };
 
 /* The generator's side of the loop: run/dispatcher.c. */

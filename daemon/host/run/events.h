@@ -16,16 +16,6 @@ void events_skip(struct host *h, uint64_t id);
 void events_flush_held(struct host *h);
 void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
 		   const char *message);
-/* Why a task ended: the event it makes, and whether it runs again. */
-enum cause {
-	CAUSE_OK,      /* GPUD_TASK_OK */
-	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
-	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
-	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
-	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
-	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
-};
-
 /* The final outcome of task t, or a retry when attempts are left and retry_on allows.
  * `input` is its bytes. */
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,

@@ -218,9 +218,18 @@ static void run_check_groups(const struct cfg *c)
 	}
 }
 
+/* The run's side of a worker's life, for workers/lifecycle.c (lifecycle.h). */
+static const struct lifecycle_up run_up = {
+	.outcome = events_outcome,
+	.worker_event = events_worker,
+	.requeue = tasks_requeue,
+	.ready = dispatch_first_window,
+};
+
 int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
+	h.pool.up = &run_up;
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
@@ -657,6 +666,7 @@ static int run_loop(struct host *h)
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
+	h.pool.up = &run_up;
 	int rc = 2;
 
 	h.opts = opts;

@@ -22,8 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "run/dispatcher.h"
-#include "run/events.h"
 #include "job/stagecfg.h"
 #include "record/failures.h"
 #include "job/groups.h"
@@ -249,7 +247,7 @@ static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
 	ui_say(h, UI_EVENT, "worker %d (%s) setup failed: %s", w->index, WHERE_OF(h, w), why);
-	events_worker(h, GPUD_SETUP_FAILED, w, why);
+	h->pool.up->worker_event(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
 	UI_SET(w->state, HW_GONE);
 }
@@ -264,7 +262,7 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 			UI_SET(w->ready_ns, wait_now_ns());
 		h->pool.ever_ready = true;
 		/* until its first results tell how long its tasks take */
-		dispatch_first_window(h, w);
+		h->pool.up->ready(h, w);
 	} else if (s == WS_SETUP_FAILED) {
 		setup_failed(h, w,
 			     worker_message(w, msg, sizeof msg, "setup failed without a message"));
@@ -375,14 +373,14 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && narrowed && t.pos - w->task_free >= timed - w->task_free) {
 			/* In flight beside the one that timed out or ended it: not its fault. */
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && unsure && !t.alone) {
 			/* One of them did it: each runs again alone (tasks.h), and only one
 			 * that kills its worker alone is blamed, so the others are never
 			 * called poison for being beside it. A task alone already (given
 			 * several by a path that does not isolate) is blamed as before. */
 			t.alone = true;
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */
@@ -392,9 +390,9 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					 "its worker was killed %u times while running it "
 					 "(last: worker %d (%s) %s)",
 					 t.strikes, w->index, WHERE_OF(h, w), w->corrupt_why);
-				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
+				h->pool.up->outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
-				tasks_requeue(h, &t, input, -1, w->stage);
+				h->pool.up->requeue(h, &t, input, -1, w->stage);
 			}
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
@@ -402,16 +400,17 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (%s)",
 					 stagecfg_task_timeout(h->cfg, w->stage), w->index,
 					 WHERE_OF(h, w));
-				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
-					       stagecfg_task_timeout(h->cfg, w->stage));
+				h->pool.up->outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
+						    stagecfg_task_timeout(h->cfg, w->stage));
 			} else if (fatal_task) {
 				/* gpud_task_fatal in flight: its failure and message, as from
 				 * process() (an error, not a crash). */
 				UI_ADD(w->failed, 1);
 				worker_message(w, msg, sizeof msg,
 					       "gpud_task_fatal() without a message");
-				events_outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
-					       (double)wait_since(wait_now_ns(), since) * 1e-9);
+				h->pool.up->outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
+						    (double)wait_since(wait_now_ns(), since) *
+							    1e-9);
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
@@ -434,11 +433,11 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 						 w->index, WHERE_OF(h, w), how,
 						 (unsigned long long)t.id);
 				}
-				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
-					       (double)wait_since(now, since) * 1e-9);
+				h->pool.up->outcome(h, w, &t, input, cause, NULL, 0, msg,
+						    (double)wait_since(now, since) * 1e-9);
 			}
 		} else {
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		}
 	}
 	w->task_free = w->task_head;
@@ -460,7 +459,7 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 {
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
-		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
+		h->pool.up->requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
@@ -513,7 +512,7 @@ static void restart(struct host *h, struct host_worker *w)
 			}
 		}
 		ui_say(h, UI_EVENT, "%s", msg);
-		events_worker(h, GPUD_GPU_RETIRED, w, msg);
+		h->pool.up->worker_event(h, GPUD_GPU_RETIRED, w, msg);
 		return;
 	}
 	if (!free_restart)
@@ -585,7 +584,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
 			ui_say(h, UI_EVENT, "worker %d (%s) cleanup failed: %s", w->index,
 			       WHERE_OF(h, w), wmsg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			UI_SET(w->end, END_ERROR);
 			snprintf(msg, sizeof msg,
@@ -593,12 +592,12 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 				 "%g s; killed",
 				 w->index, WHERE_OF(h, w), h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->ctl.killing) {
 			snprintf(msg, sizeof msg, "worker %d (%s) %s during cleanup", w->index,
 				 WHERE_OF(h, w), how);
 			ui_say(h, UI_EVENT, "%s", msg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
 		if (w->end == END_NONE)
 			UI_SET(w->end, END_FINISHED);

@@ -7,6 +7,22 @@
 
 #include "host.h"
 
+/* The run's side of a worker's life, which lifecycle.c, below the run, calls through
+ * h->pool.up, set by run/ (run.c: run_up) before any worker starts: a task's outcome
+ * (events_outcome), a worker's event for the sink (events_worker), a task to run again
+ * (tasks_requeue), and a worker whose setup finished being given its first tasks
+ * (dispatch_first_window). Not on the per-task path: deaths, setups and timeouts. */
+struct lifecycle_up {
+	void (*outcome)(struct host *h, const struct host_worker *w, const struct task_ent *t,
+			const void *input, enum cause cause, const void *result, size_t result_size,
+			const char *message, double seconds);
+	void (*worker_event)(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
+			     const char *message);
+	void (*requeue)(struct host *h, const struct task_ent *t, const void *input, int avoid,
+			unsigned stage);
+	void (*ready)(struct host *h, struct host_worker *w);
+};
+
 /* How many workers killed for corrupting their memory are told of, per run. */
 #define LIFECYCLE_CORRUPTIONS_TOLD 5
 
