@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "run/events.h"
-#include "run/stages.h"
+#include "job/stagecfg.h"
 #include "record/failures.h"
 #include "view/ui.h"
 
