@@ -19,6 +19,9 @@
 
 #include "host.h"
 
+/* The failures list's name in the run's folder (record/files.c makes the folder). */
+#define FILES_FAILURES "failures.jsonl"
+
 /* Takes the open descriptor `fd` (or -1: nothing is listed). 0, or -1. */
 int failures_open(struct host *h, int fd);
 /* A failed attempt: status "error" or "timeout"; retried = it runs again. */
