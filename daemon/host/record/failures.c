@@ -3,7 +3,6 @@
 #include "record/failures.h"
 #include "util/textio.h"
 
-
 #include <stdio.h>
 #include <unistd.h>
 
