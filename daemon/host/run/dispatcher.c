@@ -20,6 +20,7 @@
 #include "run/dispatcher.h"
 #include "cluster/ranks.h"
 #include "run/events.h"
+#include "util/abort.h"
 #include "record/failures.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"

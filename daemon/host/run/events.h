@@ -5,7 +5,6 @@
 
 #include "host.h"
 
-void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void events_deliver(struct host *h, const struct gpud_event *ev);
 /* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
 void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
@@ -34,8 +33,6 @@ void events_deliver_waiting(struct host *h);
  * outcome among them counts as not run and has no journal record (--resume runs it). */
 void events_drop_waiting(struct host *h);
 
-/* The gate's sink_kind while the sink's close runs. */
-#define EVENTS_SINK_CLOSE (-1)
 /* Closes the sink with the final stats (and, to a sink with gpud_sink_finish, how the
  * run ends), watched by the stand-in as its other calls are. 0, or -1 with err. */
 int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpud_error *err);

@@ -23,6 +23,7 @@
 #include "run/dispatcher.h"
 #include "run/stages.h"
 #include "run/events.h"
+#include "util/abort.h"
 #include "record/failures.h"
 #include "record/files.h"
 #include "host.h"
@@ -346,7 +347,7 @@ static int exit_status(const struct host *h)
  * last flushed (what the sink took since may come again on --resume: at least once). */
 static int finish_stuck(struct host *h)
 {
-	bool closing = h->gate.sink_kind == EVENTS_SINK_CLOSE;
+	bool closing = h->gate.sink_kind == GATE_SINK_CLOSE;
 	if (!closing) {
 		events_undelivered(h);
 		count_not_run(h);

@@ -9,6 +9,7 @@
 
 #include "run/stages.h"
 #include "run/events.h"
+#include "util/abort.h"
 #include "host.h"
 #include "job/checks.h"
 #include "job/groups.h"
