@@ -28,6 +28,7 @@
 #include "run/standin.h"
 #include "util/textio.h"
 #include "view/ui.h"
+#include "util/notes.h"
 
 #define WINDOW_S 5e-3
 

@@ -11,6 +11,7 @@
 #include "job/stagecfg.h"
 #include "record/failures.h"
 #include "view/ui.h"
+#include "util/notes.h"
 
 static bool is_outcome(enum gpud_event_kind kind)
 {

@@ -16,7 +16,7 @@
 #include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
-#include "view/ui.h"
+#include "util/notes.h"
 
 /* When the stand-in looks (standin.h): STANDIN_POLL_NS after a look that found the
  * loop in a generator call (seen there again, the call is stuck and the loop is taken

@@ -22,6 +22,7 @@
 #include "util/textio.h"
 #include "workers/fit.h"
 #include "workers/times.h"
+#include "util/notes.h"
 
 const double metrics_sec_bounds[METRICS_SEC_BUCKETS] = {
 	1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};

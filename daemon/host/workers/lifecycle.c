@@ -30,6 +30,7 @@
 #include "workers/spawner.h"
 #include "util/textio.h"
 #include "view/ui.h"
+#include "util/notes.h"
 
 /* While a task limit is set, the host looks at least this often for a task that began
  * while it slept (it is not woken for task starts unless its sink wants them). */
