@@ -28,14 +28,6 @@ UPPER = ("run", "api")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-# The breaks known today, each to go with the move that mends it (issue 33): a break
-# not listed fails the check, and so does a listed one that is mended but still
-# listed, so this list only shrinks. LAYERS_STRICT=1 ignores it.
-DEBT = set("""
-circle: job/config, job/keys
-""".strip().splitlines())
-
-
 def sources(host):
     for folder, _, names in os.walk(host):
         for name in sorted(names):
@@ -172,15 +164,12 @@ def calls(archive):
 def main():
     srcdir = sys.argv[1]
     archive = sys.argv[2] if len(sys.argv) > 2 else None
-    broken, keys = [], []
+    broken = []
 
-    def fail(message, key=None):
+    def fail(message):
         broken.append(message)
-        keys.append(key or re.sub(r"^(daemon/host/[^:]+):\d+:", r"\1:", message))
 
     edges = {}
-    if os.environ.get("LAYERS_STRICT"):
-        DEBT.clear()
     for rel, n, target, to in includes(srcdir):
         if to is not None and to.startswith("outside:"):
             fail(f"daemon/host/{rel}:{n}: includes \"{target}\", a header "
@@ -211,23 +200,12 @@ def main():
     for comp in circles(edges):
         chain = " -> ".join(one_path(edges, comp))
         fail(f"circle between {len(comp)} modules: {chain}"
-             + (f" (all: {', '.join(comp)})" if len(comp) > 2 else ""),
-             "circle: " + ", ".join(comp))
-    if os.environ.get("LAYERS_KEYS"):
-        print("\n".join(sorted(set(keys))))
-        return 0
-    new = [b for b, k in zip(broken, keys) if k not in DEBT]
-    known = [b for b, k in zip(broken, keys) if k in DEBT]
-    gone = sorted(DEBT - set(keys))
-    for b in new:
+             + (f" (all: {', '.join(comp)})" if len(comp) > 2 else ""))
+    for b in broken:
         print(b)
-    for k in gone:
-        print(f"no longer broken, take it off DEBT in tests/layers.py: {k}")
-    for b in known:
-        print("(known, to be moved) " + b)
     print(f"layers: {len(edges)} modules, {checked_calls} calls between files checked: "
-          f"{len(new)} new breaks, {len(known)} known ones left, {len(gone)} stale")
-    return 1 if new or gone else 0
+          f"{len(broken)} broken")
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":
