@@ -168,7 +168,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	if (host_plugins(h, c, opts) < 0)
 		return -1;
-	if (checks_keys(h, c, out) < 0 || stages_prepare(h) < 0)
+	if (checks_keys(&h->gen_pl, &h->sink_pl, c, out) < 0 || stages_prepare(h) < 0)
 		return -1;
 	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
 	if (!h->pool.bus_ids) {
@@ -235,7 +235,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
 	int rc = !nf || prepare(&h, c, opts) < 0 || capacity_check(&h, c, false, nf) < 0 ||
-				 checks_dry(&h, c, nf) < 0 ||
+				 checks_dry(h.gen_ops, h.sink_ops, c, nf) < 0 ||
 				 (opts && opts->import_code && python_check_import(c, nf) < 0)
 			 ? 2
 			 : 0;
