@@ -3,7 +3,8 @@
  * Worker lifecycles seen from the host: setup results, deaths (noticed at once through
  * SIGCHLD, whose handler rings the host's bell), host-enforced bounds on every wait
  * (task_timeout, setup_timeout, tasks held but never started, cleanup), restarts within
- * a per-GPU budget, job control, and the orderly stop at the end of a run.
+ * a per-GPU budget, and the orderly stop at the end of a run. The run's signals and job
+ * control are signals.c's.
  *
  * Each worker leads its own process group: whatever it starts dies with it, and
  * signals meant for the job (Ctrl-C, SIGTERM to the group) reach only the host, which
@@ -44,175 +45,6 @@
 #define LIFECYCLE_LOOK_NS 50000000u
 #define LIFECYCLE_STOP_MIN_NS 200000000u
 #define LIFECYCLE_HOLD_NS 20000000u
-
-_Atomic sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
-static _Atomic uint32_t *sig_bell;
-/* The bell for gpud_job_stop, from any thread: host_restore_signals waits until no
- * ringer holds it before the page goes. */
-static _Atomic uint32_t *_Atomic bell_sig;
-static atomic_int bell_ringers;
-
-static void on_signal(int sig)
-{
-	int saved = errno;
-	if (sig == SIGCHLD)
-		host_sigchld = 1;
-	else if (sig == SIGTSTP)
-		host_sigtstp = 1;
-	else if (sig == SIGCONT) {
-		host_sigcont = 1;
-		host_conts++;
-	} else
-		host_interrupts++;
-	if (sig_bell) {
-		atomic_fetch_add(sig_bell, 1);
-		wait_futex_wake(sig_bell);
-	}
-	errno = saved;
-}
-
-/* The caller's dispositions, restored when the run ends (libgpud runs in someone else's
- * process). */
-static const int run_signals[] = {SIGCHLD, SIGCONT, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGPIPE};
-static struct sigaction saved[sizeof run_signals / sizeof *run_signals];
-static bool saved_any;
-
-void host_install_signals(struct host *h, bool keep)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
-		sigaction(run_signals[i], NULL, &saved[i]);
-	saved_any = true;
-	sig_bell = h->shm.host_bell;
-	atomic_store(&bell_sig, h->shm.host_bell);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	/* A worker's death is seen through SIGCHLD, whoever owns the other signals. */
-	sigaction(SIGCHLD, &sa, NULL);
-	if (keep)
-		return;
-	sigaction(SIGCONT, &sa, NULL);
-	/* No SA_RESTART: a generator blocked in read() gets EINTR and can give up. */
-	sa.sa_flags = 0;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
-	sa.sa_flags = SA_RESTART;
-	sigaction(SIGTSTP, &sa, NULL);
-	/* A closed standard output shows up as a write error in the sink. */
-	signal(SIGPIPE, SIG_IGN);
-}
-
-void host_restore_signals(void)
-{
-	if (!saved_any)
-		return;
-	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
-		sigaction(run_signals[i], &saved[i], NULL);
-	saved_any = false;
-	/* The bell page is unmapped next: no gpud_job_stop may still be ringing it. */
-	sig_bell = NULL;
-	atomic_store(&bell_sig, NULL);
-	while (atomic_load(&bell_ringers))
-		sched_yield();
-}
-
-void lifecycle_interrupt(void)
-{
-	int saved_errno = errno;
-	host_interrupts++;
-	atomic_fetch_add(&bell_ringers, 1);
-	_Atomic uint32_t *bell = atomic_load(&bell_sig);
-	if (bell) {
-		atomic_fetch_add(bell, 1);
-		wait_futex_wake(bell);
-	}
-	atomic_fetch_sub(&bell_ringers, 1);
-	errno = saved_errno;
-}
-
-void lifecycle_interrupts_reset(void)
-{
-	host_interrupts = 0;
-	host_conts = 0;
-	host_sigtstp = 0;
-	host_sigcont = 0;
-}
-
-/* A worker reaped already (exited) is never signalled: its pid may name another
- * process by now. */
-static void signal_workers(struct host *h, int sig)
-{
-	for (unsigned i = 0; i < h->pool.n; i++)
-		if (h->pool.w[i].pid > 0 && !h->pool.w[i].exited)
-			spawn_kill(h->pool.w[i].pid, sig);
-}
-
-/* Moves a clock on by the `gap` the job was stopped, but never past `now`: no elapsed
- * time computed from it can wrap, and one started during the stop's uncertain start (the
- * loop looked at its clocks last `gap` ago) or on continuing loses nothing. */
-static void shift(uint64_t *clock, uint64_t now, uint64_t gap)
-{
-	if (*clock)
-		*clock = *clock + gap < now ? *clock + gap : now;
-}
-
-/* Credits `gap` ns, up to `now`, during which the job was stopped to every clock that
- * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
-static void credit(struct host *h, uint64_t gap, uint64_t now)
-{
-	h->ctl.stopped_ns += gap;
-	if (h->ctl.interrupted)
-		shift(&h->ctl.interrupt_ns, now, gap); /* nor against drain_timeout */
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		/* The task running now, which may have begun after we last looked: its
-		 * clock gets the credit, at most what it has run. */
-		uint64_t since = w->rep ? atomic_load(&w->rep->busy_since_ns) : 0;
-		if (since != w->seen_since) {
-			w->seen_since = since;
-			w->grace_ns = 0;
-		}
-		if (since && since < now)
-			w->grace_ns += gap < now - since ? gap : now - since;
-		shift(&w->spawned_ns, now, gap);
-		shift(&w->still_ns, now, gap);
-	}
-	if (h->ctl.stopping)
-		shift(&h->ctl.stop_ns, now, gap);
-}
-
-void lifecycle_job_control(struct host *h)
-{
-	if (host_sigtstp) {
-		/* Ctrl-Z: the workers (in their own groups) stop with us. */
-		host_sigtstp = 0;
-		uint64_t stopped = wait_now_ns();
-		signal_workers(h, SIGSTOP);
-		ui_suspend(h, true);
-		kill(getpid(), SIGSTOP);
-		/* We were stopped until now (SIGSTOP to ourselves takes effect before kill()
-		 * returns): credited at once, for exactly as long as it lasted, and not when
-		 * the SIGCONT handler, which may run on another thread a moment later, has
-		 * said so; the clocks are not looked at before. */
-		uint64_t now = wait_now_ns();
-		credit(h, now - stopped, now);
-		h->ctl.last_check_ns = now;
-		ui_suspend(h, false);
-		signal_workers(h, SIGCONT);
-	}
-	if (host_sigcont) {
-		/* Continued after a stop from outside (SIGSTOP to the job, a batch system's
-		 * suspend): the workers may have been stopped by us. The time it lasted is
-		 * credited by lifecycle_timeouts, which notices the gap itself, whichever
-		 * thread this handler ran on and when. A SIGCONT that stopped nothing
-		 * (Slurm sends one with SIGTERM) changes no clock. */
-		host_sigcont = 0;
-		signal_workers(h, SIGCONT);
-	}
-}
 
 static const char *how_it_ended(int status, char *buf, size_t len)
 {
@@ -612,148 +444,6 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 	}
 }
 
-static struct host_worker *worker_by_pid(struct host *h, pid_t pid)
-{
-	for (unsigned i = 0; i < h->pool.n; i++)
-		if (h->pool.w[i].pid == pid && !h->pool.w[i].exited)
-			return &h->pool.w[i];
-	return NULL;
-}
-
-/* The caller's children when the run began (libgpud): never killed nor reaped by the
- * run. Known by pid and start time, so that a pid reused meanwhile is not mistaken. */
-#define FOREIGN_MAX 4096
-struct child {
-	pid_t pid;
-	char state;
-	unsigned long long start; /* clock ticks after boot (/proc/PID/stat, field 22) */
-};
-static struct child foreign[FOREIGN_MAX];
-static unsigned n_foreign;
-
-/* Child `pid`'s state, parent and start time from /proc; false when it is gone. */
-static bool child_stat(pid_t pid, struct child *out, pid_t *ppid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t len = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	/* "pid (comm) state ppid ...": comm may hold anything, so parse after the last
-	 * ')'. */
-	char *p = strrchr(buf, ')');
-	int pp;
-	out->pid = pid;
-	if (!p || sscanf(p + 1,
-			 " %c %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
-			 "%*s %llu",
-			 &out->state, &pp, &out->start) != 3)
-		return false;
-	*ppid = pp;
-	return true;
-}
-
-/* The processes whose parent is us, from /proc; up to `max`. */
-static unsigned our_children(struct child *out, unsigned max)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	unsigned n = 0;
-	pid_t self = getpid(), ppid;
-	if (!d)
-		return 0;
-	while (n < max && (e = readdir(d))) {
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		if (child_stat((pid_t)atoi(e->d_name), &out[n], &ppid) && ppid == self)
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
-static bool is_foreign(const struct child *c)
-{
-	for (unsigned i = 0; i < n_foreign; i++)
-		if (foreign[i].pid == c->pid && foreign[i].start == c->start)
-			return true;
-	return false;
-}
-
-static bool pid_foreign(pid_t pid)
-{
-	struct child c;
-	pid_t ppid;
-	bool any = false;
-	for (unsigned i = 0; i < n_foreign && !any; i++)
-		any = foreign[i].pid == pid;
-	return any && child_stat(pid, &c, &ppid) && is_foreign(&c);
-}
-
-void lifecycle_children_note(void)
-{
-	n_foreign = our_children(foreign, FOREIGN_MAX);
-}
-
-void lifecycle_children_forget(void)
-{
-	n_foreign = 0;
-}
-
-/* Reaps `pid`, which has exited: a worker's exit is marked; anything else is a process
- * a worker left behind, handed to us as the subreaper: reaped, nothing more. */
-static void reap_one(struct host *h, pid_t pid)
-{
-	struct host_worker *w = worker_by_pid(h, pid);
-	/* While the dead worker is a zombie its process group still exists, so whatever
-	 * it left behind in it can be killed safely. */
-	if (w)
-		kill(-pid, SIGKILL);
-	int status;
-	if (waitpid(pid, &status, 0) < 0)
-		return;
-	if (w) {
-		w->exit_status = status;
-		w->exited = true;
-	}
-}
-
-void lifecycle_reap(struct host *h)
-{
-	siginfo_t si;
-	host_sigchld = 0;
-	for (;;) {
-		si.si_pid = 0;
-		/* Look before reaping: the child may be the caller's (libgpud). */
-		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
-			return;
-		if (!n_foreign || !pid_foreign(si.si_pid)) {
-			reap_one(h, si.si_pid);
-			continue;
-		}
-		break;
-	}
-	/* A child of the caller's has exited and keeps its status for the caller: it
-	 * hides the others from waitid, so they are found by pid. */
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		si.si_pid = 0;
-		if (w->pid > 0 && !w->exited &&
-		    waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-		    si.si_pid == w->pid)
-			reap_one(h, w->pid);
-	}
-	struct child *kids = malloc(1024 * sizeof *kids);
-	unsigned n = kids ? our_children(kids, 1024) : 0;
-	for (unsigned i = 0; i < n; i++)
-		if (kids[i].state == 'Z' && !is_foreign(&kids[i]))
-			reap_one(h, kids[i].pid);
-	free(kids);
-}
-
 /* Workers told to stop get cleanup_timeout to exit; then they are killed. */
 static uint64_t cleanup_deadline(struct host *h, uint64_t now)
 {
@@ -841,7 +531,7 @@ static bool credit_stops(struct host *h, uint64_t now)
 	h->ctl.conts_seen = host_conts;
 	if (h->ctl.held_gap) {
 		if (cont)
-			credit(h, h->ctl.held_gap, now);
+			lifecycle_credit(h, h->ctl.held_gap, now);
 		h->ctl.held_gap = 0;
 	} else if (h->ctl.last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
 		if (!cont) {
@@ -849,7 +539,7 @@ static bool credit_stops(struct host *h, uint64_t now)
 			h->ctl.last_check_ns = now;
 			return true;
 		}
-		credit(h, gap, now);
+		lifecycle_credit(h, gap, now);
 	}
 	h->ctl.last_check_ns = now;
 	return false;
@@ -1008,31 +698,4 @@ unsigned lifecycle_live(const struct host *h)
 	for (unsigned i = 0; i < h->pool.n; i++)
 		n += h->pool.w[i].state != HW_GONE || h->pool.w[i].exited;
 	return n;
-}
-
-unsigned lifecycle_sweep(void)
-{
-	struct child *kids = malloc(1024 * sizeof *kids);
-	unsigned total = 0, n = 0;
-	if (!kids)
-		return 0;
-	/* Each round kills what is below us now, but the caller's own children; their
-	 * own children come to us as orphans for the next round. */
-	for (int round = 0; round < 64; round++) {
-		unsigned found = our_children(kids, 1024);
-		n = 0;
-		for (unsigned i = 0; i < found; i++)
-			if (!is_foreign(&kids[i]))
-				kids[n++] = kids[i];
-		if (!n)
-			break;
-		for (unsigned i = 0; i < n; i++)
-			kill(kids[i].pid, SIGKILL);
-		for (unsigned i = 0; i < n; i++)
-			while (waitpid(kids[i].pid, NULL, 0) < 0 && errno == EINTR)
-				;
-		total += n;
-	}
-	free(kids);
-	return total;
 }
