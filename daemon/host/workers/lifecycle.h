@@ -7,6 +7,7 @@
 
 #include "host.h"
 #include "workers/children.h"
+#include "workers/deadlines.h"
 #include "workers/signals.h"
 
 /* The run's side of a worker's life, which lifecycle.c, below the run, calls through
@@ -33,12 +34,12 @@ void lifecycle_poll(struct host *h, struct host_worker *w);
 /* Worker w exited (lifecycle_reap marked it) and its last results are taken in: its
  * death is handled (blame, restart or retirement). */
 void lifecycle_exited(struct host *h, struct host_worker *w);
-/* Enforces task_timeout, setup_timeout, the bound on unstarted tasks and the cleanup
- * bound; returns the next deadline to wake up for (0: none). */
-uint64_t lifecycle_timeouts(struct host *h, uint64_t now);
 /* Kills worker w and its whole process group for writing something invalid: its
  * unconsumed results are not trusted, its current call gets a strike. */
 void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why);
+/* Kills worker w's process group and pid (not one reaped already, whose pid may name
+ * another process by now); what it was killed for is the caller's to mark first. */
+void lifecycle_kill(struct host_worker *w);
 void lifecycle_stop_all(struct host *h);
 void lifecycle_kill_all(struct host *h);
 /* Requeues every task w holds: it is gone for good and runs none of them. */
