@@ -100,6 +100,44 @@ Test(isolation, underflow_before_the_result_buffer, .timeout = 120)
 	expect_poison_failed("underflow", "wrote before the start of its result buffer");
 }
 
+/* A worker that wrote before a result buffer leaves with exit 71 (WORKER_EXIT_TAINTED):
+ * the operator is told which worker it was and that it exited tainted, once per exit. */
+Test(isolation, a_worker_that_exits_tainted_is_told, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char *job = t_jobf(dir,
+			   "[job]\ngpus = 0\nmax_worker_restarts = 100\nmax_result_bytes = 4K\n"
+			   "[worker]\nplugin = hostile\nmode = underflow\nevery = 10\n"
+			   "[generator]\nplugin = range\nstop = 30\n"
+			   "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			   dir);
+	int rc = t_gpud(dir, "run '%s' --ui off", job);
+	free(job);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(rc, 1, "exit 1: the poison tasks failed\n%s", err);
+	unsigned told = 0;
+	for (const char *p = err; (p = strstr(p, "exited tainted")); p++) {
+		const char *line = p;
+		while (line > err && line[-1] != '\n')
+			line--;
+		cr_expect(!strncmp(line, "gpud: worker 0 (GPU 0) exited tainted", 37),
+			  "the note names the worker: %.*s", (int)(strchrnul(p, '\n') - line),
+			  line);
+		told++;
+	}
+	/* Each poison task ends its worker (one at the run's end may do so in its cleanup,
+	 * told as such): every restart here is a tainted exit, and each is told. */
+	const char *r = strstr(err, " worker restart");
+	cr_assert(r, "a summary with restarts\n%s", err);
+	while (r > err && r[-1] >= '0' && r[-1] <= '9')
+		r--;
+	unsigned restarts = (unsigned)strtoul(r, NULL, 10);
+	cr_expect_geq(told, 1, "a tainted exit is told\n%s", err);
+	cr_expect_eq(told, restarts, "every tainted exit is told (%u told, %u restarts)\n%s", told,
+		     restarts, err);
+	free(err);
+}
+
 /* Empty results have no gap after them (shm_layout.h): a write before the buffer
  * reaches the headers of the empty results before it, never a payload. Whatever the
  * write reached, the innocent tasks end ok, each once. */

@@ -19,6 +19,7 @@
 #include "job/config.h"
 #include "loader.h"
 #include "record/outputs.h"
+#include "record/resume.h"
 #include "record/runlock.h"
 #include "run/run.h"
 #include "util/say.h"
@@ -493,7 +494,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	if (cmd == CMD_CHECK) {
 		rc = run_check(&c, &opts);
 	} else if (cmd == CMD_STATUS) {
-		rc = run_status(&c);
+		rc = resume_status(&c);
 	} else {
 		rc = run_job(&c, &opts);
 		if (job->result.abort_msg[0] && rc == 3)

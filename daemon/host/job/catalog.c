@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "job/python.h"
-#include "run/host.h"
 #include "workers/spawner.h"
 #include "paths.h"
 

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "job/keys.h"
+#include "loader.h"
 #include "util/say.h"
+#include "view/metrics.h"
 
 /* The folder part of `path` ("." when it has none), malloc'd. */
 static char *parent_of(const char *path)
@@ -121,17 +123,17 @@ const char **checks_worker_keys(char *text)
 	return keys;
 }
 
-int checks_keys(const struct host *h, const struct cfg *c, const char *worker_out)
+int checks_keys(const struct plugin *gen_pl, const struct plugin *sink_pl, const struct cfg *c,
+		const char *worker_out)
 {
 	char err[2048];
 	char *copy = strdup(worker_out ? worker_out : "");
 	const char **wk = copy ? checks_worker_keys(copy) : NULL;
 	int rc = 0;
 	if (keys_check(&c->worker, "worker", c->worker.plugin, wk, err, sizeof err) < 0 ||
-	    keys_check(&c->generator, "generator", c->generator.plugin, declared(&h->gen_pl), err,
+	    keys_check(&c->generator, "generator", c->generator.plugin, declared(gen_pl), err,
 		       sizeof err) < 0 ||
-	    keys_check(&c->sink, "sink", c->sink.plugin, declared(&h->sink_pl), err, sizeof err) <
-		    0) {
+	    keys_check(&c->sink, "sink", c->sink.plugin, declared(sink_pl), err, sizeof err) < 0) {
 		text_clean(err);
 		say("%s", err);
 		rc = -1;
@@ -183,12 +185,12 @@ static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *)
 	return 0;
 }
 
-int checks_dry(const struct host *h, const struct cfg *c, FILE *out)
+int checks_dry(const struct gen_ops *gen, const struct sink_ops *sink, const struct cfg *c,
+	       FILE *out)
 {
 	char why[600];
-	if (plugin_check(h->gen_ops->check, &c->generator, "generator", "gpud_generator_check",
-			 out) < 0 ||
-	    plugin_check(h->sink_ops->check, &c->sink, "sink", "gpud_sink_check", out) < 0)
+	if (plugin_check(gen->check, &c->generator, "generator", "gpud_generator_check", out) < 0 ||
+	    plugin_check(sink->check, &c->sink, "sink", "gpud_sink_check", out) < 0)
 		return -1;
 	if (c->log_dir && check_dir_usable(c->log_dir, why, sizeof why) < 0) {
 		say("%s: [job] log_dir: %s", c->path, why);

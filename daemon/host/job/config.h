@@ -9,6 +9,8 @@
 
 #include <gpud/plugin.h>
 
+#include "job/values.h" /* cfg_parse_size, cfg_resolve */
+
 #define CFG_MAX_BYTES (UINT32_C(1) << 30) /* largest max_task_bytes / max_result_bytes */
 #define CFG_MAX_GPUS 1024
 #define CFG_MAX_WORKERS 4096
@@ -144,13 +146,5 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 		size_t errlen, long *at);
 void cfg_free(struct cfg *c);
-
-/* Parses a byte size: digits, then an optional K, M or G (powers of 1024; KiB, MiB,
- * GiB and lower case accepted). Returns 0, or -1 when malformed or above `max`. */
-int cfg_parse_size(const char *s, uint64_t max, uint64_t *out);
-
-/* `v` resolved against the folder `base` (a leading ./ dropped; an absolute path, "" and
- * "-" kept as they are). Returns a malloc'd string, or NULL when out of memory. */
-char *cfg_resolve(const char *base, const char *v);
 
 #endif /* GPUD_CONFIG_H */

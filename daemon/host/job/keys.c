@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "job/keys.h"
+#include "job/values.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 /* The `gpud` module the python plugins build in, for check --import. */
-#include "../../../plugins/python/module_source.h"
+#include "py_module_source.h"
 
 #ifndef GPUD_BUILT_PYTHON
 #define GPUD_BUILT_PYTHON ""
@@ -536,7 +536,7 @@ void python_describe(const struct python_choice *p, char *buf, size_t len)
 /* `gpud check --import`: run by the chosen Python in a process of its own, it loads each
  * python section's script or module as the plugins would and checks what the job names
  * in it against the keys the job gives, with the `gpud` module the plugins build in
- * (module_source.h: argv[1]) in place of any other. Arguments: "--section=KIND", then that
+ * (py_module_source.h: argv[1]) in place of any other. Arguments: "--section=KIND", then that
  * section's KEY=VALUE (paths already resolved), for each python section. It prints
  * "gpud-import-ok: ..." and "gpud-import-error: ..." lines (whatever the user's module
  * prints at import comes in between) and exits 0. */

@@ -3,8 +3,6 @@
 #include "record/failures.h"
 #include "util/textio.h"
 
-#include "record/files.h"
-
 #include <stdio.h>
 #include <unistd.h>
 

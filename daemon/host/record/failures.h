@@ -17,7 +17,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "run/host.h"
+#include "host.h"
+
+/* The failures list's name in the run's folder (record/files.c makes the folder). */
+#define FILES_FAILURES "failures.jsonl"
 
 /* Takes the open descriptor `fd` (or -1: nothing is listed). 0, or -1. */
 int failures_open(struct host *h, int fd);

@@ -4,13 +4,13 @@
 #ifndef GPUD_FILES_H
 #define GPUD_FILES_H
 
-#include "run/host.h"
+#include "host.h"
+#include "record/failures.h"
 
 /* How long a default run folder is kept: older ones are removed when a run starts. */
 #define FILES_KEEP_DAYS 7
 
-/* The failures list in the run folder (failures.h). */
-#define FILES_FAILURES "failures.jsonl"
+/* The failures list in the run folder: FILES_FAILURES (failures.h). */
 
 /*
  * Makes the run's folder (h->files.log_dir) and opens its failures list.

@@ -11,12 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run/events.h"
 #include "loader.h"
 #include "cluster/claims.h"
 #include "cluster/ranks.h"
 #include "record/outputs.h"
-#include "view/ui.h"
 #include "util/say.h"
 
 /* A run without --resume starts over: it empties the journal, and the jsonl sink its
@@ -50,12 +48,13 @@ static int earlier_work(const struct cfg *c, uint64_t fp)
 	return rc;
 }
 
-int resume_open(struct host *h, const struct run_opts *o)
+int resume_open(struct host *h, struct resume_flags f)
 {
 	const struct cfg *c = h->cfg;
 	char why[1200];
+	h->resume.asked = f.resume;
 	if (c->journal_off || !c->journal) {
-		if (o->resume) {
+		if (f.resume) {
 			say("%s: --resume needs a journal ([job] journal is off)", c->path);
 			return -1;
 		}
@@ -73,8 +72,8 @@ int resume_open(struct host *h, const struct run_opts *o)
 		say("%s: %s", c->path, why);
 		return -1;
 	}
-	if (!o->resume) {
-		if (!o->force && earlier_work(c, fp) < 0) {
+	if (!f.resume) {
+		if (!f.force && earlier_work(c, fp) < 0) {
 			inputs_free(in, n_in);
 			return -1;
 		}
@@ -88,8 +87,8 @@ int resume_open(struct host *h, const struct run_opts *o)
 		}
 		return 0;
 	}
-	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, o->force, o->retry_failed,
-				why, sizeof why);
+	int rc = journal_resume(&h->journal, c->journal, fp, in, n_in, f.force, f.retry_failed, why,
+				sizeof why);
 	inputs_free(in, n_in);
 	if (rc < 0) {
 		say("%s: %s", c->path, why);
@@ -273,7 +272,7 @@ int resume_tell_sink(struct host *h, struct gpud_error *err)
 {
 	const struct journal *j = &h->journal;
 	unsigned rank = h->cfg->rank, ranks = h->cfg->ranks;
-	if (!h->sink_ops->resumed || !h->opts || !h->opts->resume)
+	if (!h->sink_ops->resumed || !h->resume.asked)
 		return 0;
 	uint64_t *done = NULL, *failed = NULL;
 	size_t n = 0, cap = 0, n_failed = 0;
@@ -365,7 +364,7 @@ void resume_finish(struct host *h, bool complete)
 			h->journal.path, strerror(errno));
 }
 
-int run_status(struct cfg *c)
+int resume_status(struct cfg *c)
 {
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};

@@ -3,12 +3,20 @@
 #ifndef GPUD_RESUME_H
 #define GPUD_RESUME_H
 
-#include "run/host.h"
-#include "run/run.h"
+#include <stdbool.h>
+
+#include "host.h"
+
+/* What the command asked of the journal. */
+struct resume_flags {
+	bool resume;       /* --resume: finish the run the journal describes */
+	bool retry_failed; /* --retry-failed: and run its failed tasks again */
+	bool force;        /* --force: resume a journal another job wrote */
+};
 
 /* Creates the journal, or with --resume loads it. 0 to run, 1 when the journal says the
  * run already finished (nothing to do: exit 0), -1 with one line said (exit 2). */
-int resume_open(struct host *h, const struct run_opts *o);
+int resume_open(struct host *h, struct resume_flags f);
 /* Opens the sink through gpud_sink_resume when resuming and it has one: what its
  * output holds is done. 1 when the ordinary open is to be used; else open's result. */
 int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_error *err);
@@ -20,5 +28,8 @@ int resume_tell_sink(struct host *h, struct gpud_error *err);
 int resume_skip_prefix(struct host *h, struct gpud_error *err);
 /* At the end: seals a complete run (an END record), or writes and syncs what is done. */
 void resume_finish(struct host *h, bool complete);
+
+/* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
+int resume_status(struct cfg *c);
 
 #endif

@@ -20,6 +20,7 @@
 #include "run/dispatcher.h"
 #include "cluster/ranks.h"
 #include "run/events.h"
+#include "util/abort.h"
 #include "record/failures.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
@@ -27,6 +28,7 @@
 #include "run/standin.h"
 #include "util/textio.h"
 #include "view/ui.h"
+#include "util/notes.h"
 
 #define WINDOW_S 5e-3
 
@@ -201,7 +203,7 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			 * (gpud_worker_interrupt): a timeout, as if it had been killed for
 			 * it, but the worker goes on; no restart. */
 			char msg[256];
-			double limit = stages_task_timeout(h, w);
+			double limit = stagecfg_task_timeout(h->cfg, w->stage);
 			UI_ADD(w->timeouts, 1);
 			snprintf(msg, sizeof msg,
 				 "timed out after %g s on worker %d (%s), interrupted in place",

@@ -3,7 +3,7 @@
 #ifndef GPUD_DISPATCHER_H
 #define GPUD_DISPATCHER_H
 
-#include "run/host.h"
+#include "host.h"
 
 /* Runs the loop until every task has an outcome; 0, or 3 on abort. `finish` is the rest
  * of the run, which the stand-in runs itself if the run ends during a stuck call. */

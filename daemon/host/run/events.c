@@ -7,21 +7,11 @@
 #include <string.h>
 
 #include "run/events.h"
-#include "job/groups.h"
-#include "run/stages.h"
+#include "util/abort.h"
+#include "job/stagecfg.h"
 #include "record/failures.h"
 #include "view/ui.h"
-
-void host_abort(struct host *h, const char *fmt, ...)
-{
-	if (h->ctl.abort)
-		return; /* the first reason is the one to tell */
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(h->ctl.abort_msg, sizeof h->ctl.abort_msg, fmt, ap);
-	va_end(ap);
-	h->ctl.abort = 3;
-}
+#include "util/notes.h"
 
 static bool is_outcome(enum gpud_event_kind kind)
 {
@@ -77,7 +67,7 @@ static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_er
 
 int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpud_error *err)
 {
-	bool gated = sink_gate_enter(h, EVENTS_SINK_CLOSE, UINT64_MAX, 0);
+	bool gated = sink_gate_enter(h, GATE_SINK_CLOSE, UINT64_MAX, 0);
 	int rc = h->sink_ops->finish ? h->sink_ops->finish(h->sink, &h->stats, end, err)
 				     : h->sink_ops->close(h->sink, &h->stats, err);
 	if (gated)
@@ -318,8 +308,8 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 			 message);
 		message = staged;
 	}
-	if (kind != GPUD_TASK_OK && t->attempt < stages_max_retries(h, w) && !h->ctl.killing &&
-	    retried(h, cause)) {
+	if (kind != GPUD_TASK_OK && t->attempt < stagecfg_max_retries(h->cfg, w->stage) &&
+	    !h->ctl.killing && retried(h, cause)) {
 		failures_add(h, t->id, t->attempt, w, kind == GPUD_TASK_TIMEOUT, message, true);
 		struct task_ent again = *t;
 		again.attempt++;

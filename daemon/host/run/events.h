@@ -3,9 +3,8 @@
 #ifndef GPUD_EVENTS_H
 #define GPUD_EVENTS_H
 
-#include "run/host.h"
+#include "host.h"
 
-void host_abort(struct host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void events_deliver(struct host *h, const struct gpud_event *ev);
 /* A task's outcome: delivered now, or held until earlier ones are (ordered = true). */
 void events_deliver_outcome(struct host *h, const struct gpud_event *ev);
@@ -16,16 +15,6 @@ void events_skip(struct host *h, uint64_t id);
 void events_flush_held(struct host *h);
 void events_worker(struct host *h, enum gpud_event_kind kind, const struct host_worker *w,
 		   const char *message);
-/* Why a task ended: the event it makes, and whether it runs again. */
-enum cause {
-	CAUSE_OK,      /* GPUD_TASK_OK */
-	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
-	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
-	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
-	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
-	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
-};
-
 /* The final outcome of task t, or a retry when attempts are left and retry_on allows.
  * `input` is its bytes. */
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
@@ -44,8 +33,6 @@ void events_deliver_waiting(struct host *h);
  * outcome among them counts as not run and has no journal record (--resume runs it). */
 void events_drop_waiting(struct host *h);
 
-/* The gate's sink_kind while the sink's close runs. */
-#define EVENTS_SINK_CLOSE (-1)
 /* Closes the sink with the final stats (and, to a sink with gpud_sink_finish, how the
  * run ends), watched by the stand-in as its other calls are. 0, or -1 with err. */
 int events_close_sink(struct host *h, const struct gpud_run_end *end, struct gpud_error *err);

@@ -23,9 +23,10 @@
 #include "run/dispatcher.h"
 #include "run/stages.h"
 #include "run/events.h"
+#include "util/abort.h"
 #include "record/failures.h"
 #include "record/files.h"
-#include "run/host.h"
+#include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
@@ -167,7 +168,7 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	if (host_plugins(h, c, opts) < 0)
 		return -1;
-	if (checks_keys(h, c, out) < 0 || stages_prepare(h) < 0)
+	if (checks_keys(&h->gen_pl, &h->sink_pl, c, out) < 0 || stages_prepare(h) < 0)
 		return -1;
 	h->pool.bus_ids = calloc(CFG_MAX_GPUS, sizeof *h->pool.bus_ids);
 	if (!h->pool.bus_ids) {
@@ -223,14 +224,23 @@ static void run_check_groups(const struct cfg *c)
 	}
 }
 
+/* The run's side of a worker's life, for workers/lifecycle.c (lifecycle.h). */
+static const struct lifecycle_up run_up = {
+	.outcome = events_outcome,
+	.worker_event = events_worker,
+	.requeue = tasks_requeue,
+	.ready = dispatch_first_window,
+};
+
 int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
+	h.pool.up = &run_up;
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
 	int rc = !nf || prepare(&h, c, opts) < 0 || capacity_check(&h, c, false, nf) < 0 ||
-				 checks_dry(&h, c, nf) < 0 ||
+				 checks_dry(h.gen_ops, h.sink_ops, c, nf) < 0 ||
 				 (opts && opts->import_code && python_check_import(c, nf) < 0)
 			 ? 2
 			 : 0;
@@ -247,7 +257,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		unsigned per[CFG_MAX_STAGES];
-		stages_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
+		stagecfg_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
 			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
 			       per[i] == 1 ? "" : "s",
@@ -344,7 +354,7 @@ static int exit_status(const struct host *h)
  * last flushed (what the sink took since may come again on --resume: at least once). */
 static int finish_stuck(struct host *h)
 {
-	bool closing = h->gate.sink_kind == EVENTS_SINK_CLOSE;
+	bool closing = h->gate.sink_kind == GATE_SINK_CLOSE;
 	if (!closing) {
 		events_undelivered(h);
 		count_not_run(h);
@@ -583,7 +593,7 @@ static int setup_run(struct host *h, struct cfg *c)
 	 * CPU stage worker. */
 	unsigned per[CFG_MAX_STAGES];
 	h->pool.n_gpu_workers = (unsigned)(groups_count(c) * c->workers_per_gpu);
-	unsigned staged = stages_workers(c, h->pool.n_gpu_workers, per);
+	unsigned staged = stagecfg_workers(c, h->pool.n_gpu_workers, per);
 	h->pool.n = h->pool.n_gpu_workers + staged;
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
 	h->pool.restarts = calloc(groups_count(c) + staged, sizeof *h->pool.restarts);
@@ -673,6 +683,7 @@ static int run_loop(struct host *h)
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
+	h.pool.up = &run_up;
 	int rc = 2;
 
 	h.opts = opts;
@@ -707,7 +718,9 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 			goto out;
 		}
 	}
-	int jr = resume_open(&h, opts);
+	int jr = resume_open(&h, (struct resume_flags){.resume = opts->resume,
+						       .retry_failed = opts->retry_failed,
+						       .force = opts->force});
 	if (jr != 0) {
 		rc = jr == 1 ? 0 : 2; /* already finished, or said why not */
 		goto out;

@@ -45,8 +45,6 @@ struct run_opts {
 /* `gpud check`: everything but running (opts: its in-process generator and sink, or
  * NULL); 0 or 2. */
 int run_check(struct cfg *c, const struct run_opts *opts);
-/* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
-int run_status(struct cfg *c);
 /* `gpud run`: the exit status of the contract (0, 1, 2, 3 or 4). */
 int run_job(struct cfg *c, const struct run_opts *opts);
 

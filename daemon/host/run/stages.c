@@ -9,43 +9,18 @@
 
 #include "run/stages.h"
 #include "run/events.h"
-#include "run/host.h"
+#include "util/abort.h"
+#include "host.h"
 #include "job/checks.h"
 #include "job/groups.h"
 #include "job/keys.h"
+#include "job/stagecfg.h"
 #include "job/suggest.h"
 #include "record/failures.h"
 #include "util/say.h"
 #include "util/textio.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
-#include "view/ui.h"
-
-unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per)
-{
-	unsigned named = 0, unnamed = 0, total = 0;
-	for (size_t i = 0; i < c->n_stages; i++) {
-		if (c->stages[i].workers)
-			named += c->stages[i].workers;
-		else
-			unnamed++;
-	}
-	/* The cores this process may run on (a batch system's share), else those online,
-	 * less the named stages' workers and a quarter of a core per GPU worker: a GPU
-	 * worker mostly waits for its GPU (its CPU side unpacks inputs and launches
-	 * work), so counting it as a whole core left a decode stage one worker on two
-	 * cores with one GPU worker, and half the throughput. */
-	cpu_set_t set;
-	long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-								 : sysconf(_SC_NPROCESSORS_ONLN);
-	long left = cores - (long)(gpu_workers / STAGES_GPU_WORKERS_PER_CORE) - (long)named;
-	unsigned each = unnamed && left > (long)unnamed ? (unsigned)(left / (long)unnamed) : 1;
-	for (size_t i = 0; i < c->n_stages; i++) {
-		per[i] = c->stages[i].workers ? c->stages[i].workers : each;
-		total += per[i];
-	}
-	return total;
-}
 
 /* A key of [stage.NAME] that is a slip of the stage's own (`worker = 4` for `workers`):
  * refused naming it when the plugin declares its keys and has no such key, said on
@@ -129,7 +104,7 @@ void stages_assign(struct host *h)
 	unsigned per[CFG_MAX_STAGES];
 	if (!p->stages)
 		return;
-	stages_workers(h->cfg, p->n_gpu_workers, per);
+	stagecfg_workers(h->cfg, p->n_gpu_workers, per);
 	unsigned k = p->n_gpu_workers;
 	for (unsigned s = 0; s < p->n_stages; s++) {
 		p->stages[s].first = k;
@@ -307,6 +282,8 @@ void stages_publish(struct host *h, uint64_t now)
 	if (!h->pool.stages || (now && now - last < 100000000u))
 		return;
 	last = now;
+	uint64_t at = now ? now : wait_now_ns();
+	double elapsed = at > h->t_start_ns ? (double)(at - h->t_start_ns) * 1e-9 : 0;
 	uint64_t waiting = 0; /* results of the stage before, waiting for room */
 	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
 		struct host_stage *st = &h->pool.stages[s];
@@ -326,8 +303,20 @@ void stages_publish(struct host *h, uint64_t now)
 			for (const struct requeued *q = h->rq.head; q; q = q->next)
 				queued++;
 		waiting = blocked_done;
-		UI_SET(st->alive, alive);
-		UI_SET(st->queued, queued);
+		uint64_t ok = 0, failed = 0, timeouts = 0;
+		for (unsigned i = 0; i < st->n; i++) {
+			const struct host_worker *w = &h->pool.w[st->first + i];
+			ok += w->ok;
+			failed += w->failed;
+			timeouts += w->timeouts;
+		}
+		UI_SET(st->fig.workers, st->n);
+		UI_SET(st->fig.alive, alive);
+		UI_SET(st->fig.queued, queued);
+		UI_SET(st->fig.ok, ok);
+		UI_SET(st->fig.failed, failed);
+		UI_SET(st->fig.timeouts, timeouts);
+		UI_SET(st->fig.busy, stages_busy(h, st->first, st->n, elapsed));
 	}
 }
 
@@ -345,28 +334,6 @@ void stages_check_alive(struct host *h)
 				   h->pool.stages[s].name);
 		return;
 	}
-}
-
-double stages_task_timeout(const struct host *h, const struct host_worker *w)
-{
-	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].task_timeout >= 0)
-		return h->cfg->stages[w->stage].task_timeout;
-	return h->cfg->task_timeout;
-}
-
-unsigned stages_max_retries(const struct host *h, const struct host_worker *w)
-{
-	if (w && w->stage < h->pool.n_stages && h->cfg->stages[w->stage].max_retries >= 0)
-		return (unsigned)h->cfg->stages[w->stage].max_retries;
-	return h->cfg->max_retries;
-}
-
-bool stages_any_timeout(const struct host *h)
-{
-	for (unsigned s = 0; s < h->pool.n_stages; s++)
-		if (h->cfg->stages[s].task_timeout > 0)
-			return true;
-	return false;
 }
 
 void stages_note_results(const struct host *h, FILE *f)
@@ -444,74 +411,8 @@ void stages_json(const struct host *h, FILE *f, double elapsed)
 			", \"workers\": %u, \"busy\": %.4f, \"queued\": %llu, \"ok\": %llu, "
 			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
 			st->n, stages_busy(h, st->first, st->n, elapsed),
-			(unsigned long long)st->queued, (unsigned long long)ok,
+			(unsigned long long)st->fig.queued, (unsigned long long)ok,
 			(unsigned long long)failed, (unsigned long long)timed_out, restarts);
 	}
 	fprintf(f, "]");
-}
-
-void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len)
-{
-	struct host_stage *st = &h->pool.stages[s];
-	uint64_t ok = 0, failed = 0;
-	for (unsigned i = 0; i < st->n; i++) {
-		struct host_worker *w = &h->pool.w[st->first + i];
-		ok += UI_READ(w->ok);
-		failed += UI_READ(w->failed) + UI_READ(w->timeouts);
-	}
-	snprintf(buf, len,
-		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
-		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(st->alive), st->n,
-		 100 * stages_busy(h, st->first, st->n, elapsed),
-		 (unsigned long long)UI_READ(st->queued), (unsigned long long)ok,
-		 (unsigned long long)failed);
-}
-
-void stages_metrics(const struct host *h, FILE *o, double elapsed)
-{
-	if (!h->pool.stages)
-		return;
-	fprintf(o, "# HELP gpud_stage_workers Workers of the stage set up or setting up "
-		   "(stage=\"gpu\": the GPU workers).\n# TYPE gpud_stage_workers gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_workers{stage=\"%s\"} %u\n", h->pool.stages[s].name,
-			UI_READ(h->pool.stages[s].alive));
-	fprintf(o, "# HELP gpud_stage_busy_ratio The stage's workers' time in process() over "
-		   "the run's time, 0 to 1.\n# TYPE gpud_stage_busy_ratio gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
-			stages_busy(h, h->pool.stages[s].first, h->pool.stages[s].n, elapsed));
-	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
-		   "# TYPE gpud_stage_queued gauge\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++)
-		fprintf(o, "gpud_stage_queued{stage=\"%s\"} %llu\n", h->pool.stages[s].name,
-			(unsigned long long)UI_READ(h->pool.stages[s].queued));
-	fprintf(o, "# HELP gpud_stage_task_attempts_total Task runs that ended in the stage, "
-		   "by how.\n# TYPE gpud_stage_task_attempts_total counter\n");
-	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
-		struct host_stage *st = &h->pool.stages[s];
-		uint64_t n[3] = {0, 0, 0};
-		for (unsigned i = 0; i < st->n; i++) {
-			struct host_worker *w = &h->pool.w[st->first + i];
-			n[0] += UI_READ(w->ok);
-			n[1] += UI_READ(w->failed);
-			n[2] += UI_READ(w->timeouts);
-		}
-		static const char *const outcomes[] = {"ok", "error", "timeout"};
-		for (int i = 0; i < 3; i++)
-			fprintf(o,
-				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
-				st->name, outcomes[i], (unsigned long long)n[i]);
-	}
-}
-
-const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len)
-{
-	if (w->stage < h->pool.n_stages) {
-		snprintf(buf, len, "stage %s", h->pool.stages[w->stage].name);
-		return buf;
-	}
-	char gpus[GROUPS_LABEL];
-	snprintf(buf, len, "GPU %s", groups_label(h->cfg, w->gpu_id, gpus, sizeof gpus));
-	return buf;
 }

@@ -20,21 +20,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "job/stagecfg.h" /* WHERE_OF, each stage's settings */
+
 struct cfg;
 struct host;
 struct host_worker;
 struct task_ent;
-
-/* GPU workers counted as one core when stage workers are counted by default. */
-#define STAGES_GPU_WORKERS_PER_CORE 4
-
-/* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
- * number `gpu_workers`; returns their sum (0 without stages). The stages without
- * `workers` share, at least 1 each, the cores this process may run on (its CPU
- * affinity: a batch system's share) less the workers of the stages that name their
- * count and a core per STAGES_GPU_WORKERS_PER_CORE GPU workers (rounded down: a GPU
- * worker mostly waits for its GPU). */
-unsigned stages_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
 
 /* The stages' plugins found and checked (each in a helper process, with its declared
  * keys), before anything starts; fills h->pool.stages. 0, or -1 said. */
@@ -65,8 +56,8 @@ void stages_publish_handed(struct host *h, unsigned stage);
  * tasks given. */
 unsigned stages_feed_retries(struct host *h);
 
-/* Every 100 ms (by `now`; now = 0: at once): each stage's live workers and its queue,
- * for the view. */
+/* Every 100 ms (by `now`; now = 0: at once): each stage's figures for the view
+ * (host_stage.fig, view/figures.h): its live workers, its queue, its counts, how busy. */
 void stages_publish(struct host *h, uint64_t now);
 
 /* A stage with no worker left (all set up failed or retired) while tasks remain: the
@@ -77,28 +68,8 @@ void stages_check_alive(struct host *h);
  * seconds: their time in process() over elapsed x n, 0 to 1 (any thread). */
 double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed);
 
-/* Stage s's line for the dashboard and plain progress (the view's threads): its
- * workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
-void stages_describe(const struct host *h, unsigned s, double elapsed, char *buf, size_t len);
-
-/* The stages' Prometheus figures, labelled by stage (view/metrics.c). */
-void stages_metrics(const struct host *h, FILE *o, double elapsed);
-
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);
-
-/* Where worker w runs, for messages: "GPU 2,3" (its group), or "stage decode" for a
- * CPU stage's worker. */
-const char *stages_where(const struct host *h, const struct host_worker *w, char *buf, size_t len);
-/* stages_where for one message; the text lives until the end of the enclosing block. */
-#define WHERE_OF(h, w) stages_where((h), (w), (char[160]){0}, 160)
-
-/* Worker w's task_timeout (seconds, 0 none) and max_retries: its stage's own when the
- * stage sets them, else [job]'s. */
-double stages_task_timeout(const struct host *h, const struct host_worker *w);
-unsigned stages_max_retries(const struct host *h, const struct host_worker *w);
-/* Whether some stage sets a task_timeout of its own. */
-bool stages_any_timeout(const struct host *h);
 
 /* A stage's results are said to be large, at the end of a run, when the largest was
  * at least STAGES_RESULT_GROWTH times its input and STAGES_RESULT_NOTE bytes, or

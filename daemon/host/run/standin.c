@@ -12,11 +12,11 @@
 
 #include <gpud/gpud.h>
 
-#include "run/events.h"
-#include "run/host.h"
+#include "util/abort.h"
+#include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
-#include "view/ui.h"
+#include "util/notes.h"
 
 /* When the stand-in looks (standin.h): STANDIN_POLL_NS after a look that found the
  * loop in a generator call (seen there again, the call is stuck and the loop is taken
@@ -73,7 +73,7 @@ static const char *kind_name(int kind)
 		return "timeout";
 	case GPUD_TASK_START:
 		return "task start";
-	case EVENTS_SINK_CLOSE:
+	case GATE_SINK_CLOSE:
 		return "close";
 	default:
 		return "worker event";
@@ -113,7 +113,7 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 		}
 		if (now >= tell_at) {
 			char what[96];
-			if (g->sink_kind == EVENTS_SINK_CLOSE)
+			if (g->sink_kind == GATE_SINK_CLOSE)
 				snprintf(what, sizeof what, "close");
 			else if (g->sink_task == UINT64_MAX)
 				snprintf(what, sizeof what, "call for a %s",

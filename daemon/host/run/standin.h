@@ -55,6 +55,9 @@ struct standin_loop {
 
 /* The generator call gate. The loop's thread writes `in_call`, `calls` and `filling`;
  * the stand-in writes `taken`. */
+/* The gate's sink_kind while the sink's close runs. */
+#define GATE_SINK_CLOSE (-1)
+
 struct gate {
 	_Alignas(64) _Atomic uint32_t in_call; /* inside a generator call */
 	_Atomic uint64_t calls;                /* calls finished */
@@ -67,7 +70,7 @@ struct gate {
 	/* The call is the sink's (not the generator's), and the event it was given: set
 	 * by the loop's thread before each sink call it makes. */
 	_Atomic uint32_t sink;
-	int sink_kind;
+	int sink_kind; /* the event's kind, or GATE_SINK_CLOSE */
 	uint64_t sink_task;
 	int sink_attempt;
 	bool fence;                          /* no membarrier: fence on every call */

@@ -17,7 +17,7 @@
 #include "job/python.h"
 #include "record/files.h"
 #include "job/groups.h"
-#include "run/host.h"
+#include "host.h"
 #include "workers/fit.h"
 #include "workers/times.h"
 

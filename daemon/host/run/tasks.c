@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/host.h"
+#include "host.h"
 #include "record/failures.h"
 
 int tasks_init(struct host *h, uint32_t per_worker)

@@ -16,13 +16,13 @@
 #include <unistd.h>
 
 #include "job/groups.h"
-#include "run/host.h"
-#include "run/stages.h"
+#include "host.h"
 #include "view/httpd.h"
 #include "view/nvml.h"
 #include "util/textio.h"
 #include "workers/fit.h"
 #include "workers/times.h"
+#include "util/notes.h"
 
 const double metrics_sec_bounds[METRICS_SEC_BUCKETS] = {
 	1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300};
@@ -238,6 +238,40 @@ static void times_metrics(FILE *o, const struct host *h)
 	free(t);
 }
 
+/* The stages' Prometheus figures, labelled by stage, from their figures (figures.h). */
+static void stage_metrics(const struct host *h, FILE *o)
+{
+	if (!h->pool.stages)
+		return;
+	fprintf(o, "# HELP gpud_stage_workers Workers of the stage set up or setting up "
+		   "(stage=\"gpu\": the GPU workers).\n# TYPE gpud_stage_workers gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_workers{stage=\"%s\"} %u\n", h->pool.stages[s].name,
+			UI_READ(h->pool.stages[s].fig.alive));
+	fprintf(o, "# HELP gpud_stage_busy_ratio The stage's workers' time in process() over "
+		   "the run's time, 0 to 1.\n# TYPE gpud_stage_busy_ratio gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
+			UI_READ(h->pool.stages[s].fig.busy));
+	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
+		   "# TYPE gpud_stage_queued gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_queued{stage=\"%s\"} %llu\n", h->pool.stages[s].name,
+			(unsigned long long)UI_READ(h->pool.stages[s].fig.queued));
+	fprintf(o, "# HELP gpud_stage_task_attempts_total Task runs that ended in the stage, "
+		   "by how.\n# TYPE gpud_stage_task_attempts_total counter\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++) {
+		struct host_stage *st = &h->pool.stages[s];
+		uint64_t n[3] = {UI_READ(st->fig.ok), UI_READ(st->fig.failed),
+				 UI_READ(st->fig.timeouts)};
+		static const char *const outcomes[] = {"ok", "error", "timeout"};
+		for (int i = 0; i < 3; i++)
+			fprintf(o,
+				"gpud_stage_task_attempts_total{stage=\"%s\",outcome=\"%s\"} %llu\n",
+				st->name, outcomes[i], (unsigned long long)n[i]);
+	}
+}
+
 static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 {
 	struct gpud_stats *s = &h->stats;
@@ -323,7 +357,7 @@ static void render(struct host *h, FILE *o, int exit_status, struct nvml *nvml)
 		times_metrics(o, h);
 	}
 	per_gpu(o, h, nvml);
-	stages_metrics(h, o, (double)(wait_now_ns() - h->t_start_ns) * 1e-9);
+	stage_metrics(h, o);
 }
 
 /* The text in a malloc'd buffer. */

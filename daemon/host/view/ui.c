@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
-#include "util/textio.h"
 #include "view/ui.h"
 
 #include <errno.h>
@@ -16,8 +15,7 @@
 #include "job/groups.h"
 #include "job/python.h"
 #include "record/files.h"
-#include "run/host.h"
-#include "run/stages.h"
+#include "host.h"
 #include "view/nvml.h"
 #include "wait.h"
 #include "workers/fit.h"
@@ -84,33 +82,6 @@ int ui_mode_parse(const char *word)
 static double seconds_since(uint64_t t0)
 {
 	return (double)(wait_now_ns() - t0) * 1e-9;
-}
-
-void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
-{
-	char line[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	if (h->view.mode == UI_OFF) {
-		if (kind == UI_EVENT)
-			fprintf(stderr, "gpud: %s\n", line);
-		return;
-	}
-	bool is_error = kind == UI_FAILURE;
-	pthread_mutex_lock(&h->view.notes.lock);
-	if (h->view.mode == UI_PLAIN && h->view.notes.count - h->view.notes.printed >= HOST_NOTES) {
-		/* The printer is a whole ring behind: this one waits in the failures list. */
-		h->view.notes.hidden++;
-		pthread_mutex_unlock(&h->view.notes.lock);
-		return;
-	}
-	unsigned k = (unsigned)(h->view.notes.count % HOST_NOTES);
-	memcpy(h->view.notes.text[k], line, sizeof line);
-	h->view.notes.error[k] = is_error;
-	__atomic_store_n(&h->view.notes.count, h->view.notes.count + 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&h->view.notes.lock);
 }
 
 /* ---- a line of at most `width` visible columns, with optional colour ---- */
@@ -631,14 +602,28 @@ static void dash_write(struct ui *u, const struct frame *fr, bool final)
 	u->prev_lines = fr->lines;
 }
 
+/* Stage s's line for the dashboard and plain progress, from its figures (figures.h):
+ * its workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
+static void stage_line(const struct host *h, unsigned s, char *buf, size_t len)
+{
+	struct host_stage *st = &h->pool.stages[s];
+	struct stage_figures *g = &st->fig;
+	snprintf(buf, len,
+		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
+		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(g->alive),
+		 UI_READ(g->workers), 100 * UI_READ(g->busy),
+		 (unsigned long long)UI_READ(g->queued), (unsigned long long)UI_READ(g->ok),
+		 (unsigned long long)(UI_READ(g->failed) + UI_READ(g->timeouts)));
+}
+
 /* With CPU stages, a row per stage and one for the GPU workers: where the time goes. */
-static void dash_stages(struct ui *u, struct frame *fr, const struct figures *f, int width)
+static void dash_stages(struct ui *u, struct frame *fr, int width)
 {
 	struct host *h = u->h;
 	for (unsigned s = 0; h->pool.stages && s <= h->pool.n_stages; s++) {
 		struct line l;
 		char text[256];
-		stages_describe(h, s, f->elapsed, text, sizeof text);
+		stage_line(h, s, text, sizeof text);
 		new_line(&l, u, width);
 		l_text(&l, text);
 		frame_add(fr, &l);
@@ -656,7 +641,7 @@ static void draw_dashboard(struct ui *u, bool final)
 	dash_title(u, &fr, &f, width, final);
 	dash_progress(u, &fr, &f, width);
 	dash_outcomes(u, &fr, &f, width);
-	dash_stages(u, &fr, &f, width);
+	dash_stages(u, &fr, width);
 	dash_workers(u, &fr, width, height);
 	dash_notes(u, &fr, width, height);
 	dash_write(u, &fr, final);
@@ -701,7 +686,7 @@ static void plain_progress(struct ui *u, bool final)
 	fputc('\n', stderr);
 	for (unsigned s = 0; u->h->pool.stages && s <= u->h->pool.n_stages; s++) {
 		char text[256];
-		stages_describe(u->h, s, f.elapsed, text, sizeof text);
+		stage_line(u->h, s, text, sizeof text);
 		fprintf(stderr, "gpud:   %s\n", text);
 	}
 	u->failures_shown = 0;

@@ -12,6 +12,8 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+#include "util/notes.h" /* ui_say: the notes the view shows */
+
 enum ui_mode { UI_OFF, UI_PLAIN, UI_DASHBOARD };
 
 struct host;
@@ -25,17 +27,6 @@ int ui_mode_parse(const char *word);
 struct ui *ui_start(struct host *h);
 /* Draws the final frame (it stays on screen) and ends the thread. */
 void ui_stop(struct ui *u);
-
-enum ui_note {
-	UI_EVENT,   /* a worker died, a setup failed, a GPU was retired: always told */
-	UI_FAILURE, /* a task failed or timed out: told by the dashboard and plain mode */
-};
-
-/* A line from the host for the person watching. With the dashboard or plain mode it
- * goes through the UI (printing would tear the dashboard; plain mode rate-limits
- * failures); with --ui off an event goes to standard error and a failure nowhere. */
-void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 /* Job control: before the host stops (Ctrl-Z) the terminal gets its cursor back. */
 void ui_suspend(struct host *h, bool stopping);

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "run/host.h"
+#include "host.h"
 
 /* Host descriptors each worker holds (its out memfd, its dashboard log), and those the
  * run holds whatever its size (standard streams, the run memfd and its twin, the bell,

@@ -11,7 +11,7 @@
 #ifndef GPUD_FIT_H
 #define GPUD_FIT_H
 
-#include "run/host.h"
+#include "host.h"
 
 /* The most tasks worker w's next call gets: 1..batch_size (batch_size until it says). */
 static inline uint32_t fit_batch_now(const struct host *h, const struct host_worker *w)

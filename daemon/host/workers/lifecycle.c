@@ -3,7 +3,8 @@
  * Worker lifecycles seen from the host: setup results, deaths (noticed at once through
  * SIGCHLD, whose handler rings the host's bell), host-enforced bounds on every wait
  * (task_timeout, setup_timeout, tasks held but never started, cleanup), restarts within
- * a per-GPU budget, job control, and the orderly stop at the end of a run.
+ * a per-GPU budget, and the orderly stop at the end of a run. The run's signals and job
+ * control are signals.c's.
  *
  * Each worker leads its own process group: whatever it starts dies with it, and
  * signals meant for the job (Ctrl-C, SIGTERM to the group) reach only the host, which
@@ -22,9 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "run/dispatcher.h"
-#include "run/events.h"
-#include "run/stages.h"
+#include "job/stagecfg.h"
 #include "record/failures.h"
 #include "job/groups.h"
 #include "workers/lifecycle.h"
@@ -32,188 +31,7 @@
 #include "workers/spawner.h"
 #include "util/textio.h"
 #include "view/ui.h"
-
-/* While a task limit is set, the host looks at least this often for a task that began
- * while it slept (it is not woken for task starts unless its sink wants them). */
-#define TIMEOUT_POLL_NS 20000000u
-/* A worker that holds tasks, runs none and waits for no batch this long is stuck
- * (stopped, or wedged outside any task): its tasks go to another worker. */
-#define STILL_NS 3000000000u
-/* The loop looks at its clocks at least this often, even with nothing to time, so that
- * the time since it last looked tells whether the job was stopped: a gap of
- * LIFECYCLE_STOP_MIN_NS or more was a stop (lifecycle_timeouts). */
-#define LIFECYCLE_LOOK_NS 50000000u
-#define LIFECYCLE_STOP_MIN_NS 200000000u
-#define LIFECYCLE_HOLD_NS 20000000u
-
-_Atomic sig_atomic_t host_sigchld, host_interrupts, host_sigtstp, host_sigcont, host_conts;
-static _Atomic uint32_t *sig_bell;
-/* The bell for gpud_job_stop, from any thread: host_restore_signals waits until no
- * ringer holds it before the page goes. */
-static _Atomic uint32_t *_Atomic bell_sig;
-static atomic_int bell_ringers;
-
-static void on_signal(int sig)
-{
-	int saved = errno;
-	if (sig == SIGCHLD)
-		host_sigchld = 1;
-	else if (sig == SIGTSTP)
-		host_sigtstp = 1;
-	else if (sig == SIGCONT) {
-		host_sigcont = 1;
-		host_conts++;
-	} else
-		host_interrupts++;
-	if (sig_bell) {
-		atomic_fetch_add(sig_bell, 1);
-		wait_futex_wake(sig_bell);
-	}
-	errno = saved;
-}
-
-/* The caller's dispositions, restored when the run ends (libgpud runs in someone else's
- * process). */
-static const int run_signals[] = {SIGCHLD, SIGCONT, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGPIPE};
-static struct sigaction saved[sizeof run_signals / sizeof *run_signals];
-static bool saved_any;
-
-void host_install_signals(struct host *h, bool keep)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
-		sigaction(run_signals[i], NULL, &saved[i]);
-	saved_any = true;
-	sig_bell = h->shm.host_bell;
-	atomic_store(&bell_sig, h->shm.host_bell);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	/* A worker's death is seen through SIGCHLD, whoever owns the other signals. */
-	sigaction(SIGCHLD, &sa, NULL);
-	if (keep)
-		return;
-	sigaction(SIGCONT, &sa, NULL);
-	/* No SA_RESTART: a generator blocked in read() gets EINTR and can give up. */
-	sa.sa_flags = 0;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
-	sa.sa_flags = SA_RESTART;
-	sigaction(SIGTSTP, &sa, NULL);
-	/* A closed standard output shows up as a write error in the sink. */
-	signal(SIGPIPE, SIG_IGN);
-}
-
-void host_restore_signals(void)
-{
-	if (!saved_any)
-		return;
-	for (size_t i = 0; i < sizeof run_signals / sizeof *run_signals; i++)
-		sigaction(run_signals[i], &saved[i], NULL);
-	saved_any = false;
-	/* The bell page is unmapped next: no gpud_job_stop may still be ringing it. */
-	sig_bell = NULL;
-	atomic_store(&bell_sig, NULL);
-	while (atomic_load(&bell_ringers))
-		sched_yield();
-}
-
-void lifecycle_interrupt(void)
-{
-	int saved_errno = errno;
-	host_interrupts++;
-	atomic_fetch_add(&bell_ringers, 1);
-	_Atomic uint32_t *bell = atomic_load(&bell_sig);
-	if (bell) {
-		atomic_fetch_add(bell, 1);
-		wait_futex_wake(bell);
-	}
-	atomic_fetch_sub(&bell_ringers, 1);
-	errno = saved_errno;
-}
-
-void lifecycle_interrupts_reset(void)
-{
-	host_interrupts = 0;
-	host_conts = 0;
-	host_sigtstp = 0;
-	host_sigcont = 0;
-}
-
-/* A worker reaped already (exited) is never signalled: its pid may name another
- * process by now. */
-static void signal_workers(struct host *h, int sig)
-{
-	for (unsigned i = 0; i < h->pool.n; i++)
-		if (h->pool.w[i].pid > 0 && !h->pool.w[i].exited)
-			spawn_kill(h->pool.w[i].pid, sig);
-}
-
-/* Moves a clock on by the `gap` the job was stopped, but never past `now`: no elapsed
- * time computed from it can wrap, and one started during the stop's uncertain start (the
- * loop looked at its clocks last `gap` ago) or on continuing loses nothing. */
-static void shift(uint64_t *clock, uint64_t now, uint64_t gap)
-{
-	if (*clock)
-		*clock = *clock + gap < now ? *clock + gap : now;
-}
-
-/* Credits `gap` ns, up to `now`, during which the job was stopped to every clock that
- * bounds a worker: time stopped never counts against a task, a setup or a cleanup. */
-static void credit(struct host *h, uint64_t gap, uint64_t now)
-{
-	h->ctl.stopped_ns += gap;
-	if (h->ctl.interrupted)
-		shift(&h->ctl.interrupt_ns, now, gap); /* nor against drain_timeout */
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		/* The task running now, which may have begun after we last looked: its
-		 * clock gets the credit, at most what it has run. */
-		uint64_t since = w->rep ? atomic_load(&w->rep->busy_since_ns) : 0;
-		if (since != w->seen_since) {
-			w->seen_since = since;
-			w->grace_ns = 0;
-		}
-		if (since && since < now)
-			w->grace_ns += gap < now - since ? gap : now - since;
-		shift(&w->spawned_ns, now, gap);
-		shift(&w->still_ns, now, gap);
-	}
-	if (h->ctl.stopping)
-		shift(&h->ctl.stop_ns, now, gap);
-}
-
-void lifecycle_job_control(struct host *h)
-{
-	if (host_sigtstp) {
-		/* Ctrl-Z: the workers (in their own groups) stop with us. */
-		host_sigtstp = 0;
-		uint64_t stopped = wait_now_ns();
-		signal_workers(h, SIGSTOP);
-		ui_suspend(h, true);
-		kill(getpid(), SIGSTOP);
-		/* We were stopped until now (SIGSTOP to ourselves takes effect before kill()
-		 * returns): credited at once, for exactly as long as it lasted, and not when
-		 * the SIGCONT handler, which may run on another thread a moment later, has
-		 * said so; the clocks are not looked at before. */
-		uint64_t now = wait_now_ns();
-		credit(h, now - stopped, now);
-		h->ctl.last_check_ns = now;
-		ui_suspend(h, false);
-		signal_workers(h, SIGCONT);
-	}
-	if (host_sigcont) {
-		/* Continued after a stop from outside (SIGSTOP to the job, a batch system's
-		 * suspend): the workers may have been stopped by us. The time it lasted is
-		 * credited by lifecycle_timeouts, which notices the gap itself, whichever
-		 * thread this handler ran on and when. A SIGCONT that stopped nothing
-		 * (Slurm sends one with SIGTERM) changes no clock. */
-		host_sigcont = 0;
-		signal_workers(h, SIGCONT);
-	}
-}
+#include "util/notes.h"
 
 static const char *how_it_ended(int status, char *buf, size_t len)
 {
@@ -249,7 +67,7 @@ static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
 	ui_say(h, UI_EVENT, "worker %d (%s) setup failed: %s", w->index, WHERE_OF(h, w), why);
-	events_worker(h, GPUD_SETUP_FAILED, w, why);
+	h->pool.up->worker_event(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
 	UI_SET(w->state, HW_GONE);
 }
@@ -264,14 +82,14 @@ void lifecycle_poll(struct host *h, struct host_worker *w)
 			UI_SET(w->ready_ns, wait_now_ns());
 		h->pool.ever_ready = true;
 		/* until its first results tell how long its tasks take */
-		dispatch_first_window(h, w);
+		h->pool.up->ready(h, w);
 	} else if (s == WS_SETUP_FAILED) {
 		setup_failed(h, w,
 			     worker_message(w, msg, sizeof msg, "setup failed without a message"));
 	}
 }
 
-static void kill_worker(struct host_worker *w)
+void lifecycle_kill(struct host_worker *w)
 {
 	if (w->pid > 0 && !w->exited)
 		spawn_kill(w->pid, SIGKILL);
@@ -295,7 +113,7 @@ void lifecycle_corrupt(struct host *h, struct host_worker *w, const char *why)
 				 "in the failures list)"
 			       : "");
 	if (!w->exited) /* reaped already: its process group is gone */
-		kill_worker(w);
+		lifecycle_kill(w);
 }
 
 /* Where the dead worker said its current call began and ended, kept inside what it held. */
@@ -345,7 +163,11 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			WEXITSTATUS(status) == WORKER_EXIT_TAINTED);
 	bool fatal_task = by_task && WEXITSTATUS(status) == WORKER_EXIT_FATAL;
 	bool narrowed = w->timed_out || by_task;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt) {
+	/* Its own exit for a write before a result buffer (the worker found its canary
+	 * broken), unless the host had already killed it as corrupt: told below. */
+	bool tainted =
+		WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt;
+	if (tainted) {
 		w->corrupt = true;
 		snprintf(w->corrupt_why, sizeof w->corrupt_why, "wrote before a result buffer");
 	}
@@ -371,14 +193,14 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 			failures_not_run(h, t.id, t.attempt);
 		} else if (in_call && narrowed && t.pos - w->task_free >= timed - w->task_free) {
 			/* In flight beside the one that timed out or ended it: not its fault. */
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && unsure && !t.alone) {
 			/* One of them did it: each runs again alone (tasks.h), and only one
 			 * that kills its worker alone is blamed, so the others are never
 			 * called poison for being beside it. A task alone already (given
 			 * several by a path that does not isolate) is blamed as before. */
 			t.alone = true;
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		} else if (in_call && w->corrupt) {
 			/* Which task did it is not known for sure: a strike, and it runs again,
 			 * unless this keeps happening to it. */
@@ -388,25 +210,27 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 					 "its worker was killed %u times while running it "
 					 "(last: worker %d (%s) %s)",
 					 t.strikes, w->index, WHERE_OF(h, w), w->corrupt_why);
-				events_outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
+				h->pool.up->outcome(h, w, &t, input, CAUSE_FINAL, NULL, 0, msg, 0);
 			} else {
-				tasks_requeue(h, &t, input, -1, w->stage);
+				h->pool.up->requeue(h, &t, input, -1, w->stage);
 			}
 		} else if (in_call && (busy || w->timed_out)) {
 			if (w->timed_out) {
 				UI_ADD(w->timeouts, 1);
 				snprintf(msg, sizeof msg, "timed out after %g s on worker %d (%s)",
-					 stages_task_timeout(h, w), w->index, WHERE_OF(h, w));
-				events_outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
-					       stages_task_timeout(h, w));
+					 stagecfg_task_timeout(h->cfg, w->stage), w->index,
+					 WHERE_OF(h, w));
+				h->pool.up->outcome(h, w, &t, input, CAUSE_TIMEOUT, NULL, 0, msg,
+						    stagecfg_task_timeout(h->cfg, w->stage));
 			} else if (fatal_task) {
 				/* gpud_task_fatal in flight: its failure and message, as from
 				 * process() (an error, not a crash). */
 				UI_ADD(w->failed, 1);
 				worker_message(w, msg, sizeof msg,
 					       "gpud_task_fatal() without a message");
-				events_outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
-					       (double)wait_since(wait_now_ns(), since) * 1e-9);
+				h->pool.up->outcome(h, w, &t, input, CAUSE_ERROR, NULL, 0, msg,
+						    (double)wait_since(wait_now_ns(), since) *
+							    1e-9);
 			} else {
 				uint64_t now = wait_now_ns();
 				enum cause cause = CAUSE_CRASH;
@@ -415,7 +239,8 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 				 * this restart is its, not the GPU's. */
 				if (t.crashes++ > 0)
 					w->free_restart = true;
-				if (t.crashes > stages_max_retries(h, w) && t.crashes > 1) {
+				if (t.crashes > stagecfg_max_retries(h->cfg, w->stage) &&
+				    t.crashes > 1) {
 					cause = CAUSE_FINAL;
 					snprintf(msg, sizeof msg,
 						 "poison task: %u workers died while "
@@ -428,18 +253,17 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 						 w->index, WHERE_OF(h, w), how,
 						 (unsigned long long)t.id);
 				}
-				events_outcome(h, w, &t, input, cause, NULL, 0, msg,
-					       (double)wait_since(now, since) * 1e-9);
+				h->pool.up->outcome(h, w, &t, input, cause, NULL, 0, msg,
+						    (double)wait_since(now, since) * 1e-9);
 			}
 		} else {
-			tasks_requeue(h, &t, input, -1, w->stage);
+			h->pool.up->requeue(h, &t, input, -1, w->stage);
 		}
 	}
 	w->task_free = w->task_head;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TAINTED && !w->corrupt)
+	if (tainted)
 		ui_say(h, UI_EVENT,
-		       "worker %d (%s): its plugin wrote before a result buffer; "
-		       "restarted",
+		       "worker %d (%s) exited tainted: its plugin wrote before a result buffer",
 		       w->index, WHERE_OF(h, w));
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_FATAL && !w->corrupt &&
 		 worker_message(w, msg, sizeof msg, "")[0])
@@ -455,7 +279,7 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 {
 	while (tasks_held(w)) {
 		struct task_ent t = *tasks_front(w);
-		tasks_requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
+		h->pool.up->requeue(h, &t, ring_payload(ring_at(&w->tasks, t.pos)), -1, w->stage);
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
@@ -508,7 +332,7 @@ static void restart(struct host *h, struct host_worker *w)
 			}
 		}
 		ui_say(h, UI_EVENT, "%s", msg);
-		events_worker(h, GPUD_GPU_RETIRED, w, msg);
+		h->pool.up->worker_event(h, GPUD_GPU_RETIRED, w, msg);
 		return;
 	}
 	if (!free_restart)
@@ -580,7 +404,7 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 			worker_message(w, wmsg, sizeof wmsg, "cleanup failed without a message");
 			ui_say(h, UI_EVENT, "worker %d (%s) cleanup failed: %s", w->index,
 			       WHERE_OF(h, w), wmsg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, wmsg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, wmsg);
 		} else if (s != WS_DONE && w->timed_out) {
 			UI_SET(w->end, END_ERROR);
 			snprintf(msg, sizeof msg,
@@ -588,12 +412,12 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 				 "%g s; killed",
 				 w->index, WHERE_OF(h, w), h->cfg->cleanup_timeout);
 			ui_say(h, UI_EVENT, "%s", msg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, msg);
 		} else if (s != WS_DONE && !h->ctl.killing) {
 			snprintf(msg, sizeof msg, "worker %d (%s) %s during cleanup", w->index,
 				 WHERE_OF(h, w), how);
 			ui_say(h, UI_EVENT, "%s", msg);
-			events_worker(h, GPUD_CLEANUP_FAILED, w, msg);
+			h->pool.up->worker_event(h, GPUD_CLEANUP_FAILED, w, msg);
 		}
 		if (w->end == END_NONE)
 			UI_SET(w->end, END_FINISHED);
@@ -607,360 +431,6 @@ void lifecycle_exited(struct host *h, struct host_worker *w)
 	}
 }
 
-static struct host_worker *worker_by_pid(struct host *h, pid_t pid)
-{
-	for (unsigned i = 0; i < h->pool.n; i++)
-		if (h->pool.w[i].pid == pid && !h->pool.w[i].exited)
-			return &h->pool.w[i];
-	return NULL;
-}
-
-/* The caller's children when the run began (libgpud): never killed nor reaped by the
- * run. Known by pid and start time, so that a pid reused meanwhile is not mistaken. */
-#define FOREIGN_MAX 4096
-struct child {
-	pid_t pid;
-	char state;
-	unsigned long long start; /* clock ticks after boot (/proc/PID/stat, field 22) */
-};
-static struct child foreign[FOREIGN_MAX];
-static unsigned n_foreign;
-
-/* Child `pid`'s state, parent and start time from /proc; false when it is gone. */
-static bool child_stat(pid_t pid, struct child *out, pid_t *ppid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t len = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	/* "pid (comm) state ppid ...": comm may hold anything, so parse after the last
-	 * ')'. */
-	char *p = strrchr(buf, ')');
-	int pp;
-	out->pid = pid;
-	if (!p || sscanf(p + 1,
-			 " %c %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
-			 "%*s %llu",
-			 &out->state, &pp, &out->start) != 3)
-		return false;
-	*ppid = pp;
-	return true;
-}
-
-/* The processes whose parent is us, from /proc; up to `max`. */
-static unsigned our_children(struct child *out, unsigned max)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	unsigned n = 0;
-	pid_t self = getpid(), ppid;
-	if (!d)
-		return 0;
-	while (n < max && (e = readdir(d))) {
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		if (child_stat((pid_t)atoi(e->d_name), &out[n], &ppid) && ppid == self)
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
-static bool is_foreign(const struct child *c)
-{
-	for (unsigned i = 0; i < n_foreign; i++)
-		if (foreign[i].pid == c->pid && foreign[i].start == c->start)
-			return true;
-	return false;
-}
-
-static bool pid_foreign(pid_t pid)
-{
-	struct child c;
-	pid_t ppid;
-	bool any = false;
-	for (unsigned i = 0; i < n_foreign && !any; i++)
-		any = foreign[i].pid == pid;
-	return any && child_stat(pid, &c, &ppid) && is_foreign(&c);
-}
-
-void lifecycle_children_note(void)
-{
-	n_foreign = our_children(foreign, FOREIGN_MAX);
-}
-
-void lifecycle_children_forget(void)
-{
-	n_foreign = 0;
-}
-
-/* Reaps `pid`, which has exited: a worker's exit is marked; anything else is a process
- * a worker left behind, handed to us as the subreaper: reaped, nothing more. */
-static void reap_one(struct host *h, pid_t pid)
-{
-	struct host_worker *w = worker_by_pid(h, pid);
-	/* While the dead worker is a zombie its process group still exists, so whatever
-	 * it left behind in it can be killed safely. */
-	if (w)
-		kill(-pid, SIGKILL);
-	int status;
-	if (waitpid(pid, &status, 0) < 0)
-		return;
-	if (w) {
-		w->exit_status = status;
-		w->exited = true;
-	}
-}
-
-void lifecycle_reap(struct host *h)
-{
-	siginfo_t si;
-	host_sigchld = 0;
-	for (;;) {
-		si.si_pid = 0;
-		/* Look before reaping: the child may be the caller's (libgpud). */
-		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
-			return;
-		if (!n_foreign || !pid_foreign(si.si_pid)) {
-			reap_one(h, si.si_pid);
-			continue;
-		}
-		break;
-	}
-	/* A child of the caller's has exited and keeps its status for the caller: it
-	 * hides the others from waitid, so they are found by pid. */
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		si.si_pid = 0;
-		if (w->pid > 0 && !w->exited &&
-		    waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-		    si.si_pid == w->pid)
-			reap_one(h, w->pid);
-	}
-	struct child *kids = malloc(1024 * sizeof *kids);
-	unsigned n = kids ? our_children(kids, 1024) : 0;
-	for (unsigned i = 0; i < n; i++)
-		if (kids[i].state == 'Z' && !is_foreign(&kids[i]))
-			reap_one(h, kids[i].pid);
-	free(kids);
-}
-
-/* Workers told to stop get cleanup_timeout to exit; then they are killed. */
-static uint64_t cleanup_deadline(struct host *h, uint64_t now)
-{
-	double limit = h->cfg->cleanup_timeout;
-	if (!h->ctl.stopping || h->ctl.killing || limit <= 0)
-		return 0;
-	uint64_t deadline = h->ctl.stop_ns + (uint64_t)(limit * 1e9);
-	if (now < deadline)
-		return deadline;
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		if (w->state == HW_STOPPING && w->pid > 0 && !w->timed_out && !w->cancelled) {
-			w->timed_out = true;
-			kill_worker(w);
-		}
-	}
-	return 0;
-}
-
-static uint64_t earlier(uint64_t a, uint64_t b)
-{
-	return !a ? b : !b ? a : a < b ? a : b;
-}
-
-/* A worker holding tasks it does not start, while not in a call and not waiting to
- * fill a batch, is stopped or wedged: its tasks go elsewhere. */
-static uint64_t check_still(struct host *h, struct host_worker *w, uint64_t now)
-{
-	/* While a sink call is stuck, nothing is taken from the workers or given to them:
-	 * one that holds tasks it has not started waits for the host (backpressure, as
-	 * with result rings sized otherwise or batches), it is not wedged. Nor is a CPU
-	 * stage's worker whose results wait for room in the next stage (blocked). */
-	if (w->blocked || atomic_load_explicit(&h->out.stuck_ns, memory_order_relaxed)) {
-		w->still_ns = 0;
-		return 0;
-	}
-	uint64_t tail = atomic_load_explicit(&w->rep->task_tail, memory_order_relaxed);
-	bool busy = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed) != 0;
-	/* Unstarted: it has not reported reaching the end of what we published. */
-	if (tail != w->seen_tail || busy || tail == w->task_head) {
-		w->seen_tail = tail;
-		w->still_ns = 0;
-		return 0;
-	}
-	uint64_t limit = STILL_NS + h->shm.hdr->batch_wait_ns;
-	if (!w->still_ns) {
-		w->still_ns = now;
-	} else if (wait_since(now, w->still_ns) >= limit) {
-		ui_say(h, UI_EVENT,
-		       "worker %d (%s) held %u tasks for %.1f s without starting "
-		       "one; giving them to another worker",
-		       w->index, WHERE_OF(h, w), tasks_held(w),
-		       (double)wait_since(now, w->still_ns) * 1e-9);
-		w->held_still = true;
-		kill_worker(w);
-		return 0;
-	}
-	return w->still_ns + limit;
-}
-
-/* The resolution of CLOCK_MONOTONIC_COARSE (1 to 10 ms, by the kernel's HZ). */
-static uint64_t coarse_tick_ns(void)
-{
-	static uint64_t tick;
-	if (!tick) {
-		struct timespec res;
-		bool ok = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 &&
-			  res.tv_nsec > 0;
-		tick = ok ? (uint64_t)res.tv_nsec : 10000000u;
-	}
-	return tick;
-}
-
-/* The loop looks at least every LIFECYCLE_LOOK_NS when it can. A longer gap since it
- * last did was a stop of the job (SIGSTOP from outside, a batch system's suspend), which
- * counts against nothing, when a SIGCONT came with it; without one it was the host being
- * busy (a slow sink call, a starved CPU), which counts. The SIGCONT's handler may run on
- * another thread a moment after the loop wakes: a gap with no SIGCONT yet is held for one
- * more look, 20 ms on, before anything is enforced (true: look again then). (Ctrl-Z is
- * credited where it is handled.) */
-static bool credit_stops(struct host *h, uint64_t now)
-{
-	uint64_t gap = wait_since(now, h->ctl.last_check_ns);
-	bool cont = host_conts != h->ctl.conts_seen;
-	h->ctl.conts_seen = host_conts;
-	if (h->ctl.held_gap) {
-		if (cont)
-			credit(h, h->ctl.held_gap, now);
-		h->ctl.held_gap = 0;
-	} else if (h->ctl.last_check_ns && gap >= LIFECYCLE_STOP_MIN_NS) {
-		if (!cont) {
-			h->ctl.held_gap = gap;
-			h->ctl.last_check_ns = now;
-			return true;
-		}
-		credit(h, gap, now);
-	}
-	h->ctl.last_check_ns = now;
-	return false;
-}
-
-/* The journal catches up every JOURNAL_FLUSH_NS. */
-static uint64_t flush_journal(struct host *h, uint64_t now, uint64_t deadline)
-{
-	if (h->journal.fd < 0)
-		return deadline;
-	if (wait_since(now, h->journal.flushed_ns) >= JOURNAL_FLUSH_NS &&
-	    journal_flush(&h->journal, false) < 0 && !h->resume.journal_failed) {
-		h->resume.journal_failed = true;
-		ui_say(h, UI_EVENT,
-		       "cannot write the journal %s: %s; --resume may run finished tasks again",
-		       h->journal.path, strerror(errno));
-	}
-	return earlier(deadline, h->journal.flushed_ns + JOURNAL_FLUSH_NS);
-}
-
-/* Interrupted: the running tasks get drain_timeout to finish, then are stopped, so a
- * batch system's SIGTERM ... SIGKILL still finds the run closed in good order. */
-static uint64_t enforce_drain(struct host *h, uint64_t now, uint64_t deadline)
-{
-	if (!h->ctl.interrupted || h->ctl.killing || h->ctl.stopping || h->cfg->drain_timeout <= 0)
-		return deadline;
-	uint64_t drain = (uint64_t)(h->cfg->drain_timeout * 1e9);
-	if (wait_since(now, h->ctl.interrupt_ns) < drain)
-		return earlier(deadline, h->ctl.interrupt_ns + drain);
-	ui_say(h, UI_EVENT,
-	       "drain_timeout (%g s) passed: stopping the running tasks (they count as not "
-	       "run)",
-	       h->cfg->drain_timeout);
-	lifecycle_kill_all(h);
-	return deadline;
-}
-
-/* Worker w's setup_timeout, the tasks it holds without starting them, and its
- * task_timeout (limit ns, 0 none); the next time to look. */
-static uint64_t enforce_worker(struct host *h, struct host_worker *w, uint64_t now, uint64_t limit,
-			       uint64_t setup_limit, uint64_t deadline)
-{
-	if (w->pid <= 0 || w->timed_out || w->corrupt || w->exited)
-		return deadline;
-	if (w->state == HW_STARTING && setup_limit) {
-		if (wait_since(now, w->spawned_ns) < setup_limit)
-			return earlier(deadline, w->spawned_ns + setup_limit);
-		w->setup_timed_out = true;
-		kill_worker(w);
-		return deadline;
-	}
-	/* A worker told to stop while the run goes on (its GPU was retired) finishes what
-	 * it holds, under the same task_timeout. */
-	if (w->state != HW_READY && w->state != HW_STOPPING)
-		return deadline;
-	if (w->state == HW_READY)
-		deadline = earlier(deadline, check_still(h, w, now));
-	if (!limit)
-		return deadline;
-	uint64_t since = atomic_load_explicit(&w->rep->busy_since_ns, memory_order_relaxed);
-	if (since != w->seen_since) {
-		w->seen_since = since;
-		w->grace_ns = 0;
-	}
-	/* A task may have begun after `now` was read: that is not a long one (and now -
-	 * since would wrap around). */
-	if (!since || since >= now)
-		return deadline;
-	uint64_t ran = now - since;
-	ran = ran > w->grace_ns ? ran - w->grace_ns : 0;
-	/* A worker that interrupts its own call at task_timeout (gpud_worker_interrupt,
-	 * every Python worker) has timeout_grace more to return from it: then its tasks
-	 * time out and it goes on, model and all. */
-	if (h->cfg->timeout_grace > 0 &&
-	    atomic_load_explicit(&w->rep->interrupts, memory_order_relaxed) == 1)
-		limit += (uint64_t)(h->cfg->timeout_grace * 1e9);
-	if (ran < limit)
-		return earlier(deadline, now + (limit - ran));
-	/* A plugin stuck in a kernel or a C loop cannot be interrupted from inside (or
-	 * did not return within timeout_grace when it was): the worker goes, a fresh one
-	 * takes its place. */
-	w->timed_out = true;
-	kill_worker(w);
-	return deadline;
-}
-
-uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
-{
-	double limit_s = h->cfg->task_timeout;
-	if (credit_stops(h, now))
-		return now + LIFECYCLE_HOLD_NS;
-	uint64_t deadline = cleanup_deadline(h, now);
-	deadline = flush_journal(h, now, deadline);
-	deadline = enforce_drain(h, now, deadline);
-	if (h->ctl.stopping)
-		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
-	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
-	 * stretch of them began, which may be up to a tick before the task now running
-	 * (worker/main.c, TINY_NS). */
-	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
-	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
-	bool staged = h->pool.n_stages && stages_any_timeout(h);
-	deadline = earlier(deadline,
-			   now + (limit_s > 0 || staged ? TIMEOUT_POLL_NS : LIFECYCLE_LOOK_NS));
-	for (unsigned i = 0; i < h->pool.n; i++) {
-		struct host_worker *w = &h->pool.w[i];
-		uint64_t own = limit;
-		if (w->stage < h->pool.n_stages) { /* a CPU stage's: its own, if it has one */
-			double s = stages_task_timeout(h, w);
-			own = s > 0 ? (uint64_t)(s * 1e9) + coarse_tick_ns() : 0;
-		}
-		deadline = enforce_worker(h, w, now, own, setup_limit, deadline);
-	}
-	return deadline;
-}
-
 void lifecycle_stop_all(struct host *h)
 {
 	h->ctl.stopping = true;
@@ -972,7 +442,7 @@ void lifecycle_stop_all(struct host *h)
 			 * the end (it may be minutes of model loading). */
 			UI_SET(w->state, HW_STOPPING);
 			w->cancelled = true;
-			kill_worker(w);
+			lifecycle_kill(w);
 			continue;
 		}
 		if (w->state != HW_READY)
@@ -992,7 +462,7 @@ void lifecycle_kill_all(struct host *h)
 		if (w->pid > 0) {
 			if (w->state == HW_READY || w->state == HW_STARTING)
 				UI_SET(w->state, HW_STOPPING);
-			kill_worker(w);
+			lifecycle_kill(w);
 		}
 	}
 }
@@ -1003,31 +473,4 @@ unsigned lifecycle_live(const struct host *h)
 	for (unsigned i = 0; i < h->pool.n; i++)
 		n += h->pool.w[i].state != HW_GONE || h->pool.w[i].exited;
 	return n;
-}
-
-unsigned lifecycle_sweep(void)
-{
-	struct child *kids = malloc(1024 * sizeof *kids);
-	unsigned total = 0, n = 0;
-	if (!kids)
-		return 0;
-	/* Each round kills what is below us now, but the caller's own children; their
-	 * own children come to us as orphans for the next round. */
-	for (int round = 0; round < 64; round++) {
-		unsigned found = our_children(kids, 1024);
-		n = 0;
-		for (unsigned i = 0; i < found; i++)
-			if (!is_foreign(&kids[i]))
-				kids[n++] = kids[i];
-		if (!n)
-			break;
-		for (unsigned i = 0; i < n; i++)
-			kill(kids[i].pid, SIGKILL);
-		for (unsigned i = 0; i < n; i++)
-			while (waitpid(kids[i].pid, NULL, 0) < 0 && errno == EINTR)
-				;
-		total += n;
-	}
-	free(kids);
-	return total;
 }

@@ -14,8 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "run/host.h"
-#include "run/stages.h"
+#include "host.h"
+#include "job/stagecfg.h"
 #include "workers/fit.h"
 #include "workers/times.h"
 #include "workers/memory.h"
@@ -295,7 +295,7 @@ static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned 
 	feed->seed = h->cfg->base_seed + (uint64_t)w->index;
 	/* The limit at which a worker that can (gpud_worker_interrupt) ends its call
 	 * itself; the host kills it timeout_grace later (lifecycle_timeouts). */
-	double ms = stages_task_timeout(h, w) * 1e3;
+	double ms = stagecfg_task_timeout(h->cfg, w->stage) * 1e3;
 	feed->interrupt_ms = 0;
 	if (ms > 0 && h->cfg->timeout_grace > 0) /* rounded up: never before the limit */
 		feed->interrupt_ms = ms >= UINT32_MAX ? UINT32_MAX : (uint32_t)(ms + 0.999999);

@@ -3,7 +3,7 @@
 #ifndef GPUD_MEMORY_H
 #define GPUD_MEMORY_H
 
-#include "run/host.h"
+#include "host.h"
 
 /* The sizes of a run's shared memory for n workers (shm_layout.h). */
 struct shm_plan {

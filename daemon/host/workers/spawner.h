@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "run/host.h"
+#include "host.h"
 
 int spawn_worker(struct host *h, struct host_worker *w);
 /* Sends sig to a child we started in a process group of its own (a worker, a helper):

@@ -10,7 +10,7 @@
 #ifndef GPUD_TIMES_H
 #define GPUD_TIMES_H
 
-#include "run/host.h"
+#include "host.h"
 #include "view/publish.h"
 
 /* The phases' names, as --stats-json, the metrics and the dashboard say them. */

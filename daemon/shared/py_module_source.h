@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The Python source of the `gpud` module the python plugins build in (gpud_module.h):
- * apart, so that `gpud check --import` (daemon/host/job/python.c), which runs the
- * user's code in a plain interpreter, gives it the very module the workers have. */
+/* The Python source of the `gpud` module the python plugins build in
+ * (plugins/python/gpud_module.h): here, with what both sides use, so that
+ * `gpud check --import` (daemon/host/job/python.c), which runs the user's code in a
+ * plain interpreter, gives it the very module the workers have. */
 #ifndef GPUD_PY_MODULE_SOURCE_H
 #define GPUD_PY_MODULE_SOURCE_H
 

@@ -18,11 +18,22 @@
 #include "run/standin.h"
 #include "run/tasks.h"
 #include "wait.h"
+#include "view/figures.h"
 #include "view/publish.h"
 #include "view/ui.h"
 #include "view/metrics.h"
 #include "record/journal.h"
 #include "cluster/claims.h"
+
+/* Why a task ended: the event it makes, and whether it runs again (run/events.c). */
+enum cause {
+	CAUSE_OK,      /* GPUD_TASK_OK */
+	CAUSE_ERROR,   /* the plugin failed it: retried if retry_on has error */
+	CAUSE_REJECT,  /* the plugin rejected it for good (gpud_task_reject): not retried */
+	CAUSE_TIMEOUT, /* it ran past task_timeout: retried if retry_on has timeout */
+	CAUSE_CRASH,   /* its worker died while running it: retried if retry_on has crash */
+	CAUSE_FINAL,   /* an error that running again cannot help (a poison task) */
+};
 
 /* How a worker slot ended, for the dashboard. */
 enum hw_end { END_NONE, END_FINISHED, END_ERROR };
@@ -160,6 +171,7 @@ struct host_notes {
 };
 
 struct run_opts;
+struct lifecycle_up;
 
 /*
  * The engine's state, grouped by the module that owns each part (the one that writes
@@ -190,11 +202,7 @@ struct host_stage {
 	unsigned first, n;
 	unsigned rr;                    /* where the next hand-over looks first */
 	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
-	/* published (stages_publish, every 100 ms): workers set up or setting up, and tasks
-	 * waiting in front of it (given and not started, or finished upstream and waiting
-	 * for room in it) */
-	unsigned alive;
-	uint64_t queued;
+	struct stage_figures fig;       /* published for the view (view/figures.h) */
 	/* its largest ok result so far and that task's input (the loop's; said at the
 	 * end by stages_note_results when large) */
 	uint32_t largest_result, largest_input;
@@ -218,6 +226,9 @@ struct host_pool {
 	 * per stage worker. */
 	unsigned n_gpu_workers, n_stages;
 	struct host_stage *stages;
+	/* What the run does with the outcomes, events and retries lifecycle.c finds: set
+	 * by run/ before any worker starts (workers/lifecycle.h). */
+	const struct lifecycle_up *up;
 };
 
 /* The generator's side of the loop: run/dispatcher.c. */
@@ -280,6 +291,7 @@ struct host_files {
 
 /* Resuming an earlier run: record/resume.c (the journal itself is record/journal.c's). */
 struct host_resume {
+	bool asked;          /* --resume was given */
 	bool on;             /* --resume with a journal: done tasks are skipped */
 	bool input_changed;  /* a sampled input differs from the journaled run's */
 	bool journal_failed; /* a journal write failed (said once) */
