@@ -71,9 +71,12 @@ class ProxyModel:
     """A NumPy stand-in for the GPU: the answer from the pixels, then a sleep."""
 
     def __call__(self, items):
+        """items: a list of images (stacked here: the copy a plain loop makes into its
+        batch buffer), or one (n, SIZE) uint8 array already (gpud.stack: no copy)."""
         import numpy as np
 
-        a = np.stack([np.frombuffer(x, dtype=np.uint8) for x in items])
+        a = items if isinstance(items, np.ndarray) else np.stack(
+            [np.frombuffer(x, dtype=np.uint8) for x in items])
         s = a[:, ::61].astype(np.uint64).sum(axis=1)
         time.sleep(GPU_FIXED_S + GPU_ITEM_S * len(items))
         return [int(v * 2654435761 % 1000) for v in s]
@@ -107,8 +110,12 @@ class ResNet:
             return self.model(x).argmax(1).cpu().tolist()
 
     def __call__(self, items):
-        """As a user's worker does: frombuffer, stack, to the GPU."""
+        """As a user's worker does: frombuffer, stack, to the GPU; or, given one
+        (n, SIZE) array (gpud.stack over a pinned ring), one transfer, no copy here."""
         torch = self.torch
+        if not isinstance(items, (list, tuple)):
+            x = torch.from_numpy(items).view(-1, H, W, C).to(self.dev, non_blocking=True)
+            return self.on_gpu(x)
         x = torch.stack([torch.frombuffer(i, dtype=torch.uint8) for i in items])
         return self.on_gpu(x.view(-1, H, W, C).to(self.dev))
 
@@ -137,14 +144,23 @@ except ImportError:  # the loop alone can run without gpud
 
 
 class ImageWorker(BaseWorker):
-    def setup(self, gpu_id, seed, real=False):
+    """gpud's worker: the batch handed to the model as one array over the ring
+    (gpud.stack: no copy; pinned where the worker has a GPU) unless copy=True, which
+    stacks the items as a first port of a plain loop does (a copy of the batch)."""
+
+    def setup(self, gpu_id, seed, real=False, copy=False):
         self.model = make_model(real)
+        self.copy = copy
 
     def process(self, item):
         return self.model([item])[0]
 
     def process_batch(self, items):
-        return self.model(items)
+        if self.copy:
+            return self.model(items)
+        import gpud
+
+        return self.model(gpud.stack(items))
 
 
 # ---- the configurations: each returns (images/s, answers {index: class}, stats) ----
@@ -187,7 +203,7 @@ def run_loop_twice(n, real):
     return sum(rates), None, {"each": rates}
 
 
-def run_gpud(n, real, **options):
+def run_gpud(n, real, copy=False, **options):
     from gpud import Dispatcher
 
     answers = {}
@@ -199,7 +215,7 @@ def run_gpud(n, real, **options):
 
     t0 = time.perf_counter()
     stats = Dispatcher(ImageWorker, [0], ui="off", **options).run(
-        images(n), on_success, real=real)
+        images(n), on_success, real=real, copy=copy)
     dt = time.perf_counter() - t0
     setup = max((w.get("time_setup", 0.0) for w in stats.get("workers", [])), default=0.0)
     return n / max(dt - setup, 1e-9), answers, stats
@@ -285,6 +301,8 @@ def main():
          lambda k: run_gpud(k, real, batch_size=BATCH)),
         ("gpud 256 x2", "the same with workers_per_gpu=2", n,
          lambda k: run_gpud(k, real, batch_size=BATCH, workers_per_gpu=2)),
+        ("gpud 256 x2 copy", "the same, the class stacking its items (a copy)", n,
+         lambda k: run_gpud(k, real, copy=True, batch_size=BATCH, workers_per_gpu=2)),
     ]
     if a.only:
         keep = set(a.only.split(","))
