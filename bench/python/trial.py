@@ -16,6 +16,13 @@ rounds alternated so that every configuration sees the machine's swings alike:
   gpud per item  gpud.Dispatcher, 1 worker, process() per item
   gpud 256       gpud.Dispatcher, batch_size=256, every other key at its default
   gpud 256 x2    the same with workers_per_gpu=2 (two workers on one GPU)
+  gpud 256 x2 copy  the same, the worker class stacking its items itself (a copy of
+                 the batch, as a first port of the loop does) instead of gpud.stack
+
+gpud's worker class hands the model one array of the batch, gpud.stack(items): no
+copy (the items lie back to back in the ring; on a GPU the ring is pinned, so the
+transfer is DMA from it), where the plain loop copies its items into one batch buffer
+(pinned, in real mode).
 
 It prints one table (the median images/s, and each as a share of the plain loop; the
 two-worker row also as a share of two plain processes), then where each gpud worker's
@@ -26,8 +33,9 @@ loop's answer.
 
 --real: torchvision's ResNet-50 (random weights, seeded alike in every process), bf16,
 channels_last, on cuda:0; the loop stages each batch in pinned memory; gpud's worker
-turns its items into a tensor (torch.frombuffer, torch.stack), moves it to the GPU,
-normalises there and returns the arg-max. Needs PyTorch, torchvision and a GPU; 20,000
+moves its batch to the GPU in one transfer (torch.from_numpy(gpud.stack(items)); the
+"copy" row: torch.frombuffer and torch.stack, then .to), normalises there and returns
+the arg-max. Needs PyTorch, torchvision and a GPU; 20,000
 items by default (about 5 minutes on one H100 for every row).
 
 --proxy (the default without a GPU): a NumPy model that plays the GPU, as bench/work.c
