@@ -877,11 +877,21 @@ class Sizer(BaseWorker):
 
     def setup(self, gpu_id, seed):
         self.pid = os.getpid()
+        # Both workers get work even when one starts slowly (a loaded machine): the
+        # first call of each waits (up to 30 s) until every worker has set up.
+        self.ready = os.environ.get("GPUD_TEST_SIZER_DIR")
+        if self.ready:
+            open(os.path.join(self.ready, str(self.pid)), "w").close()
 
     def process(self, data):
         return self.process_batch([data])[0]
 
     def process_batch(self, items):
+        if self.ready:
+            end = time.monotonic() + 30
+            while len(os.listdir(self.ready)) < 2 and time.monotonic() < end:
+                time.sleep(0.01)
+            self.ready = None
         time.sleep(0.002)
         return [(x, len(items), self.pid) for x in items]
 
@@ -889,7 +899,11 @@ class Sizer(BaseWorker):
 def times():
     # Where each worker's time goes, in the stats run() returns: the phases add up to
     # each worker's wall time, and the call sizes are those process_batch got.
+    import tempfile
+
     got = {}
+    os.environ["GPUD_TEST_SIZER_DIR"] = tempfile.mkdtemp(
+        dir=os.environ.get("GPUD_TEST_TMP", "/tmp"))
     stats = Dispatcher(Sizer, [0], workers_per_gpu=2, batch_size=16, chunksize=40).run(
         iter(range(2000)), lambda t, r, w: got.__setitem__(t, r))
     check(sorted(got) == list(range(2000)), f"{len(got)} results")
