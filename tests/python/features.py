@@ -426,6 +426,31 @@ def batches():
           f"chunks of growing items: {sizes}")
     check(err.getvalue().count("batch_size=64: items of about") == 1
           and "raise max_task_bytes" in err.getvalue(), f"said once: {err.getvalue()!r}")
+    # An iterator that pauses 50 ms after its first item cuts the chunk there (a live
+    # source's items are not held back), unless this thread spent that time waiting for
+    # a CPU (a loaded machine), as schedstat says (played here: dispatcher._run_delay).
+    import gpud.dispatcher as gd
+
+    def paused():
+        yield bytes(10)
+        time.sleep(0.05)
+        yield from (bytes(10) for _ in range(63))
+
+    real = gd._run_delay
+    for delay, want in ((None, 3), (1.0, 64)):  # 3: the block of items 2-3 took 50 ms
+        reads = iter([0.0, delay or 0.0])  # at the chunk's start, after the pause
+
+        def fake():
+            return next(reads)
+        gd._run_delay = real if delay is None else fake
+        try:
+            c = _Chunks(paused(), None, cbs, 0.002, 64, 1 << 20, 1 << 20, _worker.loads_framed,
+                        _worker.frame, _worker.frame_size, reissue=False)
+            next(c)
+            first = len(c.ids(0))
+        finally:
+            gd._run_delay = real
+        check(first == want, f"a pause with {delay} s of waiting for a CPU: {first} items")
     # Set too small for a batch: refused before anything runs, in one line naming the
     # key, the item size and what to change.
     try:
