@@ -812,3 +812,59 @@ Test(api, results_a_calling_thread_sink_never_got_are_not_journaled)
 	gpud_job_free(job);
 	munmap(p, sizeof *p);
 }
+
+/* A tally that also counts the events that carried their task's input. */
+struct inputs {
+	struct tally t;
+	atomic_uint with_input, right_input;
+};
+
+static int inputs_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct inputs *s = ctx;
+	if (ev->input || ev->input_size) {
+		atomic_fetch_add(&s->with_input, 1);
+		char want[32];
+		int n = snprintf(want, sizeof want, "item-%llu", (unsigned long long)ev->task_id);
+		if (ev->input && ev->input_size == (size_t)n && !memcmp(ev->input, want, (size_t)n))
+			atomic_fetch_add(&s->right_input, 1);
+	}
+	return tally_event(&s->t, ev, err);
+}
+
+/* GPUD_SINK_NO_INPUT: no event carries its input, also those held for ordered delivery
+ * (ordered = true, two workers: outcomes come out of order and wait); without it, every
+ * event carries its own task's input. Every result reaches the sink once either way. */
+Test(api, a_sink_without_inputs_gets_none_and_every_result)
+{
+	for (int flag = 0; flag < 2; flag++) {
+		struct feed f = {.n = 300, .fail_at = -1};
+		static struct inputs s;
+		memset(&s, 0, sizeof s);
+		s.t.fail_at = -1;
+		struct gpud_sink_ops ops = {.size = sizeof ops,
+					    .event = inputs_event,
+					    .close = tally_close,
+					    .events = tally_events,
+					    .flags = GPUD_SINK_CALLING_THREAD |
+						     (flag ? GPUD_SINK_NO_INPUT : 0)};
+		gpud_job *job = keys_job(t_tmpdir(), 200, false);
+		cr_assert_eq(gpud_job_set(job, "job.ordered", "true"), 0, "%s",
+			     gpud_job_error(job));
+		cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+		cr_assert_eq(gpud_job_set_sink(job, &ops, &s), 0);
+		struct gpud_run_options o = {.size = sizeof o};
+		int rc = gpud_job_run(job, &o);
+		cr_assert_eq(rc, 0, "run: %d (%s)", rc, gpud_job_error(job));
+		for (unsigned i = 0; i < 300; i++)
+			cr_expect_eq(s.t.ok[i], 1, "task %u delivered %u times", i, s.t.ok[i]);
+		cr_expect_eq(s.t.bad, 0);
+		if (flag)
+			cr_expect_eq(atomic_load(&s.with_input), 0, "%u events carried an input",
+				     atomic_load(&s.with_input));
+		else
+			cr_expect_eq(atomic_load(&s.right_input), 300, "%u of 300 with their input",
+				     atomic_load(&s.right_input));
+		gpud_job_free(job);
+	}
+}

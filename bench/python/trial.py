@@ -16,6 +16,13 @@ rounds alternated so that every configuration sees the machine's swings alike:
   gpud per item  gpud.Dispatcher, 1 worker, process() per item
   gpud 256       gpud.Dispatcher, batch_size=256, every other key at its default
   gpud 256 x2    the same with workers_per_gpu=2 (two workers on one GPU)
+  gpud 256 x2 copy  the same, the worker class stacking its items itself (a copy of
+                 the batch, as a first port of the loop does) instead of gpud.stack
+
+gpud's worker class hands the model one array of the batch, gpud.stack(items): no
+copy (the items lie back to back in the ring; on a GPU the ring is pinned, so the
+transfer is DMA from it), where the plain loop copies its items into one batch buffer
+(pinned, in real mode).
 
 It prints one table (the median images/s, and each as a share of the plain loop; the
 two-worker row also as a share of two plain processes), then where each gpud worker's
@@ -26,8 +33,9 @@ loop's answer.
 
 --real: torchvision's ResNet-50 (random weights, seeded alike in every process), bf16,
 channels_last, on cuda:0; the loop stages each batch in pinned memory; gpud's worker
-turns its items into a tensor (torch.frombuffer, torch.stack), moves it to the GPU,
-normalises there and returns the arg-max. Needs PyTorch, torchvision and a GPU; 20,000
+moves its batch to the GPU in one transfer (torch.from_numpy(gpud.stack(items)); the
+"copy" row: torch.frombuffer and torch.stack, then .to), normalises there and returns
+the arg-max. Needs PyTorch, torchvision and a GPU; 20,000
 items by default (about 5 minutes on one H100 for every row).
 
 --proxy (the default without a GPU): a NumPy model that plays the GPU, as bench/work.c
@@ -71,9 +79,12 @@ class ProxyModel:
     """A NumPy stand-in for the GPU: the answer from the pixels, then a sleep."""
 
     def __call__(self, items):
+        """items: a list of images (stacked here: the copy a plain loop makes into its
+        batch buffer), or one (n, SIZE) uint8 array already (gpud.stack: no copy)."""
         import numpy as np
 
-        a = np.stack([np.frombuffer(x, dtype=np.uint8) for x in items])
+        a = items if isinstance(items, np.ndarray) else np.stack(
+            [np.frombuffer(x, dtype=np.uint8) for x in items])
         s = a[:, ::61].astype(np.uint64).sum(axis=1)
         time.sleep(GPU_FIXED_S + GPU_ITEM_S * len(items))
         return [int(v * 2654435761 % 1000) for v in s]
@@ -107,8 +118,12 @@ class ResNet:
             return self.model(x).argmax(1).cpu().tolist()
 
     def __call__(self, items):
-        """As a user's worker does: frombuffer, stack, to the GPU."""
+        """As a user's worker does: frombuffer, stack, to the GPU; or, given one
+        (n, SIZE) array (gpud.stack over a pinned ring), one transfer, no copy here."""
         torch = self.torch
+        if not isinstance(items, (list, tuple)):
+            x = torch.from_numpy(items).view(-1, H, W, C).to(self.dev, non_blocking=True)
+            return self.on_gpu(x)
         x = torch.stack([torch.frombuffer(i, dtype=torch.uint8) for i in items])
         return self.on_gpu(x.view(-1, H, W, C).to(self.dev))
 
@@ -137,14 +152,23 @@ except ImportError:  # the loop alone can run without gpud
 
 
 class ImageWorker(BaseWorker):
-    def setup(self, gpu_id, seed, real=False):
+    """gpud's worker: the batch handed to the model as one array over the ring
+    (gpud.stack: no copy; pinned where the worker has a GPU) unless copy=True, which
+    stacks the items as a first port of a plain loop does (a copy of the batch)."""
+
+    def setup(self, gpu_id, seed, real=False, copy=False):
         self.model = make_model(real)
+        self.copy = copy
 
     def process(self, item):
         return self.model([item])[0]
 
     def process_batch(self, items):
-        return self.model(items)
+        if self.copy:
+            return self.model(items)
+        import gpud
+
+        return self.model(gpud.stack(items))
 
 
 # ---- the configurations: each returns (images/s, answers {index: class}, stats) ----
@@ -187,7 +211,7 @@ def run_loop_twice(n, real):
     return sum(rates), None, {"each": rates}
 
 
-def run_gpud(n, real, **options):
+def run_gpud(n, real, copy=False, **options):
     from gpud import Dispatcher
 
     answers = {}
@@ -199,7 +223,7 @@ def run_gpud(n, real, **options):
 
     t0 = time.perf_counter()
     stats = Dispatcher(ImageWorker, [0], ui="off", **options).run(
-        images(n), on_success, real=real)
+        images(n), on_success, real=real, copy=copy)
     dt = time.perf_counter() - t0
     setup = max((w.get("time_setup", 0.0) for w in stats.get("workers", [])), default=0.0)
     return n / max(dt - setup, 1e-9), answers, stats
@@ -285,6 +309,8 @@ def main():
          lambda k: run_gpud(k, real, batch_size=BATCH)),
         ("gpud 256 x2", "the same with workers_per_gpu=2", n,
          lambda k: run_gpud(k, real, batch_size=BATCH, workers_per_gpu=2)),
+        ("gpud 256 x2 copy", "the same, the class stacking its items (a copy)", n,
+         lambda k: run_gpud(k, real, copy=True, batch_size=BATCH, workers_per_gpu=2)),
     ]
     if a.only:
         keep = set(a.only.split(","))

@@ -261,6 +261,7 @@ struct host_out {
 	 * first, for the calling thread (events_deliver_waiting) */
 	bool calling_thread;
 	struct held_outcome *waiting, *waiting_last;
+	bool no_input; /* GPUD_SINK_NO_INPUT: events carry no input (none copied to hold one) */
 };
 
 /* How the run is being ended, and the clocks that stops do not count against:

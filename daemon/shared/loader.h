@@ -49,6 +49,7 @@ struct sink_ops {
 	int (*tasks)(void *state, int64_t total, struct gpud_error *err); /* optional, 1.6 */
 	bool fail_task;      /* 1.6: GPUD_SINK_TASK_FAILED from event fails the task */
 	bool calling_thread; /* GPUD_SINK_CALLING_THREAD (gpud.h): in-process sinks only */
+	bool no_input;       /* GPUD_SINK_NO_INPUT (gpud.h): in-process sinks only */
 };
 
 /* At least one of process, process_batch and the pair submit and poll is set (1.2

@@ -44,7 +44,7 @@ extern "C" {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 1
+#define GPUD_API_MINOR 2
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -136,6 +136,12 @@ struct gpud_generator_ops {
  *  blocked) is counted as not run and runs again with GPUD_RUN_RESUME; the sink's close
  *  is then not called either. */
 #define GPUD_SINK_CALLING_THREAD (1u << 0)
+/** (API 1.2) The sink does not read an outcome's or a start's input: its events carry
+ *  none (input NULL, input_size 0), and an event that must wait (above, or for ordered
+ *  delivery) is held without a copy of it (a task of a whole batch of images is tens of
+ *  MB: copying it for every outcome that waits cost the calling process as much CPU as
+ *  writing it into the ring). */
+#define GPUD_SINK_NO_INPUT (1u << 1)
 
 /** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */
 struct gpud_sink_ops {

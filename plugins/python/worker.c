@@ -809,21 +809,28 @@ static void put_result(struct py_worker *pw, struct gpud_task *t, PyObject *r, c
 static void finish_one(struct py_worker *pw, struct gpud_task *t, PyObject *r, PyObject *data,
 		       input_obj *in);
 
+/* fn(arg), the user's process or process_batch (in_user set by the caller: from here on
+ * the timeout handler raises inside it); not started, with the timeout's exception, when
+ * the call was cut before the user's code began (the handler let it go while the input
+ * was made). NULL with the exception set when it raised. */
+static PyObject *call_user(PyObject *fn, PyObject *arg)
+{
+	if (call_cut()) {
+		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
+				"not run: its call ran past task_timeout");
+		return NULL;
+	}
+	return py_call1(fn, arg);
+}
+
 static void run_one(struct py_worker *pw, struct gpud_task *t)
 {
 	input_obj *in;
 	PyObject *data = make_input(pw, t, &in);
 	if (!data)
 		return;
-	/* Cut before the user's code began (the handler let it go while we made the input):
-	 * it does not start. From here on the handler raises inside it. */
 	in_user = true;
-	PyObject *r = NULL;
-	if (call_cut())
-		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
-				"not run: its call ran past task_timeout");
-	else
-		r = py_call1(pw->process, data);
+	PyObject *r = call_user(pw->process, data);
 	if (r && pw->is_async) { /* one at a time (max_in_flight = 1): run to its end */
 		PyObject *coro = r;
 		r = PyObject_CallMethod(pw->driver, "run", "O", coro);
@@ -932,12 +939,7 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 	}
 	t1 = now_ns();
 	in_user = true;
-	PyObject *r = NULL;
-	if (call_cut())
-		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
-				"not run: its call ran past task_timeout");
-	else
-		r = py_call1(pw->process_batch, items);
+	PyObject *r = call_user(pw->process_batch, items);
 	in_user = false;
 	t2 = now_ns();
 	if (!r) {

@@ -786,7 +786,7 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 					  .close = sink_close,
 					  .events = sink_events,
 					  .resume = c.on_resume ? sink_resume : NULL,
-					  .flags = GPUD_SINK_CALLING_THREAD};
+					  .flags = GPUD_SINK_CALLING_THREAD | GPUD_SINK_NO_INPUT};
 		if (gpud_job_set_sink(c.job, &s, &c) < 0) {
 			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
 			goto out;

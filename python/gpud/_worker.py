@@ -112,13 +112,63 @@ _MAGIC = b"GPD5"
 _PLAIN = frozenset([int, float, str, bytes, bool, type(None), dict, list, tuple])
 
 
+def _tensor_from(a):
+    """A CPU torch tensor over the NumPy array `a` (no copy): how a CPU tensor travels
+    (_reduce_tensor). In a worker, `a` is a read-only view of the task ring, and so is
+    the tensor's memory: torch has no read-only tensors, so writing into it in place
+    kills the worker (docs/python.md)."""
+    import torch
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "the NumPy array is not writable"
+        return torch.from_numpy(a)
+
+
+def _reduce_tensor(obj):
+    """A CPU torch tensor (contiguous, no grad, a dtype NumPy has) as its NumPy view,
+    whose data pickle protocol 5 sends out of band; NotImplemented for anything else
+    (pickled as torch pickles it: in band)."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(obj) is not torch.Tensor:
+        return NotImplemented
+    try:
+        if (obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided
+                or not obj.is_contiguous()):
+            return NotImplemented
+        a = obj.numpy()
+    except (TypeError, RuntimeError, AttributeError):  # bfloat16, conj bits...
+        return NotImplemented
+    # The function as gpud._worker's (this file may run under another module name).
+    from gpud._worker import _tensor_from as rebuild
+
+    return rebuild, (a,)
+
+
+class _TensorPickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        return _reduce_tensor(obj)
+
+
+def _pickle5(obj, buffer_callback):
+    """pickle.dumps(obj, 5, buffer_callback=...), CPU torch tensors out of band where
+    torch is imported (only then: reducer_override is called for every object)."""
+    if "torch" not in sys.modules:
+        return pickle.dumps(obj, 5, buffer_callback=buffer_callback)
+    import io
+
+    f = io.BytesIO()
+    _TensorPickler(f, 5, buffer_callback=buffer_callback).dump(obj)
+    return f.getvalue()
+
+
 def dumps(obj):
     """obj as a result: a protocol-5 pickle; with out-of-band buffers (a NumPy array's
     data), b'GPD5', their count, the pickle's and each buffer's size, the pickle, then
     the buffers, as a list of those parts: the python worker plugin writes them one
     after another into the result (result = bytes), the buffers' data copied once."""
     bufs = []
-    p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
+    p = _pickle5(obj, bufs.append)
     if not bufs:
         return p
     try:
@@ -181,7 +231,7 @@ def frame(obj, many=False):
     else:
         obj = _out_of_band(obj)
     bufs = []
-    p = pickle.dumps(obj, 5, buffer_callback=bufs.append)
+    p = _pickle5(obj, bufs.append)
     try:
         raws = [b.raw() for b in bufs]
     except BufferError:  # a buffer that is not contiguous: all in band

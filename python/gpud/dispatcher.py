@@ -578,6 +578,16 @@ _BATCH_WAIT = 0.01
 _MAX_BYTES = 1 << 30  # gpud's largest max_task_bytes
 
 
+def _run_delay():
+    """Seconds the calling thread has spent runnable but waiting for a CPU (the
+    kernel's schedstat), or None where that cannot be read."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _round_size(n):
     """n rounded up to whole MiB (K under 1 MiB)."""
     if n >= 1 << 20:
@@ -713,6 +723,7 @@ class _Chunks:
             return chunk
         # Blocks of 1, 2, 4 ... 64 items, the clock read between them.
         t0 = _clock()
+        waited = _run_delay() if self.batch > 1 else None
         block = 1
         while len(chunk) < k:
             want = min(block, k - len(chunk))
@@ -726,8 +737,12 @@ class _Chunks:
             # A live source's items are not held back: a chunk ends after a
             # millisecond, or with batch_size when the source pauses (its items came
             # slower than one per `wait` seconds).
+            # Time this thread spent waiting for a CPU (a loaded machine) is not the
+            # source pausing: it is taken off (at most all of it since the chunk began).
             if (t2 - t1 > self.wait * want) if self.batch > 1 else (t2 - t0 > self.wait):
-                break
+                now = _run_delay() if waited is not None else None
+                if now is None or t2 - t1 - (now - waited) > self.wait * want:
+                    break
             block = min(block * 2, 64)
         return chunk
 

@@ -341,6 +341,12 @@ class CudartWorker(RingWorker):
         super().setup(gpu_id, seed)
         self.cudart = ctypes.CDLL(lib)
 
+    def process_batch(self, items):
+        # The stand-in runtime (tests/fakecuda) counts the registrations tried.
+        count = getattr(self.cudart, "fake_cuda_registers", None)
+        tried = count() if count is not None else -1
+        return [r + (tried,) for r in super().process_batch(items)]
+
 
 CUDART = "/usr/local/cuda/lib64/libcudart.so"
 
@@ -395,16 +401,25 @@ def batches():
             == np.frombuffer(x, np.uint8).__array_interface__["data"][0]
             for p, x in zip(parts[1:-1], chunk)), "the parts are the items' own buffers")
     # A worker that brought the CUDA runtime in during setup() with no GPU to pin its
-    # rings for: the registration fails, is skipped, and the run goes on.
-    if os.path.exists(CUDART):
+    # rings for: the registration fails, is skipped, and the run goes on. Without a CUDA
+    # runtime here, the stand-in one (tests/fakecuda, found as libcudart.so on
+    # LD_LIBRARY_PATH: GPUD_TEST_FAKECUDA names its folder) fails every registration as
+    # a machine without a GPU does, and says it was asked.
+    libs = [x for x in (CUDART if os.path.exists(CUDART) else None,
+                        "libcudart.so" if os.environ.get("GPUD_TEST_FAKECUDA") else None) if x]
+    for lib in libs:
         got = {}
         Dispatcher(CudartWorker, [0], batch_size=16).run(
             (np.full(100, i, np.uint8) for i in range(64)),
-            lambda t, r, w: got.__setitem__(t, r), lib=CUDART)
+            lambda t, r, w: got.__setitem__(t, r), lib=lib)
         check(sorted(got) == list(range(64)) and all(got[i][4] == 100 * i for i in got),
-              f"with the CUDA runtime loaded: {len(got)} results")
-    else:
-        print(f"SKIP: no {CUDART}: the pinning that fails without a GPU is not tried")
+              f"with the CUDA runtime {lib} loaded: {len(got)} results")
+        if lib != CUDART:
+            check(all(got[i][5] == 1 for i in got),
+                  f"the rings' registration tried once: {sorted(set(got[i][5] for i in got))}")
+    if not libs:
+        print(f"SKIP: no {CUDART} and no stand-in (GPUD_TEST_FAKECUDA): the pinning that "
+              "fails without a GPU is not tried")
     # A worker's array result: its data goes out as the array's own buffer (by address),
     # no pickle copy of it; the plugin writes the parts into the result once.
     result = np.arange(1 << 18, dtype=np.float32)
@@ -437,6 +452,31 @@ def batches():
           f"chunks of growing items: {sizes}")
     check(err.getvalue().count("batch_size=64: items of about") == 1
           and "raise max_task_bytes" in err.getvalue(), f"said once: {err.getvalue()!r}")
+    # An iterator that pauses 50 ms after its first item cuts the chunk there (a live
+    # source's items are not held back), unless this thread spent that time waiting for
+    # a CPU (a loaded machine), as schedstat says (played here: dispatcher._run_delay).
+    import gpud.dispatcher as gd
+
+    def paused():
+        yield bytes(10)
+        time.sleep(0.05)
+        yield from (bytes(10) for _ in range(63))
+
+    real = gd._run_delay
+    for delay, want in ((None, 3), (1.0, 64)):  # 3: the block of items 2-3 took 50 ms
+        reads = iter([0.0, delay or 0.0])  # at the chunk's start, after the pause
+
+        def fake():
+            return next(reads)
+        gd._run_delay = real if delay is None else fake
+        try:
+            c = _Chunks(paused(), None, cbs, 0.002, 64, 1 << 20, 1 << 20, _worker.loads_framed,
+                        _worker.frame, _worker.frame_size, reissue=False)
+            next(c)
+            first = len(c.ids(0))
+        finally:
+            gd._run_delay = real
+        check(first == want, f"a pause with {delay} s of waiting for a CPU: {first} items")
     # Set too small for a batch: refused before anything runs, in one line naming the
     # key, the item size and what to change.
     try:
@@ -448,6 +488,83 @@ def batches():
               and "\n" not in text, f"the refusal: {text}")
     else:
         check(False, "batch_size=256 of 150 KB items with max_task_bytes=1M was not refused")
+
+
+class TensorWorker(BaseWorker):
+    """What a batch's CPU tensor items are in the worker: tensors whose memory lies in
+    the run's shared memory (read-only there), and their sums; a tensor result back."""
+
+    def setup(self, gpu_id, seed):
+        import torch
+
+        self.torch = torch
+
+    def process_batch(self, items):
+        spans = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "gpud-run" in line:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    spans.append((lo, hi, line.split()[1]))
+        out = []
+        for x in items:
+            at, n = x.data_ptr(), x.numel() * x.element_size()
+            in_ring = any(lo <= at and at + n <= hi and "w" not in perm
+                          for lo, hi, perm in spans)
+            out.append((type(x) is self.torch.Tensor, in_ring, int(x.sum()), x * 2))
+        return out
+
+    def process(self, data):
+        return self.process_batch([data])[0]
+
+
+def tensors():
+    # CPU torch tensors travel as their NumPy view's buffer (no pickle copy of their
+    # data, by address and by bytes allocated), reach the worker as tensors over the
+    # ring (read-only there), and tensor results come back as tensors, also out of band.
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: no torch in this Python: CPU tensors out of band are not tried")
+        return
+    import tracemalloc
+    from gpud import _worker
+
+    ts = [torch.full((150_528,), i % 7, dtype=torch.uint8) for i in range(64)]
+    tracemalloc.start()
+    parts = _worker.frame(ts, True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    check(peak < 150_528, f"framing 64 tensors allocated {peak} bytes")
+    import numpy as np
+
+    check(len(parts) == 66 and all(
+        np.frombuffer(p, np.uint8).__array_interface__["data"][0] == t.data_ptr()
+        for p, t in zip(parts[1:-1], ts)), "the parts are the tensors' own memory")
+    result = torch.arange(1 << 18, dtype=torch.float32)
+    parts = _worker.dumps(result)
+    check(isinstance(parts, list) and np.frombuffer(parts[-1], np.uint8)
+          .__array_interface__["data"][0] == result.data_ptr(), "a tensor result's parts")
+    back = _worker.loads_framed(bytearray(b"".join(bytes(x) for x in parts)))
+    check(type(back) is torch.Tensor and torch.equal(back, result), "the tensor back")
+    # Not out of band, pickled as torch does: a tensor that needs grad, one not
+    # contiguous, a dtype NumPy has not; each arrives equal.
+    odd = [torch.ones(4, requires_grad=True), torch.arange(12.0).view(3, 4).t(),
+           torch.ones(5, dtype=torch.bfloat16)]
+    for t in odd:
+        got = _worker.loads_items(memoryview(b"".join(bytes(x) for x in _worker.frame(t))))
+        check(torch.equal(got.detach(), t.detach()), f"{t.dtype} {tuple(t.shape)} back")
+    got = {}
+    Dispatcher(TensorWorker, [0], batch_size=8).run(
+        (torch.full((1000,), i, dtype=torch.int32) for i in range(40)),
+        lambda t, r, w: got.__setitem__(t, r))
+    check(sorted(got) == list(range(40)), f"{len(got)} results")
+    check(all(got[i][0] for i in got), "items reached the worker as tensors")
+    check(all(got[i][1] for i in got), "the items' memory lies in the ring, read-only")
+    check(all(got[i][2] == 1000 * i for i in got), "the items' sums")
+    check(all(type(got[i][3]) is torch.Tensor and torch.equal(
+        got[i][3], torch.full((1000,), 2 * i, dtype=torch.int32)) for i in got),
+        "tensor results")
 
 
 def chunks():
@@ -811,11 +928,21 @@ class Sizer(BaseWorker):
 
     def setup(self, gpu_id, seed):
         self.pid = os.getpid()
+        # Both workers get work even when one starts slowly (a loaded machine): the
+        # first call of each waits (up to 30 s) until every worker has set up.
+        self.ready = os.environ.get("GPUD_TEST_SIZER_DIR")
+        if self.ready:
+            open(os.path.join(self.ready, str(self.pid)), "w").close()
 
     def process(self, data):
         return self.process_batch([data])[0]
 
     def process_batch(self, items):
+        if self.ready:
+            end = time.monotonic() + 30
+            while len(os.listdir(self.ready)) < 2 and time.monotonic() < end:
+                time.sleep(0.01)
+            self.ready = None
         time.sleep(0.002)
         return [(x, len(items), self.pid) for x in items]
 
@@ -823,7 +950,11 @@ class Sizer(BaseWorker):
 def times():
     # Where each worker's time goes, in the stats run() returns: the phases add up to
     # each worker's wall time, and the call sizes are those process_batch got.
+    import tempfile
+
     got = {}
+    os.environ["GPUD_TEST_SIZER_DIR"] = tempfile.mkdtemp(
+        dir=os.environ.get("GPUD_TEST_TMP", "/tmp"))
     stats = Dispatcher(Sizer, [0], workers_per_gpu=2, batch_size=16, chunksize=40).run(
         iter(range(2000)), lambda t, r, w: got.__setitem__(t, r))
     check(sorted(got) == list(range(2000)), f"{len(got)} results")
@@ -892,5 +1023,5 @@ if __name__ == "__main__":
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
          "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts,
-         "times": times, "batches": batches}[mode]()
+         "times": times, "batches": batches, "tensors": tensors}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -376,6 +376,7 @@ int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
 		.events = job->sink.events,
 		.resume = job->sink.resume ? cb_sink_resume : NULL,
 		.calling_thread = job->sink.flags & GPUD_SINK_CALLING_THREAD,
+		.no_input = job->sink.flags & GPUD_SINK_NO_INPUT,
 	};
 	job->sink_cb = true;
 	return 0;

@@ -59,8 +59,8 @@ static unsigned emit_starts(struct host *h, struct host_worker *w)
 			.worker_id = w->index,
 			.gpu_id = w->gpu_id,
 			.attempt = (int)t->attempt,
-			.input = ring_payload(ring_at(&w->tasks, t->pos)),
-			.input_size = t->size,
+			.input = h->out.no_input ? NULL : ring_payload(ring_at(&w->tasks, t->pos)),
+			.input_size = h->out.no_input ? 0 : t->size,
 		};
 		events_deliver(h, &ev);
 		w->tt_started++;

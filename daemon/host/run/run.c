@@ -562,6 +562,7 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.open_ever = true;
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	h->out.calling_thread = sink->calling_thread;
+	h->out.no_input = sink->no_input;
 	err.message[0] = '\0';
 	if (sink->tasks && sink->tasks(h->sink, job_total, &err) != 0) {
 		text_clean(err.message);
