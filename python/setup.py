@@ -76,7 +76,7 @@ def native():
 
 def copy_native(root, dest):
     """root's bin/, lib/ (no headers, no .pc: plugins are built against an installed
-    gpud, README "Installing") and libexec/ into dest, symlinks made files: a wheel holds
+    gpud, docs/reference.md, "Installing") and libexec/ into dest, symlinks made files: a wheel holds
     no links, so lib/ keeps one copy of libgpud, under its soname (libgpud.so.1), which
     is what the command, the extension and other programs load."""
     shutil.rmtree(dest, ignore_errors=True)

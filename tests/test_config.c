@@ -493,16 +493,16 @@ Test(config, bounded_keys_take_their_bounds_and_refuse_one_past_them)
 	cr_expect_gt(bounded, 15);
 }
 
-/* The README's job file (## The job file) shows every [job] and [ui] key of the table,
- * and no other. */
-Test(config, readme_lists_the_keys_of_the_table)
+/* The reference's job file (docs/reference.md, ## The job file) shows every [job] and
+ * [ui] key of the table, and no other. */
+Test(config, reference_lists_the_keys_of_the_table)
 {
 	char *path;
-	cr_assert(asprintf(&path, "%s/README.md", t_env("SRCDIR")) > 0);
+	cr_assert(asprintf(&path, "%s/docs/reference.md", t_env("SRCDIR")) > 0);
 	char *text = t_read(path);
 	cr_assert(text, "cannot read %s", path);
 	char *s = strstr(text, "## The job file");
-	cr_assert(s, "README has no '## The job file'");
+	cr_assert(s, "docs/reference.md has no '## The job file'");
 	s = strstr(s, "```ini\n");
 	cr_assert(s);
 	s += 7;
@@ -522,15 +522,15 @@ Test(config, readme_lists_the_keys_of_the_table)
 		if (sscanf(line, "%63[a-z_] =", name) != 1)
 			continue;
 		const struct cfg_key *k = cfg_key_find(section, name);
-		cr_expect(k, "README shows [%s] %s, which is not a key", section, name);
+		cr_expect(k, "docs/reference.md shows [%s] %s, which is not a key", section, name);
 		if (k && !seen[k - cfg_keys]) {
 			seen[k - cfg_keys] = true;
 			listed++;
 		}
 	}
 	for (size_t i = 0; i < cfg_n_keys; i++)
-		cr_expect(seen[i], "README's job file lacks [%s] %s", cfg_keys[i].section,
-			  cfg_keys[i].name);
+		cr_expect(seen[i], "docs/reference.md's job file lacks [%s] %s",
+			  cfg_keys[i].section, cfg_keys[i].name);
 	cr_expect_eq(listed, cfg_n_keys);
 	free(text);
 	free(path);

@@ -530,7 +530,7 @@ Test(python, callbacks_are_told_how_the_run_ended_and_what_a_resume_skips, .time
 	free(err);
 }
 
-/* What README's "Which GPU, which seed" promises: a worker's only GPU is device 0
+/* What docs/reference.md's "Which GPU, which seed" promises: a worker's only GPU is device 0
  * (CUDA_VISIBLE_DEVICES is its GPU's id before setup), and in a job file seed is
  * base_seed + the worker's index over all GPUs and slots. */
 Test(python, a_worker_sees_its_gpu_as_device_0_and_seed_is_base_seed_plus_index, .timeout = 120)

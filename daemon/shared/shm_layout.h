@@ -172,7 +172,7 @@ struct shm_feed {
 	uint8_t _pad3[8];
 };
 
-/* Where a worker's time goes (README, "Where each worker's time goes"): each
+/* Where a worker's time goes (docs/reference.md, "Where each worker's time goes"): each
  * reading of the clock ends one stretch of time and starts the next, and every stretch
  * is added to exactly one phase, so the phases add up to end_ns - start_ns. */
 enum shm_phase {

@@ -82,7 +82,7 @@ struct gpud_kv {
 };
 
 /** The plugin's job-file section, minus `plugin`, in file order, `--set` overrides
- *  applied. Relative paths are already resolved (see README, "Paths"). */
+ *  applied. Relative paths are already resolved (see docs/reference.md, "Paths"). */
 struct gpud_args {
 	const struct gpud_kv *items;
 	size_t count;
@@ -375,7 +375,7 @@ gpud_task_oom(struct gpud_task *task, const char *fmt, ...)
 #define GPUD_CALL_BUCKETS 17
 
 /** A call's own account of its time, for gpud's breakdown of each worker's time
- *  (README, "Where each worker's time goes"): the nanoseconds the call spent
+ *  (docs/reference.md, "Where each worker's time goes"): the nanoseconds the call spent
  *  unpacking its inputs into what the user's code takes, and packing results into their
  *  buffers; gpud counts the rest of the call as the user's code. A plugin that calls the
  *  user's code in calls of its own sizes (several items per task, say) counts those
