@@ -139,8 +139,10 @@ python_install() {
 case "$1" in
   demo)
     setup build -Dtests=disabled
-    echo "== gpud run config/demo.ini (results in build/demo-results.jsonl)"
-    ./build/daemon/gpud run config/demo.ini
+    # --force: the demo starts over each time, although an earlier run's journal and
+    # results are there (a job of one's own is refused then, saying so).
+    echo "== gpud run config/demo.ini --force (results in build/demo-results.jsonl)"
+    ./build/daemon/gpud run config/demo.ini --force
     echo "== the first results:"
     head -n 3 build/demo-results.jsonl
     ;;
