@@ -3,12 +3,14 @@
  * thread and the resume after it, misuse answered with errors. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -867,4 +869,119 @@ Test(api, a_sink_without_inputs_gets_none_and_every_result)
 				     atomic_load(&s.right_input));
 		gpud_job_free(job);
 	}
+}
+
+/* What the log callback was handed: every line, with its level, in one buffer. */
+struct captured {
+	pthread_mutex_t lock;
+	char text[65536];
+	size_t used;
+	unsigned lines[3], bad_level;
+};
+
+static void capture_log(void *data, int level, const char *message)
+{
+	struct captured *c = data;
+	pthread_mutex_lock(&c->lock);
+	if (level < GPUD_LOG_ERROR || level > GPUD_LOG_INFO)
+		c->bad_level++;
+	else
+		c->lines[level]++;
+	int n = snprintf(c->text + c->used, sizeof c->text - c->used, "%d %s\n", level, message);
+	if (n > 0 && (size_t)n < sizeof c->text - c->used)
+		c->used += (size_t)n;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Runs fn with standard error (fd 2) sent to a file; returns how many bytes reached it. */
+static long with_stderr_captured(void (*fn)(void *), void *arg)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stderr.txt", t_tmpdir());
+	fflush(stderr);
+	int saved = dup(2);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (saved < 0 || fd < 0)
+		return -1;
+	dup2(fd, 2);
+	close(fd);
+	fn(arg);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -1;
+	if (st.st_size > 0) {
+		/* Shown, so a failure says what leaked. */
+		char buf[2048] = "";
+		FILE *f = fopen(path, "r");
+		if (f) {
+			size_t got = fread(buf, 1, sizeof buf - 1, f);
+			buf[got] = '\0';
+			fclose(f);
+		}
+		fprintf(stderr, "on standard error:\n%s\n", buf);
+	}
+	return (long)st.st_size;
+}
+
+struct logged_runs {
+	struct captured cap;
+	int rc_setup, rc_bad_key, rc_check;
+	unsigned ok;
+	char err_bad_key[4096];
+};
+
+static void logged_runs(void *arg)
+{
+	struct logged_runs *r = arg;
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	struct gpud_run_options o = {
+		.size = sizeof o, .ui = GPUD_UI_PLAIN, .log = capture_log, .log_data = &r->cap};
+	/* A setup that fails on GPU 0 (the run goes on with GPU 1) and tasks that fail. */
+	struct gpud_sink_ops sink = {.size = sizeof sink, .event = count_event};
+	gpud_job *job = gpud_job_new();
+	gpud_job_set(job, "job.gpus", "0,1");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "worker.setup_fail_gpu", "0");
+	gpud_job_set(job, "worker.fail_on", "3,5");
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "20");
+	gpud_job_set_sink(job, &sink, &r->ok);
+	r->rc_setup = gpud_job_run(job, &o);
+	gpud_job_free(job);
+	/* A key the worker plugin does not know: refused before anything runs. */
+	job = gpud_job_new();
+	gpud_job_set(job, "job.gpus", "0");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "generator.no_such_key", "1");
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "5");
+	r->rc_check = gpud_job_check(job, &o);
+	r->rc_bad_key = gpud_job_run(job, &o);
+	snprintf(r->err_bad_key, sizeof r->err_bad_key, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+/* Every message through the callback, nothing on standard error: a failed setup, task
+ * failures (plain mode), the summary, a bad key found by check and by run. */
+Test(api, log_callback_takes_every_message, .timeout = 120)
+{
+	static struct logged_runs r = {.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+	long leaked = with_stderr_captured(logged_runs, &r);
+	cr_expect_eq(leaked, 0, "%ld bytes reached standard error", leaked);
+	cr_expect_eq(r.rc_setup, 1, "status %d (tasks 3 and 5 fail)", r.rc_setup);
+	cr_expect_eq(r.ok, 18);
+	cr_expect_eq(r.rc_check, 2);
+	cr_expect_eq(r.rc_bad_key, 2);
+	cr_expect_eq(r.cap.bad_level, 0);
+	const char *t = r.cap.text;
+	cr_expect(strstr(t, "no_such_key"), "the bad key: %s", t);
+	cr_expect(strstr(r.err_bad_key, "no_such_key"), "%s", r.err_bad_key);
+	cr_expect(strstr(t, "setup"), "the failed setup: %s", t);
+	cr_expect_geq(r.cap.lines[GPUD_LOG_ERROR], 2, "%s", t);
+	cr_expect_geq(r.cap.lines[GPUD_LOG_INFO], 1, "the summary: %s", t);
+	cr_expect(!strstr(t, "gpud: "), "no prefix: %s", t);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libgpud, API version 1.0: gpud's host as a library. A program builds a job (a job
+ * libgpud, API version 1.3: gpud's host as a library. A program builds a job (a job
  * file, key/value pairs, or both), may supply its own generator and sink as callbacks
  * in its own process, runs the job to its end on the calling thread, and reads the
  * exit status and the final stats. The `gpud` command is a client of this API.
@@ -44,7 +44,7 @@ extern "C" {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 2
+#define GPUD_API_MINOR 3
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -198,6 +198,15 @@ enum gpud_ui {
  *  names are checked. */
 #define GPUD_CHECK_IMPORT (1u << 4)
 
+/** gpud_run_options.log levels (API 1.3). */
+enum gpud_log_level {
+	GPUD_LOG_ERROR = 0, /* the run, check or status cannot go on as asked (a bad key, a
+			       setup that failed, an abort) */
+	GPUD_LOG_WARN = 1,  /* something the operator should know: a worker died or was
+			       restarted, a GPU retired, a task failed (plain mode) */
+	GPUD_LOG_INFO = 2,  /* progress lines, the final summary, status and check notes */
+};
+
 /** How to run. All zero (or a NULL pointer) is a plain run with no UI. */
 struct gpud_run_options {
 	size_t size;            /* sizeof(struct gpud_run_options) */
@@ -208,6 +217,18 @@ struct gpud_run_options {
 	const char *rank;       /* "K/N": this process is rank K of N (--rank); NULL: the job's
 				   rank/ranks, else from Slurm, Open MPI or PMI, else 0 of 1 */
 	const char *stats_json; /* also write the final stats JSON to this file, or NULL */
+	/** (API 1.3) Optional. Every message the engine would write to standard error
+	 *  during gpud_job_run, gpud_job_check or gpud_job_status (errors, notes, plain
+	 *  progress, the summary) is handed here instead, one line per call: `message` is
+	 *  the line without "gpud: " and without a newline (valid during the call), `level`
+	 *  a GPUD_LOG_* value. NULL: standard error, as `gpud` writes it. Called from any
+	 *  engine thread (the calling thread, the stand-in, the UI thread, the metrics
+	 *  thread), never twice at once (gpud holds a lock around each call): it must
+	 *  return soon and must not call libgpud (gpud_job_stop excepted). The dashboard
+	 *  (GPUD_UI_DASHBOARD) still draws on its terminal, and a worker process's own
+	 *  output (the worker plugin's) still goes to the standard error it inherited. */
+	void (*log)(void *log_data, int level, const char *message);
+	void *log_data; /* passed to log */
 };
 
 /** Runs the job to its end on the calling thread (--ui, --resume... as `options`;
@@ -221,7 +242,7 @@ struct gpud_run_options {
  *  job: a resume is a new job), another run in progress in this process. For status 3,
  *  and for a status 2 found before the run (the job's keys, its rank, its outputs,
  *  another run holding its lock), gpud_job_error() holds the reason; every reason is
- *  also on standard error. */
+ *  also on standard error (or through options->log). */
 GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options);
 
 /** Stops the job's run as SIGTERM does: the first call lets the running tasks finish

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cluster/merge.h"
+#include "util/log.h"
 #include "cluster/ranks.h"
 #include "job/catalog.h"
 #include "job/checks.h"
@@ -467,7 +468,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	int held = cmd == CMD_RUN ? runlock_take(&lock, &c, why, sizeof why)
 				  : runlock_probe(&c, why, sizeof why);
 	if (held < 0 && cmd == CMD_STATUS) {
-		fprintf(stderr, "gpud: note: %s\n", why);
+		fprintf(LOG_ERR, "gpud: note: %s\n", why);
 	} else if (held < 0) {
 		job_fail(job, "%s: %s", c.path, why);
 		say("%s", job->err);
@@ -537,7 +538,9 @@ int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
 	for (unsigned n = atomic_exchange(&job->stops, 0); n > 0; n--)
 		lifecycle_interrupt();
 	say_forget();
+	log_set(o.log, o.log_data);
 	int rc = job_command(job, &o, CMD_RUN);
+	log_set(NULL, NULL);
 	atomic_store(&job->state, JOB_DONE);
 	atomic_store(&run_in_progress, false);
 	return rc;
@@ -574,7 +577,9 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 	if (take_options(job, options, &o) < 0 || claim_process(job) < 0)
 		return -1;
 	say_forget();
+	log_set(o.log, o.log_data);
 	int rc = job_command(job, &o, cmd);
+	log_set(NULL, NULL);
 	atomic_store(&run_in_progress, false);
 	return rc;
 }
@@ -597,7 +602,7 @@ int gpud_plugins(void)
 int gpud_merge(int n_files, char *const *files)
 {
 	if (n_files < 0 || (n_files > 0 && !files)) {
-		fprintf(stderr, "gpud: merge: no files given\n");
+		fprintf(LOG_ERR, "gpud: merge: no files given\n");
 		return 2;
 	}
 	return merge_main(n_files, (char **)files);

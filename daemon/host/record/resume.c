@@ -4,6 +4,7 @@
  * and `gpud status`. */
 #define _GNU_SOURCE
 #include "record/resume.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -103,14 +104,14 @@ int resume_open(struct host *h, struct resume_flags f)
 		 * are not run again; one that cannot is opened as for a fresh run, and we
 		 * say so rather than let it empty its output unremarked. */
 		if (sink_tells) {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: no journal at %s yet: starting from the first task; "
 				"what the output of sink %s already holds, if anything, is "
 				"kept and not run again\n",
 				c->journal, c->sink.plugin);
 			h->resume.on = true;
 		} else {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: no journal at %s yet: starting from the first task (sink "
 				"%s cannot tell what an earlier run's output holds: it is "
 				"opened as for a fresh run)\n",
@@ -119,20 +120,20 @@ int resume_open(struct host *h, struct resume_flags f)
 		return 0;
 	}
 	if (h->journal.cut_bytes)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: the journal %s ended in %llu bytes of a record cut short "
 			"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
 	const char *stdin_key = inputs_stdin_key(c);
 	if (stdin_key)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: note: generator.%s is standard input or a pipe: it "
 			"cannot be compared ahead of the run; sampled tasks' inputs are "
 			"compared as it is read again, and the rest is known by its place "
 			"in it\n",
 			stdin_key);
 	if (h->journal.ended && !sink_tells) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: %s: already finished: all %llu tasks have their outcome "
 			"(%llu failed; --retry-failed runs those again)\n",
 			c->path, (unsigned long long)h->journal.end_count,
@@ -199,7 +200,7 @@ static void say_strays(struct host *h)
 				 "generator %s does not count its tasks: ids "
 				 "far past the journal's are taken for strays",
 				 c->generator.plugin);
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: %llu entr%s of the output of sink %s name%s no task of this "
 			"job (e.g. task %llu; %s): ignored\n",
 			(unsigned long long)h->resume.strays, h->resume.strays == 1 ? "y" : "ies",
@@ -207,7 +208,7 @@ static void say_strays(struct host *h)
 			(unsigned long long)h->resume.stray_eg, bound);
 	}
 	if (h->resume.unheld)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: out of memory to hold what the output of sink %s holds: %llu "
 			"of its tasks (e.g. task %llu) run again\n",
 			c->sink.plugin, (unsigned long long)h->resume.unheld,
@@ -358,7 +359,7 @@ void resume_finish(struct host *h, bool complete)
 	uint64_t count = shares_nth(h->claims, h->flow.next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: cannot write the journal %s: %s; --resume may run some "
 			"finished tasks again\n",
 			h->journal.path, strerror(errno));
