@@ -985,3 +985,121 @@ Test(api, log_callback_takes_every_message, .timeout = 120)
 	cr_expect_geq(r.cap.lines[GPUD_LOG_INFO], 1, "the summary: %s", t);
 	cr_expect(!strstr(t, "gpud: "), "no prefix: %s", t);
 }
+
+/* A sink with the plugin sink's 1.3 and 1.6 calls: tasks, resumed, finish. */
+struct ending {
+	unsigned events, closes, finishes, resumeds, tasks_calls;
+	int64_t total;
+	int exit_status;
+	bool aborted;
+	uint64_t done_count, failed_id;
+	size_t n_failed;
+};
+
+static int ending_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	(void)err;
+	if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR)
+		((struct ending *)ctx)->events++;
+	return 0;
+}
+
+static int ending_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	(void)stats;
+	(void)err;
+	((struct ending *)ctx)->closes++;
+	return 0;
+}
+
+static int ending_finish(void *ctx, const struct gpud_stats *stats, const struct gpud_run_end *end,
+			 struct gpud_error *err)
+{
+	(void)stats;
+	(void)err;
+	struct ending *e = ctx;
+	e->finishes++;
+	e->exit_status = end->exit_status;
+	e->aborted = end->abort_reason != NULL;
+	return 0;
+}
+
+static int ending_resumed(void *ctx, const struct gpud_resume_info *info, struct gpud_error *err)
+{
+	(void)err;
+	struct ending *e = ctx;
+	e->resumeds++;
+	for (size_t k = 0; k < info->n_done; k++)
+		e->done_count += info->done[2 * k + 1];
+	e->n_failed = info->n_failed;
+	if (info->n_failed)
+		e->failed_id = info->failed[0];
+	return 0;
+}
+
+static int ending_tasks(void *ctx, int64_t total, struct gpud_error *err)
+{
+	(void)err;
+	struct ending *e = ctx;
+	e->tasks_calls++;
+	e->total = total;
+	return 0;
+}
+
+static const struct gpud_sink_ops ending_ops = {
+	.size = sizeof ending_ops,
+	.event = ending_event,
+	.close = ending_close,
+	.finish = ending_finish,
+	.resumed = ending_resumed,
+	.tasks = ending_tasks,
+};
+
+static int ending_run(const char *dir, unsigned flags, struct ending *e)
+{
+	char faulty[4096], j[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	snprintf(j, sizeof j, "job.journal=%s/end.journal", dir);
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.fail_on", "3"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "10"), 0);
+	cr_assert_eq(gpud_job_set(job, j, NULL), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set_sink(job, &ending_ops, e), 0, "%s", gpud_job_error(job));
+	struct gpud_run_options o = {.size = sizeof o, .flags = flags};
+	int rc = gpud_job_run(job, &o);
+	gpud_job_free(job);
+	return rc;
+}
+
+/* finish takes close's place and says how the run ended; tasks says how many; a resume
+ * hands resumed what earlier runs finished, before any event. */
+Test(api, sink_finish_resumed_and_tasks, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	struct ending first = {.total = -2};
+	int rc = ending_run(dir, 0, &first);
+	cr_expect_eq(rc, 1, "task 3 fails");
+	cr_expect_eq(first.finishes, 1);
+	cr_expect_eq(first.closes, 0, "finish is called instead of close");
+	cr_expect_eq(first.exit_status, 1);
+	cr_expect(!first.aborted);
+	cr_expect_eq(first.tasks_calls, 1);
+	cr_expect_eq(first.total, 10);
+	cr_expect_eq(first.resumeds, 0, "not on a fresh run");
+	cr_expect_eq(first.events, 10);
+
+	struct ending again = {.total = -2};
+	rc = ending_run(dir, GPUD_RUN_RESUME | GPUD_RUN_RETRY_FAILED, &again);
+	cr_expect_eq(rc, 1, "task 3 fails again");
+	cr_expect_eq(again.resumeds, 1);
+	cr_expect_eq(again.done_count, 9, "all but the failed task are kept");
+	cr_expect_eq(again.n_failed, 0, "--retry-failed: the failed one runs");
+	cr_expect_eq(again.events, 1, "only task 3 runs again");
+	cr_expect_eq(again.tasks_calls, 1);
+	cr_expect_eq(again.finishes, 1);
+	cr_expect_eq(again.closes, 0);
+	cr_expect_eq(again.exit_status, rc);
+}

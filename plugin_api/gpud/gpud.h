@@ -162,7 +162,21 @@ struct gpud_sink_ops {
 		      void *done_ctx, struct gpud_error *err);
 	/** Optional (API 1.1). GPUD_SINK_* flags; 0: the sink may also be called on the
 	 *  stand-in thread. */
-	unsigned flags;
+	unsigned flags;	/** Optional (API 1.3; the sink plugin's gpud_sink_finish, plugin.h). Called instead
+	 *  of close when set: once at the end with the final stats and how the run ends
+	 *  (end->exit_status, end->abort_reason). 0, or -1 with err (exit status 3). */
+	int (*finish)(void *ctx, const struct gpud_stats *stats, const struct gpud_run_end *end,
+		      struct gpud_error *err);
+	/** Optional (API 1.3; gpud_sink_resumed). On a resume, once, before any event (after
+	 *  resume): the tasks earlier runs finished (info->done as (first id, count) pairs,
+	 *  info->failed the ids among them that failed), whose slots a sink writing by task
+	 *  id keeps. Not called on a fresh run. 0, or -1 with err (exit status 2, nothing
+	 *  runs). */
+	int (*resumed)(void *ctx, const struct gpud_resume_info *info, struct gpud_error *err);
+	/** Optional (API 1.3; gpud_sink_tasks). Once, before resumed and any event: how many
+	 *  tasks the generator says the job has (all ranks together), -1 when it does not
+	 *  say. 0, or -1 with err (exit status 2, nothing runs). */
+	int (*tasks)(void *ctx, int64_t total, struct gpud_error *err);
 };
 
 /** Uses `ops` with `ctx` as the job's generator instead of a [generator] plugin (the

@@ -376,6 +376,9 @@ int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
 		.close = job->sink.close,
 		.events = job->sink.events,
 		.resume = job->sink.resume ? cb_sink_resume : NULL,
+		.finish = job->sink.finish,
+		.resumed = job->sink.resumed,
+		.tasks = job->sink.tasks,
 		.calling_thread = job->sink.flags & GPUD_SINK_CALLING_THREAD,
 		.no_input = job->sink.flags & GPUD_SINK_NO_INPUT,
 	};
