@@ -162,7 +162,8 @@ struct gpud_sink_ops {
 		      void *done_ctx, struct gpud_error *err);
 	/** Optional (API 1.1). GPUD_SINK_* flags; 0: the sink may also be called on the
 	 *  stand-in thread. */
-	unsigned flags;	/** Optional (API 1.3; the sink plugin's gpud_sink_finish, plugin.h). Called instead
+	unsigned flags;
+	/** Optional (API 1.3; the sink plugin's gpud_sink_finish, plugin.h). Called instead
 	 *  of close when set: once at the end with the final stats and how the run ends
 	 *  (end->exit_status, end->abort_reason). 0, or -1 with err (exit status 3). */
 	int (*finish)(void *ctx, const struct gpud_stats *stats, const struct gpud_run_end *end,
