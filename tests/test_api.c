@@ -1103,3 +1103,82 @@ Test(api, sink_finish_resumed_and_tasks, .timeout = 120)
 	cr_expect_eq(again.closes, 0);
 	cr_expect_eq(again.exit_status, rc);
 }
+
+/* gpud_job_check keeps what it found for the caller, and prints nothing itself. */
+struct checked {
+	struct captured cap;
+	int rc_ok, rc_bad, run_misuse;
+	char text[8192], error[4096];
+	int ok_ok, bad_ok;
+	size_t n_gpus;
+	unsigned workers_per_gpu, ranks;
+	bool before_null;
+};
+
+static void checked_jobs(void *arg)
+{
+	struct checked *k = arg;
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	struct gpud_run_options o = {.size = sizeof o, .log = capture_log, .log_data = &k->cap};
+	gpud_job *job = gpud_job_new();
+	k->before_null = gpud_job_check_report(job) == NULL;
+	gpud_job_set(job, "job.gpus", "0,1");
+	gpud_job_set(job, "job.workers_per_gpu", "2");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "5");
+	k->rc_ok = gpud_job_check(job, &o);
+	const struct gpud_check_report *r = gpud_job_check_report(job);
+	if (r) {
+		k->ok_ok = r->ok;
+		snprintf(k->text, sizeof k->text, "%s", r->text);
+		k->n_gpus = r->n_gpus;
+		k->workers_per_gpu = r->workers_per_gpu;
+		k->ranks = r->ranks;
+	}
+	gpud_job_set(job, "generator.no_such_key", "1");
+	k->rc_bad = gpud_job_check(job, &o);
+	r = gpud_job_check_report(job);
+	if (r) {
+		k->bad_ok = r->ok;
+		snprintf(k->error, sizeof k->error, "%s", r->error);
+	}
+	gpud_job_free(job);
+	k->run_misuse = gpud_job_run(NULL, NULL);
+}
+
+Test(api, check_report_is_data, .timeout = 60)
+{
+	static struct checked k = {.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}, .ok_ok = -1,
+				   .bad_ok = -1};
+	/* Standard output too: the report is the caller's to print. */
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stdout.txt", t_tmpdir());
+	fflush(stdout);
+	int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	long leaked = with_stderr_captured(checked_jobs, &k);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_size, 0, "gpud_job_check printed %lld bytes", (long long)st.st_size);
+	cr_expect_eq(leaked, 0);
+	cr_expect(k.before_null);
+	cr_expect_eq(k.rc_ok, GPUD_EXIT_OK);
+	cr_expect_eq(k.ok_ok, 1);
+	cr_expect(strstr(k.text, "OK: 2 GPUs x 2 workers"), "%s", k.text);
+	cr_expect(strstr(k.text, "shared memory"), "%s", k.text);
+	cr_expect_eq(k.n_gpus, 2);
+	cr_expect_eq(k.workers_per_gpu, 2);
+	cr_expect_eq(k.ranks, 1);
+	cr_expect_eq(k.rc_bad, GPUD_EXIT_REFUSED);
+	cr_expect_eq(k.bad_ok, 0);
+	cr_expect(strstr(k.error, "unknown key 'no_such_key'"), "%s", k.error);
+	cr_expect(strstr(k.cap.text, "unknown key 'no_such_key'"), "%s", k.cap.text);
+	cr_expect_eq(k.run_misuse, GPUD_MISUSE);
+}

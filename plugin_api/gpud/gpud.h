@@ -42,6 +42,28 @@
 extern "C" {
 #endif
 
+/** (API 1.3) The return conventions, one per call family, each value named:
+ *  - gpud_job_run, gpud_job_check, gpud_job_status, gpud_plugins, gpud_merge,
+ *    gpud_merge_arrays: an exit status of `gpud` (below; check, status, plugins and
+ *    merge answer GPUD_EXIT_OK or GPUD_EXIT_REFUSED, merge_arrays also
+ *    GPUD_EXIT_FAILED), or GPUD_MISUSE;
+ *  - gpud_job_load, gpud_job_set, gpud_job_set_generator, gpud_job_set_sink: 0, or
+ *    GPUD_MISUSE with gpud_job_error();
+ *  - the callbacks the caller gives (generator, sink): plugin.h's conventions (0, 1 for
+ *    "one more"/"cannot tell" where a call says so, -1 with err).
+ *  - getters: a pointer, NULL when there is nothing yet. */
+enum gpud_exit {
+	GPUD_MISUSE = -1,      /* the API misused (a NULL job, a second run...): gpud_job_error() */
+	GPUD_EXIT_OK = 0,      /* every task succeeded (check: a run would start) */
+	GPUD_EXIT_FAILED = 1,  /* some tasks failed or timed out */
+	GPUD_EXIT_REFUSED = 2, /* a job, plugin or usage error, its lock held elsewhere, an input
+				  changed: nothing ran */
+	GPUD_EXIT_ABORTED = 3, /* no worker could be set up, the generator or the sink failed, or
+				  stopped without a journal */
+	GPUD_EXIT_STOPPED = 4, /* stopped (gpud_job_stop, a signal) with a journal: a new job with
+				  GPUD_RUN_RESUME finishes it */
+};
+
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
 #define GPUD_API_MINOR 3
@@ -278,11 +300,30 @@ GPUD_API const struct gpud_stats *gpud_job_stats(const gpud_job *job);
 GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
 
 /** `gpud check`: validates the job, loads every plugin and checks their keys, runs no
- *  task; prints what it found to standard output (errors to standard error). 0 when a
- *  run would start, 2 otherwise; -1 on misuse. options: rank, stats_json and the
- *  GPUD_CHECK_IMPORT flag are read (NULL: none). May be called any number of times, before a run.
- */
+ *  task. What it found is kept in the job for gpud_job_check_report (API 1.3: it is no
+ *  longer printed; the `gpud` command prints the report's text); errors go to
+ *  gpud_job_error() and to standard error (or options->log). GPUD_EXIT_OK when a run
+ *  would start, GPUD_EXIT_REFUSED otherwise; GPUD_MISUSE on misuse. options: rank,
+ *  stats_json, log and the GPUD_CHECK_IMPORT flag are read (NULL: none). May be called
+ *  any number of times, before a run. */
 GPUD_API int gpud_job_check(gpud_job *job, const struct gpud_run_options *options);
+
+/** (API 1.3) What the last gpud_job_check on a job found. Owned by the job, valid until
+ *  the next call on it. */
+struct gpud_check_report {
+	size_t size;              /* sizeof(struct gpud_check_report) of the library */
+	int ok;                   /* 1: a run would start; 0: it would not (error says why) */
+	const char *text;         /* what `gpud check` prints on standard output: the summary
+				     line, stages, ranks, GPUs, shared memory and notes ("" when
+				     not ok) */
+	const char *error;        /* the reason when not ok (gpud_job_error's), else "" */
+	size_t n_gpus;            /* GPUs (or GPU groups' members) the job names */
+	unsigned workers_per_gpu; /* worker processes per GPU (per group) */
+	unsigned rank, ranks;     /* this process's rank of ranks (0 of 1 alone) */
+};
+/** After gpud_job_check: its report, or NULL when the job was not checked (or the
+ *  check was refused as misuse). */
+GPUD_API const struct gpud_check_report *gpud_job_check_report(const gpud_job *job);
 /** `gpud status`: how far the run its journal describes got, on standard output. 0, 2
  *  without a journal to read; -1 on misuse. options as for gpud_job_check. */
 GPUD_API int gpud_job_status(gpud_job *job, const struct gpud_run_options *options);

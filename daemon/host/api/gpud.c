@@ -56,6 +56,10 @@ struct gpud_job {
 	_Atomic unsigned stops; /* gpud_job_stop before the run began */
 	struct run_result result;
 	char err[4096];
+	/* The last gpud_job_check's report; check_text is the report's text. */
+	bool checked;
+	char *check_text;
+	struct gpud_check_report check;
 };
 
 /* One run at a time in a process: the signal state and the exit watch are the
@@ -96,6 +100,7 @@ void gpud_job_free(gpud_job *job)
 	free(job->sets);
 	free(job->path);
 	free(job->result.stats_json);
+	free(job->check_text);
 	free(job);
 }
 
@@ -452,6 +457,16 @@ fail:
 
 enum job_cmd { CMD_RUN, CMD_CHECK, CMD_STATUS };
 
+/* A check that stopped before the plugins were looked at: a report that says why. */
+static void check_refused(struct gpud_job *job)
+{
+	free(job->check_text);
+	job->check_text = NULL;
+	job->check = (struct gpud_check_report){
+		.size = sizeof job->check, .ok = 0, .text = "", .error = job->err, .ranks = 1};
+	job->checked = true;
+}
+
 /* check, status and run: the job made ready, its lock taken (run) or looked at. */
 static int job_command(struct gpud_job *job, const struct gpud_run_options *o, enum job_cmd cmd)
 {
@@ -461,6 +476,8 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	int rc = job_ready(job, &c, o->rank, &stats_json, &stats_owned, cmd != CMD_STATUS);
 	if (rc != 0) {
 		say("%s", job->err);
+		if (cmd == CMD_CHECK)
+			check_refused(job);
 		free(stats_owned);
 		return rc;
 	}
@@ -471,10 +488,12 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	int held = cmd == CMD_RUN ? runlock_take(&lock, &c, why, sizeof why)
 				  : runlock_probe(&c, why, sizeof why);
 	if (held < 0 && cmd == CMD_STATUS) {
-		fprintf(LOG_ERR, "gpud: note: %s\n", why);
+		fprintf(LOG_INFO, "gpud: note: %s\n", why);
 	} else if (held < 0) {
 		job_fail(job, "%s: %s", c.path, why);
 		say("%s", job->err);
+		if (cmd == CMD_CHECK)
+			check_refused(job);
 		cfg_free(&c);
 		free(stats_owned);
 		return 2;
@@ -497,7 +516,23 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		.result = &job->result,
 	};
 	if (cmd == CMD_CHECK) {
-		rc = run_check(&c, &opts);
+		char *text = NULL;
+		size_t text_len = 0;
+		opts.check_out = open_memstream(&text, &text_len);
+		rc = opts.check_out ? run_check(&c, &opts) : 2;
+		if (opts.check_out)
+			fclose(opts.check_out);
+		free(job->check_text);
+		job->check_text = text;
+		job->check = (struct gpud_check_report){
+			.size = sizeof job->check,
+			.ok = rc == 0,
+			.n_gpus = c.n_gpus,
+			.workers_per_gpu = c.workers_per_gpu,
+			.rank = c.rank,
+			.ranks = c.ranks,
+		};
+		job->checked = true;
 	} else if (cmd == CMD_STATUS) {
 		rc = resume_status(&c);
 	} else {
@@ -509,6 +544,10 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	 * said on standard error. */
 	if (rc == 2 && !job->err[0])
 		say_last(job->err, sizeof job->err);
+	if (cmd == CMD_CHECK) {
+		job->check.text = job->check_text && rc == 0 ? job->check_text : "";
+		job->check.error = rc == 0 ? "" : job->err;
+	}
 	runlock_release(&lock);
 	cfg_free(&c);
 	free(stats_owned);
@@ -590,6 +629,11 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 int gpud_job_check(gpud_job *job, const struct gpud_run_options *options)
 {
 	return job_look(job, options, CMD_CHECK);
+}
+
+const struct gpud_check_report *gpud_job_check_report(const gpud_job *job)
+{
+	return job && job->checked ? &job->check : NULL;
 }
 
 int gpud_job_status(gpud_job *job, const struct gpud_run_options *options)

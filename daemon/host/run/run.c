@@ -211,16 +211,17 @@ static void release(struct host *h)
 }
 
 /* `gpud check` with gpus_per_worker: each group, its workers and what they see. */
-static void run_check_groups(const struct cfg *c)
+static void run_check_groups(const struct cfg *c, FILE *out)
 {
-	printf("  %zu GPU groups of %zu (gpus_per_worker), %u worker%s each:\n", groups_count(c),
-	       groups_width(c), c->workers_per_gpu, c->workers_per_gpu == 1 ? "" : "s");
+	fprintf(out, "  %zu GPU groups of %zu (gpus_per_worker), %u worker%s each:\n",
+		groups_count(c), groups_width(c), c->workers_per_gpu,
+		c->workers_per_gpu == 1 ? "" : "s");
 	for (size_t g = 0; g < groups_count(c); g++) {
 		char ids[GROUPS_LABEL], *cvd = groups_visible(c, g);
 		unsigned k0 = (unsigned)g * c->workers_per_gpu;
-		printf("  GPU %s: workers %u to %u, CUDA_VISIBLE_DEVICES=%s\n",
-		       groups_ids(c, g, ids, sizeof ids), k0, k0 + c->workers_per_gpu - 1,
-		       cvd ? cvd : "?");
+		fprintf(out, "  GPU %s: workers %u to %u, CUDA_VISIBLE_DEVICES=%s\n",
+			groups_ids(c, g, ids, sizeof ids), k0, k0 + c->workers_per_gpu - 1,
+			cvd ? cvd : "?");
 		free(cvd);
 	}
 }
@@ -237,6 +238,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
 	h.pool.up = &run_up;
+	FILE *out = opts && opts->check_out ? opts->check_out : stdout;
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
@@ -252,39 +254,41 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		if (groups_width(c) > 1) /* workers_per_gpu counts per group */
 			snprintf(groups, sizeof groups, " in %zu groups of %zu", groups_count(c),
 				 groups_width(c));
-		printf("%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
-		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
-		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
-		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
-		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
+		fprintf(out,
+			"%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
+			c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
+			c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
+			h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
+			h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		unsigned per[CFG_MAX_STAGES];
 		stagecfg_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
-			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
-			       per[i] == 1 ? "" : "s",
-			       c->stages[i].workers
-				       ? ""
-				       : " (no workers =: the cores it may use, less the "
-					 "named stages' workers and a core per 4 GPU "
-					 "workers, shared, at least 1)",
-			       h.pool.stages[i].plugin);
+			fprintf(out, "  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name,
+				per[i], per[i] == 1 ? "" : "s",
+				c->stages[i].workers
+					? ""
+					: " (no workers =: the cores it may use, less the "
+					  "named stages' workers and a core per 4 GPU "
+					  "workers, shared, at least 1)",
+				h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
-			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+			fprintf(out, "  rank %u of %u (from %s)\n", c->rank, c->ranks,
+				c->rank_source);
 		if (c->shares == CFG_SHARES_DYNAMIC)
-			printf("  shares: dynamic, claimed in %s\n", c->claims);
+			fprintf(out, "  shares: dynamic, claimed in %s\n", c->claims);
 		if (groups_width(c) > 1)
-			run_check_groups(c);
+			run_check_groups(c, out);
 		else
 			for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
-				printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
-				       c->gpu_tokens[i]);
+				fprintf(out, "  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n",
+					i, c->gpu_tokens[i]);
 		if (python_chosen()) {
 			char py[2048];
 			python_describe(python_chosen(), py, sizeof py);
-			printf("  python: %s\n", py);
+			fprintf(out, "  python: %s\n", py);
 		}
-		capacity_describe(&h, c, stdout);
-		fputs(notes ? notes : "", stdout);
+		capacity_describe(&h, c, out);
+		fputs(notes ? notes : "", out);
 	}
 	free(notes);
 	release(&h);
