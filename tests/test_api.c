@@ -1150,8 +1150,8 @@ static void checked_jobs(void *arg)
 
 Test(api, check_report_is_data, .timeout = 60)
 {
-	static struct checked k = {.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}, .ok_ok = -1,
-				   .bad_ok = -1};
+	static struct checked k = {
+		.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}, .ok_ok = -1, .bad_ok = -1};
 	/* Standard output too: the report is the caller's to print. */
 	char path[4096];
 	snprintf(path, sizeof path, "%s/stdout.txt", t_tmpdir());
