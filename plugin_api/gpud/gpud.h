@@ -376,8 +376,9 @@ GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
  *   (it drains) and return.
  * - exit() called by any thread during a run (a callback's) ends the process at once with
  *   status 3 after a message: the workers must not outlive the host unreported.
- * - Standard error: progress and the final summary, as `gpud run` writes them; errors
- *   also go to gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
+ * - Standard error: progress and the final summary, as `gpud run` writes them (or, with
+ *   gpud_run_options.log, through it and not to standard error); errors also go to
+ *   gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
  * - A callback still blocked in its call when the run must end (every task done, or a
  *   stop's drain over) cannot be returned from: gpud then ends the process after the
  *   summary with the run's status (_exit), as `gpud run` does. A generator with an
