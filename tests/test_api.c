@@ -1182,3 +1182,56 @@ Test(api, check_report_is_data, .timeout = 60)
 	cr_expect(strstr(k.cap.text, "unknown key 'no_such_key'"), "%s", k.cap.text);
 	cr_expect_eq(k.run_misuse, GPUD_MISUSE);
 }
+
+/* gpud_job_status keeps what the journal says for the caller, and prints nothing. */
+Test(api, status_report_is_data, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	struct ending e = {.total = -2};
+	cr_assert_eq(ending_run(dir, 0, &e), 1);
+	char faulty[4096], j[4096], path[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	snprintf(j, sizeof j, "job.journal=%s/end.journal", dir);
+	gpud_job *job = gpud_job_new();
+	cr_expect_null(gpud_job_status_report(job));
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.fail_on", "3"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "10"), 0);
+	cr_assert_eq(gpud_job_set(job, j, NULL), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &ending_ops, &e), 0, "the same job: its sink too");
+	snprintf(path, sizeof path, "%s/status-out.txt", dir);
+	fflush(stdout);
+	int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	int rc = gpud_job_status(job, NULL);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_size, 0, "gpud_job_status printed %lld bytes", (long long)st.st_size);
+	cr_expect_eq(rc, GPUD_EXIT_OK, "%s", gpud_job_error(job));
+	const struct gpud_status_report *r = gpud_job_status_report(job);
+	cr_assert_not_null(r);
+	cr_expect_eq(r->ok, 1);
+	cr_expect_eq(r->journal, 1);
+	cr_expect_eq(r->done, 10);
+	cr_expect_eq(r->failed, 1);
+	cr_expect_eq(r->low, 10);
+	cr_expect_eq(r->finished, 1);
+	cr_expect_eq(r->changed, 0, "%s", r->text);
+	cr_expect(strstr(r->text, "tasks with an outcome: 10 (1 of them failed)"), "%s", r->text);
+	/* Without a journal: refused, the reason in the report. */
+	cr_assert_eq(gpud_job_set(job, "job.journal", "off"), 0, "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_status(job, NULL), GPUD_EXIT_REFUSED);
+	r = gpud_job_status_report(job);
+	cr_assert_not_null(r);
+	cr_expect_eq(r->ok, 0);
+	cr_expect_str_empty(r->text);
+	cr_expect(strstr(r->error, "journal is off"), "%s", r->error);
+	gpud_job_free(job);
+}

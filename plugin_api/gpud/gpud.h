@@ -324,9 +324,31 @@ struct gpud_check_report {
 /** After gpud_job_check: its report, or NULL when the job was not checked (or the
  *  check was refused as misuse). */
 GPUD_API const struct gpud_check_report *gpud_job_check_report(const gpud_job *job);
-/** `gpud status`: how far the run its journal describes got, on standard output. 0, 2
- *  without a journal to read; -1 on misuse. options as for gpud_job_check. */
+/** `gpud status`: how far the run its journal describes got, kept in the job for
+ *  gpud_job_status_report (API 1.3: no longer printed; the `gpud` command prints the
+ *  report's text). GPUD_EXIT_OK, GPUD_EXIT_REFUSED without a journal to read;
+ *  GPUD_MISUSE on misuse. options as for gpud_job_check. */
 GPUD_API int gpud_job_status(gpud_job *job, const struct gpud_run_options *options);
+
+/** (API 1.3) What the last gpud_job_status on a job found. Owned by the job, valid until
+ *  the next call on it. */
+struct gpud_status_report {
+	size_t size;       /* sizeof(struct gpud_status_report) of the library */
+	int ok;            /* 1: told (text); 0: nothing to tell (error says why) */
+	const char *text;  /* what `gpud status` prints on standard output ("" when not ok) */
+	const char *error; /* the reason when not ok, else "" */
+	int journal;       /* 1: the figures below are a journal's; 0 (dynamic shares: each
+			      rank's claims are in text; or not ok): they are 0 */
+	uint64_t done;     /* tasks with an outcome */
+	uint64_t failed;   /* of them, those that failed or timed out */
+	uint64_t low;      /* every task below this id has its outcome */
+	int finished;      /* 1: the run ended (a resume runs nothing) */
+	int changed;       /* 1: an input or the job changed since: a resume is refused
+			      without GPUD_RUN_FORCE */
+};
+/** After gpud_job_status: its report, or NULL when it was not called (or refused as
+ *  misuse). */
+GPUD_API const struct gpud_status_report *gpud_job_status_report(const gpud_job *job);
 
 /** `gpud plugins`: the plugins found by name (GPUD_PLUGIN_PATH, then the built-in ones)
  *  listed on standard output. 0, or 2. */

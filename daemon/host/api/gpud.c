@@ -60,6 +60,10 @@ struct gpud_job {
 	bool checked;
 	char *check_text;
 	struct gpud_check_report check;
+	/* The last gpud_job_status's report, the same way. */
+	bool told;
+	char *status_text;
+	struct gpud_status_report status;
 };
 
 /* One run at a time in a process: the signal state and the exit watch are the
@@ -101,6 +105,7 @@ void gpud_job_free(gpud_job *job)
 	free(job->path);
 	free(job->result.stats_json);
 	free(job->check_text);
+	free(job->status_text);
 	free(job);
 }
 
@@ -457,6 +462,16 @@ fail:
 
 enum job_cmd { CMD_RUN, CMD_CHECK, CMD_STATUS };
 
+/* A status that stopped before the journal was read: a report that says why. */
+static void status_refused(struct gpud_job *job)
+{
+	free(job->status_text);
+	job->status_text = NULL;
+	job->status = (struct gpud_status_report){
+		.size = sizeof job->status, .ok = 0, .text = "", .error = job->err};
+	job->told = true;
+}
+
 /* A check that stopped before the plugins were looked at: a report that says why. */
 static void check_refused(struct gpud_job *job)
 {
@@ -478,6 +493,8 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		say("%s", job->err);
 		if (cmd == CMD_CHECK)
 			check_refused(job);
+		else if (cmd == CMD_STATUS)
+			status_refused(job);
 		free(stats_owned);
 		return rc;
 	}
@@ -494,6 +511,8 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		say("%s", job->err);
 		if (cmd == CMD_CHECK)
 			check_refused(job);
+		else if (cmd == CMD_STATUS)
+			status_refused(job);
 		cfg_free(&c);
 		free(stats_owned);
 		return 2;
@@ -534,7 +553,26 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		};
 		job->checked = true;
 	} else if (cmd == CMD_STATUS) {
-		rc = resume_status(&c);
+		char *text = NULL;
+		size_t text_len = 0;
+		struct resume_figures fig = {.journal = false};
+		FILE *out = open_memstream(&text, &text_len);
+		rc = out ? resume_status(&c, out, &fig) : 2;
+		if (out)
+			fclose(out);
+		free(job->status_text);
+		job->status_text = text;
+		job->status = (struct gpud_status_report){
+			.size = sizeof job->status,
+			.ok = rc == 0,
+			.journal = fig.journal,
+			.done = fig.done,
+			.failed = fig.failed,
+			.low = fig.low,
+			.finished = fig.finished,
+			.changed = fig.changed,
+		};
+		job->told = true;
 	} else {
 		rc = run_job(&c, &opts);
 		if (job->result.abort_msg[0] && rc == 3)
@@ -547,6 +585,10 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	if (cmd == CMD_CHECK) {
 		job->check.text = job->check_text && rc == 0 ? job->check_text : "";
 		job->check.error = rc == 0 ? "" : job->err;
+	}
+	if (cmd == CMD_STATUS) {
+		job->status.text = job->status_text && rc == 0 ? job->status_text : "";
+		job->status.error = rc == 0 ? "" : job->err;
 	}
 	runlock_release(&lock);
 	cfg_free(&c);
@@ -634,6 +676,11 @@ int gpud_job_check(gpud_job *job, const struct gpud_run_options *options)
 const struct gpud_check_report *gpud_job_check_report(const gpud_job *job)
 {
 	return job && job->checked ? &job->check : NULL;
+}
+
+const struct gpud_status_report *gpud_job_status_report(const gpud_job *job)
+{
+	return job && job->told ? &job->status : NULL;
 }
 
 int gpud_job_status(gpud_job *job, const struct gpud_run_options *options)

@@ -365,14 +365,14 @@ void resume_finish(struct host *h, bool complete)
 			h->journal.path, strerror(errno));
 }
 
-int resume_status(struct cfg *c)
+int resume_status(struct cfg *c, FILE *out, struct resume_figures *fig)
 {
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (c->shares == CFG_SHARES_DYNAMIC) {
 		/* Every rank's, side by side, from the claims folder. */
-		printf("%s:\n", c->path);
-		return claims_status(c->claims, -1, stdout);
+		fprintf(out, "%s:\n", c->path);
+		return claims_status(c->claims, -1, out);
 	}
 	if (c->journal_off || !c->journal) {
 		say("%s: [job] journal is off: nothing to tell", c->path);
@@ -383,33 +383,43 @@ int resume_status(struct cfg *c)
 		journal_close(&j);
 		return 2;
 	}
-	printf("%s: journal %s\n", c->path, c->journal);
-	printf("  tasks with an outcome: %llu (%llu of them failed)\n", (unsigned long long)j.done,
-	       (unsigned long long)j.failed);
-	printf("  every task before %llu has its outcome\n", (unsigned long long)j.low);
+	fig->journal = true;
+	fig->done = j.done;
+	fig->failed = j.failed;
+	fig->low = j.low;
+	fig->finished = j.ended;
+	fprintf(out, "%s: journal %s\n", c->path, c->journal);
+	fprintf(out, "  tasks with an outcome: %llu (%llu of them failed)\n",
+		(unsigned long long)j.done, (unsigned long long)j.failed);
+	fprintf(out, "  every task before %llu has its outcome\n", (unsigned long long)j.low);
 	if (j.ended)
-		printf("  finished: all %llu tasks (a --resume runs nothing%s)\n",
-		       (unsigned long long)j.end_count,
-		       j.failed ? "; --retry-failed runs the failed ones again" : "");
+		fprintf(out, "  finished: all %llu tasks (a --resume runs nothing%s)\n",
+			(unsigned long long)j.end_count,
+			j.failed ? "; --retry-failed runs the failed ones again" : "");
 	else
-		printf("  not finished: `gpud run %s --resume` goes on from there\n", c->path);
+		fprintf(out, "  not finished: `gpud run %s --resume` goes on from there\n",
+			c->path);
 	if (j.cut_bytes)
-		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
-		       (unsigned long long)j.cut_bytes);
+		fprintf(out,
+			"  its last %llu bytes are a record cut short (a --resume removes them)\n",
+			(unsigned long long)j.cut_bytes);
 	struct journal_input *in;
 	size_t n_in;
 	char changed[900];
 	bool told = false;
 	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
 		told = inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed);
+		fig->changed |= told;
 		if (told)
-			printf("  %s: --resume refuses it without --force\n", changed);
+			fprintf(out, "  %s: --resume refuses it without --force\n", changed);
 		inputs_free(in, n_in);
 	}
 	/* (A changed input file changes the fingerprint too: said once, above.) */
-	if (!told && j.fingerprint != journal_fingerprint(c))
-		printf("  written by another job (its worker, generator, keys or input files "
-		       "differ): --resume refuses it without --force\n");
+	if (!told && j.fingerprint != journal_fingerprint(c)) {
+		fig->changed = true;
+		fprintf(out, "  written by another job (its worker, generator, keys or input files "
+			     "differ): --resume refuses it without --force\n");
+	}
 	journal_close(&j);
 	return 0;
 }
