@@ -3,12 +3,14 @@
  * thread and the resume after it, misuse answered with errors. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -867,4 +869,369 @@ Test(api, a_sink_without_inputs_gets_none_and_every_result)
 				     atomic_load(&s.right_input));
 		gpud_job_free(job);
 	}
+}
+
+/* What the log callback was handed: every line, with its level, in one buffer. */
+struct captured {
+	pthread_mutex_t lock;
+	char text[65536];
+	size_t used;
+	unsigned lines[3], bad_level;
+};
+
+static void capture_log(void *data, int level, const char *message)
+{
+	struct captured *c = data;
+	pthread_mutex_lock(&c->lock);
+	if (level < GPUD_LOG_ERROR || level > GPUD_LOG_INFO)
+		c->bad_level++;
+	else
+		c->lines[level]++;
+	int n = snprintf(c->text + c->used, sizeof c->text - c->used, "%d %s\n", level, message);
+	if (n > 0 && (size_t)n < sizeof c->text - c->used)
+		c->used += (size_t)n;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Runs fn with standard error (fd 2) sent to a file; returns how many bytes reached it. */
+static long with_stderr_captured(void (*fn)(void *), void *arg)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stderr.txt", t_tmpdir());
+	fflush(stderr);
+	int saved = dup(2);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (saved < 0 || fd < 0)
+		return -1;
+	dup2(fd, 2);
+	close(fd);
+	fn(arg);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -1;
+	if (st.st_size > 0) {
+		/* Shown, so a failure says what leaked. */
+		char buf[2048] = "";
+		FILE *f = fopen(path, "r");
+		if (f) {
+			size_t got = fread(buf, 1, sizeof buf - 1, f);
+			buf[got] = '\0';
+			fclose(f);
+		}
+		fprintf(stderr, "on standard error:\n%s\n", buf);
+	}
+	return (long)st.st_size;
+}
+
+struct logged_runs {
+	struct captured cap;
+	int rc_setup, rc_bad_key, rc_check;
+	unsigned ok;
+	char err_bad_key[4096];
+};
+
+static void logged_runs(void *arg)
+{
+	struct logged_runs *r = arg;
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	struct gpud_run_options o = {
+		.size = sizeof o, .ui = GPUD_UI_PLAIN, .log = capture_log, .log_data = &r->cap};
+	/* A setup that fails on GPU 0 (the run goes on with GPU 1) and tasks that fail. */
+	struct gpud_sink_ops sink = {.size = sizeof sink, .event = count_event};
+	gpud_job *job = gpud_job_new();
+	gpud_job_set(job, "job.gpus", "0,1");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "worker.setup_fail_gpu", "0");
+	gpud_job_set(job, "worker.fail_on", "3,5");
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "20");
+	gpud_job_set_sink(job, &sink, &r->ok);
+	r->rc_setup = gpud_job_run(job, &o);
+	gpud_job_free(job);
+	/* A key the worker plugin does not know: refused before anything runs. */
+	job = gpud_job_new();
+	gpud_job_set(job, "job.gpus", "0");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "generator.no_such_key", "1");
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "5");
+	r->rc_check = gpud_job_check(job, &o);
+	r->rc_bad_key = gpud_job_run(job, &o);
+	snprintf(r->err_bad_key, sizeof r->err_bad_key, "%s", gpud_job_error(job));
+	gpud_job_free(job);
+}
+
+/* Every message through the callback, nothing on standard error: a failed setup, task
+ * failures (plain mode), the summary, a bad key found by check and by run. */
+Test(api, log_callback_takes_every_message, .timeout = 120)
+{
+	static struct logged_runs r = {.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+	long leaked = with_stderr_captured(logged_runs, &r);
+	cr_expect_eq(leaked, 0, "%ld bytes reached standard error", leaked);
+	cr_expect_eq(r.rc_setup, 1, "status %d (tasks 3 and 5 fail)", r.rc_setup);
+	cr_expect_eq(r.ok, 18);
+	cr_expect_eq(r.rc_check, 2);
+	cr_expect_eq(r.rc_bad_key, 2);
+	cr_expect_eq(r.cap.bad_level, 0);
+	const char *t = r.cap.text;
+	cr_expect(strstr(t, "no_such_key"), "the bad key: %s", t);
+	cr_expect(strstr(r.err_bad_key, "no_such_key"), "%s", r.err_bad_key);
+	cr_expect(strstr(t, "setup"), "the failed setup: %s", t);
+	cr_expect_geq(r.cap.lines[GPUD_LOG_ERROR], 2, "%s", t);
+	cr_expect_geq(r.cap.lines[GPUD_LOG_INFO], 1, "the summary: %s", t);
+	cr_expect(!strstr(t, "gpud: "), "no prefix: %s", t);
+}
+
+/* A sink with the plugin sink's 1.3 and 1.6 calls: tasks, resumed, finish. */
+struct ending {
+	unsigned events, closes, finishes, resumeds, tasks_calls;
+	int64_t total;
+	int exit_status;
+	bool aborted;
+	uint64_t done_count, failed_id;
+	size_t n_failed;
+};
+
+static int ending_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	(void)err;
+	if (ev->kind == GPUD_TASK_OK || ev->kind == GPUD_TASK_ERROR)
+		((struct ending *)ctx)->events++;
+	return 0;
+}
+
+static int ending_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	(void)stats;
+	(void)err;
+	((struct ending *)ctx)->closes++;
+	return 0;
+}
+
+static int ending_finish(void *ctx, const struct gpud_stats *stats, const struct gpud_run_end *end,
+			 struct gpud_error *err)
+{
+	(void)stats;
+	(void)err;
+	struct ending *e = ctx;
+	e->finishes++;
+	e->exit_status = end->exit_status;
+	e->aborted = end->abort_reason != NULL;
+	return 0;
+}
+
+static int ending_resumed(void *ctx, const struct gpud_resume_info *info, struct gpud_error *err)
+{
+	(void)err;
+	struct ending *e = ctx;
+	e->resumeds++;
+	for (size_t k = 0; k < info->n_done; k++)
+		e->done_count += info->done[2 * k + 1];
+	e->n_failed = info->n_failed;
+	if (info->n_failed)
+		e->failed_id = info->failed[0];
+	return 0;
+}
+
+static int ending_tasks(void *ctx, int64_t total, struct gpud_error *err)
+{
+	(void)err;
+	struct ending *e = ctx;
+	e->tasks_calls++;
+	e->total = total;
+	return 0;
+}
+
+static const struct gpud_sink_ops ending_ops = {
+	.size = sizeof ending_ops,
+	.event = ending_event,
+	.close = ending_close,
+	.finish = ending_finish,
+	.resumed = ending_resumed,
+	.tasks = ending_tasks,
+};
+
+static int ending_run(const char *dir, unsigned flags, struct ending *e)
+{
+	char faulty[4096], j[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	snprintf(j, sizeof j, "job.journal=%s/end.journal", dir);
+	gpud_job *job = gpud_job_new();
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "worker.fail_on", "3"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "10"), 0);
+	cr_assert_eq(gpud_job_set(job, j, NULL), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set_sink(job, &ending_ops, e), 0, "%s", gpud_job_error(job));
+	struct gpud_run_options o = {.size = sizeof o, .flags = flags};
+	int rc = gpud_job_run(job, &o);
+	gpud_job_free(job);
+	return rc;
+}
+
+/* finish takes close's place and says how the run ended; tasks says how many; a resume
+ * hands resumed what earlier runs finished, before any event. */
+Test(api, sink_finish_resumed_and_tasks, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	struct ending first = {.total = -2};
+	int rc = ending_run(dir, 0, &first);
+	cr_expect_eq(rc, 1, "task 3 fails");
+	cr_expect_eq(first.finishes, 1);
+	cr_expect_eq(first.closes, 0, "finish is called instead of close");
+	cr_expect_eq(first.exit_status, 1);
+	cr_expect(!first.aborted);
+	cr_expect_eq(first.tasks_calls, 1);
+	cr_expect_eq(first.total, 10);
+	cr_expect_eq(first.resumeds, 0, "not on a fresh run");
+	cr_expect_eq(first.events, 10);
+
+	struct ending again = {.total = -2};
+	rc = ending_run(dir, GPUD_RUN_RESUME | GPUD_RUN_RETRY_FAILED, &again);
+	cr_expect_eq(rc, 1, "task 3 fails again");
+	cr_expect_eq(again.resumeds, 1);
+	cr_expect_eq(again.done_count, 9, "all but the failed task are kept");
+	cr_expect_eq(again.n_failed, 0, "--retry-failed: the failed one runs");
+	cr_expect_eq(again.events, 1, "only task 3 runs again");
+	cr_expect_eq(again.tasks_calls, 1);
+	cr_expect_eq(again.finishes, 1);
+	cr_expect_eq(again.closes, 0);
+	cr_expect_eq(again.exit_status, rc);
+}
+
+/* gpud_job_check keeps what it found for the caller, and prints nothing itself. */
+struct checked {
+	struct captured cap;
+	int rc_ok, rc_bad, run_misuse;
+	char text[8192], error[4096];
+	int ok_ok, bad_ok;
+	size_t n_gpus;
+	unsigned workers_per_gpu, ranks;
+	bool before_null;
+};
+
+static void checked_jobs(void *arg)
+{
+	struct checked *k = arg;
+	char faulty[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	struct gpud_run_options o = {.size = sizeof o, .log = capture_log, .log_data = &k->cap};
+	gpud_job *job = gpud_job_new();
+	k->before_null = gpud_job_check_report(job) == NULL;
+	gpud_job_set(job, "job.gpus", "0,1");
+	gpud_job_set(job, "job.workers_per_gpu", "2");
+	gpud_job_set(job, "worker.plugin", faulty);
+	gpud_job_set(job, "generator.plugin", "range");
+	gpud_job_set(job, "generator.stop", "5");
+	k->rc_ok = gpud_job_check(job, &o);
+	const struct gpud_check_report *r = gpud_job_check_report(job);
+	if (r) {
+		k->ok_ok = r->ok;
+		snprintf(k->text, sizeof k->text, "%s", r->text);
+		k->n_gpus = r->n_gpus;
+		k->workers_per_gpu = r->workers_per_gpu;
+		k->ranks = r->ranks;
+	}
+	gpud_job_set(job, "generator.no_such_key", "1");
+	k->rc_bad = gpud_job_check(job, &o);
+	r = gpud_job_check_report(job);
+	if (r) {
+		k->bad_ok = r->ok;
+		snprintf(k->error, sizeof k->error, "%s", r->error);
+	}
+	gpud_job_free(job);
+	k->run_misuse = gpud_job_run(NULL, NULL);
+}
+
+Test(api, check_report_is_data, .timeout = 60)
+{
+	static struct checked k = {
+		.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}, .ok_ok = -1, .bad_ok = -1};
+	/* Standard output too: the report is the caller's to print. */
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stdout.txt", t_tmpdir());
+	fflush(stdout);
+	int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	long leaked = with_stderr_captured(checked_jobs, &k);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_size, 0, "gpud_job_check printed %lld bytes", (long long)st.st_size);
+	cr_expect_eq(leaked, 0);
+	cr_expect(k.before_null);
+	cr_expect_eq(k.rc_ok, GPUD_EXIT_OK);
+	cr_expect_eq(k.ok_ok, 1);
+	cr_expect(strstr(k.text, "OK: 2 GPUs x 2 workers"), "%s", k.text);
+	cr_expect(strstr(k.text, "shared memory"), "%s", k.text);
+	cr_expect_eq(k.n_gpus, 2);
+	cr_expect_eq(k.workers_per_gpu, 2);
+	cr_expect_eq(k.ranks, 1);
+	cr_expect_eq(k.rc_bad, GPUD_EXIT_REFUSED);
+	cr_expect_eq(k.bad_ok, 0);
+	cr_expect(strstr(k.error, "unknown key 'no_such_key'"), "%s", k.error);
+	cr_expect(strstr(k.cap.text, "unknown key 'no_such_key'"), "%s", k.cap.text);
+	cr_expect_eq(k.run_misuse, GPUD_MISUSE);
+}
+
+/* gpud_job_status keeps what the journal says for the caller, and prints nothing. */
+Test(api, status_report_is_data, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	struct ending e = {.total = -2};
+	cr_assert_eq(ending_run(dir, 0, &e), 1);
+	char faulty[4096], j[4096], path[4096];
+	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
+	snprintf(j, sizeof j, "job.journal=%s/end.journal", dir);
+	gpud_job *job = gpud_job_new();
+	cr_expect_null(gpud_job_status_report(job));
+	cr_assert_eq(gpud_job_set(job, "job.gpus", "0"), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.plugin", faulty), 0);
+	cr_assert_eq(gpud_job_set(job, "worker.fail_on", "3"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.plugin", "range"), 0);
+	cr_assert_eq(gpud_job_set(job, "generator.stop", "10"), 0);
+	cr_assert_eq(gpud_job_set(job, j, NULL), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &ending_ops, &e), 0, "the same job: its sink too");
+	snprintf(path, sizeof path, "%s/status-out.txt", dir);
+	fflush(stdout);
+	int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	int rc = gpud_job_status(job, NULL);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_size, 0, "gpud_job_status printed %lld bytes", (long long)st.st_size);
+	cr_expect_eq(rc, GPUD_EXIT_OK, "%s", gpud_job_error(job));
+	const struct gpud_status_report *r = gpud_job_status_report(job);
+	cr_assert_not_null(r);
+	cr_expect_eq(r->ok, 1);
+	cr_expect_eq(r->journal, 1);
+	cr_expect_eq(r->done, 10);
+	cr_expect_eq(r->failed, 1);
+	cr_expect_eq(r->low, 10);
+	cr_expect_eq(r->finished, 1);
+	cr_expect_eq(r->changed, 0, "%s", r->text);
+	cr_expect(strstr(r->text, "tasks with an outcome: 10 (1 of them failed)"), "%s", r->text);
+	/* Without a journal: refused, the reason in the report. */
+	cr_assert_eq(gpud_job_set(job, "job.journal", "off"), 0, "%s", gpud_job_error(job));
+	cr_expect_eq(gpud_job_status(job, NULL), GPUD_EXIT_REFUSED);
+	r = gpud_job_status_report(job);
+	cr_assert_not_null(r);
+	cr_expect_eq(r->ok, 0);
+	cr_expect_str_empty(r->text);
+	cr_expect(strstr(r->error, "journal is off"), "%s", r->error);
+	gpud_job_free(job);
 }

@@ -217,6 +217,12 @@ static int run_command(struct args *a)
 	rc = strcmp(a->cmd, "check") == 0    ? gpud_job_check(job, &a->opts)
 	     : strcmp(a->cmd, "status") == 0 ? gpud_job_status(job, &a->opts)
 					     : gpud_job_run(job, &a->opts);
+	const struct gpud_check_report *report = gpud_job_check_report(job);
+	if (report) /* check: what it found, as the library keeps it */
+		fputs(report->text, stdout);
+	const struct gpud_status_report *told = gpud_job_status_report(job);
+	if (told) /* status: the same */
+		fputs(told->text, stdout);
 	if (rc < 0) { /* misuse: cannot happen from here, but say it */
 		fprintf(stderr, "gpud: %s\n", gpud_job_error(job));
 		rc = 2;

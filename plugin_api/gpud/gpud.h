@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libgpud, API version 1.0: gpud's host as a library. A program builds a job (a job
+ * libgpud, API version 1.3: gpud's host as a library. A program builds a job (a job
  * file, key/value pairs, or both), may supply its own generator and sink as callbacks
  * in its own process, runs the job to its end on the calling thread, and reads the
  * exit status and the final stats. The `gpud` command is a client of this API.
@@ -42,9 +42,31 @@
 extern "C" {
 #endif
 
+/** (API 1.3) The return conventions, one per call family, each value named:
+ *  - gpud_job_run, gpud_job_check, gpud_job_status, gpud_plugins, gpud_merge,
+ *    gpud_merge_arrays: an exit status of `gpud` (below; check, status, plugins and
+ *    merge answer GPUD_EXIT_OK or GPUD_EXIT_REFUSED, merge_arrays also
+ *    GPUD_EXIT_FAILED), or GPUD_MISUSE;
+ *  - gpud_job_load, gpud_job_set, gpud_job_set_generator, gpud_job_set_sink: 0, or
+ *    GPUD_MISUSE with gpud_job_error();
+ *  - the callbacks the caller gives (generator, sink): plugin.h's conventions (0, 1 for
+ *    "one more"/"cannot tell" where a call says so, -1 with err).
+ *  - getters: a pointer, NULL when there is nothing yet. */
+enum gpud_exit {
+	GPUD_MISUSE = -1,      /* the API misused (a NULL job, a second run...): gpud_job_error() */
+	GPUD_EXIT_OK = 0,      /* every task succeeded (check: a run would start) */
+	GPUD_EXIT_FAILED = 1,  /* some tasks failed or timed out */
+	GPUD_EXIT_REFUSED = 2, /* a job, plugin or usage error, its lock held elsewhere, an input
+				  changed: nothing ran */
+	GPUD_EXIT_ABORTED = 3, /* no worker could be set up, the generator or the sink failed, or
+				  stopped without a journal */
+	GPUD_EXIT_STOPPED = 4, /* stopped (gpud_job_stop, a signal) with a journal: a new job with
+				  GPUD_RUN_RESUME finishes it */
+};
+
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 2
+#define GPUD_API_MINOR 3
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -163,6 +185,21 @@ struct gpud_sink_ops {
 	/** Optional (API 1.1). GPUD_SINK_* flags; 0: the sink may also be called on the
 	 *  stand-in thread. */
 	unsigned flags;
+	/** Optional (API 1.3; the sink plugin's gpud_sink_finish, plugin.h). Called instead
+	 *  of close when set: once at the end with the final stats and how the run ends
+	 *  (end->exit_status, end->abort_reason). 0, or -1 with err (exit status 3). */
+	int (*finish)(void *ctx, const struct gpud_stats *stats, const struct gpud_run_end *end,
+		      struct gpud_error *err);
+	/** Optional (API 1.3; gpud_sink_resumed). On a resume, once, before any event (after
+	 *  resume): the tasks earlier runs finished (info->done as (first id, count) pairs,
+	 *  info->failed the ids among them that failed), whose slots a sink writing by task
+	 *  id keeps. Not called on a fresh run. 0, or -1 with err (exit status 2, nothing
+	 *  runs). */
+	int (*resumed)(void *ctx, const struct gpud_resume_info *info, struct gpud_error *err);
+	/** Optional (API 1.3; gpud_sink_tasks). Once, before resumed and any event: how many
+	 *  tasks the generator says the job has (all ranks together), -1 when it does not
+	 *  say. 0, or -1 with err (exit status 2, nothing runs). */
+	int (*tasks)(void *ctx, int64_t total, struct gpud_error *err);
 };
 
 /** Uses `ops` with `ctx` as the job's generator instead of a [generator] plugin (the
@@ -198,6 +235,15 @@ enum gpud_ui {
  *  names are checked. */
 #define GPUD_CHECK_IMPORT (1u << 4)
 
+/** gpud_run_options.log levels (API 1.3). */
+enum gpud_log_level {
+	GPUD_LOG_ERROR = 0, /* the run, check or status cannot go on as asked (a bad key, a
+			       setup that failed, an abort) */
+	GPUD_LOG_WARN = 1,  /* something the operator should know: a worker died or was
+			       restarted, a GPU retired, a task failed (plain mode) */
+	GPUD_LOG_INFO = 2,  /* progress lines, the final summary, status and check notes */
+};
+
 /** How to run. All zero (or a NULL pointer) is a plain run with no UI. */
 struct gpud_run_options {
 	size_t size;            /* sizeof(struct gpud_run_options) */
@@ -208,6 +254,18 @@ struct gpud_run_options {
 	const char *rank;       /* "K/N": this process is rank K of N (--rank); NULL: the job's
 				   rank/ranks, else from Slurm, Open MPI or PMI, else 0 of 1 */
 	const char *stats_json; /* also write the final stats JSON to this file, or NULL */
+	/** (API 1.3) Optional. Every message the engine would write to standard error
+	 *  during gpud_job_run, gpud_job_check or gpud_job_status (errors, notes, plain
+	 *  progress, the summary) is handed here instead, one line per call: `message` is
+	 *  the line without "gpud: " and without a newline (valid during the call), `level`
+	 *  a GPUD_LOG_* value. NULL: standard error, as `gpud` writes it. Called from any
+	 *  engine thread (the calling thread, the stand-in, the UI thread, the metrics
+	 *  thread), never twice at once (gpud holds a lock around each call): it must
+	 *  return soon and must not call libgpud (gpud_job_stop excepted). The dashboard
+	 *  (GPUD_UI_DASHBOARD) still draws on its terminal, and a worker process's own
+	 *  output (the worker plugin's) still goes to the standard error it inherited. */
+	void (*log)(void *log_data, int level, const char *message);
+	void *log_data; /* passed to log */
 };
 
 /** Runs the job to its end on the calling thread (--ui, --resume... as `options`;
@@ -221,7 +279,7 @@ struct gpud_run_options {
  *  job: a resume is a new job), another run in progress in this process. For status 3,
  *  and for a status 2 found before the run (the job's keys, its rank, its outputs,
  *  another run holding its lock), gpud_job_error() holds the reason; every reason is
- *  also on standard error. */
+ *  also on standard error (or through options->log). */
 GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options);
 
 /** Stops the job's run as SIGTERM does: the first call lets the running tasks finish
@@ -242,14 +300,55 @@ GPUD_API const struct gpud_stats *gpud_job_stats(const gpud_job *job);
 GPUD_API const char *gpud_job_stats_json(const gpud_job *job);
 
 /** `gpud check`: validates the job, loads every plugin and checks their keys, runs no
- *  task; prints what it found to standard output (errors to standard error). 0 when a
- *  run would start, 2 otherwise; -1 on misuse. options: rank, stats_json and the
- *  GPUD_CHECK_IMPORT flag are read (NULL: none). May be called any number of times, before a run.
- */
+ *  task. What it found is kept in the job for gpud_job_check_report (API 1.3: it is no
+ *  longer printed; the `gpud` command prints the report's text); errors go to
+ *  gpud_job_error() and to standard error (or options->log). GPUD_EXIT_OK when a run
+ *  would start, GPUD_EXIT_REFUSED otherwise; GPUD_MISUSE on misuse. options: rank,
+ *  stats_json, log and the GPUD_CHECK_IMPORT flag are read (NULL: none). May be called
+ *  any number of times, before a run. */
 GPUD_API int gpud_job_check(gpud_job *job, const struct gpud_run_options *options);
-/** `gpud status`: how far the run its journal describes got, on standard output. 0, 2
- *  without a journal to read; -1 on misuse. options as for gpud_job_check. */
+
+/** (API 1.3) What the last gpud_job_check on a job found. Owned by the job, valid until
+ *  the next call on it. */
+struct gpud_check_report {
+	size_t size;              /* sizeof(struct gpud_check_report) of the library */
+	int ok;                   /* 1: a run would start; 0: it would not (error says why) */
+	const char *text;         /* what `gpud check` prints on standard output: the summary
+				     line, stages, ranks, GPUs, shared memory and notes ("" when
+				     not ok) */
+	const char *error;        /* the reason when not ok (gpud_job_error's), else "" */
+	size_t n_gpus;            /* GPUs (or GPU groups' members) the job names */
+	unsigned workers_per_gpu; /* worker processes per GPU (per group) */
+	unsigned rank, ranks;     /* this process's rank of ranks (0 of 1 alone) */
+};
+/** After gpud_job_check: its report, or NULL when the job was not checked (or the
+ *  check was refused as misuse). */
+GPUD_API const struct gpud_check_report *gpud_job_check_report(const gpud_job *job);
+/** `gpud status`: how far the run its journal describes got, kept in the job for
+ *  gpud_job_status_report (API 1.3: no longer printed; the `gpud` command prints the
+ *  report's text). GPUD_EXIT_OK, GPUD_EXIT_REFUSED without a journal to read;
+ *  GPUD_MISUSE on misuse. options as for gpud_job_check. */
 GPUD_API int gpud_job_status(gpud_job *job, const struct gpud_run_options *options);
+
+/** (API 1.3) What the last gpud_job_status on a job found. Owned by the job, valid until
+ *  the next call on it. */
+struct gpud_status_report {
+	size_t size;       /* sizeof(struct gpud_status_report) of the library */
+	int ok;            /* 1: told (text); 0: nothing to tell (error says why) */
+	const char *text;  /* what `gpud status` prints on standard output ("" when not ok) */
+	const char *error; /* the reason when not ok, else "" */
+	int journal;       /* 1: the figures below are a journal's; 0 (dynamic shares: each
+			      rank's claims are in text; or not ok): they are 0 */
+	uint64_t done;     /* tasks with an outcome */
+	uint64_t failed;   /* of them, those that failed or timed out */
+	uint64_t low;      /* every task below this id has its outcome */
+	int finished;      /* 1: the run ended (a resume runs nothing) */
+	int changed;       /* 1: an input or the job changed since: a resume is refused
+			      without GPUD_RUN_FORCE */
+};
+/** After gpud_job_status: its report, or NULL when it was not called (or refused as
+ *  misuse). */
+GPUD_API const struct gpud_status_report *gpud_job_status_report(const gpud_job *job);
 
 /** `gpud plugins`: the plugins found by name (GPUD_PLUGIN_PATH, then the built-in ones)
  *  listed on standard output. 0, or 2. */
@@ -299,8 +398,9 @@ GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
  *   (it drains) and return.
  * - exit() called by any thread during a run (a callback's) ends the process at once with
  *   status 3 after a message: the workers must not outlive the host unreported.
- * - Standard error: progress and the final summary, as `gpud run` writes them; errors
- *   also go to gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
+ * - Standard error: progress and the final summary, as `gpud run` writes them (or, with
+ *   gpud_run_options.log, through it and not to standard error); errors also go to
+ *   gpud_job_error(). Standard output is the sink plugin's (jsonl's default).
  * - A callback still blocked in its call when the run must end (every task done, or a
  *   stop's drain over) cannot be returned from: gpud then ends the process after the
  *   summary with the run's status (_exit), as `gpud run` does. A generator with an

@@ -278,7 +278,11 @@ static inline void gpud_task_failv_(struct gpud_task *task, const char *fmt, va_
 		vsnprintf(task->error->message, sizeof task->error->message, fmt, ap);
 }
 
-/** task->failed values set by gpud_task_fatal() and gpud_task_reject(). */
+/** task->failed values: 0 not failed; GPUD_TASK_FAILED set by gpud_task_fail() (retried
+ *  up to max_retries; any other nonzero value gpud does not name reads the same), the
+ *  others by gpud_task_fatal() and gpud_task_reject() (below), gpud_task_oom() and
+ *  gpud_task_timed_out(). */
+#define GPUD_TASK_FAILED 1
 #define GPUD_TASK_FATAL 2
 #define GPUD_TASK_REJECT 3
 
@@ -324,7 +328,7 @@ __attribute__((format(printf, 2, 3)))
 static inline int
 gpud_task_fail(struct gpud_task *task, const char *fmt, ...)
 {
-	task->failed = 1;
+	task->failed = GPUD_TASK_FAILED;
 	va_list ap;
 	va_start(ap, fmt);
 	gpud_task_failv_(task, fmt, ap);

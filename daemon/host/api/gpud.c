@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cluster/merge.h"
+#include "util/log.h"
 #include "cluster/ranks.h"
 #include "job/catalog.h"
 #include "job/checks.h"
@@ -55,6 +56,14 @@ struct gpud_job {
 	_Atomic unsigned stops; /* gpud_job_stop before the run began */
 	struct run_result result;
 	char err[4096];
+	/* The last gpud_job_check's report; check_text is the report's text. */
+	bool checked;
+	char *check_text;
+	struct gpud_check_report check;
+	/* The last gpud_job_status's report, the same way. */
+	bool told;
+	char *status_text;
+	struct gpud_status_report status;
 };
 
 /* One run at a time in a process: the signal state and the exit watch are the
@@ -95,6 +104,8 @@ void gpud_job_free(gpud_job *job)
 	free(job->sets);
 	free(job->path);
 	free(job->result.stats_json);
+	free(job->check_text);
+	free(job->status_text);
 	free(job);
 }
 
@@ -375,6 +386,9 @@ int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
 		.close = job->sink.close,
 		.events = job->sink.events,
 		.resume = job->sink.resume ? cb_sink_resume : NULL,
+		.finish = job->sink.finish,
+		.resumed = job->sink.resumed,
+		.tasks = job->sink.tasks,
 		.calling_thread = job->sink.flags & GPUD_SINK_CALLING_THREAD,
 		.no_input = job->sink.flags & GPUD_SINK_NO_INPUT,
 	};
@@ -448,6 +462,26 @@ fail:
 
 enum job_cmd { CMD_RUN, CMD_CHECK, CMD_STATUS };
 
+/* A status that stopped before the journal was read: a report that says why. */
+static void status_refused(struct gpud_job *job)
+{
+	free(job->status_text);
+	job->status_text = NULL;
+	job->status = (struct gpud_status_report){
+		.size = sizeof job->status, .ok = 0, .text = "", .error = job->err};
+	job->told = true;
+}
+
+/* A check that stopped before the plugins were looked at: a report that says why. */
+static void check_refused(struct gpud_job *job)
+{
+	free(job->check_text);
+	job->check_text = NULL;
+	job->check = (struct gpud_check_report){
+		.size = sizeof job->check, .ok = 0, .text = "", .error = job->err, .ranks = 1};
+	job->checked = true;
+}
+
 /* check, status and run: the job made ready, its lock taken (run) or looked at. */
 static int job_command(struct gpud_job *job, const struct gpud_run_options *o, enum job_cmd cmd)
 {
@@ -457,6 +491,10 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	int rc = job_ready(job, &c, o->rank, &stats_json, &stats_owned, cmd != CMD_STATUS);
 	if (rc != 0) {
 		say("%s", job->err);
+		if (cmd == CMD_CHECK)
+			check_refused(job);
+		else if (cmd == CMD_STATUS)
+			status_refused(job);
 		free(stats_owned);
 		return rc;
 	}
@@ -467,10 +505,14 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	int held = cmd == CMD_RUN ? runlock_take(&lock, &c, why, sizeof why)
 				  : runlock_probe(&c, why, sizeof why);
 	if (held < 0 && cmd == CMD_STATUS) {
-		fprintf(stderr, "gpud: note: %s\n", why);
+		fprintf(LOG_INFO, "gpud: note: %s\n", why);
 	} else if (held < 0) {
 		job_fail(job, "%s: %s", c.path, why);
 		say("%s", job->err);
+		if (cmd == CMD_CHECK)
+			check_refused(job);
+		else if (cmd == CMD_STATUS)
+			status_refused(job);
 		cfg_free(&c);
 		free(stats_owned);
 		return 2;
@@ -493,9 +535,44 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		.result = &job->result,
 	};
 	if (cmd == CMD_CHECK) {
-		rc = run_check(&c, &opts);
+		char *text = NULL;
+		size_t text_len = 0;
+		opts.check_out = open_memstream(&text, &text_len);
+		rc = opts.check_out ? run_check(&c, &opts) : 2;
+		if (opts.check_out)
+			fclose(opts.check_out);
+		free(job->check_text);
+		job->check_text = text;
+		job->check = (struct gpud_check_report){
+			.size = sizeof job->check,
+			.ok = rc == 0,
+			.n_gpus = c.n_gpus,
+			.workers_per_gpu = c.workers_per_gpu,
+			.rank = c.rank,
+			.ranks = c.ranks,
+		};
+		job->checked = true;
 	} else if (cmd == CMD_STATUS) {
-		rc = resume_status(&c);
+		char *text = NULL;
+		size_t text_len = 0;
+		struct resume_figures fig = {.journal = false};
+		FILE *out = open_memstream(&text, &text_len);
+		rc = out ? resume_status(&c, out, &fig) : 2;
+		if (out)
+			fclose(out);
+		free(job->status_text);
+		job->status_text = text;
+		job->status = (struct gpud_status_report){
+			.size = sizeof job->status,
+			.ok = rc == 0,
+			.journal = fig.journal,
+			.done = fig.done,
+			.failed = fig.failed,
+			.low = fig.low,
+			.finished = fig.finished,
+			.changed = fig.changed,
+		};
+		job->told = true;
 	} else {
 		rc = run_job(&c, &opts);
 		if (job->result.abort_msg[0] && rc == 3)
@@ -505,6 +582,14 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	 * said on standard error. */
 	if (rc == 2 && !job->err[0])
 		say_last(job->err, sizeof job->err);
+	if (cmd == CMD_CHECK) {
+		job->check.text = job->check_text && rc == 0 ? job->check_text : "";
+		job->check.error = rc == 0 ? "" : job->err;
+	}
+	if (cmd == CMD_STATUS) {
+		job->status.text = job->status_text && rc == 0 ? job->status_text : "";
+		job->status.error = rc == 0 ? "" : job->err;
+	}
 	runlock_release(&lock);
 	cfg_free(&c);
 	free(stats_owned);
@@ -537,7 +622,9 @@ int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
 	for (unsigned n = atomic_exchange(&job->stops, 0); n > 0; n--)
 		lifecycle_interrupt();
 	say_forget();
+	log_set(o.log, o.log_data);
 	int rc = job_command(job, &o, CMD_RUN);
+	log_set(NULL, NULL);
 	atomic_store(&job->state, JOB_DONE);
 	atomic_store(&run_in_progress, false);
 	return rc;
@@ -574,7 +661,9 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 	if (take_options(job, options, &o) < 0 || claim_process(job) < 0)
 		return -1;
 	say_forget();
+	log_set(o.log, o.log_data);
 	int rc = job_command(job, &o, cmd);
+	log_set(NULL, NULL);
 	atomic_store(&run_in_progress, false);
 	return rc;
 }
@@ -582,6 +671,16 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 int gpud_job_check(gpud_job *job, const struct gpud_run_options *options)
 {
 	return job_look(job, options, CMD_CHECK);
+}
+
+const struct gpud_check_report *gpud_job_check_report(const gpud_job *job)
+{
+	return job && job->checked ? &job->check : NULL;
+}
+
+const struct gpud_status_report *gpud_job_status_report(const gpud_job *job)
+{
+	return job && job->told ? &job->status : NULL;
 }
 
 int gpud_job_status(gpud_job *job, const struct gpud_run_options *options)
@@ -597,7 +696,7 @@ int gpud_plugins(void)
 int gpud_merge(int n_files, char *const *files)
 {
 	if (n_files < 0 || (n_files > 0 && !files)) {
-		fprintf(stderr, "gpud: merge: no files given\n");
+		fprintf(LOG_ERR, "gpud: merge: no files given\n");
 		return 2;
 	}
 	return merge_main(n_files, (char **)files);

@@ -15,6 +15,7 @@
 #include <gpud/gpud.h>
 
 #include "loader.h"
+#include "util/log.h"
 
 /* "npy", "hdf5", or NULL: what the file's first bytes say. */
 static const char *format_of(const char *path)
@@ -53,12 +54,12 @@ int gpud_merge_arrays(int argc, char *const *argv)
 			first = argv[i];
 	}
 	if (!first) {
-		fprintf(stderr, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n");
+		fprintf(LOG_ERR, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n");
 		return 2;
 	}
 	const char *fmt = format_of(first);
 	if (!fmt) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud merge-arrays: %s is neither a .npy nor an HDF5 file (or cannot be "
 			"read)\n",
 			first);
@@ -76,7 +77,7 @@ int gpud_merge_arrays(int argc, char *const *argv)
 	bool says_h5 = (ol > 3 && !strcmp(out + ol - 3, ".h5")) ||
 		       (ol > 5 && !strcmp(out + ol - 5, ".hdf5"));
 	if ((says_npy && strcmp(fmt, "npy") != 0) || (says_h5 && strcmp(fmt, "hdf5") != 0)) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud merge-arrays: the shards are %s files (%s is one), the output %s "
 			"is named for another format\n",
 			fmt == NULL           ? "?"
@@ -88,13 +89,13 @@ int gpud_merge_arrays(int argc, char *const *argv)
 	char err[1024];
 	char *path = loader_find(fmt, LOADER_SINK, err, sizeof err);
 	if (!path) {
-		fprintf(stderr, "gpud merge-arrays: %s\n", err);
+		fprintf(LOG_ERR, "gpud merge-arrays: %s\n", err);
 		return 2;
 	}
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	int (*merge)(int, char **) = h ? (int (*)(int, char **))dlsym(h, "gpud_array_merge") : NULL;
 	if (!merge) {
-		fprintf(stderr, "gpud merge-arrays: %s: %s\n", path,
+		fprintf(LOG_ERR, "gpud merge-arrays: %s: %s\n", path,
 			h ? "no gpud_array_merge in it" : dlerror());
 		if (h)
 			dlclose(h);

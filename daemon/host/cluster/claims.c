@@ -2,6 +2,7 @@
 /* Dynamic shares: chunks claimed by atomic creates in a folder all ranks see. */
 #define _GNU_SOURCE
 #include "cluster/claims.h"
+#include "util/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -554,7 +555,7 @@ void claims_finished(struct claims *c)
 	snprintf(name, sizeof name, "done.r%u", c->rank);
 	int fd = openat(c->dfd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
 	if (fd < 0)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: cannot write %s/%s: %s; the other ranks will take this "
 			"rank for lost, and find its share finished\n",
 			c->dir, name, strerror(errno));
@@ -754,7 +755,7 @@ int claims_sweep(struct claims *c, int status)
 				close(lk);
 				continue;
 			}
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: rank %u of %u: no sign of life for %.1f s (%s/%s): finishing "
 				"its share (gpud run ... --rank %u/%u --resume)\n",
 				r, rank_of(c, r), c->lease, c->dir, name, r, rank_of(c, r));
@@ -771,13 +772,13 @@ int claims_sweep(struct claims *c, int status)
 				 * or slow): it is not lost; looked at again after a lease. */
 				seen[r].since = wait_now_ns();
 				if (++seen[r].refused < CLAIMS_REFUSALS) {
-					fprintf(stderr,
+					fprintf(LOG_ERR,
 						"gpud: rank %u of %u still holds its outputs (or its "
 						"run was refused): not lost; waiting for it\n",
 						r, rank_of(c, r));
 					continue;
 				}
-				fprintf(stderr,
+				fprintf(LOG_ERR,
 					"gpud: rank %u of %u: no sign of life for %u leases, and "
 					"its share could not be taken over: it is left to it (or "
 					"to `gpud run ... --rank %u/%u --resume`)\n",
@@ -785,7 +786,7 @@ int claims_sweep(struct claims *c, int status)
 				seen[r].given_up = true;
 				continue;
 			}
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: rank %u of %u: finishing its share %s (status %d); `gpud run "
 				"... --rank %u/%u --resume` finishes it\n",
 				r, rank_of(c, r), rc < 0 ? "could not start" : "ended unfinished",
@@ -798,7 +799,7 @@ int claims_sweep(struct claims *c, int status)
 			break;
 		if (!said) {
 			said = true;
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: rank %u of %u: waiting for the other ranks to finish "
 				"(one that shows no sign of life for %.1f s is finished here)\n",
 				c->rank, c->ranks, c->lease);

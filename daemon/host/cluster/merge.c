@@ -2,6 +2,7 @@
 /* `gpud merge`: the ranks' --stats-json files as one summary that adds up. */
 #define _GNU_SOURCE
 #include "cluster/merge.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <math.h>
@@ -84,7 +85,7 @@ static int check_shares(int argc, char **argv, const struct share *s)
 	for (int i = 0; i < argc; i++) {
 		for (int j = 0; j < i; j++) {
 			if (s[i].dev == s[j].dev && s[i].ino == s[j].ino) {
-				fprintf(stderr,
+				fprintf(LOG_ERR,
 					"gpud: merge: %s and %s are the same file: each rank's "
 					"file is given once\n",
 					argv[j], argv[i]);
@@ -93,14 +94,14 @@ static int check_shares(int argc, char **argv, const struct share *s)
 			if (!s[i].has_rank || !s[j].has_rank)
 				continue;
 			if (s[i].ranks != s[j].ranks && !(s[i].dynamic && s[j].dynamic)) {
-				fprintf(stderr,
+				fprintf(LOG_ERR,
 					"gpud: merge: %s is of a run over %u ranks, %s of one "
 					"over %u: not one job\n",
 					argv[j], s[j].ranks, argv[i], s[i].ranks);
 				return 2;
 			}
 			if (s[i].job_id[0] && s[j].job_id[0] && strcmp(s[i].job_id, s[j].job_id)) {
-				fprintf(stderr,
+				fprintf(LOG_ERR,
 					"gpud: merge: %s and %s are of different jobs (job_id %s "
 					"and %s: the worker's or the generator's plugin or keys, "
 					"or base_seed, differ)\n",
@@ -108,7 +109,7 @@ static int check_shares(int argc, char **argv, const struct share *s)
 				return 2;
 			}
 			if (s[i].rank == s[j].rank) {
-				fprintf(stderr,
+				fprintf(LOG_ERR,
 					"gpud: merge: %s and %s are both rank %u of %u: each "
 					"rank's file is given once\n",
 					argv[j], argv[i], s[i].rank, s[i].ranks);
@@ -125,7 +126,7 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 {
 	for (int i = 0; i < argc; i++) {
 		if (!s[i].has_rank) {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: merge: %s says no rank (an older gpud wrote it): "
 				"duplicate and missing ranks cannot be told\n",
 				argv[i]);
@@ -141,7 +142,7 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 			n = s[i].ranks;
 	bool *seen = calloc(n, sizeof *seen);
 	if (!seen) {
-		fprintf(stderr, "gpud: merge: out of memory\n");
+		fprintf(LOG_ERR, "gpud: merge: out of memory\n");
 		return n;
 	}
 	for (int i = 0; i < argc; i++)
@@ -152,12 +153,13 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 			printf("%s%u", missing++ ? ", " : "", k);
 	printf("]");
 	if (missing) {
-		fprintf(stderr, "gpud: merge: %u of the job's %u ranks have no file:", missing, n);
+		fprintf(LOG_ERR, "gpud: merge: %u of the job's %u ranks have no file:", missing, n);
 		unsigned said = 0;
 		for (unsigned k = 0; k < n && said < 20; k++)
 			if (!seen[k])
-				fprintf(stderr, "%s %u", said++ ? "," : "", k);
-		fprintf(stderr, "%s; the figures are theirs only\n", missing > said ? ", ..." : "");
+				fprintf(LOG_ERR, "%s %u", said++ ? "," : "", k);
+		fprintf(LOG_ERR, "%s; the figures are theirs only\n",
+			missing > said ? ", ..." : "");
 	}
 	free(seen);
 	return missing;
@@ -188,7 +190,7 @@ static int add_file(struct totals *t, int i, const char *path, const char *text)
 		/* resumed and oom_splits: files of older gpuds may lack them */
 		bool optional = !strcmp(sums[k], "resumed") || !strcmp(sums[k], "oom_splits");
 		if ((found < 0 && !optional) || (found == 0 && v < 0)) {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
 				"--stats-json file\n",
 				path, sums[k]);
@@ -222,7 +224,7 @@ static int read_files(int argc, char **argv, struct share *share, struct totals 
 		struct stat st;
 		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
 		if (!text || stat(argv[i], &st) < 0) {
-			fprintf(stderr, "gpud: merge: %s: %s\n", argv[i],
+			fprintf(LOG_ERR, "gpud: merge: %s: %s\n", argv[i],
 				text ? strerror(errno) : why);
 			free(text);
 			return 2;
@@ -261,12 +263,12 @@ static int put_summary(int argc, char **argv, const struct share *share, const s
 		io_json_string(stdout, argv[i]);
 	}
 	printf("]}\n");
-	fprintf(stderr,
+	fprintf(LOG_ERR,
 		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
 		"not run (exit status %d)\n",
 		argc, sum[0], sum[1], sum[2], sum[3], sum[4], t->status);
 	if (sum[0] != done + sum[4])
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
 			"outcomes %.0f)\n",
 			sum[0], done + sum[4]);
@@ -277,13 +279,13 @@ static int put_summary(int argc, char **argv, const struct share *share, const s
 int merge_main(int argc, char **argv)
 {
 	if (argc < 1) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
 		return 2;
 	}
 	struct share *share = calloc((size_t)argc, sizeof *share);
 	if (!share) {
-		fprintf(stderr, "gpud: merge: out of memory\n");
+		fprintf(LOG_ERR, "gpud: merge: out of memory\n");
 		return 2;
 	}
 	struct totals t = {.expected_known = true};

@@ -3,6 +3,7 @@
  * description: the folders of GPUD_PLUGIN_PATH first, then the built-in folder. */
 #define _GNU_SOURCE
 #include "job/catalog.h"
+#include "util/log.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -85,7 +86,7 @@ int catalog_list(void)
 {
 	char *worker_exe = paths_worker_exe();
 	if (!worker_exe) {
-		fprintf(stderr, "gpud: cannot find gpud-worker next to %s\n",
+		fprintf(LOG_ERR, "gpud: cannot find gpud-worker next to %s\n",
 			paths_exe_dir() ? paths_exe_dir() : "gpud");
 		return 2;
 	}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "job/keys.h"
+#include "util/log.h"
 #include "job/values.h"
 
 #include <ctype.h>
@@ -527,7 +528,7 @@ int keys_check(const struct cfg_section *s, const char *section, const char *plu
 		/* The plugin was swapped with --set: the job file's keys were written for
 		 * the one it replaced. Only keys typed for this plugin are held to it. */
 		if (s->plugin_line < 0 && strncmp(s->where[i], "--set", 5) != 0) {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: %s: [%s] %s is not a key of plugin %s (put in place "
 				"by --set); ignored\n",
 				s->where[i], section, key, plugin);

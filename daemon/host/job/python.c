@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "job/python.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -691,7 +692,7 @@ int python_check_import(const struct cfg *c, FILE *out)
 	size_t k = 0, o = 0;
 	int rc = -1;
 	if (!argv || !owned_args) {
-		fprintf(stderr, "gpud: out of memory\n");
+		fprintf(LOG_ERR, "gpud: out of memory\n");
 		goto out;
 	}
 	argv[k++] = (char *)p->executable;
@@ -728,14 +729,14 @@ int python_check_import(const struct cfg *c, FILE *out)
 	int status = 0;
 	char *said = run_python(argv, 120, &status, why, sizeof why);
 	if (!said) {
-		fprintf(stderr, "gpud: %s: --import: %s: %s\n", c->path, p->executable, why);
+		fprintf(LOG_ERR, "gpud: %s: --import: %s: %s\n", c->path, p->executable, why);
 		goto out;
 	}
 	/* Its verdicts; what else it printed (the user's module at import) is left out. */
 	int errors = 0, oks = 0;
 	for (char *line = strtok(said, "\n"); line; line = strtok(NULL, "\n")) {
 		if (!strncmp(line, "gpud-import-error: ", 19)) {
-			fprintf(stderr, "gpud: %s: %s\n", c->path, line + 19);
+			fprintf(LOG_ERR, "gpud: %s: %s\n", c->path, line + 19);
 			errors++;
 		} else if (!strncmp(line, "gpud-import-ok: ", 16)) {
 			fprintf(out, "  import: %s\n", line + 16);
@@ -744,7 +745,7 @@ int python_check_import(const struct cfg *c, FILE *out)
 	}
 	free(said);
 	if (!errors && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !oks)) {
-		fprintf(stderr, "gpud: %s: --import: %s did not finish the check (%s)\n", c->path,
+		fprintf(LOG_ERR, "gpud: %s: --import: %s did not finish the check (%s)\n", c->path,
 			p->executable,
 			WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "it exited early");
 		errors++;
@@ -752,7 +753,7 @@ int python_check_import(const struct cfg *c, FILE *out)
 	rc = errors ? -1 : 0;
 	goto out;
 oom:
-	fprintf(stderr, "gpud: out of memory\n");
+	fprintf(LOG_ERR, "gpud: out of memory\n");
 out:
 	for (size_t i = 0; owned_args && i < o; i++)
 		free(owned_args[i]);

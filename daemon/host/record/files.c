@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "record/files.h"
+#include "util/log.h"
 #include "record/failures.h"
 
 #include <dirent.h>
@@ -150,7 +151,7 @@ int files_open_run(struct host *h)
 		h->files.log_dir = NULL;
 	}
 	if (!h->files.log_dir) {
-		fprintf(stderr, "gpud: %s; failures are only %s\n", why,
+		fprintf(LOG_ERR, "gpud: %s; failures are only %s\n", why,
 			h->view.mode == UI_OFF ? "counted" : "printed");
 		return -1;
 	}
@@ -166,14 +167,15 @@ int files_open_logs(struct host *h)
 		h->pool.w[k].log_fd = open_in_run(h, name, O_APPEND, why, sizeof why);
 		if (h->pool.w[k].log_fd < 0) {
 			files_close_logs(h);
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: %s; showing plain progress instead of the dashboard\n", why);
 			return -1;
 		}
 	}
 	if (!h->files.log_dir) {
-		fprintf(stderr, "gpud: no run folder for the workers' logs; showing plain progress "
-				"instead of the dashboard\n");
+		fprintf(LOG_ERR,
+			"gpud: no run folder for the workers' logs; showing plain progress "
+			"instead of the dashboard\n");
 		return -1;
 	}
 	return 0;

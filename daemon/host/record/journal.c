@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "record/journal.h"
+#include "util/log.h"
 #include "util/hash.h"
 
 #include <errno.h>
@@ -487,7 +488,7 @@ void journal_mark(struct journal *j, uint64_t id, int status)
 	if (set_done(j, id, true) < 0 && !j->mark_failed) {
 		/* The run goes on; only a --resume is the worse for it. */
 		j->mark_failed = true;
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: the journal %s: out of memory to record task %llu done "
 			"(and maybe others): a --resume runs them again\n",
 			j->path, (unsigned long long)id);

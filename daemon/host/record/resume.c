@@ -4,6 +4,7 @@
  * and `gpud status`. */
 #define _GNU_SOURCE
 #include "record/resume.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -103,14 +104,14 @@ int resume_open(struct host *h, struct resume_flags f)
 		 * are not run again; one that cannot is opened as for a fresh run, and we
 		 * say so rather than let it empty its output unremarked. */
 		if (sink_tells) {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: no journal at %s yet: starting from the first task; "
 				"what the output of sink %s already holds, if anything, is "
 				"kept and not run again\n",
 				c->journal, c->sink.plugin);
 			h->resume.on = true;
 		} else {
-			fprintf(stderr,
+			fprintf(LOG_ERR,
 				"gpud: no journal at %s yet: starting from the first task (sink "
 				"%s cannot tell what an earlier run's output holds: it is "
 				"opened as for a fresh run)\n",
@@ -119,20 +120,20 @@ int resume_open(struct host *h, struct resume_flags f)
 		return 0;
 	}
 	if (h->journal.cut_bytes)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: the journal %s ended in %llu bytes of a record cut short "
 			"(a crash while writing); they were removed\n",
 			c->journal, (unsigned long long)h->journal.cut_bytes);
 	const char *stdin_key = inputs_stdin_key(c);
 	if (stdin_key)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: note: generator.%s is standard input or a pipe: it "
 			"cannot be compared ahead of the run; sampled tasks' inputs are "
 			"compared as it is read again, and the rest is known by its place "
 			"in it\n",
 			stdin_key);
 	if (h->journal.ended && !sink_tells) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: %s: already finished: all %llu tasks have their outcome "
 			"(%llu failed; --retry-failed runs those again)\n",
 			c->path, (unsigned long long)h->journal.end_count,
@@ -199,7 +200,7 @@ static void say_strays(struct host *h)
 				 "generator %s does not count its tasks: ids "
 				 "far past the journal's are taken for strays",
 				 c->generator.plugin);
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: %llu entr%s of the output of sink %s name%s no task of this "
 			"job (e.g. task %llu; %s): ignored\n",
 			(unsigned long long)h->resume.strays, h->resume.strays == 1 ? "y" : "ies",
@@ -207,7 +208,7 @@ static void say_strays(struct host *h)
 			(unsigned long long)h->resume.stray_eg, bound);
 	}
 	if (h->resume.unheld)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: out of memory to hold what the output of sink %s holds: %llu "
 			"of its tasks (e.g. task %llu) run again\n",
 			c->sink.plugin, (unsigned long long)h->resume.unheld,
@@ -358,20 +359,20 @@ void resume_finish(struct host *h, bool complete)
 	uint64_t count = shares_nth(h->claims, h->flow.next_id, h->cfg->rank, h->cfg->ranks);
 	int rc = complete ? journal_end(&h->journal, count) : journal_flush(&h->journal, true);
 	if (rc < 0)
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: cannot write the journal %s: %s; --resume may run some "
 			"finished tasks again\n",
 			h->journal.path, strerror(errno));
 }
 
-int resume_status(struct cfg *c)
+int resume_status(struct cfg *c, FILE *out, struct resume_figures *fig)
 {
 	char why[1200];
 	struct journal j = {.fd = -1, .rank = c->rank, .ranks = c->ranks};
 	if (c->shares == CFG_SHARES_DYNAMIC) {
 		/* Every rank's, side by side, from the claims folder. */
-		printf("%s:\n", c->path);
-		return claims_status(c->claims, -1, stdout);
+		fprintf(out, "%s:\n", c->path);
+		return claims_status(c->claims, -1, out);
 	}
 	if (c->journal_off || !c->journal) {
 		say("%s: [job] journal is off: nothing to tell", c->path);
@@ -382,33 +383,43 @@ int resume_status(struct cfg *c)
 		journal_close(&j);
 		return 2;
 	}
-	printf("%s: journal %s\n", c->path, c->journal);
-	printf("  tasks with an outcome: %llu (%llu of them failed)\n", (unsigned long long)j.done,
-	       (unsigned long long)j.failed);
-	printf("  every task before %llu has its outcome\n", (unsigned long long)j.low);
+	fig->journal = true;
+	fig->done = j.done;
+	fig->failed = j.failed;
+	fig->low = j.low;
+	fig->finished = j.ended;
+	fprintf(out, "%s: journal %s\n", c->path, c->journal);
+	fprintf(out, "  tasks with an outcome: %llu (%llu of them failed)\n",
+		(unsigned long long)j.done, (unsigned long long)j.failed);
+	fprintf(out, "  every task before %llu has its outcome\n", (unsigned long long)j.low);
 	if (j.ended)
-		printf("  finished: all %llu tasks (a --resume runs nothing%s)\n",
-		       (unsigned long long)j.end_count,
-		       j.failed ? "; --retry-failed runs the failed ones again" : "");
+		fprintf(out, "  finished: all %llu tasks (a --resume runs nothing%s)\n",
+			(unsigned long long)j.end_count,
+			j.failed ? "; --retry-failed runs the failed ones again" : "");
 	else
-		printf("  not finished: `gpud run %s --resume` goes on from there\n", c->path);
+		fprintf(out, "  not finished: `gpud run %s --resume` goes on from there\n",
+			c->path);
 	if (j.cut_bytes)
-		printf("  its last %llu bytes are a record cut short (a --resume removes them)\n",
-		       (unsigned long long)j.cut_bytes);
+		fprintf(out,
+			"  its last %llu bytes are a record cut short (a --resume removes them)\n",
+			(unsigned long long)j.cut_bytes);
 	struct journal_input *in;
 	size_t n_in;
 	char changed[900];
 	bool told = false;
 	if (inputs_scan(c, &in, &n_in, why, sizeof why) == 0) {
 		told = inputs_compare(j.inputs, j.n_inputs, in, n_in, changed, sizeof changed);
+		fig->changed |= told;
 		if (told)
-			printf("  %s: --resume refuses it without --force\n", changed);
+			fprintf(out, "  %s: --resume refuses it without --force\n", changed);
 		inputs_free(in, n_in);
 	}
 	/* (A changed input file changes the fingerprint too: said once, above.) */
-	if (!told && j.fingerprint != journal_fingerprint(c))
-		printf("  written by another job (its worker, generator, keys or input files "
-		       "differ): --resume refuses it without --force\n");
+	if (!told && j.fingerprint != journal_fingerprint(c)) {
+		fig->changed = true;
+		fprintf(out, "  written by another job (its worker, generator, keys or input files "
+			     "differ): --resume refuses it without --force\n");
+	}
 	journal_close(&j);
 	return 0;
 }

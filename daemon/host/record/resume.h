@@ -4,6 +4,8 @@
 #define GPUD_RESUME_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "host.h"
 
@@ -30,6 +32,15 @@ int resume_skip_prefix(struct host *h, struct gpud_error *err);
 void resume_finish(struct host *h, bool complete);
 
 /* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
-int resume_status(struct cfg *c);
+/* What gpud status read from a journal (libgpud's gpud_status_report). */
+struct resume_figures {
+	bool journal;    /* a journal was read (not with dynamic shares: see the text) */
+	uint64_t done;   /* tasks with an outcome */
+	uint64_t failed; /* of them, failed or timed out */
+	uint64_t low;    /* every task below it has its outcome */
+	bool finished;   /* the run ended: a --resume runs nothing */
+	bool changed;    /* an input or the job changed: --resume refuses without --force */
+};
+int resume_status(struct cfg *c, FILE *out, struct resume_figures *fig);
 
 #endif

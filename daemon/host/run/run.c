@@ -3,6 +3,7 @@
  * started, the dispatcher run, everything closed in reverse order, stats reported. */
 #define _GNU_SOURCE
 #include "run/run.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,10 +47,10 @@
 static void resume_hint(const struct cfg *c)
 {
 	if (strcmp(c->path, CFG_NO_FILE) == 0)
-		fprintf(stderr,
+		fprintf(LOG_INFO,
 			"gpud: a new job of the same keys with GPUD_RUN_RESUME finishes it\n");
 	else
-		fprintf(stderr, "gpud: `gpud run %s --resume` finishes it (or GPUD_RUN_RESUME)\n",
+		fprintf(LOG_INFO, "gpud: `gpud run %s --resume` finishes it (or GPUD_RUN_RESUME)\n",
 			c->path);
 }
 
@@ -210,16 +211,17 @@ static void release(struct host *h)
 }
 
 /* `gpud check` with gpus_per_worker: each group, its workers and what they see. */
-static void run_check_groups(const struct cfg *c)
+static void run_check_groups(const struct cfg *c, FILE *out)
 {
-	printf("  %zu GPU groups of %zu (gpus_per_worker), %u worker%s each:\n", groups_count(c),
-	       groups_width(c), c->workers_per_gpu, c->workers_per_gpu == 1 ? "" : "s");
+	fprintf(out, "  %zu GPU groups of %zu (gpus_per_worker), %u worker%s each:\n",
+		groups_count(c), groups_width(c), c->workers_per_gpu,
+		c->workers_per_gpu == 1 ? "" : "s");
 	for (size_t g = 0; g < groups_count(c); g++) {
 		char ids[GROUPS_LABEL], *cvd = groups_visible(c, g);
 		unsigned k0 = (unsigned)g * c->workers_per_gpu;
-		printf("  GPU %s: workers %u to %u, CUDA_VISIBLE_DEVICES=%s\n",
-		       groups_ids(c, g, ids, sizeof ids), k0, k0 + c->workers_per_gpu - 1,
-		       cvd ? cvd : "?");
+		fprintf(out, "  GPU %s: workers %u to %u, CUDA_VISIBLE_DEVICES=%s\n",
+			groups_ids(c, g, ids, sizeof ids), k0, k0 + c->workers_per_gpu - 1,
+			cvd ? cvd : "?");
 		free(cvd);
 	}
 }
@@ -236,6 +238,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
 	h.pool.up = &run_up;
+	FILE *out = opts && opts->check_out ? opts->check_out : stdout;
 	char *notes = NULL;
 	size_t notes_len = 0;
 	FILE *nf = open_memstream(&notes, &notes_len);
@@ -251,39 +254,41 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 		if (groups_width(c) > 1) /* workers_per_gpu counts per group */
 			snprintf(groups, sizeof groups, " in %zu groups of %zu", groups_count(c),
 				 groups_width(c));
-		printf("%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
-		       c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
-		       c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
-		       h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
-		       h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
+		fprintf(out,
+			"%s: OK: %zu GPU%s%s x %u worker%s; worker %s; generator %s; sink %s\n",
+			c->path, c->n_gpus, c->n_gpus == 1 ? "" : "s", groups, c->workers_per_gpu,
+			c->workers_per_gpu == 1 ? "" : "s", h.pool.plugin,
+			h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
+			h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		unsigned per[CFG_MAX_STAGES];
 		stagecfg_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
 		for (unsigned i = 0; i < h.pool.n_stages; i++)
-			printf("  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name, per[i],
-			       per[i] == 1 ? "" : "s",
-			       c->stages[i].workers
-				       ? ""
-				       : " (no workers =: the cores it may use, less the "
-					 "named stages' workers and a core per 4 GPU "
-					 "workers, shared, at least 1)",
-			       h.pool.stages[i].plugin);
+			fprintf(out, "  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name,
+				per[i], per[i] == 1 ? "" : "s",
+				c->stages[i].workers
+					? ""
+					: " (no workers =: the cores it may use, less the "
+					  "named stages' workers and a core per 4 GPU "
+					  "workers, shared, at least 1)",
+				h.pool.stages[i].plugin);
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
-			printf("  rank %u of %u (from %s)\n", c->rank, c->ranks, c->rank_source);
+			fprintf(out, "  rank %u of %u (from %s)\n", c->rank, c->ranks,
+				c->rank_source);
 		if (c->shares == CFG_SHARES_DYNAMIC)
-			printf("  shares: dynamic, claimed in %s\n", c->claims);
+			fprintf(out, "  shares: dynamic, claimed in %s\n", c->claims);
 		if (groups_width(c) > 1)
-			run_check_groups(c);
+			run_check_groups(c, out);
 		else
 			for (size_t i = 0; c->gpu_tokens && i < c->n_gpus; i++)
-				printf("  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n", i,
-				       c->gpu_tokens[i]);
+				fprintf(out, "  GPU %zu: CUDA_VISIBLE_DEVICES=%s (gpus = auto)\n",
+					i, c->gpu_tokens[i]);
 		if (python_chosen()) {
 			char py[2048];
 			python_describe(python_chosen(), py, sizeof py);
-			printf("  python: %s\n", py);
+			fprintf(out, "  python: %s\n", py);
 		}
-		capacity_describe(&h, c, stdout);
-		fputs(notes ? notes : "", stdout);
+		capacity_describe(&h, c, out);
+		fputs(notes ? notes : "", out);
 	}
 	free(notes);
 	release(&h);
@@ -310,7 +315,7 @@ static void count_not_run(struct host *h)
 
 static void say_sink_not_closed(const char *what)
 {
-	fprintf(stderr,
+	fprintf(LOG_ERR,
 		"gpud: the sink's %s had not returned when the run ended; it was not "
 		"closed\n",
 		what);
@@ -361,13 +366,13 @@ static int finish_stuck(struct host *h)
 	}
 	say_sink_not_closed(closing ? "close" : "last call");
 	int status = h->ctl.interrupted && h->journal.fd >= 0 ? RUN_EXIT_RESUMABLE : 3;
-	stats_print(h, stderr);
-	failures_close(h, stderr);
+	stats_print(h, LOG_INFO);
+	failures_close(h, LOG_INFO);
 	fill_result(h, status);
 	if (h->opts->stats_json && stats_write_json(h, h->opts->stats_json, status) < 0)
-		fprintf(stderr, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
+		fprintf(LOG_ERR, "gpud: cannot write --stats-json %s: %s\n", h->opts->stats_json,
 			strerror(errno));
-	fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
+	fprintf(LOG_ERR, "gpud: aborted: %s\n", h->ctl.abort_msg);
 	if (status == RUN_EXIT_RESUMABLE)
 		resume_hint(h->cfg);
 	return status;
@@ -421,8 +426,8 @@ static int finish_run(struct host *h)
 	if (h->out.stuck)
 		say_sink_not_closed("last call");
 	else if (on_standin && h->out.calling_thread)
-		fprintf(stderr, "gpud: the sink was not closed: it is called on the thread that "
-				"is still in the generator's last call\n");
+		fprintf(LOG_ERR, "gpud: the sink was not closed: it is called on the thread that "
+				 "is still in the generator's last call\n");
 	else if ((h->sink_ops->close || h->sink_ops->finish) &&
 		 events_close_sink(h, &end, &err) != 0)
 		host_abort(h, "the sink failed to close: %s",
@@ -430,8 +435,8 @@ static int finish_run(struct host *h)
 	if (!on_standin)
 		standin_stop(h);
 	if (h->flow.stuck)
-		fprintf(stderr, "gpud: the generator's last call had not returned when the run "
-				"ended; it was not closed\n");
+		fprintf(LOG_ERR, "gpud: the generator's last call had not returned when the run "
+				 "ended; it was not closed\n");
 	else if (h->gen_ops->close)
 		h->gen_ops->close(h->gen);
 
@@ -441,12 +446,12 @@ static int finish_run(struct host *h)
 	resume_finish(h, complete);
 	if (complete && h->claims)
 		claims_finished(h->claims);
-	stats_print(h, stderr);
-	stages_note_results(h, stderr);
+	stats_print(h, LOG_INFO);
+	stages_note_results(h, LOG_INFO);
 	if (h->resume.skipped)
-		fprintf(stderr, "gpud: resumed: %llu tasks were already done\n",
+		fprintf(LOG_INFO, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);
-	failures_close(h, stderr);
+	failures_close(h, LOG_INFO);
 	int status = exit_status(h);
 	metrics_stop(h, status);
 	fill_result(h, status);
@@ -456,27 +461,27 @@ static int finish_run(struct host *h)
 	if (h->ctl.abort && !h->out.open && h->out.open_ever && stdout_reader_gone()) {
 		/* `gpud run ... | head`: like any filter whose reader left, we stop, and say
 		 * in one line what that left undone. */
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: stopped: the reader of standard output went away; %llu "
 			"results were not written",
 			(unsigned long long)h->out.lost);
 		if (!h->flow.done)
-			fprintf(stderr, ", tasks from %llu on were not generated",
+			fprintf(LOG_ERR, ", tasks from %llu on were not generated",
 				(unsigned long long)h->flow.next_id);
-		fputc('\n', stderr);
+		fputc('\n', LOG_ERR);
 		return status;
 	}
 	if (h->ctl.abort) {
 		if (h->out.lost)
-			fprintf(stderr, "gpud: aborted: %s; %llu results could not be written\n",
+			fprintf(LOG_ERR, "gpud: aborted: %s; %llu results could not be written\n",
 				h->ctl.abort_msg, (unsigned long long)h->out.lost);
 		else
-			fprintf(stderr, "gpud: aborted: %s\n", h->ctl.abort_msg);
+			fprintf(LOG_ERR, "gpud: aborted: %s\n", h->ctl.abort_msg);
 		if (!h->flow.done && h->flow.total > (int64_t)h->flow.next_id)
-			fprintf(stderr, "gpud: tasks %llu to %lld were not generated\n",
+			fprintf(LOG_ERR, "gpud: tasks %llu to %lld were not generated\n",
 				(unsigned long long)h->flow.next_id, (long long)h->flow.total - 1);
 		else if (!h->flow.done)
-			fprintf(stderr, "gpud: tasks from %llu on were not generated\n",
+			fprintf(LOG_ERR, "gpud: tasks from %llu on were not generated\n",
 				(unsigned long long)h->flow.next_id);
 		if (status == RUN_EXIT_RESUMABLE)
 			resume_hint(h->cfg);
@@ -500,7 +505,7 @@ static void exit_during_run(int status, void *arg)
 		return;
 	plugins_running = NULL;
 	fflush(NULL); /* what a sink wrote through stdio so far, as a normal exit would */
-	fprintf(stderr,
+	fprintf(LOG_ERR,
 		"gpud: aborted: a plugin called exit(%d) inside the gpud process (the "
 		"generator, the sink or code they loaded): the run ended at once, its "
 		"running tasks without an outcome and the sink not closed\n",
@@ -667,7 +672,7 @@ static int run_loop(struct host *h)
 		for (unsigned k = 0; k < h->pool.n; k++) {
 			int e = spawn_worker(h, &h->pool.w[k]);
 			if (e < 0) {
-				fprintf(stderr, "gpud: cannot start worker %u (%s): %s\n", k,
+				fprintf(LOG_ERR, "gpud: cannot start worker %u (%s): %s\n", k,
 					h->pool.exe, strerror(-e));
 				UI_SET(h->pool.w[k].state, HW_GONE);
 			}
@@ -694,7 +699,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		say("%s: no GPU to run on", c->path);
 		goto out;
 	}
-	if (capacity_check(&h, c, true, stderr) < 0)
+	if (capacity_check(&h, c, true, LOG_ERR) < 0)
 		goto out; /* before the journal, the sink or any worker */
 	/* Dynamic shares, with one rank too: a resume of a run of several may have fewer
 	 * (claims.h). */

@@ -2,6 +2,8 @@
 #ifndef GPUD_RUN_H
 #define GPUD_RUN_H
 
+#include <stdio.h>
+
 #include <gpud/plugin.h>
 
 #include "job/config.h"
@@ -36,6 +38,7 @@ struct run_opts {
 	void *sink_state;
 	struct run_result *result; /* filled at the end when not NULL */
 	bool import_code;          /* check --import: import the python sections' code */
+	FILE *check_out;           /* where run_check writes what it found; NULL: stdout */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "run/stages.h"
+#include "util/log.h"
 #include "run/events.h"
 #include "util/abort.h"
 #include "host.h"
@@ -43,7 +44,7 @@ static int stage_own_key_slips(const struct cfg_section *s, const char *section,
 				 s->where[i], key, section, near);
 			return -1;
 		}
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: %s: [%s] %s is not the stage's '%s': it goes to plugin %s's setup() "
 			"as one of its keys\n",
 			s->where[i], section, key, near, plugin);

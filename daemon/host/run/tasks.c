@@ -2,6 +2,7 @@
 /* The task table (tasks.h): per-worker FIFOs of handed-out tasks, and the queue of
  * tasks waiting to run again. */
 #include "run/tasks.h"
+#include "util/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ void tasks_free(struct host *h)
 
 void tasks_overfull(const struct host_worker *w)
 {
-	fprintf(stderr, "gpud: internal error: worker %d holds more tasks than its table\n",
+	fprintf(LOG_ERR, "gpud: internal error: worker %d holds more tasks than its table\n",
 		w->index);
 	abort();
 }

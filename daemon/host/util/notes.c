@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "util/notes.h"
+#include "util/log.h"
 #include "host.h"
 
 void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
@@ -17,7 +18,7 @@ void ui_say(struct host *h, enum ui_note kind, const char *fmt, ...)
 	va_end(ap);
 	if (h->view.mode == UI_OFF) {
 		if (kind == UI_EVENT)
-			fprintf(stderr, "gpud: %s\n", line);
+			log_line(GPUD_LOG_WARN, line);
 		return;
 	}
 	bool is_error = kind == UI_FAILURE;

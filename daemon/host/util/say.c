@@ -3,6 +3,7 @@
  * hands the last one to its caller (gpud_job_error). */
 #include "util/say.h"
 #include "util/textio.h"
+#include "util/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -22,7 +23,7 @@ void say(const char *fmt, ...)
 	/* One line: a value echoed in it must not start another, nor reach the
 	 * terminal raw. */
 	text_clean(line);
-	fprintf(stderr, "gpud: %s\n", line);
+	log_line(GPUD_LOG_ERROR, line);
 	pthread_mutex_lock(&said_lock);
 	memcpy(said, line, sizeof said);
 	pthread_mutex_unlock(&said_lock);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "view/metrics.h"
+#include "util/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -452,7 +453,7 @@ int metrics_start(struct host *h)
 	h->view.metrics = calloc(1, sizeof *h->view.metrics);
 	if (!m || !h->view.metrics) {
 		free(m);
-		fprintf(stderr, "gpud: out of memory for the metrics\n");
+		fprintf(LOG_ERR, "gpud: out of memory for the metrics\n");
 		return -1;
 	}
 	m->h = h;
@@ -463,17 +464,17 @@ int metrics_start(struct host *h)
 	if (c->metrics_host) {
 		m->listen_fd = listen_on(c->metrics_host, c->metrics_port, why, sizeof why);
 		if (m->listen_fd < 0) {
-			fprintf(stderr, "gpud: %s: [ui] metrics_listen: %s\n", c->path, why);
+			fprintf(LOG_ERR, "gpud: %s: [ui] metrics_listen: %s\n", c->path, why);
 			return -1;
 		}
 		m->httpd = httpd_new(m->listen_fd, render_live, m);
 		if (!m->httpd) {
-			fprintf(stderr, "gpud: out of memory for the metrics endpoint\n");
+			fprintf(LOG_ERR, "gpud: out of memory for the metrics endpoint\n");
 			return -1;
 		}
 	}
 	if (pipe2(m->wake, O_CLOEXEC) < 0) {
-		fprintf(stderr, "gpud: pipe: %s\n", strerror(errno));
+		fprintf(LOG_ERR, "gpud: pipe: %s\n", strerror(errno));
 		return -1;
 	}
 	m->nvml = nvml_open();
@@ -483,7 +484,7 @@ int metrics_start(struct host *h)
 	int rc = pthread_create(&m->thread, NULL, metrics_main, m);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
-		fprintf(stderr, "gpud: cannot start the metrics thread: %s\n", strerror(rc));
+		fprintf(LOG_ERR, "gpud: cannot start the metrics thread: %s\n", strerror(rc));
 		return -1;
 	}
 	m->running = true;

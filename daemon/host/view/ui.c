@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "view/ui.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -658,36 +659,36 @@ static void plain_progress(struct ui *u, bool final)
 	fmt_duration(a, sizeof a, f.elapsed);
 	uint64_t all = f.done + f.resumed;
 	if (f.total >= 0)
-		fprintf(stderr, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)all,
+		fprintf(LOG_INFO, "gpud: [%s] %llu/%lld (%.1f%%)", a, (unsigned long long)all,
 			(long long)f.total,
 			f.total ? 100.0 * (double)all / (double)f.total : 100.0);
 	else
-		fprintf(stderr, "gpud: [%s] %llu done", a, (unsigned long long)all);
+		fprintf(LOG_INFO, "gpud: [%s] %llu done", a, (unsigned long long)all);
 	if (f.resumed)
-		fprintf(stderr, " (%llu before this run)", (unsigned long long)f.resumed);
-	fprintf(stderr,
+		fprintf(LOG_INFO, " (%llu before this run)", (unsigned long long)f.resumed);
+	fprintf(LOG_INFO,
 		" ok %llu failed %llu timed out %llu | %.0f/s now, %.0f/s overall | queue %llu",
 		(unsigned long long)f.ok, (unsigned long long)f.failed,
 		(unsigned long long)f.timed_out, f.rate_now, f.rate_all,
 		(unsigned long long)f.in_flight);
 	if (f.eta >= 0 && !final) {
 		fmt_duration(b, sizeof b, f.eta);
-		fprintf(stderr, " | ETA %s", b);
+		fprintf(LOG_INFO, " | ETA %s", b);
 	}
 	pthread_mutex_lock(&u->h->view.notes.lock);
 	uint64_t hidden = u->h->view.notes.hidden;
 	u->h->view.notes.hidden = 0;
 	pthread_mutex_unlock(&u->h->view.notes.lock);
 	if (hidden && u->h->files.failures)
-		fprintf(stderr, " | %llu more messages not shown: every failure is in %s/%s",
+		fprintf(LOG_INFO, " | %llu more messages not shown: every failure is in %s/%s",
 			(unsigned long long)hidden, u->h->files.log_dir, FILES_FAILURES);
 	else if (hidden)
-		fprintf(stderr, " | %llu more messages not shown", (unsigned long long)hidden);
-	fputc('\n', stderr);
+		fprintf(LOG_INFO, " | %llu more messages not shown", (unsigned long long)hidden);
+	fputc('\n', LOG_INFO);
 	for (unsigned s = 0; u->h->pool.stages && s <= u->h->pool.n_stages; s++) {
 		char text[256];
 		stage_line(u->h, s, text, sizeof text);
-		fprintf(stderr, "gpud:   %s\n", text);
+		fprintf(LOG_INFO, "gpud:   %s\n", text);
 	}
 	u->failures_shown = 0;
 }
@@ -703,7 +704,7 @@ static void plain_failures(struct ui *u)
 			h->view.notes.hidden++;
 			continue;
 		}
-		fprintf(stderr, "gpud: %s\n",
+		fprintf(LOG_WARN, "gpud: %s\n",
 			h->view.notes.text[h->view.notes.printed % HOST_NOTES]);
 		u->failures_shown++;
 	}

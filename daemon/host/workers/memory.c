@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "util/log.h"
 #include "job/stagecfg.h"
 #include "workers/fit.h"
 #include "workers/times.h"
@@ -196,14 +197,14 @@ static int map_run_memory(struct host *h, const struct shm_plan *plan)
 	uint64_t total = plan->run_size;
 	int fd = sealed_memfd("gpud-run", total);
 	if (fd < 0) {
-		fprintf(stderr, "gpud: cannot create %llu bytes of shared memory: %s\n",
+		fprintf(LOG_ERR, "gpud: cannot create %llu bytes of shared memory: %s\n",
 			(unsigned long long)total, strerror(-fd));
 		return -1;
 	}
 	h->shm.fd = fd;
 	void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm.fd, 0);
 	if (m == MAP_FAILED) {
-		fprintf(stderr,
+		fprintf(LOG_ERR,
 			"gpud: cannot map %llu bytes of shared memory (%u workers, "
 			"max_task_bytes %u, max_result_bytes %u): %s\n",
 			(unsigned long long)total, h->pool.n, c->max_task_bytes,
@@ -218,7 +219,7 @@ static int map_run_memory(struct host *h, const struct shm_plan *plan)
 	snprintf(self, sizeof self, "/proc/self/fd/%d", h->shm.fd);
 	h->shm.ro_fd = fd_high(open(self, O_RDONLY | O_CLOEXEC));
 	if (h->shm.ro_fd < 0) {
-		fprintf(stderr, "gpud: cannot open the shared memory read-only (%s): %s\n", self,
+		fprintf(LOG_ERR, "gpud: cannot open the shared memory read-only (%s): %s\n", self,
 			strerror(errno));
 		return -1;
 	}
@@ -233,7 +234,7 @@ static int make_bell_and_pipe(struct host *h)
 	void *b = fd < 0 ? MAP_FAILED
 			 : mmap(NULL, SHM_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (b == MAP_FAILED) {
-		fprintf(stderr, "gpud: cannot create the host's wake-up page: %s\n",
+		fprintf(LOG_ERR, "gpud: cannot create the host's wake-up page: %s\n",
 			strerror(fd < 0 ? -fd : errno));
 		if (fd >= 0)
 			close(fd);
@@ -242,7 +243,7 @@ static int make_bell_and_pipe(struct host *h)
 	h->shm.bell_fd = fd;
 	h->shm.host_bell = b;
 	if (pipe2(h->shm.pipe, O_CLOEXEC) < 0) {
-		fprintf(stderr, "gpud: pipe: %s\n", strerror(errno));
+		fprintf(LOG_ERR, "gpud: pipe: %s\n", strerror(errno));
 		return -1;
 	}
 	h->shm.pipe[0] = fd_high(h->shm.pipe[0]);
@@ -304,7 +305,7 @@ static int lay_out_worker(struct host *h, const struct shm_plan *plan, unsigned 
 	feed->result_ring_cap = plan->result_cap;
 	int e = shm_renew_worker(h, w);
 	if (e < 0) {
-		fprintf(stderr, "gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
+		fprintf(LOG_ERR, "gpud: cannot create worker %u's result memory (%llu bytes): %s\n",
 			k, (unsigned long long)h->shm.out_size, strerror(-e));
 		return -1;
 	}
@@ -315,7 +316,7 @@ int shm_create(struct host *h)
 {
 	struct shm_plan plan;
 	if (shm_plan(h, h->pool.n, &plan) < 0) {
-		fprintf(stderr, "gpud: the shared memory for %u workers is too large to count\n",
+		fprintf(LOG_ERR, "gpud: the shared memory for %u workers is too large to count\n",
 			h->pool.n);
 		return -1;
 	}
