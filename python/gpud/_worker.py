@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+from typing import Any, Sequence
 from time import perf_counter as _clock
 from time import monotonic_ns as _ns
 
@@ -273,7 +274,7 @@ def loads_items(data):
     return pickle.loads(mv[at : at + sizes[0]], buffers=buffers)
 
 
-def stack(items):
+def stack(items: "Sequence[Any]") -> Any:
     """The items of a batch (equal-size NumPy arrays, or bytes-like items, as they
     reach process_batch) as one NumPy array of shape (n, ...): with no copy when they
     lie back to back in the task (a Dispatcher chunk's items do), else a copy

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
 """gpud.Dispatcher: the gpu_dispatch library's Dispatcher on libgpud, in this process."""
+from __future__ import annotations
+
 from array import array
 import base64
 import os
@@ -9,6 +11,27 @@ from pickle import dumps as _dumps, loads as _loads
 import signal
 import sys
 from time import perf_counter as _clock, sleep as _sleep
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
+
+# The public signatures' types (docs/python.md, "Types").
+WorkerClass = Union[type, str, "os.PathLike[str]"]
+"""A worker class (setup() and process()), or a C worker plugin's name or path."""
+GpuIds = Union[Sequence[int], str]
+"""GPU ids, or "all" / "auto"."""
+OnSuccess = Callable[[int, Any, int], object]
+"""on_success(task_id, result, worker_id)."""
+OnError = Callable[[int, str, int], object]
+"""on_error(task_id, error, worker_id)."""
+OnTimeout = Callable[[int, float, int], object]
+"""on_timeout(task_id, timeout, worker_id)."""
+OnSetupFail = Callable[[int, str], object]
+"""on_setup_fail(gpu_id, error)."""
+OnTaskStart = Callable[[int, int], object]
+"""on_task_start(task_id, worker_id)."""
+OnResume = Callable[[], Iterable[Union[int, "tuple[int, str]"]]]
+"""on_resume(): the ids the program holds results of (or (id, outcome) pairs)."""
+Stats = Dict[str, Any]
+"""run()'s result: the stats dict."""
 
 from . import JobError, RunAborted
 from . import _stages
@@ -187,7 +210,10 @@ class Dispatcher:
     or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
     """
 
-    def __init__(self, worker_cls, gpu_ids, queue_size=1024, **options):
+    stats: Optional[Stats]
+
+    def __init__(self, worker_cls: WorkerClass, gpu_ids: GpuIds, queue_size: int = 1024,
+                 **options: Any) -> None:
         self.worker_cls = worker_cls
         self.gpu_ids = gpu_ids
         self.queue_size = queue_size
@@ -356,9 +382,13 @@ class Dispatcher:
 
     # ---- the run ----
 
-    def run(self, generator, on_success, on_error=None, on_timeout=None, on_setup_fail=None,
-            on_task_start=None, on_exit=None, base_seed=42, task_timeout=None, on_resume=None,
-            **setup_kwargs):
+    def run(self, generator: Optional[Iterable[Any]], on_success: Optional[OnSuccess],
+            on_error: Optional[OnError] = None, on_timeout: Optional[OnTimeout] = None,
+            on_setup_fail: Optional[OnSetupFail] = None,
+            on_task_start: Optional[OnTaskStart] = None,
+            on_exit: Optional[Callable[[], object]] = None, base_seed: int = 42,
+            task_timeout: Optional[float] = None, on_resume: Optional[OnResume] = None,
+            **setup_kwargs: Any) -> Stats:
         """Runs every item of `generator` (any iterable; None: the `generator` option's
         plugin) through the workers and blocks until it is exhausted and the workers
         are cleaned up. Callbacks, in the calling thread: on_success(task_id, result,
