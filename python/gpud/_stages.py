@@ -19,6 +19,8 @@ import os
 import re
 from typing import Any, Optional, Union
 
+from ._constants import CODEC_PICKLE, CODEC_PICKLE_RAW, CODEC_RAW, CODEC_RAW_PICKLE
+
 _OWN = ("workers", "task_timeout", "max_retries")
 
 
@@ -173,5 +175,6 @@ def codec(items_pickled, results_pickled):
     """gpud._gpud's codec: how the program's items cross (pickled for a Python class
     first, raw for a C plugin first) and how results come back (unpickled from a
     Python class last, bytes from a C plugin)."""
-    return {(True, True): 1, (False, False): 0, (False, True): 3, (True, False): 4}[
+    return {(True, True): CODEC_PICKLE, (False, False): CODEC_RAW,
+            (False, True): CODEC_RAW_PICKLE, (True, False): CODEC_PICKLE_RAW}[
         (bool(items_pickled), bool(results_pickled))]

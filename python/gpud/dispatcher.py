@@ -35,6 +35,8 @@ Stats = Dict[str, Any]
 
 from . import JobError, RunAborted
 from . import _stages
+from ._constants import (CODEC_PARTS, CODEC_PICKLE, CODEC_RAW, FRAME_MAGIC, RUN_FORCE,
+                         RUN_RESUME, RUN_RETRY_FAILED, UI_MODES)
 
 _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 
@@ -64,8 +66,6 @@ _OPTION_KEYS = {
     "metrics_file": "ui.metrics_file",
     "refresh_rate": "ui.refresh_rate",
 }
-_UI = {"off": 0, "plain": 1, "dashboard": 2}
-_RESUME, _RETRY_FAILED, _FORCE = 1, 2, 4
 
 
 class StopScript(BaseException):
@@ -261,7 +261,7 @@ class Dispatcher:
             keys.append(("worker.plugin", os.fspath(cls)))
             for k, v in setup_kwargs.items():
                 keys.append((f"worker.{k}", _value(v)))
-            codec = 0
+            codec = CODEC_RAW
         else:
             keys.append(("job.python", o.get("python") or sys.executable))
             keys.append(("worker.plugin", "python"))
@@ -277,7 +277,7 @@ class Dispatcher:
                 # A sink plugin takes the results' own bytes (an array's data), not
                 # their pickles.
                 keys.append(("worker.gpud_output", "raw"))
-            codec = 1
+            codec = CODEC_PICKLE
             if chunked:
                 # Each task is a pickled list of items, pickled here (_Chunks), and its
                 # result a pickled (results, errors, seconds), unpickled there: gpud
@@ -287,7 +287,7 @@ class Dispatcher:
                 keys.append(("worker.gpud_retries", str(self._item_retries())))
                 keys.append(("worker.gpud_result_max",
                              str(_size(o.get("max_result_bytes"), 1 << 20))))
-                codec = 2  # the chunks come framed already (gpud._worker.frame)
+                codec = CODEC_PARTS  # the chunks come framed already (gpud._worker.frame)
         if self._stages:
             keys, codec = self._stage_keys(keys, base_seed, python_items)
         elif o.get("python") and isinstance(cls, (str, os.PathLike)):
@@ -546,24 +546,28 @@ class Dispatcher:
         # feeder blocks at queue_size items.
         prefetch = max(1, min(prefetch, int(self.queue_size)))
         ui = o.get("ui", "off")
-        if ui not in _UI:
-            raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(_UI)}")
-        flags = ((_RESUME if o.get("resume") else 0) | (_RETRY_FAILED if o.get("retry_failed") else 0)
-                 | (_FORCE if o.get("force") else 0))
+        if ui not in UI_MODES:
+            raise JobError(f"Dispatcher: ui={ui!r}: expected one of {', '.join(UI_MODES)}")
+        flags = ((RUN_RESUME if o.get("resume") else 0)
+                 | (RUN_RETRY_FAILED if o.get("retry_failed") else 0)
+                 | (RUN_FORCE if o.get("force") else 0))
         # Results whose classes the script defines name __mp_main__ when a worker
         # pickled them (it loaded the script under that name): the same module here.
         main = sys.modules.get("__main__")
         if main is not None:
             sys.modules.setdefault("__mp_main__", main)
         try:
-            status, error, stats_json, sig, exc, setup_failed, first = _gpud.run(
-                os.fspath(o["job"]) if o.get("job") else None, keys, generator, total, codec,
-                callbacks, prefetch, _UI[ui], flags, o.get("tty"),
-                os.fspath(o["stats_json"]) if o.get("stats_json") else None,
-                (pickle.loads, _worker.frame_one, _worker.loads_framed))
+            r = _gpud.run(
+                job_file=os.fspath(o["job"]) if o.get("job") else None, keys=keys,
+                iterable=generator, total=total, codec=codec, callbacks=callbacks,
+                prefetch=prefetch, ui=UI_MODES[ui], flags=flags, tty=o.get("tty"),
+                stats_json=os.fspath(o["stats_json"]) if o.get("stats_json") else None,
+                helpers=(pickle.loads, _worker.frame_one, _worker.loads_framed))
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
-        self.stats = stats = _stats(stats_json, status)
+        status, error, sig, exc = r.status, r.error, r.signal, r.exception
+        setup_failed, first = r.setup_failed, r.first_setup_error
+        self.stats = stats = _stats(r.stats_json, status)
         if chunk is not None:
             chunk.fix_stats(stats)
 
@@ -914,7 +918,7 @@ class _Chunks:
         loads, loads_framed, adaptive = _loads, self.loads_framed, not self.fixed
 
         def success(task_id, payload, gpu):
-            if payload[:4] == b"GPD5":
+            if payload[:4] == FRAME_MAGIC:
                 results, errors, seconds = loads_framed(bytearray(payload))
             else:
                 results, errors, seconds = loads(payload)

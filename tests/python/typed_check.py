@@ -7,7 +7,10 @@ command); mypy, run with that venv's interpreter (--python-executable), finds it
 as an installed package, which it reads only with the `py.typed` marker. Then:
 typed_user.py (the API used as documented) passes `mypy --strict` and runs (its results
 checked); typed_wrong.py (wrong calls) fails with an error on exactly the lines marked
-`# E`. Skipped (exit 77, one line) without mypy (Debian: python3-mypy)."""
+`# E`. And the numbers the package's _constants.py holds (run flags, UI modes, codecs,
+the frame magic) are those the extension was built with (gpud._gpud's constants, from
+gpud/gpud.h and _gpud.c). Skipped (exit 77, one line) without mypy (Debian:
+python3-mypy); the constants are compared even then."""
 import os
 import re
 import shutil
@@ -28,11 +31,22 @@ def mypy(venv_python, name):
     return r.returncode, r.stdout + r.stderr
 
 
+AGREE = r"""
+import gpud._constants as py, gpud._gpud as c
+names = sorted(n for n in dir(py) if n.isupper() and n != "UI_MODES")
+bad = [f"{n}: _constants {getattr(py, n)!r}, _gpud {getattr(c, n, 'missing')!r}"
+       for n in names if getattr(c, n, None) != getattr(py, n)]
+bad += [f"UI_MODES[{k!r}] = {v} is no UI_ constant" for k, v in py.UI_MODES.items()
+        if v != getattr(c, "UI_" + k.upper(), None)]
+extra = sorted(n for n in dir(c) if n.isupper() and n not in names)
+bad += [f"{n}: in _gpud, not in _constants" for n in extra]
+print("\n".join(bad) if bad else f"AGREE {len(names)}")
+"""
+
+
 def main():
-    if subprocess.run([PY, "-c", "import mypy"], env=BASE_ENV,
-                      capture_output=True).returncode != 0:
-        print(f"SKIP: no mypy for {PY} (Debian: apt-get install python3-mypy)")
-        return 77
+    have_mypy = subprocess.run([PY, "-c", "import mypy"], env=BASE_ENV,
+                               capture_output=True).returncode == 0
     tmp = tempfile.mkdtemp(prefix="gpud-typed-")
     failures = []
     venv = os.path.join(tmp, "venv")
@@ -49,6 +63,17 @@ def main():
                           capture_output=True, text=True, env=BASE_ENV).stdout.strip()
     if not os.path.exists(os.path.join(site, "py.typed")):
         failures.append(f"no py.typed in the installed package ({site})")
+    r = subprocess.run([vpy, "-c", AGREE], env=BASE_ENV, capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.startswith("AGREE "):
+        failures.append(f"_constants.py and gpud._gpud disagree:\n{r.stdout}{r.stderr}")
+    else:
+        print(f"ok   _constants.py and gpud._gpud agree ({r.stdout.split()[1]} constants)")
+    if not have_mypy:
+        for f in failures:
+            print("FAIL", f)
+        print(f"SKIP: the type checks: no mypy for {PY} (Debian: apt-get install python3-mypy)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1 if failures else 77
 
     rc, out = mypy(vpy, "typed_user.py")
     if rc != 0:
