@@ -33,7 +33,7 @@ need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libturbojpe
 case "${1:-}" in
   demo|bench|install|python) ;;
   wheel) need+=(python3-pip python3-setuptools python3-wheel python3-venv) ;;
-  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil openmpi-bin clang-format
+  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil python3-mypy openmpi-bin clang-format
                python3-pip python3-setuptools python3-wheel python3-venv) ;;
   *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]|wheel [PYTHON] [-w DIR]" >&2; exit 2 ;;
 esac
@@ -128,7 +128,7 @@ python_install() {
   ${CC:-cc} -shared -fPIC -O2 -g -Wall -Wextra -Werror -std=gnu11 $inc -Iplugin_api \
     python/gpud/_gpud.c -o "$out/_gpud.abi3.so" -L"$build/daemon" -lgpud \
     -Wl,-rpath,"$build/daemon" ${GPUD_PY_LDFLAGS:-}
-  cp python/gpud/*.py "$out/"
+  cp python/gpud/*.py python/gpud/py.typed "$out/"
   mkdir -p "$target"
   rm -rf "$target/gpud"
   cp -r "$out" "$target/gpud"

@@ -5,7 +5,7 @@
 
     class Worker(BaseWorker):
         def setup(self, gpu_id, seed, model_path): ...
-        def process(self, data): ...
+        def process(self, data: _Any) -> _Any: ...
 
     Dispatcher(Worker, gpu_ids=[0, 1]).run(items(), on_success=print, model_path="m.pt")
 
@@ -14,19 +14,24 @@ iterable of the program, the callbacks run in the thread that called run(). The
 workers are gpud's worker processes, one per GPU slot, running this same Python. See
 docs/python.md in gpud's source.
 """
+from __future__ import annotations
+
 import abc as _abc
 import sys as _sys
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any, NoReturn as _NoReturn
+
+if _TYPE_CHECKING:  # for type checkers (py.typed); loaded lazily at run time, below
+    from ._stages import Stage as Stage
+    from ._worker import stack as stack
+    from .dispatcher import Dispatcher as Dispatcher
+    from .ui import RichDispatcher as RichDispatcher
 
 __version__ = "0.1.0"
 
 # In a worker, the python worker plugin's built-in module holds the exceptions it
 # recognises (gpud._worker keeps it as gpud._glue): raising them must mean the same.
 _glue = _sys.modules.get("gpud._glue")
-if _glue is not None:
-    WorkerFatal = _glue.WorkerFatal
-    TaskRejected = _glue.TaskRejected
-    TaskTimeout = _glue.TaskTimeout
-else:
+if _glue is None:
 
     class WorkerFatal(Exception):
         """Raised in process() when this worker is beyond repair (a CUDA error that
@@ -42,13 +47,18 @@ else:
         item times out (on_timeout) and the worker, with what setup() loaded, goes
         on. A call that catches it and goes on is killed timeout_grace seconds later."""
 
+else:
+    WorkerFatal = _glue.WorkerFatal  # type: ignore[misc]
+    TaskRejected = _glue.TaskRejected  # type: ignore[misc]
+    TaskTimeout = _glue.TaskTimeout  # type: ignore[misc]
 
-def fatal(reason):
+
+def fatal(reason: str) -> _NoReturn:
     """Raises WorkerFatal(reason)."""
     raise WorkerFatal(reason)
 
 
-def reject(reason):
+def reject(reason: str) -> _NoReturn:
     """Raises TaskRejected(reason)."""
     raise TaskRejected(reason)
 
@@ -59,18 +69,21 @@ class BaseWorker(_abc.ABC):
     load models in setup()."""
 
     @_abc.abstractmethod
-    def setup(self, gpu_id, seed, **kwargs):
-        """Once, in the worker process, before any item. gpu_id is the GPU's id as
-        given to the Dispatcher; the process sees that GPU as device 0 (cuda:0).
-        seed is base_seed + gpu_id. kwargs: run()'s extra keywords."""
+    def setup(self, *args: _Any, **kwargs: _Any) -> None:
+        """setup(gpu_id, seed, **kwargs): once, in the worker process, before any
+        item. gpu_id is the GPU's id as given to the Dispatcher; the process sees that
+        GPU as device 0 (cuda:0).
+        seed is base_seed + gpu_id. kwargs: run()'s extra keywords. (Declared with
+        *args, **kwargs so that a subclass's own keywords, `def setup(self, gpu_id:
+        int, seed: int, model_path: str)`, type-check as an override.)"""
 
-    def process(self, data):
+    def process(self, data: _Any) -> _Any:
         """One item as the generator yielded it; returns any picklable object. A class
         that defines process_batch(items) alone needs none: its batches of one go there
         too."""
         raise NotImplementedError("process(data) is not defined")
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         """Once, when the worker ends."""
 
 
@@ -83,7 +96,7 @@ class RunAborted(RuntimeError):
     """The run was aborted (the generator or gpud itself failed); see the message."""
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _Any:
     # The host side (libgpud) is loaded only when a Dispatcher is used, never in the
     # workers, which import this package to find BaseWorker.
     if name == "Dispatcher":

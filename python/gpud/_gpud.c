@@ -63,7 +63,8 @@ PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
 #define PyBUF_SIMPLE 0
 #endif
 
-/* What travels in a task and a result. */
+/* What travels in a task and a result (the package's _constants.py CODEC_*: the test
+ * python_types checks they agree with the module constants below). */
 enum codec {
 	CODEC_RAW = 0,    /* bytes-like as is, str as UTF-8 (a C worker plugin) */
 	CODEC_PICKLE = 1, /* pickle protocol 5 (the package's Python worker) */
@@ -76,6 +77,9 @@ enum codec {
 	CODEC_PICKLE_RAW = 4, /* items as CODEC_PICKLE (a Python stage first), results as
 				 CODEC_RAW (a C worker plugin last) */
 };
+
+/* The first bytes of a framed pickle (gpud._worker.frame; _constants.FRAME_MAGIC). */
+#define FRAME_MAGIC "GPD5"
 
 static bool results_pickled(enum codec c)
 {
@@ -205,7 +209,7 @@ static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
 		return size == 0 && results_pickled(c->codec)
 			       ? (Py_INCREF(Py_None), Py_None)
 			       : PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
-	if (size >= 4 && memcmp(data, "GPD5", 4) == 0) {
+	if (size >= 4 && memcmp(data, FRAME_MAGIC, 4) == 0) {
 		PyObject *copy = PyByteArray_FromStringAndSize(data, (Py_ssize_t)size);
 		PyObject *r = copy ? PyObject_CallFunctionObjArgs(c->oob_loads, copy, NULL) : NULL;
 		Py_XDECREF(copy);
@@ -716,23 +720,60 @@ static PyObject *callback_or_null(PyObject *cbs, const char *name)
 }
 
 PyDoc_STRVAR(run_doc,
-	     "run(job_file, keys, iterable, total, codec, callbacks, prefetch, ui, flags,\n"
-	     "    tty, stats_json, helpers) -> (status, error, stats_json, signal,\n"
-	     "    exception, setup_failed, first_setup_error)\n\n"
-	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).");
+	     "run(*, job_file, keys, iterable, total, codec, callbacks, prefetch, ui,\n"
+	     "    flags, tty, stats_json, helpers) -> result\n\n"
+	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).\n"
+	     "All arguments by keyword. result (types.SimpleNamespace): status (gpud's exit\n"
+	     "status, -1 when the run could not start), error (str or None), stats_json,\n"
+	     "signal (a stop signal caught, 0 if none), exception (a callback's or the\n"
+	     "iterator's, or None), setup_failed (workers whose setup failed),\n"
+	     "first_setup_error (the first one's text, or None).");
 
-static PyObject *py_run(PyObject *self, PyObject *args)
+/* run()'s result: a types.SimpleNamespace with these attributes. */
+static PyObject *run_result(int status, const char *error, const char *stats_json, int sig,
+			    PyObject *exc, unsigned setup_failed, PyObject *first)
+{
+	PyObject *types = PyImport_ImportModule("types");
+	PyObject *ns = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+	PyObject *kw =
+		ns ? Py_BuildValue("{s:i,s:z,s:z,s:i,s:O,s:I,s:O}", "status", status, "error",
+				   error, "stats_json", stats_json, "signal", sig, "exception", exc,
+				   "setup_failed", setup_failed, "first_setup_error", first)
+		   : NULL;
+	PyObject *empty = kw ? PyTuple_New(0) : NULL;
+	PyObject *r = empty ? PyObject_Call(ns, empty, kw) : NULL;
+	Py_XDECREF(empty);
+	Py_XDECREF(kw);
+	Py_XDECREF(ns);
+	Py_XDECREF(types);
+	return r;
+}
+
+static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 {
 	(void)self;
-	const char *job_file, *tty, *stats_json;
-	PyObject *keys, *iterable, *cbs, *helpers;
-	long long total;
-	int codec, ui, flags;
-	Py_ssize_t prefetch;
-	if (!PyArg_ParseTuple(args, "zOOLiO!niizzO", &job_file, &keys, &iterable, &total, &codec,
-			      &PyDict_Type, &cbs, &prefetch, &ui, &flags, &tty, &stats_json,
-			      &helpers))
+	static char *names[] = {"job_file",   "keys",     "iterable", "total", "codec",
+				"callbacks",  "prefetch", "ui",       "flags", "tty",
+				"stats_json", "helpers",  NULL};
+	/* Optional: job_file, tty, stats_json (None), total (-1: unknown), prefetch,
+	 * ui (off), flags (0). */
+	const char *job_file = NULL, *tty = NULL, *stats_json = NULL;
+	PyObject *keys = NULL, *iterable = NULL, *cbs = NULL, *helpers = NULL;
+	long long total = -1;
+	int codec = -1, ui = GPUD_UI_OFF, flags = 0;
+	Py_ssize_t prefetch = 256;
+	/* Keyword-only arguments are optional ones to PyArg_ParseTupleAndKeywords. */
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzO", names, &job_file, &keys,
+					 &iterable, &total, &codec, &PyDict_Type, &cbs, &prefetch,
+					 &ui, &flags, &tty, &stats_json, &helpers))
 		return NULL;
+	if (!keys || !iterable || !cbs || !helpers || codec < CODEC_RAW ||
+	    codec > CODEC_PICKLE_RAW) {
+		PyErr_SetString(PyExc_TypeError,
+				"gpud._gpud.run(): keys, iterable, callbacks, helpers and codec "
+				"(CODEC_RAW to CODEC_PICKLE_RAW) are required, by keyword");
+		return NULL;
+	}
 	if (active) {
 		PyErr_SetString(
 			PyExc_RuntimeError,
@@ -846,9 +887,8 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
-	result = Py_BuildValue("(isziOIO)", status, gpud_job_error(c.job), json, (int)caught_signal,
-			       exc, c.setup_failed,
-			       c.first_setup_error ? c.first_setup_error : Py_None);
+	result = run_result(status, gpud_job_error(c.job), json, (int)caught_signal, exc,
+			    c.setup_failed, c.first_setup_error ? c.first_setup_error : Py_None);
 out:
 	if (old_int && old_int != Py_None) {
 		/* The program's handler back (None: not one set from Python). */
@@ -896,7 +936,7 @@ static PyObject *py_versions(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef methods[] = {
-	{"run", py_run, METH_VARARGS, run_doc},
+	{"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, run_doc},
 	{"versions", py_versions, METH_NOARGS,
 	 "versions() -> (gpud release, libgpud API (major, minor), the API built against)"},
 	{NULL, NULL, 0, NULL},
@@ -924,5 +964,36 @@ PyMODINIT_FUNC PyInit__gpud(void)
 			     GPUD_API_MAJOR, GPUD_API_MINOR, v >> 16, v & 0xffff);
 		return NULL;
 	}
-	return PyModule_Create(&module);
+	PyObject *m = PyModule_Create(&module);
+	if (!m)
+		return NULL;
+	/* The numbers the package's _constants.py holds, as this build knows them. */
+	static const struct {
+		const char *name;
+		long value;
+	} ints[] = {
+		{"RUN_RESUME", GPUD_RUN_RESUME},
+		{"RUN_RETRY_FAILED", GPUD_RUN_RETRY_FAILED},
+		{"RUN_FORCE", GPUD_RUN_FORCE},
+		{"UI_OFF", GPUD_UI_OFF},
+		{"UI_PLAIN", GPUD_UI_PLAIN},
+		{"UI_DASHBOARD", GPUD_UI_DASHBOARD},
+		{"CODEC_RAW", CODEC_RAW},
+		{"CODEC_PICKLE", CODEC_PICKLE},
+		{"CODEC_PARTS", CODEC_PARTS},
+		{"CODEC_RAW_PICKLE", CODEC_RAW_PICKLE},
+		{"CODEC_PICKLE_RAW", CODEC_PICKLE_RAW},
+	};
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+		if (PyModule_AddIntConstant(m, ints[i].name, ints[i].value) < 0)
+			goto fail;
+	PyObject *magic = PyBytes_FromStringAndSize(FRAME_MAGIC, 4);
+	if (!magic || PyModule_AddObject(m, "FRAME_MAGIC", magic) < 0) {
+		Py_XDECREF(magic);
+		goto fail;
+	}
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
 }

@@ -13,8 +13,13 @@ result is the worker's input. What crosses between two of them depends on who ma
   "array:uint8:H,W,3");
 - any other C plugin's result is bytes (input kind "bytes").
 """
+from __future__ import annotations
+
 import os
 import re
+from typing import Any, Optional, Union
+
+from ._constants import CODEC_PICKLE, CODEC_PICKLE_RAW, CODEC_RAW, CODEC_RAW_PICKLE
 
 _OWN = ("workers", "task_timeout", "max_retries")
 
@@ -36,14 +41,15 @@ class Stage:
     The same as a dict: {"plugin": "jpeg", "height": 64, "width": 64} or
     {"class": Decode, "workers": 2, "size": 224}."""
 
-    def __init__(self, what, name=None, workers=None, task_timeout=None, max_retries=None,
-                 **keys):
+    def __init__(self, what: Union[type, str, os.PathLike[str]], name: Optional[str] = None,
+                 workers: Optional[int] = None, task_timeout: Optional[float] = None,
+                 max_retries: Optional[int] = None, **keys: Any) -> None:
         if not (isinstance(what, (str, os.PathLike)) or isinstance(what, type)):
             raise TypeError(f"gpud.Stage({what!r}): expected a class (with setup() and "
                             "process()) or a C worker plugin's name or path")
         self.what = what
         self.keys = keys
-        if not self.python and _plugin_name(os.fspath(what)) == "jpeg":
+        if not isinstance(what, type) and _plugin_name(os.fspath(what)) == "jpeg":
             missing = [k for k in ("height", "width") if k not in keys]
             if missing:
                 raise TypeError(f"gpud.Stage(\"jpeg\"): {' and '.join(missing)} "
@@ -169,5 +175,6 @@ def codec(items_pickled, results_pickled):
     """gpud._gpud's codec: how the program's items cross (pickled for a Python class
     first, raw for a C plugin first) and how results come back (unpickled from a
     Python class last, bytes from a C plugin)."""
-    return {(True, True): 1, (False, False): 0, (False, True): 3, (True, False): 4}[
+    return {(True, True): CODEC_PICKLE, (False, False): CODEC_RAW,
+            (False, True): CODEC_RAW_PICKLE, (True, False): CODEC_PICKLE_RAW}[
         (bool(items_pickled), bool(results_pickled))]

@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+from typing import Any, Sequence
 from time import perf_counter as _clock
 from time import monotonic_ns as _ns
 
@@ -104,7 +105,21 @@ def _find_class(target, main_path):
     return obj
 
 
-_MAGIC = b"GPD5"
+def _frame_magic():
+    """_constants.FRAME_MAGIC: in a worker this file runs as a script before `gpud` can
+    be imported, so its sibling is read by path."""
+    if __package__ == "gpud":
+        from ._constants import FRAME_MAGIC
+
+        return FRAME_MAGIC
+    spec = importlib.util.spec_from_file_location("gpud_constants",
+                                                  os.path.join(_HERE, "_constants.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FRAME_MAGIC
+
+
+_MAGIC = _frame_magic()
 
 
 # Results of these types carry no out-of-band buffer at their top: pickled the plain way
@@ -273,7 +288,7 @@ def loads_items(data):
     return pickle.loads(mv[at : at + sizes[0]], buffers=buffers)
 
 
-def stack(items):
+def stack(items: "Sequence[Any]") -> Any:
     """The items of a batch (equal-size NumPy arrays, or bytes-like items, as they
     reach process_batch) as one NumPy array of shape (n, ...): with no copy when they
     lie back to back in the task (a Dispatcher chunk's items do), else a copy
@@ -374,7 +389,7 @@ def _loads_result(data):
     """A Python stage's result (dumps(): a pickle, or framed with its buffers) as the
     next stage's input: the object, on a copy of its own."""
     mv = data if isinstance(data, memoryview) else memoryview(data)
-    if mv.nbytes >= 4 and bytes(mv[:4]) == b"GPD5":
+    if mv.nbytes >= 4 and bytes(mv[:4]) == _MAGIC:
         return loads_framed(bytearray(mv))
     return pickle.loads(mv)
 

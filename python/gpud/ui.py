@@ -8,9 +8,12 @@ show_ui=True draws gpud's dashboard on the terminal (standard error; plain progr
 lines when that is not a terminal); show_ui=False draws nothing. Either way run()
 returns the stats dict (the library's keys and gpud's own).
 """
-import sys
+from __future__ import annotations
 
-from .dispatcher import Dispatcher
+import sys
+from typing import Any, Optional
+
+from .dispatcher import Dispatcher, GpuIds, OnSuccess, Stats, WorkerClass
 
 
 class RichDispatcher(Dispatcher):
@@ -18,8 +21,8 @@ class RichDispatcher(Dispatcher):
     show_ui=True, **options): Dispatcher's options, and the dashboard's redraws a
     second."""
 
-    def __init__(self, worker_cls, gpu_ids, queue_size=1024, refresh_rate=4.0, show_ui=True,
-                 **options):
+    def __init__(self, worker_cls: WorkerClass, gpu_ids: GpuIds, queue_size: int = 1024,
+                 refresh_rate: float = 4.0, show_ui: bool = True, **options: Any) -> None:
         if "ui" not in options:
             if not show_ui:
                 options["ui"] = "off"
@@ -32,10 +35,11 @@ class RichDispatcher(Dispatcher):
         self.refresh_rate = refresh_rate
         self.show_ui = show_ui
 
-    def run(self, generator, on_success=None, **kwargs):
+    def run(self, generator: Any, on_success: Optional[OnSuccess] = None,  # type: ignore[override]
+            **kwargs: Any) -> Stats:
         """Dispatcher.run(); on_success may be left out. Returns the stats dict."""
         if on_success is None:
-            def on_success(task_id, result, worker_id):
+            def on_success(task_id: int, result: Any, worker_id: int) -> None:
                 pass
         return super().run(generator, on_success, **kwargs)
 

@@ -436,7 +436,7 @@ def batches():
     # said once on standard error (never silently), whole batches before.
     import contextlib
     import io
-    from gpud.dispatcher import _Chunks
+    from gpud._chunks import Chunks as _Chunks
 
     cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
     c = _Chunks((bytes(n) for n in [1000] * 300 + [3000] * 700), None, cbs, 0.002, 64,
@@ -454,8 +454,8 @@ def batches():
           and "raise max_task_bytes" in err.getvalue(), f"said once: {err.getvalue()!r}")
     # An iterator that pauses 50 ms after its first item cuts the chunk there (a live
     # source's items are not held back), unless this thread spent that time waiting for
-    # a CPU (a loaded machine), as schedstat says (played here: dispatcher._run_delay).
-    import gpud.dispatcher as gd
+    # a CPU (a loaded machine), as schedstat says (played here: gpud._chunks._run_delay).
+    import gpud._chunks as gd
 
     def paused():
         yield bytes(10)
