@@ -31,7 +31,7 @@ def _check_methods(cls):
             raise TypeError(f"Dispatcher: {name}.{method}() is an async def, which the "
                             "Dispatcher would call without awaiting it: make it a plain "
                             "def, or run the class from a job file's python worker with "
-                            "[job] max_in_flight (README, Python plugins)")
+                            "[job] max_in_flight (docs/reference.md, \"Python plugins\")")
     abstract = sorted(getattr(cls, "__abstractmethods__", None) or ())
     if abstract:
         raise TypeError(f"Dispatcher: the worker class {name} does not define "
