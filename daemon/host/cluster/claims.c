@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,7 +542,14 @@ int claims_live(struct claims *c, double lease, const char *journal, char *why, 
 		return -1;
 	}
 	atomic_store(&c->stop, false);
-	if (pthread_create(&c->beat, NULL, beat_main, c) != 0) {
+	/* Signals are the host loop's: the lease thread never takes one (its handler would
+	 * run there, racing with the loop's restoring of the handlers). */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int started = pthread_create(&c->beat, NULL, beat_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (started != 0) {
 		snprintf(why, len, "cannot start the thread that renews the lease");
 		return -1;
 	}

@@ -310,6 +310,22 @@ static void generator_failed(struct host *h, struct gpud_error *err)
 		   err->message[0] ? err->message : "gpud_generator_next returned -1");
 }
 
+/* The generator jumped to task `to` (the ids before it are other ranks'). false when it
+ * failed: the run is aborted, saying why. */
+static bool skip_to(struct host *h, uint64_t to, struct gpud_error *err)
+{
+	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
+		h->flow.done = h->flow.failed = true;
+		text_clean(err->message);
+		host_abort(h, "the generator failed to skip to task %llu: %s",
+			   (unsigned long long)to,
+			   err->message[0] ? err->message : "gpud_generator_skip failed");
+		return false;
+	}
+	h->flow.next_id = to;
+	return true;
+}
+
 /* Dynamic shares: the stream has passed this rank's claims; the next claim is made
  * (claims.h) and a generator that can jump, jumps to it. false when the stream ends
  * here (every chunk is claimed) or the run was aborted. */
@@ -327,16 +343,7 @@ static bool claim_more(struct host *h, struct gpud_error *err)
 	}
 	if (to == h->flow.next_id || !h->gen_ops->skip)
 		return true; /* a generator that cannot jump: admit drops the ids between */
-	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
-		h->flow.done = h->flow.failed = true;
-		text_clean(err->message);
-		host_abort(h, "the generator failed to skip to task %llu: %s",
-			   (unsigned long long)to,
-			   err->message[0] ? err->message : "gpud_generator_skip failed");
-		return false;
-	}
-	h->flow.next_id = to;
-	return true;
+	return skip_to(h, to, err);
 }
 
 /* Another rank's chunk ahead: a generator that can jump, jumps it. false when the jump
@@ -351,16 +358,7 @@ static bool skip_other_ranks(struct host *h, struct gpud_error *err)
 	if (c->ranks <= 1 || !h->gen_ops->skip || ranks_mine(h->flow.next_id, c->rank, c->ranks))
 		return true;
 	uint64_t to = ranks_next_own(h->flow.next_id, c->rank, c->ranks);
-	if (h->gen_ops->skip(h->gen, to - h->flow.next_id, err) != 0) {
-		h->flow.done = h->flow.failed = true;
-		text_clean(err->message);
-		host_abort(h, "the generator failed to skip to task %llu: %s",
-			   (unsigned long long)to,
-			   err->message[0] ? err->message : "gpud_generator_skip failed");
-		return false;
-	}
-	h->flow.next_id = to;
-	return true;
+	return skip_to(h, to, err);
 }
 
 /* Task `id`, just generated into `item`: another rank's, one an earlier run finished,
