@@ -171,14 +171,23 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 	return check_file_writable("hdf5", gpud_arg(args, "path", NULL), err);
 }
 
-static void free_sink(struct h5_sink *s)
+/* The datasets and the file closed (each once); -1 when closing the file failed (its
+ * last writes did). */
+static int close_file(struct h5_sink *s)
 {
 	if (s->data >= 0)
 		H5Dclose(s->data);
 	if (s->done >= 0)
 		H5Dclose(s->done);
-	if (s->file >= 0)
-		H5Fclose(s->file);
+	s->data = s->done = -1;
+	int rc = s->file >= 0 && H5Fclose(s->file) < 0 ? -1 : 0;
+	s->file = -1;
+	return rc;
+}
+
+static void free_sink(struct h5_sink *s)
+{
+	close_file(s);
 	if (s->ftype >= 0)
 		H5Tclose(s->ftype);
 	free(s->path);
@@ -489,14 +498,8 @@ GPUD_EXPORT int gpud_sink_finish(void *state, const struct gpud_stats *stats,
 	(void)end;
 	if (s->file >= 0 && flush_window(s, err) < 0)
 		rc = -1;
-	if (s->data >= 0)
-		H5Dclose(s->data);
-	if (s->done >= 0)
-		H5Dclose(s->done);
-	s->data = s->done = -1;
-	if (s->file >= 0 && H5Fclose(s->file) < 0 && rc == 0)
+	if (close_file(s) < 0 && rc == 0)
 		rc = gpud_fail(err, "hdf5: closing %s", s->path);
-	s->file = -1;
 	free_sink(s);
 	return rc;
 }
@@ -644,14 +647,8 @@ static int h5_finish(struct merge_file *f, const uint8_t *status, bool ok, struc
 		return 0;
 	if (ok && write_rows(s->done, H5T_NATIVE_UINT8, 0, NULL, 0, f->rows, status) < 0)
 		rc = gpud_fail(err, "writing %s", s->path);
-	if (s->data >= 0)
-		H5Dclose(s->data);
-	if (s->done >= 0)
-		H5Dclose(s->done);
-	s->data = s->done = -1;
-	if (s->file >= 0 && H5Fclose(s->file) < 0 && rc == 0)
+	if (close_file(s) < 0 && rc == 0)
 		rc = gpud_fail(err, "writing %s", s->path);
-	s->file = -1;
 	if (ok && rc == 0 && rename(s->path, f->path) < 0)
 		rc = gpud_fail(err, "cannot rename %s to %s: %s", s->path, f->path,
 			       strerror(errno));

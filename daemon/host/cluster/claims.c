@@ -290,6 +290,21 @@ static uint64_t next_batch(struct claims *c, uint64_t now)
 	return b < 1 ? 1 : b;
 }
 
+/* A claim of n chunks made, started at t0: counted, and published for the metrics. The
+ * cost is a running mean (collisions included). */
+static void count_claim(struct claims *c, uint64_t t0, uint64_t n)
+{
+	uint64_t t1 = wait_now_ns();
+	c->claims++;
+	c->claim_ns += t1 - t0;
+	c->cost_ns = c->claim_ns / c->claims;
+	c->last_ns = t1;
+	c->batch = n;
+	atomic_store_explicit(&c->pub_claims, c->claims, memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ids, claims_nth(c, c->total_ids), memory_order_relaxed);
+	atomic_store_explicit(&c->pub_ns, c->claim_ns, memory_order_relaxed);
+}
+
 /* One claim at the end of the chain; 0 (own[] has it, or another rank won it and the
  * cursor went past it), 1 when every chunk is claimed, -1 with why. */
 static int claim_next(struct claims *c, char *why, size_t len)
@@ -337,16 +352,7 @@ static int claim_next(struct claims *c, char *why, size_t len)
 		return -1;
 	}
 	c->cursor += n;
-	uint64_t t1 = wait_now_ns();
-	c->claims++;
-	c->claim_ns += t1 - t0;
-	/* A running mean of what claiming costs (collisions included). */
-	c->cost_ns = c->claim_ns / c->claims;
-	c->last_ns = t1;
-	c->batch = n;
-	atomic_store_explicit(&c->pub_claims, c->claims, memory_order_relaxed);
-	atomic_store_explicit(&c->pub_ids, claims_nth(c, c->total_ids), memory_order_relaxed);
-	atomic_store_explicit(&c->pub_ns, c->claim_ns, memory_order_relaxed);
+	count_claim(c, t0, n);
 	return 0;
 }
 
@@ -387,15 +393,7 @@ static int claim_counted(struct claims *c, char *why, size_t len)
 	 * yet: the end of the chain as this rank knows it. */
 	if (at + n > c->cursor)
 		c->cursor = at + n;
-	uint64_t t1 = wait_now_ns();
-	c->claims++;
-	c->claim_ns += t1 - t0;
-	c->cost_ns = c->claim_ns / c->claims;
-	c->last_ns = t1;
-	c->batch = n;
-	atomic_store_explicit(&c->pub_claims, c->claims, memory_order_relaxed);
-	atomic_store_explicit(&c->pub_ids, claims_nth(c, c->total_ids), memory_order_relaxed);
-	atomic_store_explicit(&c->pub_ns, c->claim_ns, memory_order_relaxed);
+	count_claim(c, t0, n);
 	return 0;
 }
 
