@@ -41,7 +41,12 @@ items by default (about 5 minutes on one H100 for every row).
 --proxy (the default without a GPU): a NumPy model that plays the GPU, as bench/work.c
 does for C: it reads every item (a strided sum for the answer) and sleeps as long as
 the H100 took for a batch of that size: 5 ms + 0.21 ms an item (batch 1: about 190
-images/s, batch 256: 58.8 ms, about 4,350 images/s). 2,048 items by default.
+images/s, batch 256: 58.8 ms, about 4,350 images/s). 8,192 items by default (512 for
+the per-item rows): a configuration then runs about 2.5 s, as long as one of the real
+mode's on an H100 (20,000 items at about 12,000 images/s), so that gpud's fixed cost
+at a run's start and end (the host's start, the first batch through the ring while the
+worker waits, the workers' exit: about 0.1 s in all) weighs as it does there. Shorter
+runs (--items 2048) show that fixed cost more: docs/benchmarks.md has both.
 
 Rates leave out the model's setup: the plain loop's is timed apart, gpud's is each
 worker's setup phase from the stats (the largest). The library's cannot be told apart:
@@ -305,7 +310,7 @@ def main():
             real = torch.cuda.is_available()
         except ImportError:
             real = False
-    n = a.items or (20000 if real else 2048)
+    n = a.items or (20000 if real else 8192)
     if a.role == "loop":
         rate, _, _ = run_loop(n, real)
         print(f"{rate:.1f}")

@@ -194,6 +194,10 @@ def main():
             ["launch.py", "argv", "--input", "x y.txt", "7"], env)
         run("debian: launcher variables refused with JobError", "/usr/bin/python3",
             ["launch.py", "launcher"], env)
+        run("debian: the interpreter asked and the GPUs counted once a process",
+            "/usr/bin/python3", ["startup.py"],
+            dict(env, GPUD_TEST_WORKER=os.path.join(BUILD, "daemon", "gpud-worker")),
+            "PASS startup")
         # A real model: the torch example checks every result against a single-process
         # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
         # install it (apt-get install python3-torch).

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,11 +261,68 @@ static char *run_python(char *const *argv, int limit_s, int *status, char *err, 
 	return out;
 }
 
-/* Runs `exe -c ask_script` (30 s at most), as run_python. */
+/* What makes an interpreter's answer: the path it was started by (a venv's python is a
+ * link to the base one), the file it runs, a venv's pyvenv.cfg beside it, and the
+ * variables that move its prefix or site-packages. */
+struct ask_key {
+	char text[6144];
+};
+
+static void ask_key_of(const char *exe, struct ask_key *k)
+{
+	static const char *const vars[] = {"PYTHONHOME",       "PYTHONPATH",   "PYTHONNOUSERSITE",
+					   "PYTHONUSERBASE",   "PYTHONEXECUTABLE", "PATH",
+					   "PYTHONPLATLIBDIR", "PYTHONSAFEPATH"};
+	struct stat st = {0}, cfg = {0};
+	char venv[4096];
+	const char *slash = strrchr(exe, '/');
+	int dir = slash ? (int)(slash - exe) : 0;
+	snprintf(venv, sizeof venv, "%.*s/../pyvenv.cfg", dir, exe);
+	(void)stat(exe, &st);
+	(void)stat(venv, &cfg);
+	int n = snprintf(k->text, sizeof k->text, "%s|%ju:%ju:%jd.%ld:%jd|%jd.%ld:%jd", exe,
+			 (uintmax_t)st.st_dev, (uintmax_t)st.st_ino, (intmax_t)st.st_mtim.tv_sec,
+			 st.st_mtim.tv_nsec, (intmax_t)st.st_size, (intmax_t)cfg.st_mtim.tv_sec,
+			 cfg.st_mtim.tv_nsec, (intmax_t)cfg.st_size);
+	for (size_t i = 0; i < sizeof vars / sizeof *vars && n > 0 && (size_t)n < sizeof k->text;
+	     i++) {
+		const char *v = getenv(vars[i]);
+		n += snprintf(k->text + n, sizeof k->text - (size_t)n, "|%s", v ? v : "-");
+	}
+}
+
+/* The last answer, kept for the life of the process: a program that runs job after job
+ * (a Dispatcher's run() in a loop) asks its interpreter once, not every time (a Python's
+ * start is 30-40 ms). Asked again whenever anything in its key changed. */
+static struct {
+	struct ask_key key;
+	char *out;
+	int status;
+} last_ask;
+
+/* Runs `exe -c ask_script` (30 s at most), as run_python; a copy of the last answer when
+ * nothing in ask_key changed since. */
 static char *ask(const char *exe, int *status, char *err, size_t errlen)
 {
+	struct ask_key key;
+	ask_key_of(exe, &key);
+	if (last_ask.out && strcmp(last_ask.key.text, key.text) == 0) {
+		*status = last_ask.status;
+		char *copy = strdup(last_ask.out);
+		if (!copy)
+			snprintf(err, errlen, "out of memory");
+		return copy;
+	}
 	char *argv[] = {(char *)exe, "-c", (char *)ask_script, NULL};
-	return run_python(argv, 30, status, err, errlen);
+	char *out = run_python(argv, 30, status, err, errlen);
+	free(last_ask.out);
+	last_ask.out = NULL;
+	if (out && WIFEXITED(*status) && WEXITSTATUS(*status) == 0 &&
+	    (last_ask.out = strdup(out))) {
+		last_ask.key = key;
+		last_ask.status = *status;
+	}
+	return out;
 }
 
 /* The shared libpython an interpreter's answer names, malloc'd; NULL when it has none. */

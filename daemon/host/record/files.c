@@ -99,7 +99,16 @@ static char *default_dir(char *why, size_t len)
 		free(base);
 		return NULL;
 	}
-	clean_old_runs(base);
+	/* Once a process: the folder holds a run folder for every run of the last
+	 * FILES_KEEP_DAYS (thousands for a program that runs job after job), and reading it
+	 * all again at each run's start adds up; a day-old folder can wait for the next
+	 * process. */
+	static char *cleaned;
+	if (!cleaned || strcmp(cleaned, base) != 0) {
+		clean_old_runs(base);
+		free(cleaned);
+		cleaned = strdup(base);
+	}
 	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
 	if (asprintf(&run, "%s/run-%s-XXXXXX", base, stamp) < 0)
 		run = NULL;

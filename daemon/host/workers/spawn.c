@@ -6,9 +6,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -263,13 +266,50 @@ int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *
 	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
 }
 
+/* The devices a process can see do not change while it lives, except by the variables
+ * that choose them or a new gpud-worker: the last count is kept with those, so a program
+ * that runs job after job (a Dispatcher's run() in a loop) starts CUDA in a helper once,
+ * not every time (tens of milliseconds without a GPU, more with one). */
+static struct {
+	char key[4608];
+	char out[64 * 1024];
+	char err[1024];
+	int rc;
+	bool have;
+} last_count;
+
+static void count_key(const char *worker_exe, char *key, size_t len)
+{
+	struct stat st = {0};
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES"), *order = getenv("CUDA_DEVICE_ORDER");
+	(void)stat(worker_exe, &st);
+	snprintf(key, len, "%s|%ju:%ju:%jd.%ld|%s|%s", worker_exe, (uintmax_t)st.st_dev,
+		 (uintmax_t)st.st_ino, (intmax_t)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+		 visible ? visible : "-", order ? order : "-");
+}
+
 int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size_t max, char *err,
 		     size_t errlen)
 {
-	static char out[64 * 1024];
-	char *args[] = {"--count-gpus", NULL};
-	if (spawn_helper(worker_exe, args, out, sizeof out, err, errlen) < 0)
+	char key[sizeof last_count.key];
+	char *out = last_count.out;
+	count_key(worker_exe, key, sizeof key);
+	if (!last_count.have || strcmp(key, last_count.key) != 0) {
+		char *args[] = {"--count-gpus", NULL};
+		last_count.err[0] = '\0';
+		last_count.rc = spawn_helper(worker_exe, args, out, sizeof last_count.out,
+					     last_count.err, sizeof last_count.err);
+		snprintf(last_count.key, sizeof last_count.key, "%s", key);
+		/* Kept: a count, or the helper's own answer that there is none. Not kept:
+		 * what went wrong around it (no start, a kill, no answer in time). */
+		last_count.have = last_count.rc == 0 ||
+				  (strncmp(last_count.err, worker_exe, strlen(worker_exe)) != 0 &&
+				   strncmp(last_count.err, "gpud: ", 6) != 0);
+	}
+	if (last_count.rc < 0) {
+		snprintf(err, errlen, "%s", last_count.err);
 		return -1;
+	}
 	int n = atoi(out);
 	char *line = strchr(out, '\n');
 	for (size_t i = 0; bus_ids && line && i < max && (int)i < n; i++) {
