@@ -270,9 +270,9 @@ struct ask_key {
 
 static void ask_key_of(const char *exe, struct ask_key *k)
 {
-	static const char *const vars[] = {"PYTHONHOME",       "PYTHONPATH",   "PYTHONNOUSERSITE",
-					   "PYTHONUSERBASE",   "PYTHONEXECUTABLE", "PATH",
-					   "PYTHONPLATLIBDIR", "PYTHONSAFEPATH"};
+	static const char *const vars[] = {
+		"PYTHONHOME",       "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+		"PYTHONEXECUTABLE", "PATH",       "PYTHONPLATLIBDIR", "PYTHONSAFEPATH"};
 	struct stat st = {0}, cfg = {0};
 	char venv[4096];
 	const char *slash = strrchr(exe, '/');
