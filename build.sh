@@ -13,7 +13,8 @@
 #                     gpud on PATH and gpud.pc on pkg-config's path if they are not
 #   ./build.sh python [PYTHON] [--target DIR]
 #                     build (build/, or $GPUD_BUILD), then install the `gpud` Python
-#                     package (python/gpud, its extension linked to that build's libgpud)
+#                     package meson built there (BUILD/python/gpud: python/gpud, its
+#                     extension linked to that build's libgpud)
 #                     into PYTHON's site-packages (default python3; a venv's python
 #                     installs into the venv), or into DIR. Offline; needs no pip.
 #                     GPUD_BUILD=DIR: another build folder (build-release...).
@@ -100,9 +101,11 @@ format_check() {
   fi
 }
 
-# The `gpud` package into a Python: python_install PYTHON [DIR]. The extension is built
-# on CPython's stable ABI (3.9), so one build serves every Python 3.9 to 3.13; it links
-# the build's libgpud by its path (rpath), so the build folder must stay where it is.
+# The `gpud` package into a Python: python_install PYTHON [DIR]. The package is the one
+# meson builds in BUILD/python/gpud (python/meson.build: the extension, on CPython's
+# stable ABI of 3.9, so one build serves every Python 3.9 to 3.13, and the package's
+# files beside it); its extension links the build's libgpud by its path (rpath), so the
+# build folder must stay where it is.
 python_install() {
   local py=$1 target=$2 build=${GPUD_BUILD:-build}
   if ! "$py" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then
@@ -113,25 +116,26 @@ python_install() {
   if [ -n "${GPUD_NO_BUILD:-}" ]; then :
   elif [ -f "$build/build.ninja" ]; then ninja -C "$build"; else setup "$build"; fi
   build=$(cd "$build" && pwd)
-  [ -f "$build/daemon/libgpud.so" ] || { echo "build.sh python: no libgpud.so in $build/daemon" >&2; exit 2; }
+  local pkg=$build/python/gpud
+  if [ ! -f "$pkg/_gpud.abi3.so" ]; then
+    echo "build.sh python: meson built no gpud._gpud in $pkg (it found no Python headers: Debian's libpython3.11-dev; see its message in meson setup's output)" >&2
+    exit 2
+  fi
+  local f missing=()
+  for f in python/gpud/*.py; do
+    [ -f "$pkg/${f##*/}" ] || missing+=("${f##*/}")
+  done
+  if ((${#missing[@]})); then
+    echo "build.sh python: ${missing[*]}: not in $pkg: name it in python/gpud/meson.build's py_package_files" >&2
+    exit 2
+  fi
   if [ -z "$target" ]; then
     target=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   fi
-  # Any 3.9+ CPython's headers build the stable-ABI extension: the chosen one's, else
-  # the ones meson found (python3-embed).
-  local inc
-  inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-  if [ -f "$inc/Python.h" ]; then inc="-I$inc"; else inc=$(pkg-config --cflags python3-embed); fi
-  local out=$build/python/gpud
-  mkdir -p "$out"
-  # shellcheck disable=SC2086
-  ${CC:-cc} -shared -fPIC -O2 -g -Wall -Wextra -Werror -std=gnu11 $inc -Iplugin_api \
-    python/gpud/_gpud.c -o "$out/_gpud.abi3.so" -L"$build/daemon" -lgpud \
-    -Wl,-rpath,"$build/daemon" ${GPUD_PY_LDFLAGS:-}
-  cp python/gpud/*.py python/gpud/py.typed "$out/"
   mkdir -p "$target"
   rm -rf "$target/gpud"
-  cp -r "$out" "$target/gpud"
+  mkdir "$target/gpud"
+  cp "$pkg"/*.py "$pkg/py.typed" "$pkg/_gpud.abi3.so" "$target/gpud/"
   echo "== installed the gpud package into $target (for $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
   "$py" -c "import sys; sys.path.insert(0, '$target'); import gpud, gpud._gpud as g; print('== import gpud:', gpud.__file__, 'libgpud', g.versions()[0])"
 }

@@ -4,15 +4,18 @@
 
 The package it builds holds all of gpud, found relative to itself: setup.py builds gpud
 with meson in its own folder (build-wheel/ beside this one, or $GPUD_WHEEL_BUILD;
-release, no tests), installs it (stripped) into gpud/_native/ inside the package:
+release, no tests, -Dwheel=true), installs it (stripped) into gpud/_native/ inside the
+package:
 
     gpud/_native/bin/gpud                    the command (rpath $ORIGIN/../lib)
     gpud/_native/lib/libgpud.so.1            the engine
     gpud/_native/lib/gpud/plugins/           the built-in plugins (python/ glue too)
     gpud/_native/libexec/gpud/gpud-worker    the worker executable
 
-and links the extension gpud/_gpud.abi3.so to that libgpud with rpath
-$ORIGIN/_native/lib. libgpud finds its worker executable and plugins relative to its own
+and takes the extension gpud/_gpud.abi3.so from that install too: meson builds it
+(python/gpud/meson.build, the one place that says how it is compiled and linked) and,
+with -Dwheel=true, installs it beside _native/ with rpath $ORIGIN/_native/lib; setuptools
+compiles nothing. libgpud finds its worker executable and plugins relative to its own
 file (daemon/shared/paths.c), so nothing names the build folder at run time. The
 `gpud` console script (gpud._cli) runs _native/bin/gpud.
 
@@ -32,9 +35,8 @@ here = os.path.dirname(os.path.abspath(__file__))
 src = os.path.dirname(here)
 build = os.path.abspath(os.environ.get("GPUD_WHEEL_BUILD", os.path.join(src, "build-wheel")))
 stage = os.path.join(build, "wheel-stage")  # meson install --destdir
-prefix = "/gpud"  # the prefix inside stage: stage/gpud is the package's _native/
-with open(os.path.join(src, "plugin_api", "gpud", "gpud.h")) as f:
-    soname = "libgpud.so." + re.search(r"^#define GPUD_API_MAJOR (\d+)", f.read(), re.M)[1]
+prefix = "/gpud/_native"  # inside stage: stage/gpud is the package, stage/gpud/_native its _native/
+EXT = "_gpud.abi3.so"  # python/gpud/meson.build's
 
 
 def say(*a):
@@ -42,7 +44,8 @@ def say(*a):
 
 
 def native():
-    """meson build + install into stage; the folder that becomes gpud/_native."""
+    """meson build + install into stage; the folder that becomes gpud/_native (the
+    extension, _gpud.abi3.so, beside it)."""
     if not os.path.exists(os.path.join(src, "meson.build")):
         raise SystemExit(f"gpud: {src} is not gpud's source folder (no meson.build): build "
                          "the wheel from the source folder (pip wheel ./python), with "
@@ -54,7 +57,7 @@ def native():
         if not shutil.which(tool):
             raise SystemExit(f"gpud: building the wheel needs {tool} (Debian: meson, "
                              "ninja-build), as gpud's own build does")
-    opts = ["-Dtests=disabled", "-Dbuildtype=release", f"--prefix={prefix}",
+    opts = ["-Dtests=disabled", "-Dbuildtype=release", "-Dwheel=true", f"--prefix={prefix}",
             "-Dbindir=bin", "-Dlibdir=lib", "-Dlibexecdir=libexec"]
     if os.path.exists(os.path.join(build, "build.ninja")):
         cmd = ["meson", "configure", build] + opts
@@ -70,6 +73,10 @@ def native():
         raise SystemExit("gpud: meson built no python plugins (it found no python3-embed: "
                          "Debian's libpython3.11-dev), so gpud.Dispatcher could run no "
                          "Python worker class: install it and build the wheel again")
+    if not os.path.exists(os.path.join(root, "..", EXT)):
+        raise SystemExit(f"gpud: meson built no {EXT} (it found no Python headers for "
+                         "its Python: Debian's libpython3.11-dev): install them and build "
+                         "the wheel again")
     native.done = True
     return root
 
@@ -106,27 +113,24 @@ class BuildPy(build_py):
 
 
 class BuildExt(build_ext):
+    """The extension meson built and installed (native()), put where setuptools wants
+    it: no compiler run here."""
     def run(self):
-        lib = os.path.join(native(), "lib")
+        root = native()
         for ext in self.extensions:
-            ext.library_dirs = [lib]
-        super().run()
+            dest = self.get_ext_fullpath(ext.name)
+            if os.path.basename(dest) != EXT:
+                raise SystemExit(f"gpud: setuptools names the extension {dest}, not {EXT}")
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copy2(os.path.join(root, "..", EXT), dest)
 
 
 setup(
     packages=["gpud"],
     package_data={"gpud": ["py.typed"]},
     exclude_package_data={"gpud": ["*.c"]},
-    ext_modules=[Extension(
-        "gpud._gpud", ["gpud/_gpud.c"],
-        include_dirs=[os.path.join(src, "plugin_api")],
-        depends=[os.path.join(src, "plugin_api", "gpud", h) for h in ("gpud.h", "plugin.h")],
-        # The soname itself: the wheel's lib/ has no libgpud.so link for -lgpud.
-        libraries=[":" + soname],
-        extra_link_args=["-Wl,-rpath,$ORIGIN/_native/lib"],
-        define_macros=[("Py_LIMITED_API", "0x03090000")], py_limited_api=True,
-        # -g0: no debug information, which would name this machine's folders.
-        extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-g0"])],
+    # Named for the wheel's tags (cp39-abi3); BuildExt copies meson's build of it.
+    ext_modules=[Extension("gpud._gpud", ["gpud/_gpud.c"], py_limited_api=True)],
     cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
     # setuptools' own build folder beside meson's, not in python/.
     options={"bdist_wheel": {"py_limited_api": "cp39"},

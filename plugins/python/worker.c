@@ -732,10 +732,6 @@ static int result_bytes(struct py_worker *pw, struct gpud_task *t, PyObject *r, 
 	return -1;
 }
 
-#ifndef PyBUF_SIMPLE
-#define PyBUF_SIMPLE 0
-#endif
-
 /* result = bytes and a list of buffers (the gpud package's framed results: a pickle
  * and its out-of-band buffers): written one after another, each copied once. 1 done
  * (the result set or the task failed), 0 not such a list (nothing done). */

@@ -20,9 +20,8 @@
  * memory without the GIL; a result is unpickled straight from shared memory.
  */
 #define _GNU_SOURCE 1 /* as pyconfig.h defines it */
-#define Py_LIMITED_API 0x03090000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+/* CPython's stable ABI of 3.9 (<Python.h>), and the buffer protocol it leaves out. */
+#include "limited_api.h" /* plugins/python/ */
 
 #include <pthread.h>
 #include <signal.h>
@@ -34,34 +33,6 @@
 #include <time.h>
 
 #include <gpud/gpud.h>
-
-#ifndef PyBUF_READ /* in the limited API from 3.11; the value is CPython's since 3.3 */
-#define PyBUF_READ 0x100
-#endif
-
-/* The buffer protocol, in the limited API from 3.11: libpython 3.9 and 3.10 export
- * these functions with these signatures, and Py_buffer's layout is the one 3.11 made
- * stable (as plugins/python/common.h declares them for the glue). */
-#if Py_LIMITED_API + 0 < 0x030b0000
-typedef struct {
-	void *buf;
-	PyObject *obj;
-	Py_ssize_t len;
-	Py_ssize_t itemsize;
-	int readonly;
-	int ndim;
-	char *format;
-	Py_ssize_t *shape;
-	Py_ssize_t *strides;
-	Py_ssize_t *suboffsets;
-	void *internal;
-} Py_buffer;
-PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
-PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
-#endif
-#ifndef PyBUF_SIMPLE
-#define PyBUF_SIMPLE 0
-#endif
 
 /* What travels in a task and a result (the package's _constants.py CODEC_*: the test
  * python_types checks they agree with the module constants below). */

@@ -6,9 +6,10 @@ a missing one is said in one SKIP line), a venv made from it with --without-pip 
 the package by `./build.sh python VENV/bin/python` (the documented command), and runs
 the library's README quick start and design example (changed only in their import
 line) and the closures mode of features.py (which also checks that the workers run
-the venv's Python). Debian's Python, with the package installed by --target, runs
-every mode of features.py, Ctrl-C and resume included, delivery.py's stops and kill -9
-(every journaled result delivered, exactly once), and the PyTorch example when
+the venv's Python). Debian's Python, with the package as meson built it
+(BUILD/python/gpud) on PYTHONPATH (what `--target` installs is checked to be the same
+files), runs every mode of features.py, Ctrl-C and resume included, delivery.py's stops
+and kill -9 (every journaled result delivered, exactly once), and the PyTorch example when
 `import torch` works there (a SKIP line when not). Exit status 0 when all passed, 77
 (meson's skip) when nothing ran.
 """
@@ -151,10 +152,18 @@ def main():
         # features.py checks that the workers' sys.executable and sys.prefix are the venv's.
         run(f"{label} venv: closures, the class in __main__", vpy, ["features.py", "closures"],
             env)
-    # Debian's Python without a venv: the package by --target, every behaviour.
+    # Debian's Python without a venv, every behaviour: the package as meson built it
+    # (BUILD/python/gpud, python/meson.build), on PYTHONPATH; `--target` copies it.
     site = os.path.join(tmp, "site")
     if os.access("/usr/bin/python3", os.X_OK) and install("/usr/bin/python3", site):
-        env = {"PYTHONPATH": site, "GPUD_TEST_TMP": tmp}
+        built = os.path.join(BUILD, "python")
+        for name in os.listdir(os.path.join(site, "gpud")):
+            with open(os.path.join(site, "gpud", name), "rb") as a, \
+                    open(os.path.join(built, "gpud", name), "rb") as b:
+                if a.read() != b.read():
+                    failures.append(f"--target: {name} is not meson's")
+                    log(f"FAIL ./build.sh python --target: its {name} differs from {built}/gpud's")
+        env = {"PYTHONPATH": built, "GPUD_TEST_TMP": tmp}
         modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
                  "plugins", "chunks", "auto", "callback_stops", "checks", "read_ahead", "timeouts",
                  "times"]
