@@ -34,7 +34,7 @@ need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libturbojpe
 case "${1:-}" in
   demo|bench|install|python) ;;
   wheel) need+=(python3-pip python3-setuptools python3-wheel python3-venv) ;;
-  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil python3-mypy openmpi-bin clang-format
+  test) need+=(g++ libcriterion-dev tmux python3-numpy python3-pil python3-mypy python3-pyflakes openmpi-bin clang-format
                python3-pip python3-setuptools python3-wheel python3-venv) ;;
   *) echo "usage: $0 demo|test|bench|install [PREFIX]|python [PYTHON] [--target DIR]|wheel [PYTHON] [-w DIR]" >&2; exit 2 ;;
 esac

@@ -46,6 +46,10 @@ def resolve(rel, target, host, shared):
         return os.path.normpath(target)
     if os.path.exists(os.path.join(shared, target)):
         return None
+    if target.endswith("_py.h"):  # made from NAME.py at build time (shared/embed_py.py)
+        made_from = resolve(rel, target[:-len("_py.h")] + ".py", host, shared)
+        if made_from is None or not made_from.startswith("outside:"):
+            return made_from
     full = os.path.normpath(os.path.join(host, os.path.dirname(rel), target))
     return "outside:" + full
 

@@ -20,12 +20,11 @@
 #define _GNU_SOURCE
 #include "common.h"
 #include "gpud_module.h"
+#include "py_keys.h" /* daemon/shared/: the keys check --import knows too */
 
 #include <string.h>
 
 /* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
-
-static const char *const our_keys[] = {"script", "module", "function", "python_path", NULL};
 
 struct py_gen {
 	PyObject *iter;
@@ -70,7 +69,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		gpud_fail(err, "python: %s has no function %s", script ? script : module, fn_name);
 		goto out;
 	}
-	kwargs = py_kwargs(args, our_keys);
+	kwargs = py_kwargs(args, py_generator_keys);
 	noargs = PyTuple_New(0);
 	obj = kwargs && noargs ? PyObject_Call(fn, noargs, kwargs) : NULL;
 	g->iter = obj ? PyObject_GetIter(obj) : NULL;

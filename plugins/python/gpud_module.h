@@ -6,12 +6,12 @@
 #define GPUD_PY_MODULE_H
 
 #include "common.h"
-#include "py_module_source.h" /* daemon/shared/: also gpud check --import's */
+#include "gpud_module_py.h" /* daemon/shared/gpud_module.py: also gpud check --import's */
 
 static PyObject *gpud_worker_fatal;  /* gpud.WorkerFatal */
 static PyObject *gpud_task_rejected; /* gpud.TaskRejected */
 static PyObject *gpud_task_timeout;  /* gpud.TaskTimeout */
-static PyObject *gpud_module_times;  /* gpud._times (py_module_source.h) */
+static PyObject *gpud_module_times;  /* gpud._times (gpud_module.py) */
 
 static struct PyModuleDef gpud_module_def = {
 	PyModuleDef_HEAD_INIT,

@@ -31,21 +31,19 @@
 #define _GNU_SOURCE
 #include "common.h"
 #include "gpud_module.h"
+#include "py_keys.h" /* daemon/shared/: the keys check --import knows too */
 
 #include <string.h>
 
 /* The plugin gpud loads is stub.c: it loads this glue after the chosen libpython. */
-
-static const char *const our_keys[] = {"script", "module", "class", "python_path", "result", NULL};
 
 enum result_mode { RES_AUTO, RES_BYTES, RES_STR, RES_JSON, RES_PICKLE };
 static const char *const result_names[] = {"auto", "bytes", "str", "json", "pickle"};
 
 /* The event callbacks first, in the order of gpud_sink_events' kinds. */
 enum { CB_SUCCESS, CB_ERROR, CB_TIMEOUT, CB_SETUP_FAIL, CB_TASK_START, CB_EXIT, CB_RESUME, CB_N };
-static const char *const cb_names[CB_N] = {"on_success",    "on_error",      "on_timeout",
-					   "on_setup_fail", "on_task_start", "on_exit",
-					   "on_resume"};
+static const char *const cb_names[] = {PY_SINK_CALLBACKS}; /* py_keys.h */
+_Static_assert(sizeof cb_names / sizeof *cb_names == CB_N, "py_keys.h's PY_SINK_CALLBACKS");
 
 struct py_sink {
 	PyObject *cb[CB_N];
@@ -114,7 +112,7 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 				  cls_name);
 			goto out;
 		}
-		PyObject *kwargs = py_kwargs(args, our_keys), *noargs = PyTuple_New(0);
+		PyObject *kwargs = py_kwargs(args, py_sink_keys), *noargs = PyTuple_New(0);
 		holder = kwargs && noargs ? PyObject_Call(cls, noargs, kwargs) : NULL;
 		Py_XDECREF(kwargs);
 		Py_XDECREF(noargs);
@@ -287,29 +285,7 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 
 /* What on_resume gets: the tasks earlier runs finished, as ranges (a run resumed after
  * millions of tasks holds a few ranges, not millions of ids). */
-static const char done_tasks_source[] =
-	"import bisect\n"
-	"class DoneTasks:\n"
-	"    '''The tasks earlier runs finished (gpud run --resume), whose events this run\n"
-	"    does not deliver again: `task_id in done`, len(done), iteration in id order;\n"
-	"    done.ranges (a list of range), done.failed (a frozenset of the ids among\n"
-	"    them whose outcome was an error or a timeout).'''\n"
-	"    __slots__ = ('ranges', 'failed', '_starts')\n"
-	"    def __init__(self, ranges, failed):\n"
-	"        self.ranges = ranges\n"
-	"        self.failed = frozenset(failed)\n"
-	"        self._starts = [r.start for r in ranges]\n"
-	"    def __contains__(self, task_id):\n"
-	"        k = bisect.bisect_right(self._starts, task_id) - 1\n"
-	"        return k >= 0 and task_id in self.ranges[k]\n"
-	"    def __len__(self):\n"
-	"        return sum(len(r) for r in self.ranges)\n"
-	"    def __iter__(self):\n"
-	"        for r in self.ranges:\n"
-	"            yield from r\n"
-	"    def __repr__(self):\n"
-	"        return 'DoneTasks(%d tasks in %d ranges, %d failed)' % (\n"
-	"            len(self), len(self.ranges), len(self.failed))\n";
+#include "done_tasks_py.h" /* done_tasks_source[]: done_tasks.py, embedded at build time */
 
 /* A DoneTasks of info; NULL with the exception pending. */
 static PyObject *done_tasks(const struct gpud_resume_info *info)

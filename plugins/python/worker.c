@@ -57,6 +57,7 @@
 
 #include "common.h"
 #include "gpud_module.h"
+#include "py_keys.h" /* daemon/shared/: the keys check --import knows too */
 
 /* The signal that brings TaskTimeout into the calling thread: a real-time one, which
  * nothing else of gpud's and seldom a library uses. Its handler is Python's (signal.signal),
@@ -227,46 +228,7 @@ static PyTypeObject *input_type;
  * a task; poll(timeout, most) runs the loop until a task has finished or `timeout`
  * seconds have passed, and returns up to `most` (key, task) pairs of finished ones;
  * run(coro) runs one to its end (max_in_flight = 1). */
-static const char drive_source[] =
-	"import asyncio\n"
-	"class Driver:\n"
-	"    def __init__(self):\n"
-	"        self.loop = asyncio.new_event_loop()\n"
-	"        asyncio.set_event_loop(self.loop)\n"
-	"        self.done = []\n"
-	"        self.waiter = None\n"
-	"    def _finished(self, key, task):\n"
-	"        self.done.append((key, task))\n"
-	"        if self.waiter is not None and not self.waiter.done():\n"
-	"            self.waiter.set_result(None)\n"
-	"    def _wake(self):\n"
-	"        if not self.waiter.done():\n"
-	"            self.waiter.set_result(None)\n"
-	"    def submit(self, coro, key):\n"
-	"        t = self.loop.create_task(coro)\n"
-	"        t.add_done_callback(lambda t, key=key: self._finished(key, t))\n"
-	"    def poll(self, timeout, most):\n"
-	"        if not self.done:\n"
-	"            self.waiter = self.loop.create_future()\n"
-	"            h = self.loop.call_later(timeout, self._wake)\n"
-	"            try:\n"
-	"                self.loop.run_until_complete(self.waiter)\n"
-	"            finally:\n"
-	"                h.cancel()\n"
-	"                self.waiter = None\n"
-	"        out, self.done = self.done[:most], self.done[most:]\n"
-	"        return out\n"
-	"    def run(self, coro):\n"
-	"        t = self.loop.create_task(coro)\n"
-	"        try:\n"
-	"            return self.loop.run_until_complete(t)\n"
-	"        finally:\n"
-	"            if not t.done():\n"
-	"                t.cancel()\n"
-	"                try:\n"
-	"                    self.loop.run_until_complete(t)\n"
-	"                except BaseException:\n"
-	"                    pass\n";
+#include "driver_py.h" /* drive_source[]: driver.py, embedded at build time */
 
 /* An async def process gets the loop's driver, and max_in_flight > 1 its slots. 0, or -1
  * with err (the GIL held). */
@@ -309,9 +271,6 @@ static int start_flight(struct py_worker *pw, const struct gpud_worker_info *inf
 	}
 	return 0;
 }
-
-static const char *const our_keys[] = {"script", "module", "class", "python_path",
-				       "input",  "result", NULL};
 
 /* "Cls.method() (file.py:12)", the method's own class, file and first line, into buf:
  * how a result's trouble names the user's code (the frame of its return is gone by the
@@ -446,7 +405,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 				 cls_name);
 	}
 	PyObject *json = PyImport_ImportModule("json");
-	PyObject *kwargs = py_kwargs(a, our_keys);
+	PyObject *kwargs = py_kwargs(a, py_worker_keys);
 	PyObject *setup = pw->obj ? PyObject_GetAttrString(pw->obj, "setup") : NULL;
 	PyObject *args = Py_BuildValue("(iK)", info->gpu_id, (unsigned long long)info->seed);
 	PyObject *r = setup ? PyObject_Call(setup, args, kwargs) : NULL;
@@ -626,26 +585,7 @@ static void task_error(struct gpud_task *t)
 /* Where in a result JSON cannot follow: culprit(r) names the first value (by its path,
  * `result['emb'][2]`) that is not None, bool, int, float, str, or a list, tuple or dict
  * of them, with its type; None when there is none (the trouble is elsewhere: a cycle). */
-static const char culprit_source[] =
-	"def culprit(o, path='result'):\n"
-	"    if o is None or isinstance(o, (str, int, float)):\n"
-	"        return None\n"
-	"    if isinstance(o, dict):\n"
-	"        for k, v in o.items():\n"
-	"            if k is not None and not isinstance(k, (str, int, float)):\n"
-	"                return '%s has a key of type %s.%s' % (path, type(k).__module__,\n"
-	"                                                      type(k).__qualname__)\n"
-	"            c = culprit(v, '%s[%r]' % (path, k))\n"
-	"            if c:\n"
-	"                return c\n"
-	"        return None\n"
-	"    if isinstance(o, (list, tuple)):\n"
-	"        for i, v in enumerate(o):\n"
-	"            c = culprit(v, '%s[%d]' % (path, i))\n"
-	"            if c:\n"
-	"                return c\n"
-	"        return None\n"
-	"    return '%s is a %s.%s' % (path, type(o).__module__, type(o).__qualname__)\n";
+#include "culprit_py.h" /* culprit_source[]: culprit.py, embedded at build time */
 
 /* culprit(r) as text into buf ("" when it finds none or cannot run). */
 static void json_culprit(PyObject *r, char *buf, size_t len)

@@ -26,33 +26,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The `gpud` module the python plugins build in, for check --import. */
-#include "py_module_source.h"
+/* The `gpud` module the python plugins build in, and their own keys, for check --import
+ * (daemon/shared/). */
+#include "py_keys.h"
+#include "gpud_module_py.h" /* gpud_module_source[]: gpud_module.py, embedded at build time */
 
 #ifndef GPUD_BUILT_PYTHON
 #define GPUD_BUILT_PYTHON ""
 #endif
 
-/* Runs on Python 2 as well, so that what is refused can be named. */
-static const char ask_script[] =
-	"import sys\n"
-	"try:\n"
-	"    import sysconfig\n"
-	"    g = sysconfig.get_config_var\n"
-	"    site = sysconfig.get_paths().get('purelib')\n"
-	"except Exception:\n"
-	"    g = lambda k: None\n"
-	"    site = None\n"
-	"impl = getattr(getattr(sys, 'implementation', None), 'name', 'cpython')\n"
-	"out = [('executable', sys.executable), ('prefix', sys.prefix),\n"
-	"       ('base_prefix', getattr(sys, 'base_prefix', sys.prefix)),\n"
-	"       ('version', '%d.%d.%d' % tuple(sys.version_info[:3])),\n"
-	"       ('implementation', impl), ('libdir', g('LIBDIR')), ('ldlibrary', g('LDLIBRARY')),\n"
-	"       ('instsoname', g('INSTSONAME')), ('abiflags', getattr(sys, 'abiflags', '')),\n"
-	"       ('gil_disabled', g('Py_GIL_DISABLED')), ('site', site)]\n"
-	"sys.stdout.write('gpud-python-ask\\n')\n"
-	"for k, v in out:\n"
-	"    sys.stdout.write('%s=%s\\n' % (k, v))\n";
+/* What an interpreter is asked (runs on Python 2 as well, so that what is refused can be
+ * named). */
+#include "python_ask_py.h" /* ask_script[]: python_ask.py, embedded at build time */
 
 enum {
 	F_EXE,
@@ -594,145 +579,23 @@ void python_describe(const struct python_choice *p, char *buf, size_t len)
 
 /* `gpud check --import`: run by the chosen Python in a process of its own, it loads each
  * python section's script or module as the plugins would and checks what the job names
- * in it against the keys the job gives, with the `gpud` module the plugins build in
- * (py_module_source.h: argv[1]) in place of any other. Arguments: "--section=KIND", then that
- * section's KEY=VALUE (paths already resolved), for each python section. It prints
- * "gpud-import-ok: ..." and "gpud-import-error: ..." lines (whatever the user's module
- * prints at import comes in between) and exits 0. */
-static const char import_script[] =
-	"import sys, os, inspect, importlib, importlib.util, traceback, types\n"
-	"gpud = types.ModuleType('gpud')\n"
-	"exec(sys.argv.pop(1), gpud.__dict__)\n"
-	"sys.modules['gpud'] = gpud\n"
-	"OURS = {'worker': {'script', 'module', 'class', 'python_path', 'input', 'result'},\n"
-	"        'generator': {'script', 'module', 'function', 'python_path'},\n"
-	"        'sink': {'script', 'module', 'class', 'python_path', 'result'}}\n"
-	"CALLBACKS = ('on_success', 'on_error', 'on_timeout', 'on_setup_fail',\n"
-	"             'on_task_start', 'on_exit', 'on_resume')\n"
-	"sections = []\n"
-	"for a in sys.argv[1:]:\n"
-	"    if a.startswith('--section='):\n"
-	"        sections.append((a[10:], {}))\n"
-	"    else:\n"
-	"        k, _, v = a.partition('=')\n"
-	"        sections[-1][1][k] = v\n"
-	"loaded = {}\n"
-	"def ok(kind, msg): print('gpud-import-ok: [%s] %s' % (kind, msg), flush=True)\n"
-	"def bad(kind, msg): print('gpud-import-error: [%s] %s' % (kind, msg), flush=True)\n"
-	"def where(e):\n"
-	"    tb = traceback.extract_tb(e.__traceback__)\n"
-	"    return ' (at %s:%d)' % (tb[-1].filename, tb[-1].lineno) if tb else ''\n"
-	"def load(kind, a):\n"
-	"    for d in reversed([d for d in a.get('python_path', '').split(':') if d]):\n"
-	"        sys.path.insert(0, d)\n"
-	"    if 'script' in a:\n"
-	"        real = os.path.realpath(a['script'])\n"
-	"        if real not in loaded:\n"
-	"            sys.path.insert(0, os.path.dirname(real))\n"
-	"            spec = importlib.util.spec_from_file_location('__gpud_%s__' % kind.replace('.', '_'), real)\n"
-	"            if spec is None:\n"
-	"                raise ImportError('not a Python file')\n"
-	"            mod = importlib.util.module_from_spec(spec)\n"
-	"            sys.modules[spec.name] = mod\n"
-	"            spec.loader.exec_module(mod)\n"
-	"            loaded[real] = mod\n"
-	"        return loaded[real], 'script = %s' % a['script']\n"
-	"    if 'module' not in a:\n"
-	"        raise ImportError('give script = FILE.py or module = NAME (neither is given)')\n"
-	"    return importlib.import_module(a['module']), 'module = %s' % a['module']\n"
-	"def defined(mod, want):\n"
-	"    names = sorted(n for n, v in vars(mod).items() if not n.startswith('_') and want(v)\n"
-	"                   and getattr(v, '__module__', None) == mod.__name__)\n"
-	"    return ', '.join(names) if names else 'none'\n"
-	"def binds(f, what, args, kw):\n"
-	"    try:\n"
-	"        sig = inspect.signature(f)\n"
-	"    except (TypeError, ValueError):\n"
-	"        return None\n"
-	"    try:\n"
-	"        sig.bind(*args, **kw)\n"
-	"    except TypeError as e:\n"
-	"        keys = ', '.join(sorted(kw)) or 'none'\n"
-	"        return '%s%s cannot take the job\\'s keys as keywords (%s): %s' % (\n"
-	"            what, sig, keys, e)\n"
-	"    return None\n"
-	"def takes(f, kw):\n"
-	"    given = ', '.join(sorted(kw))\n"
-	"    try:\n"
-	"        ps = inspect.signature(f).parameters.values()\n"
-	"    except (TypeError, ValueError):\n"
-	"        ps = ()\n"
-	"    var = [p.name for p in ps if p.kind == p.VAR_KEYWORD]\n"
-	"    if var:\n"
-	"        return 'any keys (**%s)%s' % (var[0], '; the job gives ' + given if given else '')\n"
-	"    return given or 'no keys'\n"
-	"for kind, a in sections:\n"
-	"    role = 'worker' if kind.startswith('stage.') else kind\n"
-	"    kw = {k: v for k, v in a.items() if k not in OURS[role]}\n"
-	"    try:\n"
-	"        mod, src = load(kind, a)\n"
-	"    except BaseException as e:\n"
-	"        bad(kind, '%s: importing it raised %s: %s%s' % (\n"
-	"            'script = ' + a['script'] if 'script' in a else 'module = ' + a.get('module', '?'),\n"
-	"            type(e).__name__, e, where(e)))\n"
-	"        continue\n"
-	"    if role == 'worker':\n"
-	"        name = a.get('class', '')\n"
-	"        cls = getattr(mod, name, None)\n"
-	"        if not inspect.isclass(cls):\n"
-	"            bad(kind, 'class = %s: %s has no class %s; it defines: %s' % (\n"
-	"                name, src, name, defined(mod, inspect.isclass)))\n"
-	"            continue\n"
-	"        why = binds(cls, name, (), {})\n"
-	"        if why:\n"
-	"            bad(kind, why.replace(' as keywords', ' (the worker is made as %s())' % name))\n"
-	"            continue\n"
-	"        has = [m for m in ('process', 'process_batch') if callable(getattr(cls, m, None))]\n"
-	"        if not has:\n"
-	"            bad(kind, 'class = %s: %s has neither process(data) nor process_batch(items)' % (\n"
-	"                name, name))\n"
-	"            continue\n"
-	"        setup = getattr(cls, 'setup', None)\n"
-	"        if not callable(setup):\n"
-	"            bad(kind, 'class = %s: %s has no setup(gpu_id, seed, **kwargs) (inherit '\n"
-	"                'gpud.BaseWorker, or define it)' % (name, name))\n"
-	"            continue\n"
-	"        why = binds(setup, '%s.setup' % name, (None, 0, 0), kw)\n"
-	"        if why:\n"
-	"            bad(kind, why)\n"
-	"            continue\n"
-	"        ok(kind, '%s in %s: %s; setup() takes %s' % (name, src, ', '.join(has),\n"
-	"           takes(setup, kw)))\n"
-	"    elif role == 'generator':\n"
-	"        name = a.get('function', '')\n"
-	"        fn = getattr(mod, name, None)\n"
-	"        if not callable(fn):\n"
-	"            bad(kind, 'function = %s: %s has no function %s; it defines: %s' % (\n"
-	"                name, src, name, defined(mod, inspect.isfunction)))\n"
-	"            continue\n"
-	"        why = binds(fn, name, (), kw)\n"
-	"        if why:\n"
-	"            bad(kind, why)\n"
-	"            continue\n"
-	"        ok(kind, '%s() in %s takes %s' % (name, src, takes(fn, kw)))\n"
-	"    else:\n"
-	"        name = a.get('class')\n"
-	"        holder = mod\n"
-	"        if name:\n"
-	"            holder = getattr(mod, name, None)\n"
-	"            if not inspect.isclass(holder):\n"
-	"                bad(kind, 'class = %s: %s has no class %s; it defines: %s' % (\n"
-	"                    name, src, name, defined(mod, inspect.isclass)))\n"
-	"                continue\n"
-	"            why = binds(holder, name, (), kw)\n"
-	"            if why:\n"
-	"                bad(kind, why)\n"
-	"                continue\n"
-	"        cbs = [c for c in CALLBACKS if callable(getattr(holder, c, None))]\n"
-	"        if not cbs:\n"
-	"            bad(kind, '%s defines none of %s' % (name or src, ', '.join(CALLBACKS)))\n"
-	"            continue\n"
-	"        ok(kind, '%s in %s: %s' % (name or 'functions', src, ', '.join(cbs)))\n";
+ * in it against the keys the job gives (python_import.py says how, and its arguments). */
+#include "python_import_py.h" /* import_script[]: python_import.py, embedded at build time */
+
+/* "PREFIX" and the names joined by commas, as one argument; NULL when out of memory. */
+static char *joined(const char *prefix, const char *const *names)
+{
+	size_t len = strlen(prefix) + 1;
+	for (const char *const *n = names; *n; n++)
+		len += strlen(*n) + 1;
+	char *s = malloc(len);
+	if (!s)
+		return NULL;
+	char *e = stpcpy(s, prefix);
+	for (const char *const *n = names; *n; n++)
+		e = stpcpy(stpcpy(e, n == names ? "" : ","), *n);
+	return s;
+}
 
 int python_check_import(const struct cfg *c, FILE *out)
 {
@@ -741,7 +604,9 @@ int python_check_import(const struct cfg *c, FILE *out)
 		return 0;
 	const struct cfg_section *secs[] = {&c->worker, &c->generator, &c->sink};
 	const char *kinds[] = {"worker", "generator", "sink"};
-	size_t n = 4;
+	static const char *const callbacks[] = {PY_SINK_CALLBACKS, NULL};
+	const char *const *keys[] = {py_worker_keys, py_generator_keys, py_sink_keys};
+	size_t n = 4 + 4;
 	for (int i = 0; i < 3; i++)
 		n += 1 + secs[i]->count;
 	for (size_t i = 0; i < c->n_stages; i++)
@@ -757,6 +622,16 @@ int python_check_import(const struct cfg *c, FILE *out)
 	argv[k++] = "-c";
 	argv[k++] = (char *)import_script;
 	argv[k++] = (char *)gpud_module_source;
+	for (int i = 0; i < 3; i++) { /* the plugins' own keys (py_keys.h) */
+		char prefix[32];
+		snprintf(prefix, sizeof prefix, "--keys=%s=", kinds[i]);
+		if (!(owned_args[o] = joined(prefix, keys[i])))
+			goto oom;
+		argv[k++] = owned_args[o++];
+	}
+	if (!(owned_args[o] = joined("--callbacks=", callbacks)))
+		goto oom;
+	argv[k++] = owned_args[o++];
 	for (int i = 0; i < 3; i++) {
 		if (!is_python_spec(secs[i]->plugin, kinds[i]))
 			continue;
