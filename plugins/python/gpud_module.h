@@ -33,7 +33,8 @@ static PyObject *gpud_module_init(void)
 	PyObject *d = PyModule_GetDict(m); /* borrowed */
 	if (PyDict_SetItemString(d, "__builtins__", PyEval_GetBuiltins()) < 0)
 		goto fail;
-	PyObject *code = Py_CompileString(gpud_module_source, "<gpud module>", Py_file_input);
+	PyObject *code = Py_CompileString(
+		gpud_module_source, "<gpud module: daemon/shared/gpud_module.py>", Py_file_input);
 	PyObject *r = code ? PyEval_EvalCode(code, d, d) : NULL;
 	Py_XDECREF(code);
 	if (!r)

@@ -39,7 +39,7 @@ int py_guard_host(struct gpud_error *err)
 	if (!globals || PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins()) < 0)
 		goto out;
 	/* Named, so a traceback through a guard says whose frame it is. */
-	code = Py_CompileString(guard_source, "<gpud host guard, plugins/python/guard.c>",
+	code = Py_CompileString(guard_source, "<gpud host guard: plugins/python/guard.py>",
 				Py_file_input);
 	r = code ? PyEval_EvalCode(code, globals, globals) : NULL;
 	PyObject *install = r ? PyDict_GetItemString(globals, "install") : NULL; /* borrowed */

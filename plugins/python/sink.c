@@ -291,7 +291,8 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 static PyObject *done_tasks(const struct gpud_resume_info *info)
 {
 	PyObject *g = PyDict_New(), *cls = NULL, *ranges = NULL, *failed = NULL, *r = NULL;
-	PyObject *code = Py_CompileString(done_tasks_source, "<gpud>", Py_file_input);
+	PyObject *code = Py_CompileString(done_tasks_source, "<gpud: plugins/python/done_tasks.py>",
+					  Py_file_input);
 	if (!g || !code || PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) < 0)
 		goto out;
 	PyObject *ok = PyEval_EvalCode(code, g, g);

@@ -247,7 +247,10 @@ static int start_flight(struct py_worker *pw, const struct gpud_worker_info *inf
 	PyErr_Clear();
 	if (pw->is_async) {
 		PyObject *g = PyDict_New();
-		PyObject *code = g ? Py_CompileString(drive_source, "<gpud>", Py_file_input) : NULL;
+		PyObject *code =
+			g ? Py_CompileString(drive_source, "<gpud: plugins/python/driver.py>",
+					     Py_file_input)
+			  : NULL;
 		PyObject *ok =
 			code && PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) == 0
 				? PyEval_EvalCode(code, g, g)
@@ -595,7 +598,9 @@ static void json_culprit(PyObject *r, char *buf, size_t len)
 	if (!culprit) {
 		PyObject *g = PyDict_New();
 		PyObject *code =
-			g ? Py_CompileString(culprit_source, "<gpud>", Py_file_input) : NULL;
+			g ? Py_CompileString(culprit_source, "<gpud: plugins/python/culprit.py>",
+					     Py_file_input)
+			  : NULL;
 		if (code && PyDict_SetItemString(g, "__builtins__", PyEval_GetBuiltins()) == 0) {
 			PyObject *ok = PyEval_EvalCode(code, g, g);
 			Py_XDECREF(ok);
