@@ -1236,11 +1236,12 @@ Test(api, status_report_is_data, .timeout = 60)
 	gpud_job_free(job);
 }
 
-/* gpud_plugins_list and gpud_arrays_merge give data, print nothing, and say every
- * message through the log callback. */
+/* gpud_plugins_list, gpud_arrays_merge and gpud_stats_merge give data, print nothing,
+ * and say every message through the log callback. */
 struct lone_calls {
 	struct captured cap;
-	int rc_list, rc_run[2], rc_merge, rc_gap, rc_misuse;
+	int rc_list, rc_run[2], rc_merge, rc_gap, rc_misuse, rc_stats, rc_twice, rc_one;
+	struct gpud_stats_merged *stats, *twice, *one;
 	struct gpud_plugin_list *list;
 	char merged_error[4096], gap_error[4096], format[16];
 	int merged_ok, gap_ok;
@@ -1261,8 +1262,11 @@ static void lone_calls(void *arg)
 		char rank[8];
 		snprintf(rank, sizeof rank, "%d/2", k);
 		snprintf(path, sizeof path, "%s/out-{rank}.npy", l->dir);
+		char stats[4096];
+		snprintf(stats, sizeof stats, "%s/s-{rank}.json", l->dir);
 		struct gpud_run_options ro = o;
 		ro.rank = rank;
+		ro.stats_json = stats;
 		gpud_job *job = gpud_job_new();
 		gpud_job_set(job, "job.gpus", "0");
 		gpud_job_set(job, "worker.plugin", rows);
@@ -1301,6 +1305,13 @@ static void lone_calls(void *arg)
 	}
 	gpud_arrays_merge_free(m);
 	l->rc_misuse = gpud_arrays_merge(out, both, 2, NULL, &o, NULL);
+	/* The ranks' stats: whole, a file twice, a rank missing. */
+	snprintf(s0, sizeof s0, "%s/s-0.json", l->dir);
+	snprintf(s1, sizeof s1, "%s/s-1.json", l->dir);
+	const char *const stats[] = {s0, s1}, *const same[] = {s0, s0};
+	l->rc_stats = gpud_stats_merge(stats, 2, &o, &l->stats);
+	l->rc_twice = gpud_stats_merge(same, 2, &o, &l->twice);
+	l->rc_one = gpud_stats_merge(stats, 1, &o, &l->one);
 }
 
 static const struct gpud_plugin_entry *entry(const struct gpud_plugin_list *list, const char *kind,
@@ -1391,4 +1402,33 @@ Test(api, plugins_and_merged_arrays_are_data, .timeout = 120)
 	snprintf(gap, sizeof gap, "%s/gap.npy", l.dir);
 	cr_expect_neq(access(gap, F_OK), 0, "a refused merge writes nothing");
 	cr_expect_eq(l.rc_misuse, GPUD_MISUSE);
+
+	/* The stats merged: the figures and the JSON `gpud merge` prints. */
+	cr_expect_eq(l.rc_stats, GPUD_EXIT_OK);
+	const struct gpud_stats_merged *m = l.stats;
+	cr_assert_not_null(m);
+	cr_expect_eq(m->ok, 1, "%s", m->error);
+	cr_expect_eq(m->files, 2);
+	cr_expect_eq(m->missing_ranks, 0);
+	cr_expect_eq(m->generated, 200);
+	cr_expect_eq(m->succeeded, 199);
+	cr_expect_eq(m->failed, 1);
+	cr_expect_eq(m->not_run, 0);
+	cr_expect_eq(m->exit_status, 1, "the worst rank's");
+	cr_expect(strstr(m->json, "{\"ranks\": 2, \"generated\": 200, \"ok\": 199"), "%s", m->json);
+	cr_expect(strstr(l.cap.text, "2 2 ranks: 200 tasks: 199 ok, 1 failed"), "%s", l.cap.text);
+	gpud_stats_merge_free(l.stats);
+	cr_expect_eq(l.rc_twice, GPUD_EXIT_REFUSED);
+	cr_assert_not_null(l.twice);
+	cr_expect_eq(l.twice->ok, 0);
+	cr_expect_str_empty(l.twice->json);
+	cr_expect(strstr(l.twice->error, "are the same file"), "%s", l.twice->error);
+	cr_expect(strstr(l.cap.text, "0 merge: "), "%s", l.cap.text);
+	gpud_stats_merge_free(l.twice);
+	cr_expect_eq(l.rc_one, GPUD_EXIT_REFUSED, "a rank without its file");
+	cr_assert_not_null(l.one);
+	cr_expect_eq(l.one->ok, 1, "the summary of those given is still made");
+	cr_expect_eq(l.one->missing_ranks, 1);
+	cr_expect(strstr(l.one->json, "\"missing_ranks\": [1]"), "%s", l.one->json);
+	gpud_stats_merge_free(l.one);
 }

@@ -314,8 +314,15 @@ int main(int argc, char **argv)
 			"gpud: warning: cannot make the host undumpable (%s): its workers "
 			"can reach into it through /proc and ptrace\n",
 			strerror(errno));
-	if (argc >= 2 && strcmp(argv[1], "merge") == 0)
-		return gpud_merge(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "merge") == 0) {
+		/* The summary as data; its JSON is what the command prints. */
+		struct gpud_stats_merged *m = NULL;
+		rc = gpud_stats_merge((const char *const *)argv + 2, (size_t)argc - 2, NULL, &m);
+		if (m)
+			fputs(m->json, stdout);
+		gpud_stats_merge_free(m);
+		return rc < 0 ? 2 : rc;
+	}
 	if (argc >= 2 && strcmp(argv[1], "merge-arrays") == 0)
 		return merge_arrays(argc - 2, argv + 2);
 	a.sets = calloc((size_t)argc, sizeof *a.sets);

@@ -44,11 +44,12 @@ extern "C" {
 
 /** (API 1.3) The return conventions, one per call family, each value named:
  *  - gpud_job_run, gpud_job_check, gpud_job_status, gpud_plugins_list,
- *    gpud_arrays_merge, gpud_merge (and the command forms gpud_plugins,
- *    gpud_merge_arrays): an exit status of `gpud` (below; check, status, plugins and
+ *    gpud_arrays_merge, gpud_stats_merge (and the command forms gpud_plugins,
+ *    gpud_merge, gpud_merge_arrays): an exit status of `gpud` (below; check, status, plugins and
  *    merge answer GPUD_EXIT_OK or GPUD_EXIT_REFUSED, arrays_merge also
  *    GPUD_EXIT_FAILED), or GPUD_MISUSE;
- *  - what a call gives the caller to free (gpud_plugins_list, gpud_arrays_merge): a
+ *  - what a call gives the caller to free (gpud_plugins_list, gpud_arrays_merge,
+ *    gpud_stats_merge): a
  *    struct beginning with `size`, freed by the call's own gpud_*_free (API 1.4);
  *  - gpud_job_load, gpud_job_set, gpud_job_set_generator, gpud_job_set_sink: 0, or
  *    GPUD_MISUSE with gpud_job_error();
@@ -435,16 +436,43 @@ GPUD_API int gpud_arrays_merge(const char *out, const char *const *shards, size_
 /** Frees what gpud_arrays_merge gave. NULL is ignored. */
 GPUD_API void gpud_arrays_merge_free(struct gpud_arrays_merged *result);
 
-/** `gpud merge`: the ranks' --stats-json files as one summary (JSON) on standard
- *  output. 0, or 2 (said on standard error). */
-GPUD_API int gpud_merge(int n_files, char *const *files);
+/** (API 1.4) What gpud_stats_merge made. The caller's, until gpud_stats_merge_free. */
+struct gpud_stats_merged {
+	size_t size;            /* sizeof(struct gpud_stats_merged) of the library */
+	int ok;                 /* 1: the summary was made (also with ranks missing: see
+				   missing_ranks); 0: refused (error says why) */
+	const char *json;       /* the summary, what `gpud merge` prints on standard output:
+				   one JSON object and a newline ("" when not ok) */
+	const char *error;      /* the reason when refused, else "" */
+	unsigned files;         /* files merged */
+	unsigned missing_ranks; /* ranks of the job no file was given for (the figures are
+				   then the others' only, and GPUD_EXIT_REFUSED is returned) */
+	int exit_status;        /* the worst of the ranks' exit statuses */
+	uint64_t generated, succeeded, failed, timed_out, not_run; /* tasks, all ranks */
+};
+
+/** (API 1.4) `gpud merge` as data: the ranks' --stats-json files as one summary. Prints
+ *  nothing: its messages (a refusal, the one-line summary at GPUD_LOG_INFO) go to
+ *  options->log (the only field read; NULL options: standard error). *result gets
+ *  the summary, to free with gpud_stats_merge_free, also when refused (NULL only out
+ *  of memory). GPUD_EXIT_OK; GPUD_EXIT_REFUSED when a file is missing, not a stats
+ *  file, given twice, of another job or number of ranks, or a rank has no file (the
+ *  summary of those given is then still made); GPUD_MISUSE when result is NULL or
+ *  another call runs in this process. */
+GPUD_API int gpud_stats_merge(const char *const *files, size_t n_files,
+			      const struct gpud_run_options *options,
+			      struct gpud_stats_merged **result);
+/** Frees what gpud_stats_merge gave. NULL is ignored. */
+GPUD_API void gpud_stats_merge_free(struct gpud_stats_merged *result);
 
 /** The command forms of API 1.0 (kept for programs built against them): each prints
  *  what `gpud` prints, to standard output and standard error. gpud_plugins is
- *  gpud_plugins_list with the text printed; gpud_merge_arrays takes the arguments
+ *  gpud_plugins_list with the text printed; gpud_merge is gpud_stats_merge with the
+ *  JSON printed (0, or 2); gpud_merge_arrays takes the arguments
  *  after `merge-arrays` ([--dataset NAME] OUT SHARD..., --help) and returns what
  *  gpud_arrays_merge returns (2 for a usage error). */
 GPUD_API int gpud_plugins(void);
+GPUD_API int gpud_merge(int n_files, char *const *files);
 GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
 
 /*

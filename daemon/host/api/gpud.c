@@ -5,6 +5,7 @@
 #include <gpud/gpud.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -796,11 +797,83 @@ int gpud_merge_arrays(int argc, char *const *argv)
 	return rc;
 }
 
+/* What gpud_stats_merge hands the caller, and what it points into. */
+struct stats_merged {
+	struct gpud_stats_merged pub;
+	char *json;
+	char error[4096];
+};
+
+int gpud_stats_merge(const char *const *files, size_t n_files,
+		     const struct gpud_run_options *options, struct gpud_stats_merged **result)
+{
+	if (!result)
+		return GPUD_MISUSE;
+	*result = NULL;
+	struct stats_merged *m = calloc(1, sizeof *m);
+	if (!lone_call_begin(options)) {
+		free(m);
+		return GPUD_MISUSE;
+	}
+	int rc = GPUD_EXIT_REFUSED;
+	size_t json_len = 0;
+	FILE *out = m ? open_memstream(&m->json, &json_len) : NULL;
+	struct merge_figures fig = {.made = false};
+	if (!out) {
+		fprintf(LOG_ERR, "gpud: merge: out of memory\n");
+	} else if ((n_files > 0 && !files) || n_files > INT_MAX) {
+		fprintf(LOG_ERR, "gpud: merge: no files given\n");
+	} else {
+		say_forget();
+		rc = merge_run((int)n_files, (char **)files, out, &fig);
+	}
+	if (out)
+		fclose(out);
+	if (m) {
+		if (rc != GPUD_EXIT_OK && !fig.made)
+			say_last(m->error, sizeof m->error);
+		if (rc != GPUD_EXIT_OK && !fig.made && !m->error[0])
+			snprintf(m->error, sizeof m->error, "merge: %s",
+				 n_files ? "out of memory" : "no stats files given");
+		m->pub = (struct gpud_stats_merged){
+			.size = sizeof m->pub,
+			.ok = fig.made,
+			.json = fig.made && m->json ? m->json : "",
+			.error = fig.made ? "" : m->error,
+			.files = fig.made ? (unsigned)n_files : 0,
+			.missing_ranks = fig.missing_ranks,
+			.exit_status = fig.exit_status,
+			.generated = fig.generated,
+			.succeeded = fig.ok,
+			.failed = fig.failed,
+			.timed_out = fig.timed_out,
+			.not_run = fig.not_run,
+		};
+		*result = &m->pub;
+	}
+	lone_call_end();
+	return rc;
+}
+
+void gpud_stats_merge_free(struct gpud_stats_merged *result)
+{
+	if (!result)
+		return;
+	struct stats_merged *m = (struct stats_merged *)result; /* pub is its first member */
+	free(m->json);
+	free(m);
+}
+
 int gpud_merge(int n_files, char *const *files)
 {
 	if (n_files < 0 || (n_files > 0 && !files)) {
 		fprintf(LOG_ERR, "gpud: merge: no files given\n");
 		return 2;
 	}
-	return merge_main(n_files, (char **)files);
+	struct gpud_stats_merged *m = NULL;
+	int rc = gpud_stats_merge((const char *const *)files, (size_t)n_files, NULL, &m);
+	if (m)
+		fputs(m->json, stdout);
+	gpud_stats_merge_free(m);
+	return rc < 0 ? GPUD_EXIT_REFUSED : rc;
 }
