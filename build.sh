@@ -185,43 +185,24 @@ case "$1" in
     echo "== the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
     setup build-asan -Dtests=enabled -Dwerror=true -Db_sanitize=address,undefined \
       -Db_lundef=false -Dbuildtype=debug
-    # A worker killed by a signal must die of it (the tests check the signal), and
-    # any undefined behaviour fails the run.
-    ASAN_OPTIONS=handle_segv=0:handle_abort=0 \
-    LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      meson test -C build-asan --print-errorlogs --timeout-multiplier 3
+    # The setup (tests/meson.build) carries the sanitizers' options and the timeouts.
+    meson test -C build-asan --setup asan --print-errorlogs
     echo "== the same suite with gpud and gpud-worker under ThreadSanitizer"
-    # Criterion's test programs cannot run under TSan (its sandbox maps memory where TSan
-    # keeps its shadow: Snaipe/Criterion#274), and the threads to check are gpud's (the
-    # loop, the stand-in, the dashboard, metrics) and the workers' (the watcher). So this
-    # tree builds gpud, gpud-worker and the plugins with -fsanitize=thread, and build/'s
-    # test programs run them (--wrapper points GPUD and GPUD_WORKER_EXE here). The
-    # install and wheel tests are build/'s own, already run. The CUDA example is left out: the CUDA
-    # runtime crashes under TSan (its test skips, with one line).
-    # meson test puts build/'s libgpud first on LD_LIBRARY_PATH (test_api links it):
-    # this tree's gpud names its own libgpud with DT_RPATH, which is searched before
-    # LD_LIBRARY_PATH (RUNPATH, the default, comes after it).
+    # build/'s test programs run this tree's gpud, gpud-worker and plugins: the tsan
+    # setup (tests/meson.build says why and how) finds it beside build/, as build-tsan.
+    # DT_RPATH (--disable-new-dtags): this tree's gpud finds its own libgpud before the
+    # LD_LIBRARY_PATH meson test sets.
     setup build-tsan -Dtests=disabled -Dwerror=true -Db_sanitize=thread -Db_lundef=false \
       -Dbuildtype=debug -Dgpu_examples=disabled -Dc_link_args=-Wl,--disable-new-dtags
     tsan=$PWD/build-tsan
     rm -rf "$tsan/tsan-reports"
     mkdir -p "$tsan/tsan-reports"
-    # The wheel test runs its own release build (no sanitizer), like install.
-    mapfile -t suites < <(meson test -C build --list 2>/dev/null | grep -vxE 'install|wheel')
-    # gcc 12's TSan aborts ("unexpected memory mapping") on kernels with more mmap
-    # randomness than it knows (vm.mmap_rnd_bits > 28): setarch -R runs the suite without
-    # address randomization. Any report fails the process that made it (halt_on_error,
-    # exit status 66) and is kept in build-tsan/tsan-reports; signals are the tests' own.
-    # tests/tsan.supp says why each of its entries is not a race.
-    TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1:log_path=$tsan/tsan-reports/report:handle_segv=0:handle_abort=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0" \
-      setarch "$(uname -m)" -R \
-      meson test -C build --no-rebuild --print-errorlogs --timeout-multiplier 3 \
-      --wrapper "env GPUD=$tsan/daemon/gpud GPUD_WORKER_EXE=$tsan/daemon/gpud-worker HAVE_GPU_EXAMPLE=0" \
-      "${suites[@]}" || rc=$?
-    if compgen -G "$tsan/tsan-reports/report*" >/dev/null; then
-      cat "$tsan"/tsan-reports/report*
-      echo "gpud: ThreadSanitizer reported the above (build-tsan/tsan-reports)" >&2
+    meson test -C build --setup tsan --no-rebuild --print-errorlogs || rc=$?
+    # Each test's reports fail that test and are printed with its log (tests/tsan_wrap.sh);
+    # any report at all fails the pass.
+    if [ -n "$(find "$tsan/tsan-reports" -type f -name 'report*' -print -quit)" ]; then
+      find "$tsan/tsan-reports" -type f -name 'report*'
+      echo "gpud: ThreadSanitizer reported in the files above (build-tsan/tsan-reports)" >&2
       rc=1
     fi
     exit "${rc:-0}"

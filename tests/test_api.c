@@ -1235,3 +1235,200 @@ Test(api, status_report_is_data, .timeout = 60)
 	cr_expect(strstr(r->error, "journal is off"), "%s", r->error);
 	gpud_job_free(job);
 }
+
+/* gpud_plugins_list, gpud_arrays_merge and gpud_stats_merge give data, print nothing,
+ * and say every message through the log callback. */
+struct lone_calls {
+	struct captured cap;
+	int rc_list, rc_run[2], rc_merge, rc_gap, rc_misuse, rc_stats, rc_twice, rc_one;
+	struct gpud_stats_merged *stats, *twice, *one;
+	struct gpud_plugin_list *list;
+	char merged_error[4096], gap_error[4096], format[16];
+	int merged_ok, gap_ok;
+	size_t shards;
+	uint64_t rows, failed;
+	const char *dir;
+};
+
+static void lone_calls(void *arg)
+{
+	struct lone_calls *l = arg;
+	struct gpud_run_options o = {.size = sizeof o, .log = capture_log, .log_data = &l->cap};
+	l->rc_list = gpud_plugins_list(&o, &l->list);
+	/* Two ranks' npy shards, task 70 (rank 1's) failing. */
+	char rows[4096], path[4096];
+	snprintf(rows, sizeof rows, "%s/worker-rows.so", t_env("FIXTURES"));
+	for (int k = 0; k < 2; k++) {
+		char rank[8];
+		snprintf(rank, sizeof rank, "%d/2", k);
+		snprintf(path, sizeof path, "%s/out-{rank}.npy", l->dir);
+		char stats[4096];
+		snprintf(stats, sizeof stats, "%s/s-{rank}.json", l->dir);
+		struct gpud_run_options ro = o;
+		ro.rank = rank;
+		ro.stats_json = stats;
+		gpud_job *job = gpud_job_new();
+		gpud_job_set(job, "job.gpus", "0");
+		gpud_job_set(job, "worker.plugin", rows);
+		gpud_job_set(job, "worker.short_id", "70");
+		gpud_job_set(job, "generator.plugin", "range");
+		gpud_job_set(job, "generator.stop", "200");
+		gpud_job_set(job, "sink.plugin", "npy");
+		gpud_job_set(job, "sink.path", path);
+		gpud_job_set(job, "sink.dtype", "float32");
+		gpud_job_set(job, "sink.shape", "3");
+		l->rc_run[k] = gpud_job_run(job, &ro);
+		gpud_job_free(job);
+	}
+	char out[4096], gap[4096], s0[4096], s1[4096];
+	snprintf(out, sizeof out, "%s/all.npy", l->dir);
+	snprintf(gap, sizeof gap, "%s/gap.npy", l->dir);
+	snprintf(s0, sizeof s0, "%s/out-0.npy", l->dir);
+	snprintf(s1, sizeof s1, "%s/out-1.npy", l->dir);
+	const char *const both[] = {s0, s1};
+	struct gpud_arrays_merged *m = NULL;
+	l->rc_merge = gpud_arrays_merge(out, both, 2, NULL, &o, &m);
+	if (m) {
+		l->merged_ok = m->ok;
+		l->shards = m->shards;
+		l->rows = m->rows;
+		l->failed = m->failed;
+		snprintf(l->format, sizeof l->format, "%s", m->format);
+		snprintf(l->merged_error, sizeof l->merged_error, "%s", m->error);
+	}
+	gpud_arrays_merge_free(m);
+	m = NULL;
+	l->rc_gap = gpud_arrays_merge(gap, both, 1, NULL, &o, &m);
+	if (m) {
+		l->gap_ok = m->ok;
+		snprintf(l->gap_error, sizeof l->gap_error, "%s", m->error);
+	}
+	gpud_arrays_merge_free(m);
+	l->rc_misuse = gpud_arrays_merge(out, both, 2, NULL, &o, NULL);
+	/* The ranks' stats: whole, a file twice, a rank missing. */
+	snprintf(s0, sizeof s0, "%s/s-0.json", l->dir);
+	snprintf(s1, sizeof s1, "%s/s-1.json", l->dir);
+	const char *const stats[] = {s0, s1}, *const same[] = {s0, s0};
+	l->rc_stats = gpud_stats_merge(stats, 2, &o, &l->stats);
+	l->rc_twice = gpud_stats_merge(same, 2, &o, &l->twice);
+	l->rc_one = gpud_stats_merge(stats, 1, &o, &l->one);
+}
+
+static const struct gpud_plugin_entry *entry(const struct gpud_plugin_list *list, const char *kind,
+					     const char *name)
+{
+	for (size_t i = 0; i < list->n_plugins; i++)
+		if (!strcmp(list->plugins[i].name, name) && !strcmp(list->plugins[i].kind, kind))
+			return &list->plugins[i];
+	return NULL;
+}
+
+Test(api, plugins_and_merged_arrays_are_data, .timeout = 120)
+{
+	static struct lone_calls l = {
+		.cap = {.lock = PTHREAD_MUTEX_INITIALIZER}, .merged_ok = -1, .gap_ok = -1};
+	l.dir = t_tmpdir();
+	/* A folder of GPUD_PLUGIN_PATH with a file that is no plugin: listed as broken. */
+	char plugdir[4096];
+	snprintf(plugdir, sizeof plugdir, "%s/plugs", l.dir);
+	cr_assert_eq(mkdir(plugdir, 0700), 0);
+	t_write(plugdir, "worker-junk.so", "not an ELF file\n");
+	setenv("GPUD_PLUGIN_PATH", plugdir, 1);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/stdout.txt", l.dir);
+	fflush(stdout);
+	int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	long leaked = with_stderr_captured(lone_calls, &l);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_size, 0, "%lld bytes on standard output", (long long)st.st_size);
+	cr_expect_eq(leaked, 0, "%ld bytes reached standard error", leaked);
+	cr_expect_eq(l.cap.bad_level, 0);
+
+	/* The list. */
+	cr_expect_eq(l.rc_list, GPUD_EXIT_OK);
+	const struct gpud_plugin_list *list = l.list;
+	cr_assert_not_null(list);
+	cr_expect_eq(list->ok, 1, "%s", list->error);
+	cr_expect_eq(list->size, sizeof *list);
+	cr_expect(strstr(list->text, "KIND"), "%s", list->text);
+	cr_expect_geq(list->n_dirs, 2);
+	cr_expect_str_eq(list->dirs[0].path, plugdir);
+	cr_expect_str_eq(list->dirs[0].origin, "GPUD_PLUGIN_PATH");
+	cr_expect_eq(list->dirs[0].count, 1);
+	const struct gpud_plugin_entry *junk = entry(list, "?", "junk");
+	cr_assert_not_null(junk, "%s", list->text);
+	cr_expect_eq(junk->broken, 1);
+	cr_expect_neq(junk->error[0], '\0');
+	cr_expect(strstr(list->text, "BROKEN"), "%s", list->text);
+	const struct gpud_plugin_entry *range = entry(list, "generator", "range");
+	cr_assert_not_null(range, "%s", list->text);
+	cr_expect_eq(range->broken, 0);
+	cr_expect_str_eq(range->origin, "built-in");
+	cr_expect_str_eq(range->file, "generator-range.so");
+	cr_expect_neq(range->description[0], '\0');
+	cr_expect(strstr(list->text, range->description), "%s", list->text);
+	const struct gpud_plugin_entry *npy = entry(list, "sink", "npy");
+	cr_expect_not_null(npy, "%s", list->text);
+	gpud_plugins_free(l.list);
+
+	/* The merge: figures, and its summary through the callback. */
+	cr_expect_eq(l.rc_run[0], 0);
+	cr_expect_eq(l.rc_run[1], 1, "task 70 fails");
+	cr_expect_eq(l.rc_merge, GPUD_EXIT_FAILED, "%s", l.cap.text);
+	cr_expect_eq(l.merged_ok, 1);
+	cr_expect_str_empty(l.merged_error);
+	cr_expect_str_eq(l.format, "npy");
+	cr_expect_eq(l.shards, 2);
+	cr_expect_eq(l.rows, 200);
+	cr_expect_eq(l.failed, 1);
+	cr_expect(strstr(l.cap.text, "2 gpud merge-arrays: "), "the summary at INFO: %s",
+		  l.cap.text);
+	cr_expect(strstr(l.cap.text, "200 rows from 2 shards"), "%s", l.cap.text);
+	/* A refused merge: the reason as data and as an error line. */
+	cr_expect_eq(l.rc_gap, GPUD_EXIT_REFUSED);
+	cr_expect_eq(l.gap_ok, 0);
+	cr_expect(strstr(l.gap_error, "task 64 is in none of"), "%s", l.gap_error);
+	cr_expect(strstr(l.cap.text, "0 gpud merge-arrays: task 64 is in none of"), "%s",
+		  l.cap.text);
+	cr_expect(access(l.dir, F_OK) == 0);
+	char gap[4096];
+	snprintf(gap, sizeof gap, "%s/gap.npy", l.dir);
+	cr_expect_neq(access(gap, F_OK), 0, "a refused merge writes nothing");
+	cr_expect_eq(l.rc_misuse, GPUD_MISUSE);
+
+	/* The stats merged: the figures and the JSON `gpud merge` prints. */
+	cr_expect_eq(l.rc_stats, GPUD_EXIT_OK);
+	const struct gpud_stats_merged *m = l.stats;
+	cr_assert_not_null(m);
+	cr_expect_eq(m->ok, 1, "%s", m->error);
+	cr_expect_eq(m->files, 2);
+	cr_expect_eq(m->missing_ranks, 0);
+	cr_expect_eq(m->generated, 200);
+	cr_expect_eq(m->succeeded, 199);
+	cr_expect_eq(m->failed, 1);
+	cr_expect_eq(m->not_run, 0);
+	cr_expect_eq(m->exit_status, 1, "the worst rank's");
+	cr_expect(strstr(m->json, "{\"ranks\": 2, \"generated\": 200, \"ok\": 199"), "%s", m->json);
+	cr_expect(strstr(l.cap.text, "2 2 ranks: 200 tasks: 199 ok, 1 failed"), "%s", l.cap.text);
+	gpud_stats_merge_free(l.stats);
+	cr_expect_eq(l.rc_twice, GPUD_EXIT_REFUSED);
+	cr_assert_not_null(l.twice);
+	cr_expect_eq(l.twice->ok, 0);
+	cr_expect_str_empty(l.twice->json);
+	cr_expect(strstr(l.twice->error, "are the same file"), "%s", l.twice->error);
+	cr_expect(strstr(l.cap.text, "0 merge: "), "%s", l.cap.text);
+	gpud_stats_merge_free(l.twice);
+	cr_expect_eq(l.rc_one, GPUD_EXIT_REFUSED, "a rank without its file");
+	cr_assert_not_null(l.one);
+	cr_expect_eq(l.one->ok, 1, "the summary of those given is still made");
+	cr_expect_eq(l.one->missing_ranks, 1);
+	cr_expect(strstr(l.one->json, "\"missing_ranks\": [1]"), "%s", l.one->json);
+	gpud_stats_merge_free(l.one);
+}

@@ -176,7 +176,14 @@ static int parse_args(int argc, char **argv, struct args *a, int *rc)
 			fprintf(stderr, "gpud: plugins takes no argument\n%s", usage);
 			return -1;
 		}
-		*rc = gpud_plugins();
+		/* The list as data; its text is what the command prints. */
+		struct gpud_plugin_list *list = NULL;
+		*rc = gpud_plugins_list(NULL, &list);
+		if (list)
+			fputs(list->text, stdout);
+		gpud_plugins_free(list);
+		if (*rc < 0)
+			*rc = 2;
 		return -1;
 	}
 	if (strcmp(a->cmd, "run") != 0 && strcmp(a->cmd, "check") != 0 &&
@@ -198,6 +205,59 @@ static int parse_args(int argc, char **argv, struct args *a, int *rc)
 		return -1;
 	}
 	return 0;
+}
+
+static const char merge_arrays_usage[] = "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n";
+
+/* `gpud merge-arrays [--dataset NAME] OUT SHARD...`: argv the arguments after it. The
+ * library says what it did on standard error (no log callback: as it always did). */
+static int merge_arrays(int argc, char **argv)
+{
+	const char *out = NULL, *dataset = NULL;
+	const char **shards = calloc((size_t)argc + 1, sizeof *shards);
+	size_t n = 0;
+	int rc = 2;
+	if (!shards) {
+		perror("gpud");
+		return 2;
+	}
+	for (int i = 0; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("%sjoins the ranks' shards of an npy or hdf5 sink (with their .done "
+			       "records) into OUT by task id;\nrefuses a task id done in two "
+			       "shards or in none. exit status: 0 every row ok, 1 some rows\n"
+			       "failed (zero, marked in OUT.done), 2 refused (nothing written)\n",
+			       merge_arrays_usage);
+			free(shards);
+			return 0;
+		}
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--dataset") && i + 1 < argc) {
+			dataset = argv[++i];
+		} else if (!strncmp(argv[i], "--dataset=", 10)) {
+			dataset = argv[i] + 10;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr, "gpud merge-arrays: unknown option %s\n%s", argv[i],
+				merge_arrays_usage);
+			goto done;
+		} else if (!out) {
+			out = argv[i];
+		} else {
+			shards[n++] = argv[i];
+		}
+	}
+	if (!out || !n) {
+		fputs(merge_arrays_usage, stderr);
+		goto done;
+	}
+	struct gpud_arrays_merged *m = NULL;
+	rc = gpud_arrays_merge(out, shards, n, dataset, NULL, &m);
+	gpud_arrays_merge_free(m);
+	if (rc < 0)
+		rc = 2;
+done:
+	free(shards);
+	return rc;
 }
 
 /* The job file and the --set keys, then the command. */
@@ -254,10 +314,17 @@ int main(int argc, char **argv)
 			"gpud: warning: cannot make the host undumpable (%s): its workers "
 			"can reach into it through /proc and ptrace\n",
 			strerror(errno));
-	if (argc >= 2 && strcmp(argv[1], "merge") == 0)
-		return gpud_merge(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "merge") == 0) {
+		/* The summary as data; its JSON is what the command prints. */
+		struct gpud_stats_merged *m = NULL;
+		rc = gpud_stats_merge((const char *const *)argv + 2, (size_t)argc - 2, NULL, &m);
+		if (m)
+			fputs(m->json, stdout);
+		gpud_stats_merge_free(m);
+		return rc < 0 ? 2 : rc;
+	}
 	if (argc >= 2 && strcmp(argv[1], "merge-arrays") == 0)
-		return gpud_merge_arrays(argc - 2, argv + 2);
+		return merge_arrays(argc - 2, argv + 2);
 	a.sets = calloc((size_t)argc, sizeof *a.sets);
 	if (!a.sets) {
 		perror("gpud");

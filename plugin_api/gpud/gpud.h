@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libgpud, API version 1.3: gpud's host as a library. A program builds a job (a job
+ * libgpud, API version 1.4: gpud's host as a library. A program builds a job (a job
  * file, key/value pairs, or both), may supply its own generator and sink as callbacks
  * in its own process, runs the job to its end on the calling thread, and reads the
  * exit status and the final stats. The `gpud` command is a client of this API.
@@ -43,10 +43,14 @@ extern "C" {
 #endif
 
 /** (API 1.3) The return conventions, one per call family, each value named:
- *  - gpud_job_run, gpud_job_check, gpud_job_status, gpud_plugins, gpud_merge,
- *    gpud_merge_arrays: an exit status of `gpud` (below; check, status, plugins and
- *    merge answer GPUD_EXIT_OK or GPUD_EXIT_REFUSED, merge_arrays also
+ *  - gpud_job_run, gpud_job_check, gpud_job_status, gpud_plugins_list,
+ *    gpud_arrays_merge, gpud_stats_merge (and the command forms gpud_plugins,
+ *    gpud_merge, gpud_merge_arrays): an exit status of `gpud` (below; check, status, plugins and
+ *    merge answer GPUD_EXIT_OK or GPUD_EXIT_REFUSED, arrays_merge also
  *    GPUD_EXIT_FAILED), or GPUD_MISUSE;
+ *  - what a call gives the caller to free (gpud_plugins_list, gpud_arrays_merge,
+ *    gpud_stats_merge): a
+ *    struct beginning with `size`, freed by the call's own gpud_*_free (API 1.4);
  *  - gpud_job_load, gpud_job_set, gpud_job_set_generator, gpud_job_set_sink: 0, or
  *    GPUD_MISUSE with gpud_job_error();
  *  - the callbacks the caller gives (generator, sink): plugin.h's conventions (0, 1 for
@@ -66,7 +70,7 @@ enum gpud_exit {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 3
+#define GPUD_API_MINOR 4
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -350,16 +354,125 @@ struct gpud_status_report {
  *  misuse). */
 GPUD_API const struct gpud_status_report *gpud_job_status_report(const gpud_job *job);
 
-/** `gpud plugins`: the plugins found by name (GPUD_PLUGIN_PATH, then the built-in ones)
- *  listed on standard output. 0, or 2. */
+/** (API 1.4) One plugin `gpud plugins` lists. Every string is the list's (never NULL). */
+struct gpud_plugin_entry {
+	const char *dir;          /* the folder it was found in */
+	const char *origin;       /* "GPUD_PLUGIN_PATH" or "built-in" */
+	const char *file;         /* its file name, <kind>-<NAME>.so */
+	const char *kind;         /* the kind the plugin says ("worker", "generator", "sink");
+				     "?" when it says none or is broken */
+	const char *name;         /* the NAME a job file uses: the file's */
+	const char *version;      /* the plugin's version, "?" when it says none */
+	const char *description;  /* the plugin's one line, "" when none */
+	const char *calls_itself; /* the name the plugin gives itself where it differs from
+				     name, else "" */
+	int broken;               /* 1: it could not be loaded and described (error says why) */
+	const char *error;        /* why it is broken, else "" */
+	int kind_differs;         /* 1: its file name says another kind than the plugin does:
+				     a job cannot find it by name */
+};
+
+/** (API 1.4) A folder `gpud plugins` looked in, in the order looked. */
+struct gpud_plugin_dir {
+	const char *path;
+	const char *origin; /* "GPUD_PLUGIN_PATH" or "built-in" */
+	int readable;       /* 0: it could not be read (and lists nothing) */
+	size_t first;       /* its plugins are plugins[first .. first + count) */
+	size_t count;
+};
+
+/** (API 1.4) What gpud_plugins_list found. The caller's, until gpud_plugins_free. */
+struct gpud_plugin_list {
+	size_t size;       /* sizeof(struct gpud_plugin_list) of the library */
+	int ok;            /* 1: listed; 0: nothing could be listed (error says why) */
+	const char *text;  /* what `gpud plugins` prints on standard output ("" when not ok) */
+	const char *error; /* the reason when not ok, else "" */
+	size_t n_dirs;
+	const struct gpud_plugin_dir *dirs;
+	size_t n_plugins;
+	const struct gpud_plugin_entry *plugins; /* by folder, then by file name */
+	const char *python; /* a python plugin listed: the Python a job without [job] python
+			       runs it on (or why there is none); else "" */
+};
+
+/** (API 1.4) `gpud plugins` as data: the plugins found by name (GPUD_PLUGIN_PATH's
+ *  folders, then the built-in one), each loaded in a short-lived gpud-worker to be
+ *  described. *list gets a list to read and free with gpud_plugins_free, also when not
+ *  ok (NULL only out of memory). Prints nothing: messages go to options->log (the only
+ *  field read; NULL options: standard error). GPUD_EXIT_OK, GPUD_EXIT_REFUSED (no
+ *  gpud-worker to describe them with); GPUD_MISUSE when list is NULL or another call
+ *  runs in this process. */
+GPUD_API int gpud_plugins_list(const struct gpud_run_options *options,
+			       struct gpud_plugin_list **list);
+/** Frees what gpud_plugins_list gave. NULL is ignored. */
+GPUD_API void gpud_plugins_free(struct gpud_plugin_list *list);
+
+/** (API 1.4) What gpud_arrays_merge did. The caller's, until gpud_arrays_merge_free. */
+struct gpud_arrays_merged {
+	size_t size;        /* sizeof(struct gpud_arrays_merged) of the library */
+	int ok;             /* 1: OUT was written (some rows may have failed); 0: refused,
+			       nothing written (error says why) */
+	const char *error;  /* the reason when not ok (the line also logged), else "" */
+	const char *format; /* the shards' format, "npy" or "hdf5"; "" when not known */
+	size_t shards;      /* shards joined (when ok) */
+	uint64_t rows;      /* rows in OUT (when ok) */
+	uint64_t failed;    /* of them, tasks that failed or timed out: their rows are zero,
+			       marked 2 or 3 in OUT's done record (OUT.done; hdf5: NAME_done) */
+};
+
+/** (API 1.4) `gpud merge-arrays` as data: the ranks' shards of an `npy` or `hdf5` sink
+ *  (each with its done record) joined into `out` by task id (docs/cluster.md).
+ *  `dataset`: the hdf5 dataset (NULL: "data"). Messages (a refusal's reason, the
+ *  summary line at GPUD_LOG_INFO) go to options->log (the only field read; NULL
+ *  options: standard error, as `gpud merge-arrays` writes them). *result gets the
+ *  figures, to free with gpud_arrays_merge_free, also when refused (NULL only out of
+ *  memory). GPUD_EXIT_OK every row ok, GPUD_EXIT_FAILED merged with failed rows,
+ *  GPUD_EXIT_REFUSED refused (a task id in two shards or in none, shards that differ,
+ *  a shard without its done record, no shard: nothing written); GPUD_MISUSE when
+ *  result is NULL or another call runs in this process. */
+GPUD_API int gpud_arrays_merge(const char *out, const char *const *shards, size_t n_shards,
+			       const char *dataset, const struct gpud_run_options *options,
+			       struct gpud_arrays_merged **result);
+/** Frees what gpud_arrays_merge gave. NULL is ignored. */
+GPUD_API void gpud_arrays_merge_free(struct gpud_arrays_merged *result);
+
+/** (API 1.4) What gpud_stats_merge made. The caller's, until gpud_stats_merge_free. */
+struct gpud_stats_merged {
+	size_t size;            /* sizeof(struct gpud_stats_merged) of the library */
+	int ok;                 /* 1: the summary was made (also with ranks missing: see
+				   missing_ranks); 0: refused (error says why) */
+	const char *json;       /* the summary, what `gpud merge` prints on standard output:
+				   one JSON object and a newline ("" when not ok) */
+	const char *error;      /* the reason when refused, else "" */
+	unsigned files;         /* files merged */
+	unsigned missing_ranks; /* ranks of the job no file was given for (the figures are
+				   then the others' only, and GPUD_EXIT_REFUSED is returned) */
+	int exit_status;        /* the worst of the ranks' exit statuses */
+	uint64_t generated, succeeded, failed, timed_out, not_run; /* tasks, all ranks */
+};
+
+/** (API 1.4) `gpud merge` as data: the ranks' --stats-json files as one summary. Prints
+ *  nothing: its messages (a refusal, the one-line summary at GPUD_LOG_INFO) go to
+ *  options->log (the only field read; NULL options: standard error). *result gets
+ *  the summary, to free with gpud_stats_merge_free, also when refused (NULL only out
+ *  of memory). GPUD_EXIT_OK; GPUD_EXIT_REFUSED when a file is missing, not a stats
+ *  file, given twice, of another job or number of ranks, or a rank has no file (the
+ *  summary of those given is then still made); GPUD_MISUSE when result is NULL or
+ *  another call runs in this process. */
+GPUD_API int gpud_stats_merge(const char *const *files, size_t n_files,
+			      const struct gpud_run_options *options,
+			      struct gpud_stats_merged **result);
+/** Frees what gpud_stats_merge gave. NULL is ignored. */
+GPUD_API void gpud_stats_merge_free(struct gpud_stats_merged *result);
+
+/** The command forms of API 1.0 (kept for programs built against them): each prints
+ *  what `gpud` prints, to standard output and standard error. gpud_plugins is
+ *  gpud_plugins_list with the text printed; gpud_merge is gpud_stats_merge with the
+ *  JSON printed (0, or 2); gpud_merge_arrays takes the arguments
+ *  after `merge-arrays` ([--dataset NAME] OUT SHARD..., --help) and returns what
+ *  gpud_arrays_merge returns (2 for a usage error). */
 GPUD_API int gpud_plugins(void);
-/** `gpud merge`: the ranks' --stats-json files as one summary (JSON) on standard
- *  output. 0, or 2 (said on standard error). */
 GPUD_API int gpud_merge(int n_files, char *const *files);
-/** `gpud merge-arrays [--dataset NAME] OUT SHARD...`: the ranks' shards of an `npy` or
- *  `hdf5` sink joined into OUT by task id (docs/cluster.md), argv being the arguments
- *  after `merge-arrays`. 0 every row ok, 1 merged with failed rows, 2 refused (said on
- *  standard error, nothing written). */
 GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
 
 /*

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `gpud merge-arrays`: the ranks' shards joined by task id (merge.h). */
 #define _GNU_SOURCE
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,21 @@
 /* Rows copied at a time. */
 #define MERGE_BLOCK (1u << 22)
 
-static int usage(void)
+/* One message to the caller, "gpud merge-arrays: " first; an error is also the call's
+ * error. */
+__attribute__((format(printf, 3, 4))) static void say(struct gpud_array_merge_call *call, int level,
+						      const char *fmt, ...)
 {
-	fprintf(stderr, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n");
-	return 2;
+	char line[4096];
+	int n = snprintf(line, sizeof line, "gpud merge-arrays: ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (level == 0)
+		snprintf(call->error, sizeof call->error, "%s", line);
+	if (call->say)
+		call->say(call->say_ctx, level, line);
 }
 
 /* Names the files in `names` (up to a few). */
@@ -30,36 +42,18 @@ static void say_files(char *buf, size_t len, struct merge_file *f, size_t n)
 	}
 }
 
-int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
+int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *call)
 {
-	const char *dataset = NULL, *out_path = NULL;
-	char **shards = calloc((size_t)argc + 1, sizeof *shards);
-	size_t n = 0;
+	const char *dataset = call->dataset, *out_path = call->out;
+	const char *const *shards = call->shards;
+	size_t n = call->n_shards;
 	int rc = 2;
 	struct gpud_error err = {{0}};
-	if (!shards)
+	call->error[0] = '\0';
+	call->rows = call->failed = 0;
+	if (!out_path || !shards || n == 0) {
+		say(call, 0, "no %s given", out_path ? "shard" : "output");
 		return 2;
-	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--dataset") == 0 && i + 1 < argc)
-			dataset = argv[++i];
-		else if (strncmp(argv[i], "--dataset=", 10) == 0)
-			dataset = argv[i] + 10;
-		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			free(shards);
-			usage();
-			return 0;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			fprintf(stderr, "gpud merge-arrays: unknown option %s\n", argv[i]);
-			free(shards);
-			return usage();
-		} else if (!out_path)
-			out_path = argv[i];
-		else
-			shards[n++] = argv[i];
-	}
-	if (!out_path || n == 0) {
-		free(shards);
-		return usage();
 	}
 	struct merge_file *f = calloc(n, sizeof *f);
 	uint8_t *status = NULL;
@@ -75,20 +69,18 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 	for (size_t i = 0; i < n; i++) {
 		if (out_exists && stat(shards[i], &si) == 0 && si.st_dev == so.st_dev &&
 		    si.st_ino == so.st_ino) {
-			fprintf(stderr, "gpud merge-arrays: %s is both the output and a shard\n",
-				out_path);
+			say(call, 0, "%s is both the output and a shard", out_path);
 			goto out;
 		}
 		for (size_t k = 0; k < i; k++)
 			if (stat(shards[i], &si) == 0 && stat(shards[k], &so) == 0 &&
 			    si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-				fprintf(stderr, "gpud merge-arrays: %s and %s are the same file\n",
-					shards[k], shards[i]);
+				say(call, 0, "%s and %s are the same file", shards[k], shards[i]);
 				goto out;
 			}
 		f[i].path = shards[i];
 		if (fmt->open_shard(&f[i], dataset, &err) < 0) {
-			fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
+			say(call, 0, "%s", err.message);
 			goto out;
 		}
 		opened++;
@@ -97,14 +89,13 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 			  f[i].rows != f[0].rows || f[i].row.ndim != f[0].row.ndim ||
 			  memcmp(f[i].row.dims, f[0].row.dims,
 				 f[0].row.ndim * sizeof *f[0].row.dims) != 0)) {
-			fprintf(stderr,
-				"gpud merge-arrays: %s is %s of %s, %s is %s of %s: shards of "
-				"one job are alike\n",
-				f[0].path,
-				arr_shape_str(&f[0].row, (int64_t)f[0].rows, a, sizeof a),
-				f[0].dtype.descr, f[i].path,
-				arr_shape_str(&f[i].row, (int64_t)f[i].rows, b, sizeof b),
-				f[i].dtype.descr);
+			say(call, 0,
+			    "%s is %s of %s, %s is %s of %s: shards of "
+			    "one job are alike",
+			    f[0].path, arr_shape_str(&f[0].row, (int64_t)f[0].rows, a, sizeof a),
+			    f[0].dtype.descr, f[i].path,
+			    arr_shape_str(&f[i].row, (int64_t)f[i].rows, b, sizeof b),
+			    f[i].dtype.descr);
 			goto out;
 		}
 	}
@@ -122,10 +113,10 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 			if (!f[i].status[id])
 				continue;
 			if (owner[id] != UINT32_MAX) {
-				fprintf(stderr,
-					"gpud merge-arrays: task %llu is in two shards: %s and %s "
-					"(shards of two runs of one rank?); nothing written\n",
-					(unsigned long long)id, f[owner[id]].path, f[i].path);
+				say(call, 0,
+				    "task %llu is in two shards: %s and %s "
+				    "(shards of two runs of one rank?); nothing written",
+				    (unsigned long long)id, f[owner[id]].path, f[i].path);
 				goto out;
 			}
 			owner[id] = (uint32_t)i;
@@ -139,12 +130,12 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 	if (gaps) {
 		char names[1024];
 		say_files(names, sizeof names, f, n);
-		fprintf(stderr,
-			"gpud merge-arrays: task %llu is in none of %s (%llu task%s missing in "
-			"all): a rank that did not finish (--resume it) or a shard left out; "
-			"nothing written\n",
-			(unsigned long long)first_gap, names, (unsigned long long)gaps,
-			gaps == 1 ? "" : "s");
+		say(call, 0,
+		    "task %llu is in none of %s (%llu task%s missing in "
+		    "all): a rank that did not finish (--resume it) or a shard left out; "
+		    "nothing written",
+		    (unsigned long long)first_gap, names, (unsigned long long)gaps,
+		    gaps == 1 ? "" : "s");
 		goto out;
 	}
 	out.dtype = f[0].dtype;
@@ -152,7 +143,7 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 	out.rows = rows;
 	created = true; /* finish removes what create left, also when it failed */
 	if (fmt->create(&out, dataset, &err) < 0) {
-		fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
+		say(call, 0, "%s", err.message);
 		goto out;
 	}
 	uint64_t block = MERGE_BLOCK / row_bytes ? MERGE_BLOCK / row_bytes : 1;
@@ -171,32 +162,39 @@ int merge_arrays(const struct merge_format *fmt, int argc, char **argv)
 			end++;
 		if (fmt->read(&f[o], id, end - id, buf, &err) < 0 ||
 		    fmt->write(&out, id, end - id, buf, &err) < 0) {
-			fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
+			say(call, 0, "%s", err.message);
 			goto out;
 		}
 		id = end;
 	}
 	if (fmt->finish(&out, status, true, &err) < 0) {
 		created = false;
-		fprintf(stderr, "gpud merge-arrays: %s\n", err.message);
+		say(call, 0, "%s", err.message);
 		goto out;
 	}
 	created = false;
 	char names[1024];
 	say_files(names, sizeof names, f, n);
-	fprintf(stderr, "gpud merge-arrays: %s: %llu rows from %zu shard%s (%s)", out_path,
-		(unsigned long long)rows, n, n == 1 ? "" : "s", names);
+	char line[2048];
+	int used = snprintf(line, sizeof line, "%s: %llu rows from %zu shard%s (%s)", out_path,
+			    (unsigned long long)rows, n, n == 1 ? "" : "s", names);
+	if (used < 0 || (size_t)used >= sizeof line)
+		used = (int)strlen(line);
 	if (failed && strcmp(fmt->name, "hdf5") == 0)
-		fprintf(stderr, "; %llu tasks failed: their rows are zero, marked in %s_done",
-			(unsigned long long)failed, dataset ? dataset : "data");
+		snprintf(line + used, sizeof line - (size_t)used,
+			 "; %llu tasks failed: their rows are zero, marked in %s_done",
+			 (unsigned long long)failed, dataset ? dataset : "data");
 	else if (failed)
-		fprintf(stderr, "; %llu tasks failed: their rows are zero, marked in %s.done",
-			(unsigned long long)failed, out_path);
-	fputc('\n', stderr);
+		snprintf(line + used, sizeof line - (size_t)used,
+			 "; %llu tasks failed: their rows are zero, marked in %s.done",
+			 (unsigned long long)failed, out_path);
+	say(call, 2, "%s", line);
+	call->rows = rows;
+	call->failed = failed;
 	rc = failed ? 1 : 0;
 	goto out;
 oom:
-	fprintf(stderr, "gpud merge-arrays: out of memory\n");
+	say(call, 0, "out of memory");
 out:
 	if (created)
 		fmt->finish(&out, status, false, &err);
@@ -208,6 +206,5 @@ out:
 	free(owner);
 	free(status);
 	free(f);
-	free(shards);
 	return rc;
 }

@@ -7,14 +7,16 @@
  * the files. The format's own parts (reading a shard's rows, writing the output) come
  * from the plugin that holds this file: sink-npy.so, sink-hdf5.so.
  *
- * gpud calls gpud_array_merge(argc, argv) with the command's arguments after
- * `merge-arrays`; it returns the exit status: 0 every row ok, 1 merged with some rows
- * failed (zero in the array, 2 or 3 in OUT.done), 2 refused (nothing written).
+ * gpud calls gpud_array_merge_call (daemon/shared/array_merge.h) with the output, the
+ * shards and the dataset; it returns the exit status: 0 every row ok, 1 merged with
+ * some rows failed (zero in the array, 2 or 3 in OUT.done), 2 refused (nothing
+ * written). Its messages go to the call's say, never to standard error.
  */
 #ifndef GPUD_PLUGINS_ARRAYS_MERGE_H
 #define GPUD_PLUGINS_ARRAYS_MERGE_H
 
 #include "common.h"
+#include "../../daemon/shared/array_merge.h"
 
 /* One opened shard or output, by the format's code. */
 struct merge_file {
@@ -44,6 +46,6 @@ struct merge_format {
 	void (*close)(struct merge_file *f); /* a shard */
 };
 
-int merge_arrays(const struct merge_format *fmt, int argc, char **argv);
+int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *call);
 
 #endif

@@ -23,7 +23,7 @@
  *
  * A result whose size is not a row's fails its task (GPUD_SINK_TASK_FAILED), naming
  * both sizes. With ranks, `path` must hold {rank}: each rank a full-size file of its
- * own; `gpud merge-arrays` joins them (gpud_array_merge, below).
+ * own; `gpud merge-arrays` joins them (gpud_array_merge_call, below).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -681,7 +681,7 @@ static const struct merge_format h5_format = {
 };
 
 /* Not part of the plugin ABI: `gpud merge-arrays` finds it by name in sink-hdf5.so. */
-GPUD_EXPORT int gpud_array_merge(int argc, char **argv)
+GPUD_EXPORT int gpud_array_merge_call(struct gpud_array_merge_call *call)
 {
-	return merge_arrays(&h5_format, argc, argv);
+	return merge_arrays(&h5_format, call);
 }

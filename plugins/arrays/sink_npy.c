@@ -20,7 +20,7 @@
  * holding its rows at their task ids (the others zero, marked 0 in its done record);
  * `gpud merge-arrays` joins them.
  *
- * `gpud merge-arrays` for .npy files is here too (gpud_array_merge), so that gpud
+ * `gpud merge-arrays` for .npy files is here too (gpud_array_merge_call), so that gpud
  * itself links nothing the array formats need.
  */
 #define _GNU_SOURCE
@@ -499,7 +499,7 @@ static const struct merge_format npy_format = {
 };
 
 /* Not part of the plugin ABI: `gpud merge-arrays` finds it by name in sink-npy.so. */
-GPUD_EXPORT int gpud_array_merge(int argc, char **argv)
+GPUD_EXPORT int gpud_array_merge_call(struct gpud_array_merge_call *call)
 {
-	return merge_arrays(&npy_format, argc, argv);
+	return merge_arrays(&npy_format, call);
 }

@@ -5,6 +5,7 @@
 #include <gpud/gpud.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/arrays.h"
 #include "cluster/merge.h"
 #include "util/log.h"
 #include "cluster/ranks.h"
@@ -688,9 +690,178 @@ int gpud_job_status(gpud_job *job, const struct gpud_run_options *options)
 	return job_look(job, options, CMD_STATUS);
 }
 
+/* The calls without a job (plugins, merge-arrays): the process's one call at a time,
+ * with the caller's log callback for their messages. false: another call runs. */
+static bool lone_call_begin(const struct gpud_run_options *options)
+{
+	bool free_ = false;
+	if (!atomic_compare_exchange_strong(&run_in_progress, &free_, true))
+		return false;
+	say_forget();
+	if (options &&
+	    options->size >= offsetof(struct gpud_run_options, log_data) + sizeof options->log_data)
+		log_set(options->log, options->log_data);
+	return true;
+}
+
+static void lone_call_end(void)
+{
+	log_set(NULL, NULL);
+	atomic_store(&run_in_progress, false);
+}
+
+int gpud_plugins_list(const struct gpud_run_options *options, struct gpud_plugin_list **list)
+{
+	if (!list)
+		return GPUD_MISUSE;
+	*list = NULL;
+	if (!lone_call_begin(options))
+		return GPUD_MISUSE;
+	int rc = GPUD_EXIT_REFUSED;
+	*list = catalog_list(&rc);
+	lone_call_end();
+	return rc;
+}
+
+void gpud_plugins_free(struct gpud_plugin_list *list)
+{
+	catalog_free(list);
+}
+
 int gpud_plugins(void)
 {
-	return catalog_list();
+	struct gpud_plugin_list *list = NULL;
+	int rc = gpud_plugins_list(NULL, &list);
+	if (list)
+		fputs(list->text, stdout);
+	gpud_plugins_free(list);
+	return rc < 0 ? GPUD_EXIT_REFUSED : rc;
+}
+
+/* What gpud_arrays_merge hands the caller, and the strings it points into. */
+struct arrays_merged {
+	struct gpud_arrays_merged pub;
+	struct arrays_result res;
+};
+
+int gpud_arrays_merge(const char *out, const char *const *shards, size_t n_shards,
+		      const char *dataset, const struct gpud_run_options *options,
+		      struct gpud_arrays_merged **result)
+{
+	if (!result)
+		return GPUD_MISUSE;
+	*result = NULL;
+	struct arrays_merged *m = calloc(1, sizeof *m);
+	if (!lone_call_begin(options)) {
+		free(m);
+		return GPUD_MISUSE;
+	}
+	int rc;
+	if (!m) {
+		fprintf(LOG_ERR, "gpud merge-arrays: out of memory\n");
+		rc = GPUD_EXIT_REFUSED;
+	} else {
+		rc = arrays_merge(out, shards, n_shards, dataset, &m->res);
+		m->pub = (struct gpud_arrays_merged){
+			.size = sizeof m->pub,
+			.ok = rc == GPUD_EXIT_OK || rc == GPUD_EXIT_FAILED,
+			.error = m->res.error,
+			.format = m->res.format,
+			.shards = rc == GPUD_EXIT_REFUSED ? 0 : n_shards,
+			.rows = m->res.rows,
+			.failed = m->res.failed,
+		};
+		*result = &m->pub;
+	}
+	lone_call_end();
+	return rc;
+}
+
+void gpud_arrays_merge_free(struct gpud_arrays_merged *result)
+{
+	free(result); /* pub is the first member of its struct arrays_merged */
+}
+
+int gpud_merge_arrays(int argc, char *const *argv)
+{
+	struct arrays_args a;
+	int rc = arrays_parse(argc < 0 ? 0 : argc, argv, &a);
+	if (rc < 0) {
+		struct gpud_arrays_merged *m = NULL;
+		rc = gpud_arrays_merge(a.out, a.shards, a.n_shards, a.dataset, NULL, &m);
+		gpud_arrays_merge_free(m);
+		if (rc < 0)
+			rc = GPUD_EXIT_REFUSED;
+	}
+	free(a.shards);
+	return rc;
+}
+
+/* What gpud_stats_merge hands the caller, and what it points into. */
+struct stats_merged {
+	struct gpud_stats_merged pub;
+	char *json;
+	char error[4096];
+};
+
+int gpud_stats_merge(const char *const *files, size_t n_files,
+		     const struct gpud_run_options *options, struct gpud_stats_merged **result)
+{
+	if (!result)
+		return GPUD_MISUSE;
+	*result = NULL;
+	struct stats_merged *m = calloc(1, sizeof *m);
+	if (!lone_call_begin(options)) {
+		free(m);
+		return GPUD_MISUSE;
+	}
+	int rc = GPUD_EXIT_REFUSED;
+	size_t json_len = 0;
+	FILE *out = m ? open_memstream(&m->json, &json_len) : NULL;
+	struct merge_figures fig = {.made = false};
+	if (!out) {
+		fprintf(LOG_ERR, "gpud: merge: out of memory\n");
+	} else if ((n_files > 0 && !files) || n_files > INT_MAX) {
+		fprintf(LOG_ERR, "gpud: merge: no files given\n");
+	} else {
+		say_forget();
+		rc = merge_run((int)n_files, (char **)files, out, &fig);
+	}
+	if (out)
+		fclose(out);
+	if (m) {
+		if (rc != GPUD_EXIT_OK && !fig.made)
+			say_last(m->error, sizeof m->error);
+		if (rc != GPUD_EXIT_OK && !fig.made && !m->error[0])
+			snprintf(m->error, sizeof m->error, "merge: %s",
+				 n_files ? "out of memory" : "no stats files given");
+		m->pub = (struct gpud_stats_merged){
+			.size = sizeof m->pub,
+			.ok = fig.made,
+			.json = fig.made && m->json ? m->json : "",
+			.error = fig.made ? "" : m->error,
+			.files = fig.made ? (unsigned)n_files : 0,
+			.missing_ranks = fig.missing_ranks,
+			.exit_status = fig.exit_status,
+			.generated = fig.generated,
+			.succeeded = fig.ok,
+			.failed = fig.failed,
+			.timed_out = fig.timed_out,
+			.not_run = fig.not_run,
+		};
+		*result = &m->pub;
+	}
+	lone_call_end();
+	return rc;
+}
+
+void gpud_stats_merge_free(struct gpud_stats_merged *result)
+{
+	if (!result)
+		return;
+	struct stats_merged *m = (struct stats_merged *)result; /* pub is its first member */
+	free(m->json);
+	free(m);
 }
 
 int gpud_merge(int n_files, char *const *files)
@@ -699,5 +870,10 @@ int gpud_merge(int n_files, char *const *files)
 		fprintf(LOG_ERR, "gpud: merge: no files given\n");
 		return 2;
 	}
-	return merge_main(n_files, (char **)files);
+	struct gpud_stats_merged *m = NULL;
+	int rc = gpud_stats_merge((const char *const *)files, (size_t)n_files, NULL, &m);
+	if (m)
+		fputs(m->json, stdout);
+	gpud_stats_merge_free(m);
+	return rc < 0 ? GPUD_EXIT_REFUSED : rc;
 }

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* `gpud merge-arrays OUT SHARD...`: the ranks' array shards (sinks npy and hdf5) joined
  * by task id. The work is the sink plugin's own (plugins/arrays/merge.c, exported as
- * gpud_array_merge), so gpud links nothing an array format needs: the format is the
+ * gpud_array_merge_call), so gpud links nothing an array format needs: the format is the
  * first shard's (its magic bytes), the plugin found as the job would find it. */
 #define _GNU_SOURCE
+#include "cluster/arrays.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 
 #include "loader.h"
 #include "util/log.h"
+#include "array_merge.h"
 
 /* "npy", "hdf5", or NULL: what the file's first bytes say. */
 static const char *format_of(const char *path)
@@ -33,77 +37,132 @@ static const char *format_of(const char *path)
 	return NULL;
 }
 
-int gpud_merge_arrays(int argc, char *const *argv)
+/* A message of the plugin's merge: to the log's stream of its level (standard error,
+ * as the command writes it, or the caller's callback). */
+static void merge_say(void *ctx, int level, const char *line)
 {
-	const char *first = NULL;
-	int positional = 0;
-	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n"
-			       "joins the ranks' shards of an npy or hdf5 sink (with their .done "
-			       "records) into OUT by task id;\nrefuses a task id done in two "
-			       "shards or in none. exit status: 0 every row ok, 1 some rows\n"
-			       "failed (zero, marked in OUT.done), 2 refused (nothing written)\n");
-			return 0;
-		}
-		if (!strcmp(argv[i], "--dataset")) {
-			i++;
-			continue;
-		}
-		if (argv[i][0] != '-' && positional++ == 1)
-			first = argv[i];
-	}
-	if (!first) {
-		fprintf(LOG_ERR, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n");
-		return 2;
-	}
+	(void)ctx;
+	fprintf(log_stream(level), "%s\n", line);
+}
+
+/* A refusal: logged, and kept in res->error. */
+__attribute__((format(printf, 2, 3))) static int refuse(struct arrays_result *res, const char *fmt,
+							...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(res->error, sizeof res->error, fmt, ap);
+	va_end(ap);
+	fprintf(LOG_ERR, "%s\n", res->error);
+	return 2;
+}
+
+int arrays_merge(const char *out, const char *const *shards, size_t n_shards, const char *dataset,
+		 struct arrays_result *res)
+{
+	res->error[0] = '\0';
+	res->format = "";
+	res->rows = res->failed = 0;
+	if (!out || !*out || !shards || n_shards == 0)
+		return refuse(res, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...");
+	const char *first = shards[0];
 	const char *fmt = format_of(first);
-	if (!fmt) {
-		fprintf(LOG_ERR,
-			"gpud merge-arrays: %s is neither a .npy nor an HDF5 file (or cannot be "
-			"read)\n",
-			first);
-		return 2;
-	}
-	const char *out = NULL;
-	for (int i = 0, k = 0; i < argc && !out; i++) {
-		if (!strcmp(argv[i], "--dataset"))
-			i++;
-		else if (argv[i][0] != '-' && k++ == 0)
-			out = argv[i];
-	}
-	size_t ol = out ? strlen(out) : 0;
+	if (!fmt)
+		return refuse(res,
+			      "gpud merge-arrays: %s is neither a .npy nor an HDF5 file (or "
+			      "cannot be read)",
+			      first);
+	res->format = fmt;
+	size_t ol = strlen(out);
 	bool says_npy = ol > 4 && !strcmp(out + ol - 4, ".npy");
 	bool says_h5 = (ol > 3 && !strcmp(out + ol - 3, ".h5")) ||
 		       (ol > 5 && !strcmp(out + ol - 5, ".hdf5"));
-	if ((says_npy && strcmp(fmt, "npy") != 0) || (says_h5 && strcmp(fmt, "hdf5") != 0)) {
-		fprintf(LOG_ERR,
-			"gpud merge-arrays: the shards are %s files (%s is one), the output %s "
-			"is named for another format\n",
-			fmt == NULL           ? "?"
-			: !strcmp(fmt, "npy") ? ".npy"
-					      : "HDF5",
-			first, out);
-		return 2;
-	}
+	if ((says_npy && strcmp(fmt, "npy") != 0) || (says_h5 && strcmp(fmt, "hdf5") != 0))
+		return refuse(res,
+			      "gpud merge-arrays: the shards are %s files (%s is one), the "
+			      "output %s is named for another format",
+			      !strcmp(fmt, "npy") ? ".npy" : "HDF5", first, out);
 	char err[1024];
 	char *path = loader_find(fmt, LOADER_SINK, err, sizeof err);
-	if (!path) {
-		fprintf(LOG_ERR, "gpud merge-arrays: %s\n", err);
-		return 2;
-	}
+	if (!path)
+		return refuse(res, "gpud merge-arrays: %s", err);
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	int (*merge)(int, char **) = h ? (int (*)(int, char **))dlsym(h, "gpud_array_merge") : NULL;
+	int (*merge)(struct gpud_array_merge_call *) =
+		h ? (int (*)(struct gpud_array_merge_call *))dlsym(h, "gpud_array_merge_call")
+		  : NULL;
 	if (!merge) {
-		fprintf(LOG_ERR, "gpud merge-arrays: %s: %s\n", path,
-			h ? "no gpud_array_merge in it" : dlerror());
+		refuse(res, "gpud merge-arrays: %s: %s", path,
+		       h ? "no gpud_array_merge_call in it (a plugin of an older gpud?)"
+			 : dlerror());
 		if (h)
 			dlclose(h);
 		free(path);
 		return 2;
 	}
-	int rc = merge(argc, (char **)argv);
+	struct gpud_array_merge_call call = {
+		.size = sizeof call,
+		.out = out,
+		.shards = shards,
+		.n_shards = n_shards,
+		.dataset = dataset,
+		.say = merge_say,
+	};
+	int rc = merge(&call);
 	dlclose(h);
 	free(path);
+	if (rc == 0 || rc == 1) {
+		res->rows = call.rows;
+		res->failed = call.failed;
+	} else {
+		snprintf(res->error, sizeof res->error, "%s",
+			 call.error[0] ? call.error : "gpud merge-arrays: refused");
+		rc = 2;
+	}
 	return rc;
+}
+
+static void usage_help(void)
+{
+	printf("usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n"
+	       "joins the ranks' shards of an npy or hdf5 sink (with their .done "
+	       "records) into OUT by task id;\nrefuses a task id done in two "
+	       "shards or in none. exit status: 0 every row ok, 1 some rows\n"
+	       "failed (zero, marked in OUT.done), 2 refused (nothing written)\n");
+}
+
+int arrays_parse(int argc, char *const *argv, struct arrays_args *a)
+{
+	*a = (struct arrays_args){.shards = calloc((size_t)argc + 1, sizeof(char *))};
+	if (!a->shards) {
+		fprintf(stderr, "gpud merge-arrays: out of memory\n");
+		return 2;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage_help();
+			return 0;
+		}
+	}
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--dataset") && i + 1 < argc) {
+			a->dataset = argv[++i];
+		} else if (!strncmp(argv[i], "--dataset=", 10)) {
+			a->dataset = argv[i] + 10;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			fprintf(stderr,
+				"gpud merge-arrays: unknown option %s\n"
+				"usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n",
+				argv[i]);
+			return 2;
+		} else if (!a->out) {
+			a->out = argv[i];
+		} else {
+			a->shards[a->n_shards++] = argv[i];
+		}
+	}
+	if (!a->out || !a->n_shards) {
+		fprintf(stderr, "usage: gpud merge-arrays [--dataset NAME] OUT SHARD...\n");
+		return 2;
+	}
+	return -1;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/say.h"
 #include "util/textio.h"
 
 /* Largest stats file read: one of 4096 workers on 1024 GPUs is well under 1 MiB. */
@@ -35,12 +36,12 @@ static int number(const char *text, const char *key, double *out)
 }
 
 /* A number for the output: JSON has no nan or inf, so an undefined figure is null. */
-static void put_num(const char *key, double v, int decimals, bool known)
+static void put_num(FILE *out, const char *key, double v, int decimals, bool known)
 {
 	if (known && isfinite(v))
-		printf(", \"%s\": %.*f", key, decimals, v);
+		fprintf(out, ", \"%s\": %.*f", key, decimals, v);
 	else
-		printf(", \"%s\": null", key);
+		fprintf(out, ", \"%s\": null", key);
 }
 
 /* The worst exit status of the ranks: aborted, then usage, then resumable, then some
@@ -85,34 +86,30 @@ static int check_shares(int argc, char **argv, const struct share *s)
 	for (int i = 0; i < argc; i++) {
 		for (int j = 0; j < i; j++) {
 			if (s[i].dev == s[j].dev && s[i].ino == s[j].ino) {
-				fprintf(LOG_ERR,
-					"gpud: merge: %s and %s are the same file: each rank's "
-					"file is given once\n",
-					argv[j], argv[i]);
+				say("merge: %s and %s are the same file: each rank's "
+				    "file is given once",
+				    argv[j], argv[i]);
 				return 2;
 			}
 			if (!s[i].has_rank || !s[j].has_rank)
 				continue;
 			if (s[i].ranks != s[j].ranks && !(s[i].dynamic && s[j].dynamic)) {
-				fprintf(LOG_ERR,
-					"gpud: merge: %s is of a run over %u ranks, %s of one "
-					"over %u: not one job\n",
-					argv[j], s[j].ranks, argv[i], s[i].ranks);
+				say("merge: %s is of a run over %u ranks, %s of one "
+				    "over %u: not one job",
+				    argv[j], s[j].ranks, argv[i], s[i].ranks);
 				return 2;
 			}
 			if (s[i].job_id[0] && s[j].job_id[0] && strcmp(s[i].job_id, s[j].job_id)) {
-				fprintf(LOG_ERR,
-					"gpud: merge: %s and %s are of different jobs (job_id %s "
-					"and %s: the worker's or the generator's plugin or keys, "
-					"or base_seed, differ)\n",
-					argv[j], argv[i], s[j].job_id, s[i].job_id);
+				say("merge: %s and %s are of different jobs (job_id %s "
+				    "and %s: the worker's or the generator's plugin or keys, "
+				    "or base_seed, differ)",
+				    argv[j], argv[i], s[j].job_id, s[i].job_id);
 				return 2;
 			}
 			if (s[i].rank == s[j].rank) {
-				fprintf(LOG_ERR,
-					"gpud: merge: %s and %s are both rank %u of %u: each "
-					"rank's file is given once\n",
-					argv[j], argv[i], s[i].rank, s[i].ranks);
+				say("merge: %s and %s are both rank %u of %u: each "
+				    "rank's file is given once",
+				    argv[j], argv[i], s[i].rank, s[i].ranks);
 				return 2;
 			}
 		}
@@ -122,7 +119,7 @@ static int check_shares(int argc, char **argv, const struct share *s)
 
 /* The ranks of the job no file was given for, as `"missing_ranks": [...]`; says so on
  * standard error. Returns how many. Unknown (null) when a file has no rank. */
-static unsigned put_missing(int argc, char **argv, const struct share *s)
+static unsigned put_missing(FILE *out, int argc, char **argv, const struct share *s)
 {
 	for (int i = 0; i < argc; i++) {
 		if (!s[i].has_rank) {
@@ -130,7 +127,7 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 				"gpud: merge: %s says no rank (an older gpud wrote it): "
 				"duplicate and missing ranks cannot be told\n",
 				argv[i]);
-			printf(", \"job_ranks\": null, \"missing_ranks\": null");
+			fprintf(out, ", \"job_ranks\": null, \"missing_ranks\": null");
 			return 0;
 		}
 	}
@@ -147,11 +144,11 @@ static unsigned put_missing(int argc, char **argv, const struct share *s)
 	}
 	for (int i = 0; i < argc; i++)
 		seen[s[i].rank] = true;
-	printf(", \"job_ranks\": %u, \"missing_ranks\": [", n);
+	fprintf(out, ", \"job_ranks\": %u, \"missing_ranks\": [", n);
 	for (unsigned k = 0; k < n; k++)
 		if (!seen[k])
-			printf("%s%u", missing++ ? ", " : "", k);
-	printf("]");
+			fprintf(out, "%s%u", missing++ ? ", " : "", k);
+	fprintf(out, "]");
 	if (missing) {
 		fprintf(LOG_ERR, "gpud: merge: %u of the job's %u ranks have no file:", missing, n);
 		unsigned said = 0;
@@ -190,10 +187,9 @@ static int add_file(struct totals *t, int i, const char *path, const char *text)
 		/* resumed and oom_splits: files of older gpuds may lack them */
 		bool optional = !strcmp(sums[k], "resumed") || !strcmp(sums[k], "oom_splits");
 		if ((found < 0 && !optional) || (found == 0 && v < 0)) {
-			fprintf(LOG_ERR,
-				"gpud: merge: %s: no \"%s\" that is a count: not a gpud "
-				"--stats-json file\n",
-				path, sums[k]);
+			say("merge: %s: no \"%s\" that is a count: not a gpud "
+			    "--stats-json file",
+			    path, sums[k]);
 			return -1;
 		}
 		t->sum[k] += found == 0 ? v : 0;
@@ -224,8 +220,7 @@ static int read_files(int argc, char **argv, struct share *share, struct totals 
 		struct stat st;
 		char *text = io_read_small(argv[i], MERGE_MAX_FILE, &size, why, sizeof why);
 		if (!text || stat(argv[i], &st) < 0) {
-			fprintf(LOG_ERR, "gpud: merge: %s: %s\n", argv[i],
-				text ? strerror(errno) : why);
+			say("merge: %s: %s", argv[i], text ? strerror(errno) : why);
 			free(text);
 			return 2;
 		}
@@ -241,34 +236,45 @@ static int read_files(int argc, char **argv, struct share *share, struct totals 
 }
 
 /* The summary on standard output, and a line on standard error; the exit status. */
-static int put_summary(int argc, char **argv, const struct share *share, const struct totals *t)
+static int put_summary(FILE *out, int argc, char **argv, const struct share *share,
+		       const struct totals *t, struct merge_figures *fig)
 {
 	const double *sum = t->sum;
 	double done = sum[1] + sum[2] + sum[3];
 	bool timed = t->have_start && t->have_end && t->end >= t->start;
 	double elapsed = timed ? t->end - t->start : 0;
-	printf("{\"ranks\": %d", argc);
+	fprintf(out, "{\"ranks\": %d", argc);
 	for (int k = 0; k < N_SUMS; k++)
-		put_num(sums[k], sum[k], strcmp(sums[k], "host_cpu_seconds") ? 0 : 6, true);
-	put_num("total", t->expected_known ? t->expected : -1, 0, true);
-	put_num("start_time", t->start, 3, t->have_start);
-	put_num("end_time", t->end, 3, t->have_end);
-	put_num("elapsed", elapsed, 6, timed);
-	put_num("throughput", elapsed > 0 ? done / elapsed : 0, 1, true);
-	printf(", \"exit_status\": %d", t->status);
-	unsigned missing = put_missing(argc, argv, share);
-	printf(", \"files\": [");
+		put_num(out, sums[k], sum[k], strcmp(sums[k], "host_cpu_seconds") ? 0 : 6, true);
+	put_num(out, "total", t->expected_known ? t->expected : -1, 0, true);
+	put_num(out, "start_time", t->start, 3, t->have_start);
+	put_num(out, "end_time", t->end, 3, t->have_end);
+	put_num(out, "elapsed", elapsed, 6, timed);
+	put_num(out, "throughput", elapsed > 0 ? done / elapsed : 0, 1, true);
+	fprintf(out, ", \"exit_status\": %d", t->status);
+	unsigned missing = put_missing(out, argc, argv, share);
+	fprintf(out, ", \"files\": [");
 	for (int i = 0; i < argc; i++) {
-		printf("%s", i ? ", " : "");
-		io_json_string(stdout, argv[i]);
+		fprintf(out, "%s", i ? ", " : "");
+		io_json_string(out, argv[i]);
 	}
-	printf("]}\n");
-	fprintf(LOG_ERR,
+	fprintf(out, "]}\n");
+	*fig = (struct merge_figures){
+		.made = true,
+		.exit_status = t->status,
+		.missing_ranks = missing,
+		.generated = (uint64_t)sum[0],
+		.ok = (uint64_t)sum[1],
+		.failed = (uint64_t)sum[2],
+		.timed_out = (uint64_t)sum[3],
+		.not_run = (uint64_t)sum[4],
+	};
+	fprintf(LOG_INFO,
 		"gpud: %d ranks: %.0f tasks: %.0f ok, %.0f failed, %.0f timed out, %.0f "
 		"not run (exit status %d)\n",
 		argc, sum[0], sum[1], sum[2], sum[3], sum[4], t->status);
 	if (sum[0] != done + sum[4])
-		fprintf(LOG_ERR,
+		fprintf(LOG_WARN,
 			"gpud: merge: the ranks' figures do not add up (generated %.0f, "
 			"outcomes %.0f)\n",
 			sum[0], done + sum[4]);
@@ -276,8 +282,9 @@ static int put_summary(int argc, char **argv, const struct share *share, const s
 	return t->status == 2 || missing ? 2 : 0;
 }
 
-int merge_main(int argc, char **argv)
+int merge_run(int argc, char **argv, FILE *out, struct merge_figures *fig)
 {
+	*fig = (struct merge_figures){.made = false};
 	if (argc < 1) {
 		fprintf(LOG_ERR,
 			"usage: gpud merge STATS.json...   (the ranks' --stats-json files)\n");
@@ -285,7 +292,7 @@ int merge_main(int argc, char **argv)
 	}
 	struct share *share = calloc((size_t)argc, sizeof *share);
 	if (!share) {
-		fprintf(LOG_ERR, "gpud: merge: out of memory\n");
+		say("merge: out of memory");
 		return 2;
 	}
 	struct totals t = {.expected_known = true};
@@ -293,7 +300,7 @@ int merge_main(int argc, char **argv)
 	if (!rc)
 		rc = check_shares(argc, argv, share);
 	if (!rc)
-		rc = put_summary(argc, argv, share, &t);
+		rc = put_summary(out, argc, argv, share, &t, fig);
 	free(share);
 	return rc;
 }
