@@ -2,6 +2,7 @@
 /* The worker's configuration read from a hand-built run memfd's blob (worker/config.c):
  * the worker plugin's keys, a CPU stage's, and every way the blob can be malformed. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,7 @@
  * (memory.c: config_blob). */
 struct memfd {
 	struct shm_header hdr;
-	char blob[4096];
+	char blob[65536];
 };
 
 static struct memfd m;
@@ -105,7 +106,7 @@ Test(worker_config, a_key_count_that_is_not_a_number)
 	cr_assert_eq(config_read(&c, BLOB("/p/w.so\0/p/s.so\0001x\0k\0v\0", 0), 0), -1,
 		     "trailing letters");
 	cr_assert_eq(config_read(&c, BLOB("/p/w.so\0/p/s.so\0004097\0", 0), 0), -1,
-		     "over SHM_MAX_ARGS");
+		     "over SHM_MAX_ARGS, and fewer keys than that");
 	cr_assert_eq(config_read(&c, BLOB("/p/w.so\0/p/s.so\00099999999999999999999999\0", 0), 0),
 		     -1, "out of range");
 }
@@ -124,5 +125,36 @@ Test(worker_config, a_blob_past_the_memfd)
 	cr_assert_eq(config_read(&c, h, -1), -1);
 	m.hdr.total_size = m.hdr.config_off + m.hdr.config_len;
 	cr_assert_eq(config_read(&c, h, -1), 0, "up to the memfd's end is in it");
+	free(c.kv);
+}
+
+/* A stage that says it has more keys than a worker takes is refused before they are
+ * read, even when the blob holds them all (they would not fit the reader's array). */
+Test(worker_config, a_stage_with_more_keys_than_a_worker_takes)
+{
+	static char b[sizeof m.blob];
+	size_t len = 0;
+	len += (size_t)sprintf(b + len, "/p/w.so") + 1;
+	len += (size_t)sprintf(b + len, "/p/s.so") + 1;
+	len += (size_t)sprintf(b + len, "%u", SHM_MAX_ARGS + 1) + 1;
+	for (unsigned k = 0; k < SHM_MAX_ARGS + 1; k++) {
+		b[len++] = 'k', b[len++] = '\0';
+		b[len++] = 'v', b[len++] = '\0';
+	}
+	cr_assert_leq(len, sizeof b);
+	struct plugin_config c = {0};
+	cr_assert_eq(config_read(&c, blob(b, len, 0), 0), -1);
+	/* SHM_MAX_ARGS of them are taken. */
+	len = 0;
+	len += (size_t)sprintf(b + len, "/p/w.so") + 1;
+	len += (size_t)sprintf(b + len, "/p/s.so") + 1;
+	len += (size_t)sprintf(b + len, "%u", SHM_MAX_ARGS) + 1;
+	for (unsigned k = 0; k < SHM_MAX_ARGS; k++) {
+		b[len++] = 'k', b[len++] = '\0';
+		b[len++] = 'v', b[len++] = '\0';
+	}
+	cr_assert_eq(config_read(&c, blob(b, len, 0), 0), 0);
+	cr_assert_eq(c.args.count, SHM_MAX_ARGS);
+	cr_assert_str_eq(c.kv[SHM_MAX_ARGS - 1].value, "v");
 	free(c.kv);
 }
