@@ -100,7 +100,7 @@ struct shm_rec *loop_reserve_result(struct worker *w, uint64_t *head)
 	}
 }
 
-/* Gathers up to w->fit.batch tasks after `first`, waiting at most batch_wait_ns for more;
+/* Gathers up to fit.batch_cap tasks from `first` on, waiting at most batch_wait_ns for more;
  * *end is the ring position after the last one (past any pad between them). */
 static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 {
