@@ -95,3 +95,10 @@ void output_prefix_finish(void)
 	ts.tv_sec += 1;
 	pthread_timedjoin_np(prefixer.thread, NULL, &ts);
 }
+
+_Noreturn void worker_finish(int status)
+{
+	fflush(NULL);
+	output_prefix_finish();
+	_exit(status);
+}

@@ -8,5 +8,9 @@
 void output_prefix_start(int worker);
 /* Before exiting: lets the last lines through (waits at most a second). */
 void output_prefix_finish(void);
+/* Ends the worker process: stdio flushed, the last lines let through, then _exit (never
+ * exit: the plugin may hold threads or memory that exit-time handlers must not walk
+ * into). */
+_Noreturn void worker_finish(int status);
 
 #endif

@@ -224,7 +224,7 @@ uint64_t lifecycle_timeouts(struct host *h, uint64_t now)
 		return earlier(deadline, now + LIFECYCLE_LOOK_NS);
 	/* Plus one tick of the coarse clock: a worker running tiny tasks reports when a
 	 * stretch of them began, which may be up to a tick before the task now running
-	 * (worker/main.c, TINY_NS). */
+	 * (worker/times.h, TINY_NS). */
 	uint64_t limit = limit_s > 0 ? (uint64_t)(limit_s * 1e9) + coarse_tick_ns() : 0;
 	uint64_t setup_limit = (uint64_t)(h->cfg->setup_timeout * 1e9);
 	bool staged = h->pool.n_stages && stagecfg_any_timeout(h->cfg);

@@ -153,7 +153,7 @@ static void crashed(struct host *h, struct host_worker *w, int status)
 	reported_call(w, &from, &to);
 	uint64_t timed = reported_timed(w, from, to);
 	/* A timeout, or a task in flight that ended its process (gpud_task_fatal, a write
-	 * before its result buffer: worker/main.c, flight_culprit), names one task as the
+	 * before its result buffer: worker/flight.c, flight_culprit), names one task as the
 	 * call, [from, timed); the others in flight beside it are not its fault. Only a
 	 * worker with tasks in flight reports timed_to, and a poll that failed clears it
 	 * (every task in flight is blamed); a plugin that calls exit(70) itself leaves no
