@@ -940,13 +940,17 @@ static void logged_runs(void *arg)
 	snprintf(faulty, sizeof faulty, "%s/worker-faulty.so", t_env("FIXTURES"));
 	struct gpud_run_options o = {
 		.size = sizeof o, .ui = GPUD_UI_PLAIN, .log = capture_log, .log_data = &r->cap};
-	/* A setup that fails on GPU 0 (the run goes on with GPU 1) and tasks that fail. */
+	/* A setup that fails on GPU 0 (the run goes on with GPU 1) and tasks that fail. GPU
+	 * 1's 20 tasks take 2 s, so that GPU 0's failed setup is seen before the run ends
+	 * however late its process starts (at once, GPU 1 could finish first: seen under
+	 * the sanitizers on a loaded machine, the setup's message then never came). */
 	struct gpud_sink_ops sink = {.size = sizeof sink, .event = count_event};
 	gpud_job *job = gpud_job_new();
 	gpud_job_set(job, "job.gpus", "0,1");
 	gpud_job_set(job, "worker.plugin", faulty);
 	gpud_job_set(job, "worker.setup_fail_gpu", "0");
 	gpud_job_set(job, "worker.fail_on", "3,5");
+	gpud_job_set(job, "worker.sleep_us", "100000");
 	gpud_job_set(job, "generator.plugin", "range");
 	gpud_job_set(job, "generator.stop", "20");
 	gpud_job_set_sink(job, &sink, &r->ok);
