@@ -4,7 +4,8 @@
 A program that runs job after job (Dispatcher.run() in a loop) asks its Python what it
 is and counts the GPUs through a helper process once, not at every run (each a process
 start: tens of milliseconds), and asks again when what the answer depends on changed:
-the interpreter's file, or CUDA_VISIBLE_DEVICES. Counted by wrappers that log each call:
+the interpreter's file, or CUDA_VISIBLE_DEVICES; a helper that did not answer (killed)
+is not kept. Counted by wrappers that log each call:
 [job] python = a script that execs /usr/bin/python3, and GPUD_WORKER_EXE = a script that
 execs the real gpud-worker."""
 import os
@@ -43,7 +44,10 @@ def main():
     log = os.path.join(tmp, "calls")
     py, worker = os.path.join(tmp, "python3"), os.path.join(tmp, "gpud-worker")
     script(py, f'echo python >> "{log}"\nexec {sys.executable} "$@"\n')
-    script(worker, f'echo "worker $1" >> "{log}"\nexec "{real_worker}" "$@"\n')
+    die = os.path.join(tmp, "die")
+    script(worker, f'echo "worker $1" >> "{log}"\n'
+           f'if [ "$1" = --count-gpus ] && [ -e "{die}" ]; then kill -9 $$; fi\n'
+           f'exec "{real_worker}" "$@"\n')
     os.environ["GPUD_WORKER_EXE"] = worker
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
 
@@ -68,6 +72,17 @@ def main():
     os.environ["CUDA_VISIBLE_DEVICES"] = "0"
     asks, counts = run_once()
     check(counts == 2, f"after CUDA_VISIBLE_DEVICES changed: {counts} counts in all (2)")
+    # A helper that did not answer (killed) is not kept: the next run counts again, and
+    # keeps the answer once one comes.
+    open(die, "w").close()
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+    asks, counts = run_once()
+    asks, counts = run_once()
+    check(counts == 4, f"a killed count is asked again: {counts} counts in all (4)")
+    os.unlink(die)
+    asks, counts = run_once()
+    asks, counts = run_once()
+    check(counts == 5, f"then answered once and kept: {counts} counts in all (5)")
     if FAILED:
         return 1
     print("PASS startup", flush=True)

@@ -255,9 +255,10 @@ struct ask_key {
 
 static void ask_key_of(const char *exe, struct ask_key *k)
 {
-	static const char *const vars[] = {
-		"PYTHONHOME",       "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-		"PYTHONEXECUTABLE", "PATH",       "PYTHONPLATLIBDIR", "PYTHONSAFEPATH"};
+	/* The interpreter is a path by now (PATH was searched before): only what moves
+	 * its prefix or site-packages. */
+	static const char *const vars[] = {"PYTHONHOME", "PYTHONPATH", "PYTHONNOUSERSITE",
+					   "PYTHONUSERBASE", "PYTHONPLATLIBDIR"};
 	struct stat st = {0}, cfg = {0};
 	char venv[4096];
 	const char *slash = strrchr(exe, '/');

@@ -166,10 +166,14 @@ static int take(int fd, char *buf, size_t len, size_t *used)
 
 /* Runs gpud-worker with `args` and waits for it, at most SPAWN_HELPER_TIMEOUT_S: its
  * standard output lands in out, its standard error in err (trailing newlines cut), both
- * read together so neither can fill up and stall it. Returns 0 when it exited 0. */
+ * read together so neither can fill up and stall it. Returns 0 when it exited 0.
+ * *answered (when not NULL): whether it ran and exited by itself, whatever its status
+ * (not: it could not start, was killed, or did not answer in time). */
 static int spawn_helper(const char *worker_exe, char *const args[], char *out, size_t outlen,
-			char *err, size_t errlen)
+			char *err, size_t errlen, bool *answered)
 {
+	if (answered)
+		*answered = false;
 	int po[2], pe[2];
 	pid_t pid;
 	posix_spawn_file_actions_t fa;
@@ -242,6 +246,8 @@ static int spawn_helper(const char *worker_exe, char *const args[], char *out, s
 			 args[0], args[1] ? args[1] : "", SPAWN_HELPER_TIMEOUT_S);
 		return -1;
 	}
+	if (answered)
+		*answered = WIFEXITED(status);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
 	if (!err[0]) {
@@ -263,7 +269,7 @@ int spawn_check_worker_plugin(const char *worker_exe, const char *plugin, char *
 			      char *err, size_t errlen)
 {
 	char *args[] = {"--check", (char *)plugin};
-	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
+	return spawn_helper(worker_exe, args, out, outlen, err, errlen, NULL);
 }
 
 /* The devices a process can see do not change while it lives, except by the variables
@@ -296,15 +302,14 @@ int spawn_count_gpus(const char *worker_exe, char (*bus_ids)[SPAWN_BUS_ID], size
 	count_key(worker_exe, key, sizeof key);
 	if (!last_count.have || strcmp(key, last_count.key) != 0) {
 		char *args[] = {"--count-gpus", NULL};
+		bool answered;
 		last_count.err[0] = '\0';
 		last_count.rc = spawn_helper(worker_exe, args, out, sizeof last_count.out,
-					     last_count.err, sizeof last_count.err);
+					     last_count.err, sizeof last_count.err, &answered);
 		snprintf(last_count.key, sizeof last_count.key, "%s", key);
 		/* Kept: a count, or the helper's own answer that there is none. Not kept:
 		 * what went wrong around it (no start, a kill, no answer in time). */
-		last_count.have = last_count.rc == 0 ||
-				  (strncmp(last_count.err, worker_exe, strlen(worker_exe)) != 0 &&
-				   strncmp(last_count.err, "gpud: ", 6) != 0);
+		last_count.have = answered;
 	}
 	if (last_count.rc < 0) {
 		snprintf(err, errlen, "%s", last_count.err);
@@ -328,5 +333,5 @@ int spawn_describe(const char *worker_exe, const char *plugin, char *out, size_t
 		   size_t errlen)
 {
 	char *args[] = {"--describe", (char *)plugin};
-	return spawn_helper(worker_exe, args, out, outlen, err, errlen);
+	return spawn_helper(worker_exe, args, out, outlen, err, errlen, NULL);
 }
