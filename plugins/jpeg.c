@@ -3,8 +3,8 @@
  * Worker `jpeg`, made to run as a CPU stage ([stage.NAME] plugin = jpeg): a task's
  * bytes are a JPEG file, its result the image as `height` x `width` x 3 uint8 RGB
  * pixels, row after row (C order, as numpy.frombuffer(r, numpy.uint8).reshape(height,
- * width, 3) reads it). libjpeg-turbo's TurboJPEG decodes at the smallest of its DCT
- * scales (1/8, 1/4, 3/8, 1/2 ... 1) whose image is at least the target in both
+ * width, 3) reads it). libjpeg (libjpeg-turbo) decodes at the smallest of its DCT
+ * scales (1/8, 2/8, 3/8 ... 8/8) whose image is at least the target in both
  * dimensions, which skips most of the work for a large photo made small, then a
  * separable triangle (bilinear) filter resizes to exactly height x width, widening its
  * support when it shrinks so that every source pixel counts (Pillow's BILINEAR).
@@ -14,24 +14,45 @@
  * A file the decoder cannot read fails its task alone with the decoder's message,
  * never retried (gpud_task_reject); so does a damaged one it could half read (its
  * warning), unless `strict = false`.
+ * The decoder's memory is bounded before decoding: a progressive (or multi-scan) file
+ * keeps the DCT coefficients of the whole image at full size whatever the scale, so a
+ * few hundred bytes claiming 65500 x 65500 would take gigabytes. An image whose bound
+ * is over `max_memory_mb` (256) is refused, naming its size; libjpeg's own limit
+ * (max_memory_to_use) is the same, for anything the bound misses.
  */
 #include <limits.h>
+#include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h> /* jpeglib.h needs FILE */
 #include <stdlib.h>
 #include <string.h>
 
-#include <turbojpeg.h>
+#include <jerror.h>
+#include <jpeglib.h>
 
 #include <gpud/plugin.h>
 
 GPUD_PLUGIN("worker", "jpeg", "1.0");
 GPUD_PLUGIN_DESCRIPTION("CPU stage: JPEG bytes to height x width x 3 uint8 RGB pixels "
-			"(TurboJPEG, DCT scaling then a bilinear resize)");
-GPUD_PLUGIN_KEYS("height", "width", "strict");
+			"(libjpeg, DCT scaling then a bilinear resize)");
+GPUD_PLUGIN_KEYS("height", "width", "strict", "max_memory_mb");
 
 /* The largest image decoded, after DCT scaling: 1 GiB of RGB pixels. */
 #define MAX_PIXELS (UINT64_C(1) << 28)
 #define MAX_SIDE 16384
+/* The decoder's memory for one image (max_memory_mb): its default and largest. */
+#define MEMORY_MB 256
+#define MAX_MEMORY_MB 65536
+#define MIB (UINT64_C(1) << 20)
+
+/* libjpeg's errors and warnings: an error jumps back to decode(); so does a warning
+ * when `strict`. */
+struct jpeg_errors {
+	struct jpeg_error_mgr pub;
+	jmp_buf jump;
+	int strict;
+	char message[JMSG_LENGTH_MAX]; /* the error's, else the first warning's */
+};
 
 /* One output index's source span along a dimension and its weights. */
 struct taps {
@@ -43,9 +64,12 @@ struct taps {
 };
 
 struct jpeg_state {
-	tjhandle tj;
+	struct jpeg_decompress_struct d; /* made by setup, reused by every task */
+	struct jpeg_errors errors;
+	int made;
 	int height, width;
 	int strict;
+	long max_memory_mb;
 	unsigned char *pixels; /* the decoded (DCT-scaled) image */
 	size_t pixels_cap;
 	float *rows; /* horizontally resized rows: scaled height x width x 3 */
@@ -164,22 +188,73 @@ static int resize(struct jpeg_state *s, int sw, int sh, unsigned char *out)
 	return 0;
 }
 
-/* The smallest DCT scale (no larger than 1) whose image covers the target. */
-static tjscalingfactor choose_scale(int iw, int ih, int w, int h)
+/* The smallest DCT scale n/8 (n of 1 to 8) whose image covers the target: n. */
+static int choose_scale(int iw, int ih, int w, int h)
 {
-	tjscalingfactor best = {1, 1};
-	int n = 0;
-	tjscalingfactor *f = tjGetScalingFactors(&n);
-	for (int i = 0; f && i < n; i++) {
-		if (f[i].num > f[i].denom)
-			continue;
-		int sw = TJSCALED(iw, f[i]), sh = TJSCALED(ih, f[i]);
-		if (sw < w || sh < h)
-			continue;
-		if ((double)f[i].num / f[i].denom < (double)best.num / best.denom)
-			best = f[i];
+	for (int n = 1; n < 8; n++)
+		if (((int64_t)iw * n + 7) / 8 >= w && ((int64_t)ih * n + 7) / 8 >= h)
+			return n;
+	return 8;
+}
+
+static void on_error(j_common_ptr c)
+{
+	struct jpeg_errors *e = (struct jpeg_errors *)c->err;
+	c->err->format_message(c, e->message);
+	longjmp(e->jump, 1);
+}
+
+/* Level -1 is a warning (the data is damaged), higher ones are traces. */
+static void on_message(j_common_ptr c, int level)
+{
+	struct jpeg_errors *e = (struct jpeg_errors *)c->err;
+	if (level >= 0)
+		return;
+	if (c->err->num_warnings++ == 0)
+		c->err->format_message(c, e->message);
+	if (e->strict)
+		longjmp(e->jump, 1);
+}
+
+/* About the most libjpeg holds to decode the image whose header `d` has read, in
+ * bytes, whatever the scale (the bound is taken at full size): for a progressive or
+ * multi-scan file (*whole set) the whole image's DCT coefficients, 64 of 2 bytes a
+ * block of each component, its blocks padded to its sampling factors as libjpeg pads
+ * them; for any file, rows of samples of the full width: three iMCU rows of each
+ * component and an iMCU row of all of them upsampled. */
+static uint64_t decoder_bytes(const struct jpeg_decompress_struct *d, int *whole)
+{
+	uint64_t coefficients = 0, rows = 0;
+	uint64_t hmax = (uint64_t)d->max_h_samp_factor, vmax = (uint64_t)d->max_v_samp_factor;
+	for (int c = 0; c < d->num_components; c++) {
+		const jpeg_component_info *ci = &d->comp_info[c];
+		uint64_t h = (uint64_t)ci->h_samp_factor, v = (uint64_t)ci->v_samp_factor;
+		uint64_t bw =
+			((uint64_t)d->image_width * h + hmax * DCTSIZE - 1) / (hmax * DCTSIZE);
+		uint64_t bh =
+			((uint64_t)d->image_height * v + vmax * DCTSIZE - 1) / (vmax * DCTSIZE);
+		bw = (bw + h - 1) / h * h;
+		bh = (bh + v - 1) / v * v;
+		coefficients += bw * bh * DCTSIZE2 * sizeof(JCOEF);
+		rows += bw * DCTSIZE * v * DCTSIZE * 3;
 	}
-	return best;
+	rows += (uint64_t)d->image_width * (uint64_t)d->num_components * vmax * DCTSIZE;
+	*whole = d->progressive_mode || d->comps_in_scan < d->num_components;
+	return (*whole ? coefficients : 0) + rows;
+}
+
+/* The decoder made, its errors and warnings coming to `s`; -1 out of memory. */
+static int begin_decoder(struct jpeg_state *s)
+{
+	s->d.err = jpeg_std_error(&s->errors.pub);
+	s->errors.pub.error_exit = on_error;
+	s->errors.pub.emit_message = on_message;
+	s->errors.strict = s->strict;
+	if (setjmp(s->errors.jump))
+		return -1;
+	jpeg_create_decompress(&s->d);
+	s->made = 1;
+	return 0;
 }
 
 static int parse_side(const struct gpud_args *args, const char *key, int *out,
@@ -207,17 +282,22 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		return gpud_fail(err, "jpeg: out of memory");
 	const char *strict = gpud_arg(info->args, "strict", "true");
 	if (parse_side(info->args, "height", &s->height, err) < 0 ||
-	    parse_side(info->args, "width", &s->width, err) < 0)
+	    parse_side(info->args, "width", &s->width, err) < 0 ||
+	    gpud_arg_parse_long(info->args, "max_memory_mb", MEMORY_MB, &s->max_memory_mb, err) < 0)
 		goto fail;
+	if (s->max_memory_mb < 1 || s->max_memory_mb > MAX_MEMORY_MB) {
+		gpud_fail(err, "jpeg: max_memory_mb = %ld: expected 1 to %d (MiB)",
+			  s->max_memory_mb, MAX_MEMORY_MB);
+		goto fail;
+	}
 	if (strcmp(strict, "true") == 0 || strcmp(strict, "1") == 0) {
 		s->strict = 1;
 	} else if (strcmp(strict, "false") != 0 && strcmp(strict, "0") != 0) {
 		gpud_fail(err, "jpeg: strict = '%s': expected true or false", strict);
 		goto fail;
 	}
-	s->tj = tjInitDecompress();
-	if (!s->tj) {
-		gpud_fail(err, "jpeg: TurboJPEG: %s", tjGetErrorStr2(NULL));
+	if (begin_decoder(s) < 0) {
+		gpud_fail(err, "jpeg: libjpeg: %s", s->errors.message);
 		goto fail;
 	}
 	*state = s;
@@ -239,9 +319,10 @@ static void cmyk_to_rgb(unsigned char *p, size_t n)
 	}
 }
 
-/* Task `task` decoded into its result; -1 after gpud_task_reject/fail. *tj_failed: a
- * TurboJPEG call failed (or only warned), so its handle is not to be used again. */
-static int decode(struct jpeg_state *s, struct gpud_task *task, int *tj_failed)
+/* Task `task` decoded into its result; -1 after gpud_task_reject/fail. A libjpeg error
+ * (or, when strict, a warning) jumps back here: the decoder is reset for the next task
+ * and the task rejected with its message, never retried (its input will not change). */
+static int decode(struct jpeg_state *s, struct gpud_task *task)
 {
 	size_t need = (size_t)s->width * (size_t)s->height * 3;
 	if (need > task->result.capacity)
@@ -250,49 +331,86 @@ static int decode(struct jpeg_state *s, struct gpud_task *task, int *tj_failed)
 					"max_result_bytes (%zu): raise [job] max_result_bytes "
 					"(and max_task_bytes, the next stage's input)",
 					s->height, s->width, need, task->result.capacity);
-	int iw = 0, ih = 0, subsamp = -1, colorspace = -1;
 	if (task->input_size > ULONG_MAX)
 		return gpud_task_reject(task, "jpeg: %zu bytes is too large", task->input_size);
-	*tj_failed = tjDecompressHeader3(s->tj, task->input, (unsigned long)task->input_size, &iw,
-					 &ih, &subsamp, &colorspace) < 0;
-	/* strict = false: a header read with a warning only (extraneous bytes) goes on. */
-	if (*tj_failed && (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
-		return gpud_task_reject(task, "jpeg: not a JPEG it can read (%zu bytes): %s",
-					task->input_size, tjGetErrorStr2(s->tj));
-	/* A header cut short can come back "read" with no frame in it: its sizes are not
-	 * believed unless a JPEG could have them. */
-	if (iw < 1 || ih < 1 || iw > 65535 || ih > 65535)
-		return *tj_failed = 1,
-		       gpud_task_reject(
-			       task,
-			       "jpeg: not a JPEG it can read (%zu bytes): no image size in "
-			       "its header%s%s",
-			       task->input_size, tjGetErrorStr2(s->tj)[0] ? ": " : "",
-			       tjGetErrorStr2(s->tj));
-	tjscalingfactor f = choose_scale(iw, ih, s->width, s->height);
-	int sw = TJSCALED(iw, f), sh = TJSCALED(ih, f);
-	int cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-	if ((uint64_t)sw * (uint64_t)sh > MAX_PIXELS)
+	struct jpeg_decompress_struct *d = &s->d;
+	uint64_t cap = (uint64_t)s->max_memory_mb * MIB;
+	volatile int decoding = 0; /* past the header */
+	s->errors.message[0] = '\0';
+	s->errors.pub.num_warnings = 0;
+	if (setjmp(s->errors.jump)) {
+		int over = s->errors.pub.msg_code == JERR_NO_BACKING_STORE;
+		jpeg_abort_decompress(d);
+		if (!decoding)
+			return gpud_task_reject(task,
+						"jpeg: not a JPEG it can read (%zu bytes): %s",
+						task->input_size, s->errors.message);
+		if (over)
+			return gpud_task_reject(task,
+						"jpeg: this %u x %u image needs more than "
+						"max_memory_mb = %ld to decode (libjpeg: %s)",
+						d->image_width, d->image_height, s->max_memory_mb,
+						s->errors.message);
+		return gpud_task_reject(task, "jpeg: cannot decode this %u x %u image: %s",
+					d->image_width, d->image_height, s->errors.message);
+	}
+	/* libjpeg's own limit on what it allocates for an image; the bound below
+	 * refuses first, and says why. */
+	d->mem->max_memory_to_use = cap > LONG_MAX ? LONG_MAX : (long)cap;
+	jpeg_mem_src(d, task->input, (unsigned long)task->input_size);
+	/* An image is required: a stream of tables only is an error. With strict = false
+	 * a header read with a warning only (extraneous bytes) goes on. */
+	jpeg_read_header(d, TRUE);
+	decoding = 1;
+	int iw = (int)d->image_width, ih = (int)d->image_height;
+	int whole = 0;
+	uint64_t bytes = decoder_bytes(d, &whole);
+	if (bytes > cap) {
+		jpeg_abort_decompress(d);
+		return gpud_task_reject(
+			task,
+			"jpeg: this %s %d x %d image needs about %llu MiB to decode (%s), over "
+			"max_memory_mb = %ld: raise it, or make the image smaller first",
+			d->progressive_mode ? "progressive"
+			: whole             ? "multi-scan"
+					    : "sequential",
+			iw, ih, (unsigned long long)((bytes + MIB - 1) / MIB),
+			whole ? "its DCT coefficients are kept whole at full size, at any scale"
+			      : "rows of its full width",
+			s->max_memory_mb);
+	}
+	int n = choose_scale(iw, ih, s->width, s->height);
+	int cmyk = d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK;
+	d->scale_num = (unsigned)n;
+	d->scale_denom = 8;
+	d->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+	jpeg_calc_output_dimensions(d);
+	int sw = (int)d->output_width, sh = (int)d->output_height;
+	if ((uint64_t)sw * (uint64_t)sh > MAX_PIXELS) {
+		jpeg_abort_decompress(d);
 		return gpud_task_reject(task,
-					"jpeg: an image of %d x %d (decoded at %d/%d: %d x %d) is "
+					"jpeg: an image of %d x %d (decoded at %d/8: %d x %d) is "
 					"larger than this stage decodes (%llu pixels)",
-					iw, ih, f.num, f.denom, sw, sh,
-					(unsigned long long)MAX_PIXELS);
+					iw, ih, n, sw, sh, (unsigned long long)MAX_PIXELS);
+	}
 	size_t size = (size_t)sw * (size_t)sh * (cmyk ? 4 : 3);
 	if (size > s->pixels_cap) {
 		unsigned char *p = realloc(s->pixels, size);
-		if (!p)
+		if (!p) {
+			jpeg_abort_decompress(d);
 			return gpud_task_fail(task, "jpeg: out of memory for %d x %d pixels", sw,
 					      sh);
+		}
 		s->pixels = p;
 		s->pixels_cap = size;
 	}
-	int flags = s->strict ? TJFLAG_STOPONWARNING : 0;
-	*tj_failed = tjDecompress2(s->tj, task->input, (unsigned long)task->input_size, s->pixels,
-				   sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB, flags) < 0;
-	if (*tj_failed && (s->strict || tjGetErrorCode(s->tj) != TJERR_WARNING))
-		return gpud_task_reject(task, "jpeg: cannot decode this %d x %d image: %s", iw, ih,
-					tjGetErrorStr2(s->tj));
+	jpeg_start_decompress(d);
+	size_t row = (size_t)sw * (size_t)d->output_components;
+	while (d->output_scanline < d->output_height) {
+		JSAMPROW r = s->pixels + (size_t)d->output_scanline * row;
+		jpeg_read_scanlines(d, &r, 1);
+	}
+	jpeg_finish_decompress(d);
 	if (cmyk)
 		cmyk_to_rgb(s->pixels, (size_t)sw * (size_t)sh);
 	if (resize(s, sw, sh, task->result.data) < 0)
@@ -304,28 +422,15 @@ static int decode(struct jpeg_state *s, struct gpud_task *task, int *tj_failed)
 
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
-	struct jpeg_state *s = state;
-	if (!s->tj) {
-		s->tj = tjInitDecompress();
-		if (!s->tj)
-			return gpud_task_fatal(task, "jpeg: TurboJPEG: %s", tjGetErrorStr2(NULL));
-	}
-	int tj_failed = 0, rc = decode(s, task, &tj_failed);
-	/* After an error (or a warning) a TurboJPEG handle of libjpeg-turbo 2.1 fails
-	 * every later header with the same message: the next task gets a fresh one. */
-	if (tj_failed) {
-		tjDestroy(s->tj);
-		s->tj = tjInitDecompress(); /* NULL: made again by the next task */
-	}
-	return rc;
+	return decode(state, task);
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 {
 	(void)err;
 	struct jpeg_state *s = state;
-	if (s->tj)
-		tjDestroy(s->tj);
+	if (s->made)
+		jpeg_destroy_decompress(&s->d);
 	taps_free(&s->tx);
 	taps_free(&s->ty);
 	free(s->pixels);

@@ -4,7 +4,10 @@ JPEGs made with Pillow (RGB, grayscale, CMYK, progressive, larger and smaller th
 target, fine detail) decoded to height x width x 3 uint8 and compared with Pillow's own
 decode and bilinear resize; a damaged and a non-JPEG input fail alone with the
 decoder's message while the others succeed; a target over max_result_bytes and a
-missing key are said.
+missing key are said; progressive files whose decoder memory would pass the stage's cap
+and multi-scan ones (crafted headers claiming 16000 and 65500 pixels a side, and
+max_memory_mb set low for a real one) are refused before decoding, the run's peak RSS
+staying small.
 
 Run by meson (test `jpeg`) with $GPUD set; needs Pillow and NumPy (Debian: python3-pil,
 python3-numpy): on a Python without them it runs itself again on /usr/bin/python3, and
@@ -98,7 +101,8 @@ def inputs(folder, names):
 '''
 
 
-def job(d, names, stage="", job_keys="", sink="[sink]\nplugin = files\ndir = out\n"):
+def job(d, names, stage="", job_keys="", sink="[sink]\nplugin = files\ndir = out\n",
+        prefix=()):
     with open(os.path.join(d, "gen.py"), "w") as f:
         f.write(GEN)
     text = (f"[job]\ngpus = 0\npython = {sys.executable}\n{job_keys}\n"
@@ -109,8 +113,8 @@ def job(d, names, stage="", job_keys="", sink="[sink]\nplugin = files\ndir = out
     with open(os.path.join(d, "job.ini"), "w") as f:
         f.write(text)
     env = dict(os.environ, TMPDIR=d)
-    return subprocess.run([GPUD, "run", "job.ini"], cwd=d, capture_output=True, text=True,
-                          env=env, timeout=240)
+    return subprocess.run([*prefix, GPUD, "run", "job.ini"], cwd=d, capture_output=True,
+                          text=True, env=env, timeout=240)
 
 
 def reference(path):
@@ -227,6 +231,126 @@ def test_limits(d):
           f"gpud check: a misspelt key of the stage is refused ({r.stderr.strip()[-300:]})")
 
 
+def sized(data, w, h):
+    """A JPEG's bytes with its frame header (SOF0/1/2) claiming w x h: the scans stay
+    those of the small image, so the file is a few hundred bytes."""
+    for at in range(len(data) - 9):
+        if data[at] == 0xFF and data[at + 1] in (0xC0, 0xC1, 0xC2):
+            return (data[:at + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big")
+                    + data[at + 9:])
+    raise ValueError("no SOF marker")
+
+
+def outcomes(path):
+    """The sink's lines, none where the run wrote none."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(x) for x in f]
+
+
+def one_component_scan(data):
+    """A sequential JPEG's bytes with its first scan holding its first component only:
+    a multi-scan file, as far as its header says (what follows is not decodable)."""
+    at = data.index(b"\xff\xda")
+    n = data[at + 4]
+    sos = data[at:at + 5 + 2 * n + 3]
+    one = b"\xff\xda\x00\x08\x01" + sos[5:7] + sos[5 + 2 * n:]
+    return data[:at] + one + data[at + len(sos):]
+
+
+PEAK = """import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stderr.write(r.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(r.returncode)
+"""
+
+
+def test_memory_cap(d):
+    imgs = os.path.join(d, "imgs")
+    good = make_images(imgs)[:2]
+
+    def small(name, **kw):
+        path = os.path.join(imgs, name)
+        smooth(64, 64).save(path, **kw)
+        return open(path, "rb").read()
+
+    prog420 = small("s_p420.jpg", progressive=True)
+    prog444 = small("s_p444.jpg", progressive=True, subsampling=0)
+    base = small("s_base.jpg")
+    crafted = {"z_prog_16000.jpg": sized(prog420, 16000, 16000),
+               "z_prog_65500.jpg": sized(prog420, 65500, 65500),
+               "z_prog444_65500.jpg": sized(prog444, 65500, 65500),
+               "z_base_65500.jpg": sized(base, 65500, 65500),
+               "z_multiscan_65500.jpg": one_component_scan(sized(base, 65500, 65500))}
+    for name, data in crafted.items():
+        with open(os.path.join(imgs, name), "wb") as f:
+            f.write(data)
+    names = [good[0], "z_prog_16000.jpg", good[1], "z_prog_65500.jpg", good[0],
+             "z_prog444_65500.jpg", good[1], "z_multiscan_65500.jpg", good[0]]
+    # The run's peak RSS (the largest of gpud and its stage workers, which it waits
+    # for) from a process of its own, so that no earlier job counts.
+    with open(os.path.join(d, "peak.py"), "w") as f:
+        f.write(PEAK)
+    r = job(d, names, job_keys="max_retries = 2", stage="workers = 1",
+            sink="[sink]\nplugin = jsonl\npath = out.jsonl\n", prefix=(sys.executable, "peak.py"))
+    peak_mb = int(r.stdout.split()[-1]) / 1024 if r.stdout.split() else -1
+    check(r.returncode == 1, f"a run with images over the memory cap ends 1 (some tasks "
+          f"failed): {r.returncode} {r.stderr.strip()[-300:]}")
+    lines = outcomes(os.path.join(d, "out.jsonl"))
+    by_id = {x["task_id"]: x for x in lines}
+    check(sorted(by_id) == list(range(len(names))) and len(lines) == len(names),
+          "every task one line")
+    check(all(by_id[i]["status"] == "ok" for i in (0, 2, 4, 6, 8)),
+          "the good images around the refused ones succeed")
+    for i, mode, side in ((1, "progressive", 16000), (3, "progressive", 65500),
+                          (5, "progressive", 65500), (7, "multi-scan", 65500)):
+        e = by_id.get(i, {})
+        msg = e.get("error", "")
+        check(e.get("status") == "error" and f"{mode} {side} x {side}" in msg
+              and "max_memory_mb = 256" in msg and e.get("attempt", 0) == 0,
+              f"a {mode} {side} x {side} image is refused before decoding, naming "
+              f"its size and the cap, not retried: {e}")
+    check(0 < peak_mb < 200, f"the run's peak RSS stays under 200 MB: {peak_mb:.0f} MB")
+    check(r.stderr.count("exited with status") == 0, f"no stage worker died: {r.stderr[-500:]}")
+
+    # Sequential, the same size needs rows of its width only: not refused, decoded
+    # (at 1/8 into a pixel buffer of 8188 x 8188, under the pixel cap) until its data
+    # ends.
+    job(d, ["z_base_65500.jpg"], sink="[sink]\nplugin = jsonl\npath = base.jsonl\n")
+    b = next(iter(outcomes(os.path.join(d, "base.jsonl"))), {})
+    check(b.get("status") == "error" and "cannot decode this 65500 x 65500 image" in
+          b.get("error", "") and "max_memory_mb" not in b.get("error", ""),
+          f"a sequential 65500 x 65500 one needs no full-size buffer: it is decoded (and "
+          f"ends where its data does): {b}")
+
+    # A real progressive 1600 x 1200 (4:2:0: 5.8 MB of coefficients) over a cap of
+    # 4 MiB is refused; the same image sequential, which needs a few rows, is not.
+    smooth(1600, 1200).save(os.path.join(imgs, "r_prog.jpg"), progressive=True)
+    smooth(1600, 1200).save(os.path.join(imgs, "r_base.jpg"))
+    r = job(d, ["r_prog.jpg", "r_base.jpg"], stage="max_memory_mb = 4",
+            sink="[sink]\nplugin = jsonl\npath = cap.jsonl\n")
+    by_id = {x["task_id"]: x for x in outcomes(os.path.join(d, "cap.jsonl"))}
+    p, s = by_id.get(0, {}), by_id.get(1, {})
+    check(p.get("status") == "error" and "progressive 1600 x 1200" in p.get("error", "")
+          and "max_memory_mb = 4" in p.get("error", ""),
+          f"max_memory_mb = 4: a real progressive 1600 x 1200 is refused: {p}")
+    check(s.get("status") == "ok", f"max_memory_mb = 4: the sequential one decodes: {s}")
+    # Its bound (5.7 MiB) under a cap of 6: decoded, libjpeg's own limit (the same 6
+    # MiB) letting through what the bound lets through.
+    r = job(d, ["r_prog.jpg"], stage="max_memory_mb = 6",
+            sink="[sink]\nplugin = jsonl\npath = cap6.jsonl\n")
+    p = next(iter(outcomes(os.path.join(d, "cap6.jsonl"))), {})
+    check(r.returncode == 0 and p.get("status") == "ok",
+          f"max_memory_mb = 6: the progressive 1600 x 1200 decodes: {p}")
+    r = job(d, ["r_prog.jpg"], stage="max_memory_mb = 0",
+            sink="[sink]\nplugin = jsonl\npath = bad.jsonl\n")
+    check(r.returncode == 3 and "max_memory_mb" in r.stderr,
+          f"max_memory_mb = 0: the stage's setup fails, naming the key ({r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+
+
 def main():
     if not GPUD:
         print("FAIL: $GPUD is not set (run through meson test)")
@@ -236,9 +360,9 @@ def main():
               "plugin, which this build lacks (libpython3.11-dev)")
         return SKIP
     if os.environ.get("HAVE_JPEG") == "0":
-        print("SKIP: the jpeg stage plugin was not built (libturbojpeg0-dev)")
+        print("SKIP: the jpeg stage plugin was not built (libjpeg62-turbo-dev)")
         return SKIP
-    for test in (test_pixels, test_corrupt, test_limits):
+    for test in (test_pixels, test_corrupt, test_limits, test_memory_cap):
         with tempfile.TemporaryDirectory(prefix="gpud-jpeg-") as d:
             print(f"== {test.__name__}", flush=True)
             test(d)

@@ -527,7 +527,7 @@ def main():
     else:
         parts.append(test_hdf5_rows)
     if os.environ.get("HAVE_ARCHIVE", "1") != "1" or os.environ.get("HAVE_JPEG", "1") != "1":
-        print("SKIP: the image pipeline: gpud was built without libarchive or libturbojpeg")
+        print("SKIP: the image pipeline: gpud was built without libarchive or libjpeg")
     elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
         print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
     else:

@@ -36,7 +36,7 @@ class Stage:
     plugin's name, or the class's in lower case). workers: its processes (default:
     the cores this process may use, less a core per 4 GPU workers). task_timeout,
     max_retries: its own (default: the Dispatcher's). keys: a class's setup() keywords,
-    or the plugin's keys (jpeg: height, width, strict).
+    or the plugin's keys (jpeg: height, width, strict, max_memory_mb).
 
     The same as a dict: {"plugin": "jpeg", "height": 64, "width": 64} or
     {"class": Decode, "workers": 2, "size": 224}."""

@@ -195,7 +195,7 @@ def main():
             stage_modes.insert(0, "jpeg")
         else:
             log("SKIP debian: stages.py jpeg (needs NumPy and Pillow in /usr/bin/python3: "
-                "python3-numpy, python3-pil; and the jpeg plugin: libturbojpeg0-dev)")
+                "python3-numpy, python3-pil; and the jpeg plugin: libjpeg62-turbo-dev)")
         for mode in stage_modes:
             run(f"debian: stages.py {mode}", "/usr/bin/python3", ["stages.py", mode], env,
                 f"PASS {mode}")
