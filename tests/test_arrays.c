@@ -340,3 +340,75 @@ Test(arrays, hdf5_two_ranks_merged_equal_one_run_and_gaps_and_duplicates_refused
 			"def load(p):\n"
 			"    f = h5py.File(p, 'r'); return f['data'][:], f['data_done'][:]\n");
 }
+
+/* The output named as a shard (the third, or through a symlink or another path) is
+ * refused with nothing written; shards of two jobs are refused naming both files; a
+ * shard without a job id (an older gpud's) merges, with a note. */
+static void merge_refusals(const char *plugin, const char *ext, const char *strip_id)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir,
+	       "[job]\ngpus = 0\n[worker]\nplugin = rows\n[generator]\nplugin = range\n"
+	       "stop = 300\n[sink]\nplugin = %s\npath = out-{rank}.%s\ndtype = float32\n"
+	       "shape = 3\n",
+	       plugin, ext);
+	char script[4096];
+	snprintf(script, sizeof script,
+		 "for r in 0 1 2; do \"$GPUD\" run job.ini --ui off --rank $r/3 2>e$r; "
+		 "echo $? >> rc; done\n"
+		 "mkdir keep sub; cp out-2.%s* keep/; ln -s out-2.%s link.%s\n"
+		 "\"$GPUD\" merge-arrays out-2.%s out-0.%s out-1.%s out-2.%s 2>m0; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays link.%s out-0.%s out-1.%s out-2.%s 2>m1; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays sub/../out-2.%s out-0.%s out-1.%s out-2.%s 2>m2; "
+		 "echo $? >> rc\n"
+		 "for f in keep/*; do cmp -s $f ${f#keep/} || echo changed $f; done > changed\n"
+		 "ls *.tmp-* 2>/dev/null >> changed\n"
+		 /* job B: another worker key, so another job */
+		 "\"$GPUD\" run job.ini --ui off --rank 1/3 --set worker.sleep_us=0 "
+		 "--set sink.path=b-{rank}.%s 2>eb; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays ab.%s out-0.%s b-1.%s out-2.%s 2>m3; echo $? >> rc\n"
+		 "ls ab.* 2>/dev/null >> changed\n"
+		 "%s\n"
+		 "\"$GPUD\" merge-arrays all.%s out-0.%s out-1.%s out-2.%s 2>m4; echo $? >> rc\n",
+		 ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext,
+		 ext, ext, ext, ext, strip_id, ext, ext, ext, ext);
+	t_sh(dir, script);
+	cr_expect_str_eq(t_read_in(dir, "rc"), "0\n0\n0\n2\n2\n2\n0\n2\n0\n", "%s\n%s\n%s\n%s",
+			 t_read_in(dir, "m0"), t_read_in(dir, "m1"), t_read_in(dir, "m3"),
+			 t_read_in(dir, "m4"));
+	char want[256];
+	const char *m[] = {"m0", "m1", "m2"};
+	const char *out[] = {"out-2", "link", "sub/../out-2"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(want, sizeof want, "%s.%s is the output and the shard out-2.%s", out[i],
+			 ext, ext);
+		cr_expect(strstr(t_read_in(dir, m[i]), want), "%s", t_read_in(dir, m[i]));
+	}
+	cr_expect_str_eq(t_read_in(dir, "changed"), "", "a refused merge writes nothing");
+	snprintf(want, sizeof want, "out-0.%s and b-1.%s are shards of different jobs (job_id ",
+		 ext, ext);
+	cr_expect(strstr(t_read_in(dir, "m3"), want), "%s", t_read_in(dir, "m3"));
+	snprintf(want, sizeof want, "out-1.%s carries no job id", ext);
+	cr_expect(strstr(t_read_in(dir, "m4"), want), "%s", t_read_in(dir, "m4"));
+	cr_expect(strstr(t_read_in(dir, "m4"), "300 rows from 3 shards"), "%s",
+		  t_read_in(dir, "m4"));
+}
+
+Test(arrays, npy_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .timeout = 120)
+{
+	/* An older gpud's done record: the rows' bytes and nothing after them. */
+	merge_refusals("npy", "npy",
+		       "python3 -c \"import sys; p = 'out-1.npy.done'; b = open(p, 'rb').read(); "
+		       "n = 10 + b[8] + 256 * b[9] + 300; open(p, 'wb').write(b[:n])\"");
+}
+
+Test(arrays, hdf5_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .timeout = 120)
+{
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	const char *dir = t_tmpdir();
+	need_python(dir, true);
+	merge_refusals("hdf5", "h5",
+		       PY " -c \"import h5py; f = h5py.File('out-1.h5', 'r+'); "
+			  "del f['data_done'].attrs['gpud_job_id']\"");
+}

@@ -367,3 +367,33 @@ uint8_t *arr_done_read(int fd, const char *path, uint64_t rows, uint64_t data_of
 	}
 	return b;
 }
+
+int arr_done_write_job(int fd, uint64_t data_off, uint64_t rows, uint64_t job_id)
+{
+	char line[ARR_JOB_LINE + 1];
+	snprintf(line, sizeof line, "\ngpud job_id %016llx\n", (unsigned long long)job_id);
+	if (arr_pwrite_all(fd, line, ARR_JOB_LINE, data_off + rows) < 0 ||
+	    ftruncate(fd, (off_t)(data_off + rows + ARR_JOB_LINE)) < 0)
+		return -1;
+	return 0;
+}
+
+int arr_done_read_job(int fd, uint64_t data_off, uint64_t rows, uint64_t *job_id)
+{
+	char line[ARR_JOB_LINE + 1];
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -1;
+	if ((uint64_t)st.st_size < data_off + rows + ARR_JOB_LINE)
+		return 0;
+	if (arr_pread_all(fd, line, ARR_JOB_LINE, data_off + rows) < 0)
+		return -1;
+	line[ARR_JOB_LINE] = '\0';
+	unsigned long long v;
+	char end;
+	if (memcmp(line, "\ngpud job_id ", 13) != 0 ||
+	    sscanf(line + 13, "%16llx%c", &v, &end) != 2 || end != '\n')
+		return 0;
+	*job_id = v;
+	return 1;
+}

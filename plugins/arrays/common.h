@@ -8,6 +8,11 @@
  * 3 timeout. A row's byte is written only after the row itself was, so a byte of 1
  * always means the row is there; a row without one may hold anything a killed run
  * left, and is written again when its task runs again.
+ *
+ * After the rows' bytes the record ends with one line naming the job it belongs to,
+ * "\ngpud job_id 0123456789abcdef\n" (gpud_sink_job's job_id, the same for every rank
+ * of a job): NumPy reads the rows and ignores what follows them. A record without it
+ * was written by a gpud before ABI 1.8.
  */
 #ifndef GPUD_PLUGINS_ARRAYS_COMMON_H
 #define GPUD_PLUGINS_ARRAYS_COMMON_H
@@ -78,6 +83,14 @@ int arr_done_open(const char *path, uint64_t rows, bool keep, uint64_t *data_off
 /* Reads the whole done record (rows bytes) into a malloc'd buffer: NULL with err. */
 uint8_t *arr_done_read(int fd, const char *path, uint64_t rows, uint64_t data_off,
 		       struct gpud_error *err);
+
+/* Bytes of the job id line after a done record's rows. */
+#define ARR_JOB_LINE 30
+/* Writes the job id line after the `rows` bytes at data_off (the file ends there).
+ * 0, or -1 with errno. */
+int arr_done_write_job(int fd, uint64_t data_off, uint64_t rows, uint64_t job_id);
+/* Reads it: 1 with *job_id, 0 when the record has none, -1 with errno. */
+int arr_done_read_job(int fd, uint64_t data_off, uint64_t rows, uint64_t *job_id);
 
 /* pwrite of all n bytes; 0, or -1 with errno. */
 int arr_pwrite_all(int fd, const void *p, size_t n, uint64_t off);

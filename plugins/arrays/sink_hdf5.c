@@ -64,6 +64,8 @@ struct h5_sink {
 	uint8_t *wstat;
 	size_t filled;
 	uint64_t first_ns;
+	bool has_job; /* gpud_sink_job told the job: its id is the done dataset's attribute */
+	uint64_t job_id;
 };
 
 static uint64_t now_ns(void)
@@ -250,6 +252,39 @@ static void dims_of(const struct h5_sink *s, uint64_t rows, hsize_t *dims)
 		dims[i + 1] = s->shape.dims[i];
 }
 
+/* The attribute gpud_job_id (uint64) of the done dataset: which job the file is a
+ * shard of (gpud_sink_job), so that `gpud merge-arrays` joins no two jobs. Made with
+ * the datasets, before the file's structure is final. */
+#define JOB_ATTR "gpud_job_id"
+
+static int write_job(hid_t done, uint64_t job_id)
+{
+	hid_t space = H5Screate(H5S_SCALAR), a = -1;
+	herr_t rc = -1;
+	if (space >= 0)
+		a = H5Acreate2(done, JOB_ATTR, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+	if (a >= 0)
+		rc = H5Awrite(a, H5T_NATIVE_UINT64, &job_id);
+	if (a >= 0)
+		H5Aclose(a);
+	if (space >= 0)
+		H5Sclose(space);
+	return rc < 0 ? -1 : 0;
+}
+
+/* 1 with *job_id, 0 when the dataset has no such attribute (an older gpud's), -1. */
+static int read_job(hid_t done, uint64_t *job_id)
+{
+	htri_t has = H5Aexists(done, JOB_ATTR);
+	if (has <= 0)
+		return has < 0 ? -1 : 0;
+	hid_t a = H5Aopen(done, JOB_ATTR, H5P_DEFAULT);
+	herr_t rc = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT64, job_id) : -1;
+	if (a >= 0)
+		H5Aclose(a);
+	return rc < 0 ? -1 : 1;
+}
+
 static int create_file(struct h5_sink *s, uint64_t rows, struct gpud_error *err)
 {
 	hsize_t dims[ARR_MAX_DIMS + 1];
@@ -259,10 +294,21 @@ static int create_file(struct h5_sink *s, uint64_t rows, struct gpud_error *err)
 		return gpud_fail(err, "hdf5: cannot create %s", s->path);
 	s->data = make_dataset(s->file, s->dataset, s->ftype, (int)s->shape.ndim + 1, dims);
 	s->done = make_dataset(s->file, s->done_name, H5T_STD_U8LE, 1, dims);
-	if (s->data < 0 || s->done < 0 || H5Fflush(s->file, H5F_SCOPE_GLOBAL) < 0)
+	if (s->data < 0 || s->done < 0 || (s->has_job && write_job(s->done, s->job_id) < 0) ||
+	    H5Fflush(s->file, H5F_SCOPE_GLOBAL) < 0)
 		return gpud_fail(err, "hdf5: cannot make the datasets %s and %s in %s (%llu rows)",
 				 s->dataset, s->done_name, s->path, (unsigned long long)rows);
 	s->rows = rows;
+	return 0;
+}
+
+/* The job's id, written with the datasets (a file resumed keeps what it has). */
+GPUD_EXPORT int gpud_sink_job(void *state, const struct gpud_job_info *info, struct gpud_error *err)
+{
+	struct h5_sink *s = state;
+	(void)err;
+	s->has_job = true;
+	s->job_id = info->job_id;
 	return 0;
 }
 
@@ -556,6 +602,12 @@ static int h5_open_shard(struct merge_file *f, const char *dataset, struct gpud_
 			  (unsigned long long)f->rows, hf->dataset);
 		goto fail;
 	}
+	int has = read_job(done, &f->job_id);
+	if (has < 0) {
+		gpud_fail(err, "cannot read %s's %s attribute %s", f->path, done_name, JOB_ATTR);
+		goto fail;
+	}
+	f->has_job = has == 1;
 	f->status = malloc(f->rows ? f->rows : 1);
 	if (!f->status ||
 	    H5Dread(done, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->status) < 0) {
@@ -621,6 +673,8 @@ static int h5_create(struct merge_file *f, const char *dataset, struct gpud_erro
 	s->shape = f->row;
 	s->row_bytes = arr_row_bytes(&f->row, &f->dtype);
 	s->ftype = h5_type(&f->dtype);
+	s->has_job = f->has_job;
+	s->job_id = f->job_id;
 	s->dataset = strdup(dataset ? dataset : "data");
 	if (!s->dataset || asprintf(&s->done_name, "%s_done", s->dataset) < 0 ||
 	    asprintf(&s->path, "%s.tmp-%ld", f->path, (long)getpid()) < 0) {
