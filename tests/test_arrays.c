@@ -412,3 +412,40 @@ Test(arrays, hdf5_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .t
 		       PY " -c \"import h5py; f = h5py.File('out-1.h5', 'r+'); "
 			  "del f['data_done'].attrs['gpud_job_id']\"");
 }
+
+/* An npy input cut short while the generator reads it: the tasks of the rows it lost
+ * fail naming the file (no SIGBUS: the rows are read, not mapped), every other task
+ * ends ok, every task has one outcome. */
+Test(arrays, npy_input_cut_short_while_read_fails_the_lost_rows_alone, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir, "[job]\ngpus = 0\nqueue_size = 64\njournal = off\n[worker]\nplugin = means\n"
+		    "sleep_us = 300\n[generator]\nplugin = npy\npath = in.npy\n"
+		    "[sink]\nplugin = npy\npath = out.npy\ndtype = float32\nshape = 3\n");
+	t_sh(dir,
+	     WAIT_FOR PY " -c \"import numpy as np; a = (np.arange(6000 * 3072) % 251)"
+			 ".astype(np.uint8).reshape(6000, 3072); np.save('in.npy', a); "
+			 "print(len(open('in.npy', 'rb').read()) - a.nbytes)\" > off\n"
+			 "\"$GPUD\" run job.ini --ui plain 2>err & p=$!\n"
+			 "w '[ -f out.npy.done ] && [ $(tr -cd \"\\001\" < out.npy.done | wc -c) "
+			 "-ge 101 ]'\n"
+			 "truncate -s $(( $(cat off) + 3000 * 3072 + 100 )) in.npy\n"
+			 "wait $p; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 1, "%s", t_read_in(dir, "err"));
+	cr_expect(strstr(t_read_in(dir, "err"), "in.npy was cut short while read: "), "%s",
+		  t_read_in(dir, "err"));
+	int rc = py(dir,
+		    "import numpy as np, re\n"
+		    "d = np.load('out.npy.done'); a = np.load('out.npy')\n"
+		    "assert (d[:3000] == 1).all(), np.bincount(d[:3000])\n"
+		    "assert set(np.unique(d[3000:])) <= {1, 2} and (d == 2).sum() > 0, "
+		    "np.bincount(d)\n"
+		    "src = (np.arange(6000 * 3072) % 251).astype(np.uint8).reshape(6000, 1024, 3)\n"
+		    "ok = d == 1\n"
+		    "assert np.allclose(a[ok], src[ok].mean(axis=1), atol=1e-3)\n"
+		    "err = open('err').read()\n"
+		    "m = re.search(r'(\\d+) ok, (\\d+) failed', err)\n"
+		    "assert m and int(m[1]) == ok.sum() and int(m[2]) == (d == 2).sum(), err\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+}

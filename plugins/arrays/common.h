@@ -64,12 +64,29 @@ struct arr_npy {
 	bool fortran;
 };
 
+/* A .npy header as NumPy reads it (common.c): its dict's values, any dtype. */
+struct arr_npy_head {
+	char descr[64]; /* the dtype string ('<f4', '|S10', '<M8[s]'); "" for a record */
+	bool record;    /* descr is a list of fields */
+	bool fortran;
+	unsigned ndim; /* the whole shape, rows first; sizes may be 0 */
+	uint64_t dims[ARR_MAX_DIMS + 1];
+	uint64_t data_off; /* where the data starts */
+};
+
+/* Reads fd's .npy header as NumPy does: a key given twice is its last value;
+ * fortran_order other than True or False, a shape not a tuple of integers, another key,
+ * text after the dict are refused, as NumPy refuses them. 0, or -1 with err naming
+ * `path` and what is wrong. */
+int arr_npy_parse(int fd, const char *path, struct arr_npy_head *h, struct gpud_error *err);
+
 /* Writes a .npy header (v1.0, or 2.0 when it does not fit) for (rows, *row) of `dtype`
  * at the start of fd; sets *data_off. 0, or -1 with errno. */
 int arr_npy_write_header(int fd, const struct arr_dtype *dtype, const struct arr_shape *row,
 			 uint64_t rows, uint64_t *data_off);
-/* Reads fd's .npy header. 0, or -1 with err naming `path` and what is wrong. A file
- * of rank 0 is refused (no rows). */
+/* Reads fd's .npy header (arr_npy_parse) as an array the sinks write: a dtype
+ * arr_parse_dtype takes; a file of rank 0 is refused (no rows). Sizes may be 0. 0, or
+ * -1 with err naming `path` and what is wrong. */
 int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gpud_error *err);
 
 /* PATH.done for `path`, malloc'd (NULL out of memory). */

@@ -378,8 +378,9 @@ static int npy_open_shard(struct merge_file *f, const char *dataset, struct gpud
 	}
 	if (arr_npy_read_header(nf->fd, f->path, &h, err) < 0)
 		goto fail;
-	if (h.fortran) {
-		gpud_fail(err, "%s is in Fortran order: not a shard gpud wrote", f->path);
+	if (h.fortran || h.rows == 0 || arr_row_bytes(&h.row, &h.dtype) == 0) {
+		gpud_fail(err, "%s is %s: not a shard gpud wrote", f->path,
+			  h.fortran ? "in Fortran order" : "an empty array");
 		goto fail;
 	}
 	done_fd = open(done_path, O_RDONLY | O_CLOEXEC);
