@@ -449,3 +449,51 @@ Test(arrays, npy_input_cut_short_while_read_fails_the_lost_rows_alone, .timeout 
 		    "assert m and int(m[1]) == ok.sum() and int(m[2]) == (d == 2).sum(), err\n");
 	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
 }
+
+/* The hdf5 sink on a disk that fills part way (a 10 MiB tmpfs, mounted in a mount
+ * namespace of its own): the run stops naming the system's error, and the results it
+ * says it took but are not in the file, with those the host says were not written,
+ * are every ok result the file does not mark done. Skipped in one line where no tmpfs
+ * can be mounted. */
+Test(arrays, hdf5_full_disk_names_the_error_and_the_results_lost, .timeout = 120)
+{
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	const char *dir = t_tmpdir();
+	need_python(dir, true);
+	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = rows\nfloats = 1024\n"
+		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = hdf5\n"
+		    "path = mnt/out.h5\ndtype = float32\nshape = 1024\n");
+	t_sh(dir,
+	     "mkdir mnt; unshare -m sh -c 'mount -t tmpfs -o size=10m tmpfs mnt 2>/dev/null "
+	     "|| exit 0; touch mounted; \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc; " PY
+	     " -c \"import h5py; f = h5py.File(\\\"mnt/out.h5\\\", \\\"r\\\"); "
+	     "print(int((f[\\\"data_done\\\"][:] == 1).sum()))\" > marked 2>&1' 2>/dev/null\n");
+	char *mounted = NULL;
+	cr_assert(asprintf(&mounted, "%s/mounted", dir) > 0);
+	if (access(mounted, F_OK) != 0)
+		cr_skip_test("cannot mount a 10 MiB tmpfs in a mount namespace (unshare -m needs "
+			     "root or user namespaces): no full disk to write on");
+	free(mounted);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect(strstr(err, "of data in "), "%s", err);
+	cr_expect(strstr(err, "mnt/out.h5: No space left on device; "), "%s", err);
+	long ok = -1, lost = -1, marked = t_read_long(dir, "marked");
+	const char *s = strstr(err, " tasks: ");
+	cr_expect(s && sscanf(s, " tasks: %ld ok", &ok) == 1, "%s", err);
+	s = strstr(err, "No space left on device; ");
+	cr_expect(s && sscanf(s, "No space left on device; %ld results taken before", &lost) == 1,
+		  "%s", err);
+	/* Every result taken as ok is in the file, or among those the sink says it had
+	 * taken and lost, or among those the host says the failed sink never wrote. */
+	long unwritten = 0;
+	s = strstr(err, " results could not be written");
+	while (s && s > err && s[-1] >= '0' && s[-1] <= '9')
+		s--;
+	cr_expect(s && sscanf(s, "%ld results could not be written", &unwritten) == 1, "%s", err);
+	cr_expect(marked > 0 && lost > 0, "%ld rows marked done, %ld lost: %s", marked, lost, err);
+	cr_expect_eq(ok, marked + lost + unwritten, "%ld ok: %ld marked done, %ld lost: %s", ok,
+		     marked, lost, err);
+	free(err);
+}

@@ -458,6 +458,33 @@ def test_hdf5_rows(d):
                   f"{cmd}: hdf5 {p} {ds.splitlines()[0]} refused: {text.strip()[-200:]}")
 
 
+def test_hdf5_causes(d):
+    """A read that libhdf5 refuses says why: a filter gpud's libhdf5 lacks (LZF, h5py's
+    own) fails each task naming the filter; an external link to a missing file names
+    the link, its target and the system's error."""
+    import h5py
+
+    arr = np.arange(300, dtype=np.float32).reshape(100, 3)
+    with h5py.File(os.path.join(d, "in.h5"), "w") as f:
+        f.create_dataset("lzf", data=arr, chunks=(10, 3), compression="lzf")
+        f["ext"] = h5py.ExternalLink("missing.h5", "/data")
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = lzf\n", job="journal = off\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    msgs = {m for st, m in got.values() if st == "error"}
+    check(r.returncode == 1 and len(got) == 100 and len(msgs) >= 1 and
+          all("required filter 'lzf' is not registered" in m and "in.h5" in m for m in msgs),
+          f"lzf: every task fails naming the filter it lacks (exit {r.returncode}, "
+          f"{len(got)} outcomes: {sorted(msgs)[:1]})")
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = ext\n")
+    for cmd in ("check", "run"):
+        r = run(d, cmd, "job.ini")
+        text = r.stdout + r.stderr
+        check(r.returncode == 2 and "'ext' is an external link to missing.h5:/data" in text
+              and "has no dataset" not in text,
+              f"{cmd}: an external link to a missing file says so: {text.strip()[-240:]}")
+
+
 # ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
 
 def make_jpeg_shards(d, n_shards, per_shard, corrupt=()):
@@ -600,7 +627,7 @@ def main():
     elif subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode:
         print("SKIP: hdf5: this Python has no h5py (Debian: python3-h5py)")
     else:
-        parts.append(test_hdf5_rows)
+        parts += [test_hdf5_rows, test_hdf5_causes]
     if os.environ.get("HAVE_ARCHIVE", "1") != "1" or os.environ.get("HAVE_JPEG", "1") != "1":
         print("SKIP: the image pipeline: gpud was built without libarchive or libturbojpeg")
     elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
