@@ -36,8 +36,7 @@ GPUD_PLUGIN_KEYS("path", "rows");
 
 struct npy_gen {
 	int fd;
-	const char *path; /* args' own, valid while the run is */
-	char *path_own;
+	char *path;
 	uint64_t data_off, rows, first, end, next;
 	size_t row_bytes;
 	/* Rows are read with pread, a block at a time (or straight into the task when a
@@ -184,7 +183,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		free(g);
 		return -1;
 	}
-	g->path = g->path_own = strdup(path);
+	g->path = strdup(path);
 	g->data_off = h.data_off;
 	g->rows = h.dims[0];
 	g->next = g->first;
@@ -192,9 +191,9 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		g->block = BLOCK_BYTES / g->row_bytes;
 		g->buf = malloc(g->block * g->row_bytes);
 	}
-	if (!g->path_own || (g->block && !g->buf)) {
+	if (!g->path || (g->block && !g->buf)) {
 		close(g->fd);
-		free(g->path_own);
+		free(g->path);
 		free(g->buf);
 		free(g);
 		return gpud_fail(err, "npy: out of memory");
@@ -293,6 +292,6 @@ GPUD_EXPORT void gpud_generator_close(void *state)
 	if (g->fd >= 0)
 		close(g->fd);
 	free(g->buf);
-	free(g->path_own);
+	free(g->path);
 	free(g);
 }
