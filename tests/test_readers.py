@@ -355,7 +355,7 @@ def test_npy_headers_as_numpy_reads_them(d):
                       data[:12]),
         "no_shape": ("{'descr': '<f4', 'fortran_order': False, }", data[:12]),
         "dq_keys": ('{"descr": "<u2", "fortran_order": False, "shape": (2, 3)}', data[:12]),
-        "descr_in_str": ("{'descr': '<u1', 'fortran_order': False, "
+        "plain_u1": ("{'descr': '<u1', 'fortran_order': False, "
                          "'shape': (4,), }", data[:4]),
         "not_dict": ("['descr', '<f4']", data[:12]),
         "trailing": ("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), } x",
