@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 7);
+	cr_expect_eq(GPUD_ABI_MINOR, 8);
 }
 
 /* (1.7) What a generator's next returns to fail the task of one item and go on: apart
@@ -73,6 +73,7 @@ Test(abi, struct_sizes)
 	SIZE(gpud_stats, 64);
 	SIZE(gpud_run_end, 48);
 	SIZE(gpud_resume_info, 64);
+	SIZE(gpud_job_info, 48);
 }
 
 Test(abi, offsets)

@@ -340,3 +340,160 @@ Test(arrays, hdf5_two_ranks_merged_equal_one_run_and_gaps_and_duplicates_refused
 			"def load(p):\n"
 			"    f = h5py.File(p, 'r'); return f['data'][:], f['data_done'][:]\n");
 }
+
+/* The output named as a shard (the third, or through a symlink or another path) is
+ * refused with nothing written; shards of two jobs are refused naming both files; a
+ * shard without a job id (an older gpud's) merges, with a note. */
+static void merge_refusals(const char *plugin, const char *ext, const char *strip_id)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir,
+	       "[job]\ngpus = 0\n[worker]\nplugin = rows\n[generator]\nplugin = range\n"
+	       "stop = 300\n[sink]\nplugin = %s\npath = out-{rank}.%s\ndtype = float32\n"
+	       "shape = 3\n",
+	       plugin, ext);
+	char script[4096];
+	snprintf(script, sizeof script,
+		 "for r in 0 1 2; do \"$GPUD\" run job.ini --ui off --rank $r/3 2>e$r; "
+		 "echo $? >> rc; done\n"
+		 "mkdir keep sub; cp out-2.%s* keep/; ln -s out-2.%s link.%s\n"
+		 "\"$GPUD\" merge-arrays out-2.%s out-0.%s out-1.%s out-2.%s 2>m0; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays link.%s out-0.%s out-1.%s out-2.%s 2>m1; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays sub/../out-2.%s out-0.%s out-1.%s out-2.%s 2>m2; "
+		 "echo $? >> rc\n"
+		 "for f in keep/*; do cmp -s $f ${f#keep/} || echo changed $f; done > changed\n"
+		 "ls *.tmp-* 2>/dev/null >> changed\n"
+		 /* job B: another worker key, so another job */
+		 "\"$GPUD\" run job.ini --ui off --rank 1/3 --set worker.sleep_us=0 "
+		 "--set sink.path=b-{rank}.%s 2>eb; echo $? >> rc\n"
+		 "\"$GPUD\" merge-arrays ab.%s out-0.%s b-1.%s out-2.%s 2>m3; echo $? >> rc\n"
+		 "ls ab.* 2>/dev/null >> changed\n"
+		 "%s\n"
+		 "\"$GPUD\" merge-arrays all.%s out-0.%s out-1.%s out-2.%s 2>m4; echo $? >> rc\n",
+		 ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext, ext,
+		 ext, ext, ext, ext, strip_id, ext, ext, ext, ext);
+	t_sh(dir, script);
+	cr_expect_str_eq(t_read_in(dir, "rc"), "0\n0\n0\n2\n2\n2\n0\n2\n0\n", "%s\n%s\n%s\n%s",
+			 t_read_in(dir, "m0"), t_read_in(dir, "m1"), t_read_in(dir, "m3"),
+			 t_read_in(dir, "m4"));
+	char want[256];
+	const char *m[] = {"m0", "m1", "m2"};
+	const char *out[] = {"out-2", "link", "sub/../out-2"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(want, sizeof want, "%s.%s is the output and the shard out-2.%s", out[i],
+			 ext, ext);
+		cr_expect(strstr(t_read_in(dir, m[i]), want), "%s", t_read_in(dir, m[i]));
+	}
+	cr_expect_str_eq(t_read_in(dir, "changed"), "", "a refused merge writes nothing");
+	snprintf(want, sizeof want, "out-0.%s and b-1.%s are shards of different jobs (job_id ",
+		 ext, ext);
+	cr_expect(strstr(t_read_in(dir, "m3"), want), "%s", t_read_in(dir, "m3"));
+	snprintf(want, sizeof want, "out-1.%s carries no job id", ext);
+	cr_expect(strstr(t_read_in(dir, "m4"), want), "%s", t_read_in(dir, "m4"));
+	cr_expect(strstr(t_read_in(dir, "m4"), "300 rows from 3 shards"), "%s",
+		  t_read_in(dir, "m4"));
+}
+
+Test(arrays, npy_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .timeout = 120)
+{
+	/* An older gpud's done record: the rows' bytes and nothing after them. */
+	merge_refusals("npy", "npy",
+		       "python3 -c \"import sys; p = 'out-1.npy.done'; b = open(p, 'rb').read(); "
+		       "n = 10 + b[8] + 256 * b[9] + 300; open(p, 'wb').write(b[:n])\"");
+}
+
+Test(arrays, hdf5_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .timeout = 120)
+{
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	const char *dir = t_tmpdir();
+	need_python(dir, true);
+	merge_refusals("hdf5", "h5",
+		       PY " -c \"import h5py; f = h5py.File('out-1.h5', 'r+'); "
+			  "del f['data_done'].attrs['gpud_job_id']\"");
+}
+
+/* An npy input cut short while the generator reads it: the tasks of the rows it lost
+ * fail naming the file (no SIGBUS: the rows are read, not mapped), every other task
+ * ends ok, every task has one outcome. */
+Test(arrays, npy_input_cut_short_while_read_fails_the_lost_rows_alone, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	need_python(dir, false);
+	t_jobf(dir, "[job]\ngpus = 0\nqueue_size = 64\njournal = off\n[worker]\nplugin = means\n"
+		    "sleep_us = 300\n[generator]\nplugin = npy\npath = in.npy\n"
+		    "[sink]\nplugin = npy\npath = out.npy\ndtype = float32\nshape = 3\n");
+	t_sh(dir,
+	     WAIT_FOR PY " -c \"import numpy as np; a = (np.arange(6000 * 3072) % 251)"
+			 ".astype(np.uint8).reshape(6000, 3072); np.save('in.npy', a); "
+			 "print(len(open('in.npy', 'rb').read()) - a.nbytes)\" > off\n"
+			 "\"$GPUD\" run job.ini --ui plain 2>err & p=$!\n"
+			 "w '[ -f out.npy.done ] && [ $(tr -cd \"\\001\" < out.npy.done | wc -c) "
+			 "-ge 101 ]'\n"
+			 "truncate -s $(( $(cat off) + 3000 * 3072 + 100 )) in.npy\n"
+			 "wait $p; echo $? > rc\n");
+	cr_expect_eq(t_read_long(dir, "rc"), 1, "%s", t_read_in(dir, "err"));
+	cr_expect(strstr(t_read_in(dir, "err"), "in.npy was cut short while read: "), "%s",
+		  t_read_in(dir, "err"));
+	int rc = py(dir,
+		    "import numpy as np, re\n"
+		    "d = np.load('out.npy.done'); a = np.load('out.npy')\n"
+		    "assert (d[:3000] == 1).all(), np.bincount(d[:3000])\n"
+		    "assert set(np.unique(d[3000:])) <= {1, 2} and (d == 2).sum() > 0, "
+		    "np.bincount(d)\n"
+		    "src = (np.arange(6000 * 3072) % 251).astype(np.uint8).reshape(6000, 1024, 3)\n"
+		    "ok = d == 1\n"
+		    "assert np.allclose(a[ok], src[ok].mean(axis=1), atol=1e-3)\n"
+		    "err = open('err').read()\n"
+		    "m = re.search(r'(\\d+) ok, (\\d+) failed', err)\n"
+		    "assert m and int(m[1]) == ok.sum() and int(m[2]) == (d == 2).sum(), err\n");
+	cr_expect_eq(rc, 0, "%s", t_read_in(dir, "py"));
+}
+
+/* The hdf5 sink on a disk that fills part way (a 10 MiB tmpfs, mounted in a mount
+ * namespace of its own): the run stops naming the system's error, and the results it
+ * says it took but are not in the file, with those the host says were not written,
+ * are every ok result the file does not mark done. Skipped in one line where no tmpfs
+ * can be mounted. */
+Test(arrays, hdf5_full_disk_names_the_error_and_the_results_lost, .timeout = 120)
+{
+	if (!have_hdf5())
+		cr_skip_test("gpud was built without libhdf5: no hdf5 sink");
+	const char *dir = t_tmpdir();
+	need_python(dir, true);
+	t_jobf(dir, "[job]\ngpus = 0\njournal = off\n[worker]\nplugin = rows\nfloats = 1024\n"
+		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = hdf5\n"
+		    "path = mnt/out.h5\ndtype = float32\nshape = 1024\n");
+	t_sh(dir,
+	     "mkdir mnt; unshare -m sh -c 'mount -t tmpfs -o size=10m tmpfs mnt 2>/dev/null "
+	     "|| exit 0; touch mounted; \"$GPUD\" run job.ini --ui off 2>err; echo $? > rc; " PY
+	     " -c \"import h5py; f = h5py.File(\\\"mnt/out.h5\\\", \\\"r\\\"); "
+	     "print(int((f[\\\"data_done\\\"][:] == 1).sum()))\" > marked 2>&1' 2>/dev/null\n");
+	char *mounted = NULL;
+	cr_assert(asprintf(&mounted, "%s/mounted", dir) > 0);
+	if (access(mounted, F_OK) != 0)
+		cr_skip_test("cannot mount a 10 MiB tmpfs in a mount namespace (unshare -m needs "
+			     "root or user namespaces): no full disk to write on");
+	free(mounted);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(t_read_long(dir, "rc"), 3, "%s", err);
+	cr_expect(strstr(err, "of data in "), "%s", err);
+	cr_expect(strstr(err, "mnt/out.h5: No space left on device; "), "%s", err);
+	long ok = -1, lost = -1, marked = t_read_long(dir, "marked");
+	const char *s = strstr(err, " tasks: ");
+	cr_expect(s && sscanf(s, " tasks: %ld ok", &ok) == 1, "%s", err);
+	s = strstr(err, "No space left on device; ");
+	cr_expect(s && sscanf(s, "No space left on device; %ld results taken before", &lost) == 1,
+		  "%s", err);
+	/* Every result taken as ok is in the file, or among those the sink says it had
+	 * taken and lost, or among those the host says the failed sink never wrote. */
+	long unwritten = 0;
+	s = strstr(err, " results could not be written");
+	while (s && s > err && s[-1] >= '0' && s[-1] <= '9')
+		s--;
+	cr_expect(s && sscanf(s, "%ld results could not be written", &unwritten) == 1, "%s", err);
+	cr_expect(marked > 0 && lost > 0, "%ld rows marked done, %ld lost: %s", marked, lost, err);
+	cr_expect_eq(ok, marked + lost + unwritten, "%ld ok: %ld marked done, %ld lost: %s", ok,
+		     marked, lost, err);
+	free(err);
+}

@@ -326,6 +326,80 @@ def test_npy_refused(d):
                   f"{cmd}: {name}.npy refused, naming it: {text.strip()[-200:]}")
 
 
+def raw_npy(path, header, data, version=1):
+    """A .npy file with `header` (the dict's text) as it is, padded as NumPy pads it."""
+    pre = 10 if version == 1 else 12
+    text = header + " " * ((64 - (pre + len(header) + 1) % 64) % 64) + "\n"
+    size = len(text).to_bytes(2 if version == 1 else 4, "little")
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY" + bytes([version, 0]) + size + text.encode("latin1") + data)
+
+
+def test_npy_headers_as_numpy_reads_them(d):
+    """Crafted headers: gpud reads each as NumPy does (the same rows, byte for byte) or,
+    where NumPy refuses it, refuses it too, naming the file; zero-size arrays and
+    float128 as NumPy gives them."""
+    data = bytes(range(48))
+    cases = {
+        "dup_descr": ("{'descr': '<i2', 'fortran_order': False, 'shape': (3,), "
+                      "'descr': '<f4', }", data[:12]),
+        "dup_shape": ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), "
+                      "'shape': (4,), }", data[:16]),
+        "dup_fortran": ("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), "
+                        "'fortran_order': False, }", data[:24]),
+        "fortran_1": ("{'descr': '<f4', 'fortran_order': 1, 'shape': (3,), }", data[:12]),
+        "fortran_0": ("{'descr': '<f4', 'fortran_order': 0, 'shape': (3,), }", data[:12]),
+        "shape_int": ("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }", data[:12]),
+        "shape_list": ("{'descr': '<f4', 'fortran_order': False, 'shape': [3], }", data[:12]),
+        "extra_key": ("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1, }",
+                      data[:12]),
+        "no_shape": ("{'descr': '<f4', 'fortran_order': False, }", data[:12]),
+        "dq_keys": ('{"descr": "<u2", "fortran_order": False, "shape": (2, 3)}', data[:12]),
+        "plain_u1": ("{'descr': '<u1', 'fortran_order': False, "
+                         "'shape': (4,), }", data[:4]),
+        "not_dict": ("['descr', '<f4']", data[:12]),
+        "trailing": ("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), } x",
+                     data[:12]),
+        "zero_rows": ("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", b""),
+        "zero_cols": ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 0), }", b""),
+    }
+    for name, (header, raw) in cases.items():
+        raw_npy(os.path.join(d, f"{name}.npy"), header, raw)
+    np.save(os.path.join(d, "f128.npy"), np.arange(6, dtype=np.longdouble).reshape(3, 2))
+    np.save(os.path.join(d, "c256.npy"), np.arange(4, dtype=np.clongdouble))
+    # NumPy 1.24 takes (-3,) as 3 elements (count -3 reads them all): not a shape; gpud
+    # refuses it, saying so.
+    raw_npy(os.path.join(d, "shape_neg.npy"),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }", data[:12])
+    write_job(d, "plugin = npy\npath = shape_neg.npy\n", job="journal = off\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    check(r.returncode == 2 and "shape_neg.npy: its .npy header's shape has a negative size"
+          in r.stderr, f"shape_neg refused: {r.stderr.strip()[-200:]}")
+    for name in list(cases) + ["f128", "c256"]:
+        path = os.path.join(d, f"{name}.npy")
+        try:
+            arr = np.load(path)
+            why = None
+        except Exception as e:  # NumPy refuses it: gpud must too
+            arr, why = None, f"{type(e).__name__}: {e}"
+        write_job(d, f"plugin = npy\npath = {name}.npy\n", job="journal = off\n")
+        r = run(d, "run", "job.ini", "--ui", "off")
+        said = r.stdout + r.stderr
+        if arr is None:
+            check(r.returncode == 2 and f"{name}.npy" in said and "Traceback" not in said,
+                  f"{name}: NumPy refuses it ({why}); gpud too, naming it (exit "
+                  f"{r.returncode}: {said.strip()[-200:]})")
+            continue
+        got = outcomes(os.path.join(d, "out.jsonl")) if r.returncode == 0 else {}
+        same = r.returncode == 0 and len(got) == len(arr) and all(
+            got.get(i) == ("ok", arr[i:i + 1].tobytes()) for i in range(len(arr)))
+        check(same, f"{name}: read as NumPy reads it, {arr.dtype.str}{arr.shape}: "
+              f"{len(arr)} tasks, each row byte for byte (exit {r.returncode}, "
+              f"{len(got)} outcomes: {said.strip()[-200:]})")
+        r = run(d, "check", "job.ini")
+        check(r.returncode == 0, f"{name}: gpud check takes it (exit {r.returncode})")
+
+
 # ---- hdf5 ----
 
 def test_hdf5_rows(d):
@@ -382,6 +456,33 @@ def test_hdf5_rows(d):
             text = r.stdout + r.stderr
             check(r.returncode != 0 and said in text and p in text,
                   f"{cmd}: hdf5 {p} {ds.splitlines()[0]} refused: {text.strip()[-200:]}")
+
+
+def test_hdf5_causes(d):
+    """A read that libhdf5 refuses says why: a filter gpud's libhdf5 lacks (LZF, h5py's
+    own) fails each task naming the filter; an external link to a missing file names
+    the link, its target and the system's error."""
+    import h5py
+
+    arr = np.arange(300, dtype=np.float32).reshape(100, 3)
+    with h5py.File(os.path.join(d, "in.h5"), "w") as f:
+        f.create_dataset("lzf", data=arr, chunks=(10, 3), compression="lzf")
+        f["ext"] = h5py.ExternalLink("missing.h5", "/data")
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = lzf\n", job="journal = off\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    msgs = {m for st, m in got.values() if st == "error"}
+    check(r.returncode == 1 and len(got) == 100 and len(msgs) >= 1 and
+          all("required filter 'lzf' is not registered" in m and "in.h5" in m for m in msgs),
+          f"lzf: every task fails naming the filter it lacks (exit {r.returncode}, "
+          f"{len(got)} outcomes: {sorted(msgs)[:1]})")
+    write_job(d, "plugin = hdf5\npath = in.h5\ndataset = ext\n")
+    for cmd in ("check", "run"):
+        r = run(d, cmd, "job.ini")
+        text = r.stdout + r.stderr
+        check(r.returncode == 2 and "'ext' is an external link to missing.h5:/data" in text
+              and "has no dataset" not in text,
+              f"{cmd}: an external link to a missing file says so: {text.strip()[-240:]}")
 
 
 # ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
@@ -519,13 +620,14 @@ def main():
                   test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check]
     else:
         print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
-    parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused]
+    parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused,
+              test_npy_headers_as_numpy_reads_them]
     if os.environ.get("HAVE_HDF5", "1") != "1":
         print("SKIP: hdf5: gpud was built without libhdf5 (Debian: libhdf5-dev)")
     elif subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode:
         print("SKIP: hdf5: this Python has no h5py (Debian: python3-h5py)")
     else:
-        parts.append(test_hdf5_rows)
+        parts += [test_hdf5_rows, test_hdf5_causes]
     if os.environ.get("HAVE_ARCHIVE", "1") != "1" or os.environ.get("HAVE_JPEG", "1") != "1":
         print("SKIP: the image pipeline: gpud was built without libarchive or libjpeg")
     elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
@@ -536,6 +638,9 @@ def main():
             parts.append(test_images_example)
         else:
             print("SKIP: docs/images-to-array.md's example: gpud was built without the python plugins")
+    # Names given: only the parts whose names hold one of them (a run by hand).
+    if len(sys.argv) > 1:
+        parts = [p for p in parts if any(a in p.__name__ for a in sys.argv[1:])]
     for part in parts:
         d = tempfile.mkdtemp(prefix="gpud-readers-")
         try:

@@ -23,7 +23,8 @@ struct gpud_array_merge_call {
 	const char *const *shards;
 	size_t n_shards;
 	const char *dataset; /* hdf5: the dataset, NULL: "data" */
-	/* A message at a GPUD_LOG_* level (gpud.h): 0 error, 2 the summary. */
+	/* A message at a GPUD_LOG_* level (gpud.h): 0 error, 1 a note (a shard naming no
+	 * job), 2 the summary. */
 	void (*say)(void *ctx, int level, const char *line);
 	void *say_ctx;
 	/* Filled by the merge. */

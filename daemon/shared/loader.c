@@ -75,6 +75,8 @@ static void resolve(struct plugin *pl)
 			SYM(pl, sink.tasks, "gpud_sink_tasks");
 			pl->sink.fail_task = true;
 		}
+		if (minor >= 8)
+			SYM(pl, sink.job, "gpud_sink_job");
 		break;
 	}
 }

@@ -47,6 +47,8 @@ struct sink_ops {
 	int (*resumed)(void *state, const struct gpud_resume_info *info,
 		       struct gpud_error *err);                           /* optional, 1.3 */
 	int (*tasks)(void *state, int64_t total, struct gpud_error *err); /* optional, 1.6 */
+	int (*job)(void *state, const struct gpud_job_info *info,
+		   struct gpud_error *err); /* optional, 1.8 */
 	bool fail_task;      /* 1.6: GPUD_SINK_TASK_FAILED from event fails the task */
 	bool calling_thread; /* GPUD_SINK_CALLING_THREAD (gpud.h): in-process sinks only */
 	bool no_input;       /* GPUD_SINK_NO_INPUT (gpud.h): in-process sinks only */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpud plugin ABI, version 1.7 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
+ * gpud plugin ABI, version 1.8 (1.1 added GPUD_GPU_RETIRED, gpud_plugin_description,
  * gpud_worker_info.flags and batch_size, gpud_task_fatal; 1.2 added gpud_plugin_keys,
  * gpud_generator_check, gpud_sink_check, gpud_task_reject, worker plugins that export
  * only gpud_worker_process_batch, gpud_generator_skip and gpud_sink_resume; 1.3 added
@@ -13,7 +13,8 @@
  * gpud_worker_interrupt, GPUD_TASK_TIMED_OUT and gpud_task_timed_out, with which a
  * worker ends a call that ran past task_timeout itself and keeps its state; 1.6 added
  * gpud_sink_tasks and GPUD_SINK_TASK_FAILED; 1.7 added GPUD_GENERATOR_TASK_FAILED, with
- * which a generator fails one task and goes on).
+ * which a generator fails one task and goes on; 1.8 added gpud_sink_job and struct
+ * gpud_job_info, the job's identity over its ranks).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -66,7 +67,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 7
+#define GPUD_ABI_MINOR 8
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -541,6 +542,26 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 GPUD_EXPORT void gpud_generator_close(void *state);
 /** Optional. The number of items the generator will yield, or -1 when unknown. */
 GPUD_EXPORT int64_t gpud_generator_total(void *state);
+/** (ABI 1.8) Which job, and which share of it, a run is, given to gpud_sink_job. Host
+ *  memory, valid during the call. */
+struct gpud_job_info {
+	uint64_t job_id;   /* the same for every rank of one job and differing between jobs:
+			    * a hash of the worker's, the stages' and the generator's plugins
+			    * and keys as written ({rank} not put in) and base_seed; the
+			    * `job_id` of --stats-json */
+	uint32_t rank;     /* this run's rank, 0-based */
+	uint32_t ranks;    /* the job's ranks (1 without ranks) */
+	void *reserved[4]; /* NULL; room for later ABI minors */
+};
+
+/** Optional (ABI 1.8). Called once, right after the sink opened (gpud_sink_open or
+ *  gpud_sink_resume) and before gpud_sink_tasks, gpud_sink_resumed and any event, with
+ *  the job's identity: a sink whose ranks' outputs are joined later (an array shard per
+ *  rank) records job_id in them, so that outputs of two jobs are not taken for one.
+ *  0, or -1 with err (the run stops before any task runs, exit 2). */
+GPUD_EXPORT int gpud_sink_job(void *state, const struct gpud_job_info *info,
+			      struct gpud_error *err);
+
 /** Optional (ABI 1.2). Called by `gpud check` instead of open: validates the arguments
  *  and whatever they name (an input file readable, a folder listable) WITHOUT side
  *  effects: it creates, truncates and consumes nothing (it must not read a pipe or

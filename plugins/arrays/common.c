@@ -213,28 +213,289 @@ int arr_npy_write_header(int fd, const struct arr_dtype *dtype, const struct arr
 	return 0;
 }
 
-/* The value after `'key':` in a header dict, or NULL. */
-static const char *dict_value(const char *dict, const char *key)
+/* ---- .npy headers, read as NumPy reads them ----
+ *
+ * NumPy evaluates a header's text as a Python literal (ast.literal_eval) and then wants
+ * a dict of exactly descr, fortran_order and shape: a key given twice is its last value,
+ * fortran_order must be True or False, shape a tuple of ints. The parser below reads the
+ * literals a header can hold (strings, True/False/None, integers, tuples and lists of
+ * them, nested) and refuses the rest, naming what it found. */
+
+struct lit {
+	char kind;     /* 's' string, 'b' bool, 'n' None, 'i' int, 't' tuple, 'l' list */
+	bool truth;    /* 'b' */
+	bool long_str; /* 's' longer than str holds */
+	bool neg;      /* 'i': below zero */
+	bool all_int;  /* 't', 'l': every item an int */
+	bool too_many; /* 't', 'l': more items than items holds */
+	char str[64];  /* 's' */
+	uint64_t ival; /* 'i': its magnitude */
+	unsigned n;    /* 't', 'l': items */
+	uint64_t items[ARR_MAX_DIMS + 1];
+	bool items_neg; /* 't', 'l': an int item below zero */
+};
+
+struct lexer {
+	const char *p, *end;
+	const char *what; /* why it stopped, for the message */
+};
+
+static void lex_ws(struct lexer *lx)
 {
-	char pat[32];
-	snprintf(pat, sizeof pat, "'%s':", key);
-	const char *p = strstr(dict, pat);
-	if (!p) {
-		snprintf(pat, sizeof pat, "\"%s\":", key);
-		p = strstr(dict, pat);
-	}
-	if (!p)
-		return NULL;
-	p += strlen(pat);
-	while (*p == ' ')
-		p++;
-	return p;
+	while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\n' ||
+				   *lx->p == '\r' || *lx->p == '\f' || *lx->p == '\v'))
+		lx->p++;
 }
 
-int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gpud_error *err)
+static int lex_fail(struct lexer *lx, const char *what)
+{
+	lx->what = what;
+	return -1;
+}
+
+static int lit_parse(struct lexer *lx, struct lit *v, int depth);
+
+static int lit_string(struct lexer *lx, struct lit *v)
+{
+	char q = *lx->p++;
+	size_t n = 0;
+	v->kind = 's';
+	for (;;) {
+		if (lx->p >= lx->end || *lx->p == '\n')
+			return lex_fail(lx, "a string without its closing quote");
+		char c = *lx->p++;
+		if (c == q)
+			break;
+		if (c == '\\')
+			return lex_fail(lx, "an escape in a string (not in a header NumPy writes)");
+		if (n + 1 < sizeof v->str)
+			v->str[n++] = c;
+		else
+			v->long_str = true;
+	}
+	v->str[n] = '\0';
+	return 0;
+}
+
+static int lit_number(struct lexer *lx, struct lit *v)
+{
+	v->kind = 'i';
+	if (*lx->p == '-' || *lx->p == '+')
+		v->neg = *lx->p++ == '-';
+	if (lx->p >= lx->end || *lx->p < '0' || *lx->p > '9')
+		return lex_fail(lx, "a sign without a number");
+	uint64_t x = 0;
+	while (lx->p < lx->end && *lx->p >= '0' && *lx->p <= '9') {
+		if (x > (UINT64_MAX - 9) / 10)
+			return lex_fail(lx, "an integer too large");
+		x = x * 10 + (uint64_t)(*lx->p++ - '0');
+	}
+	if (lx->p < lx->end && (isalnum((unsigned char)*lx->p) || *lx->p == '.' || *lx->p == '_'))
+		return lex_fail(lx, "a number that is not a plain integer");
+	v->ival = x;
+	v->neg = v->neg && x;
+	return 0;
+}
+
+/* ( ... ) or [ ... ]: a tuple or list; "(x)" without a comma is x itself, as Python
+ * reads it. */
+static int lit_sequence(struct lexer *lx, struct lit *v, int depth)
+{
+	char close = *lx->p++ == '(' ? ')' : ']';
+	struct lit item;
+	bool comma = false;
+	v->kind = close == ')' ? 't' : 'l';
+	v->all_int = true;
+	for (;;) {
+		lex_ws(lx);
+		if (lx->p < lx->end && *lx->p == close) {
+			lx->p++;
+			break;
+		}
+		memset(&item, 0, sizeof item);
+		if (lit_parse(lx, &item, depth + 1) < 0)
+			return -1;
+		if (close == ')' && v->n == 0) { /* kept, in case it is "(x)" */
+			lex_ws(lx);
+			if (lx->p < lx->end && *lx->p == ')') {
+				lx->p++;
+				*v = item;
+				return 0;
+			}
+		}
+		if (item.kind != 'i')
+			v->all_int = false;
+		else if (v->n < ARR_MAX_DIMS + 1)
+			v->items[v->n] = item.ival;
+		if (item.kind == 'i' && item.neg)
+			v->items_neg = true;
+		if (v->n == ARR_MAX_DIMS + 1)
+			v->too_many = true;
+		else
+			v->n++;
+		lex_ws(lx);
+		comma = lx->p < lx->end && *lx->p == ',';
+		if (comma)
+			lx->p++;
+		else if (lx->p >= lx->end || *lx->p != close)
+			return lex_fail(lx, close == ')' ? "a tuple without its ')'"
+							 : "a list without its ']'");
+	}
+	(void)comma;
+	return 0;
+}
+
+static int lit_parse(struct lexer *lx, struct lit *v, int depth)
+{
+	lex_ws(lx);
+	if (depth > 8)
+		return lex_fail(lx, "values nested too deep");
+	if (lx->p >= lx->end)
+		return lex_fail(lx, "a value missing");
+	char c = *lx->p;
+	if (c == '\'' || c == '"')
+		return lit_string(lx, v);
+	if (c == '(' || c == '[')
+		return lit_sequence(lx, v, depth);
+	if (c == '-' || c == '+' || (c >= '0' && c <= '9'))
+		return lit_number(lx, v);
+	static const struct {
+		const char *word;
+		char kind;
+		bool truth;
+	} words[] = {{"True", 'b', true}, {"False", 'b', false}, {"None", 'n', false}};
+	for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+		size_t n = strlen(words[i].word);
+		if ((size_t)(lx->end - lx->p) >= n && memcmp(lx->p, words[i].word, n) == 0 &&
+		    ((size_t)(lx->end - lx->p) == n ||
+		     !(isalnum((unsigned char)lx->p[n]) || lx->p[n] == '_'))) {
+			lx->p += n;
+			v->kind = words[i].kind;
+			v->truth = words[i].truth;
+			return 0;
+		}
+	}
+	return lex_fail(lx, "a value that is not a string, number, True, False, None, tuple "
+			    "or list");
+}
+
+/* What a lit is, for a message: "1", "'x'", "a list". */
+static const char *lit_str(const struct lit *v, char *buf, size_t len)
+{
+	switch (v->kind) {
+	case 'i':
+		snprintf(buf, len, "%s%llu", v->neg ? "-" : "", (unsigned long long)v->ival);
+		break;
+	case 's':
+		snprintf(buf, len, "'%s%s'", v->str, v->long_str ? "..." : "");
+		break;
+	case 'n':
+		snprintf(buf, len, "None");
+		break;
+	case 'b':
+		snprintf(buf, len, "%s", v->truth ? "True" : "False");
+		break;
+	default:
+		snprintf(buf, len, "a %s", v->kind == 't' ? "tuple" : "list");
+	}
+	return buf;
+}
+
+/* The dict of a header's text: descr, fortran_order and shape, each its last value. */
+static int parse_dict(const char *dict, size_t len, const char *path, struct arr_npy_head *h,
+		      struct gpud_error *err)
+{
+	struct lexer lx = {dict, dict + len, NULL};
+	struct lit key, val, descr = {0}, fortran = {0}, shape = {0};
+	char a[96];
+	lex_ws(&lx);
+	if (lx.p >= lx.end || *lx.p != '{')
+		return gpud_fail(err, "%s: its .npy header is not a dict (NumPy refuses it too)",
+				 path);
+	lx.p++;
+	for (;;) {
+		lex_ws(&lx);
+		if (lx.p < lx.end && *lx.p == '}') {
+			lx.p++;
+			break;
+		}
+		memset(&key, 0, sizeof key);
+		memset(&val, 0, sizeof val);
+		if (lit_parse(&lx, &key, 1) < 0)
+			goto syntax;
+		lex_ws(&lx);
+		if (lx.p >= lx.end || *lx.p != ':') {
+			lx.what = "a key without ':'";
+			goto syntax;
+		}
+		lx.p++;
+		if (lit_parse(&lx, &val, 1) < 0)
+			goto syntax;
+		/* A key given again replaces its value, as in a Python dict. */
+		if (key.kind == 's' && strcmp(key.str, "descr") == 0)
+			descr = val;
+		else if (key.kind == 's' && strcmp(key.str, "fortran_order") == 0)
+			fortran = val;
+		else if (key.kind == 's' && strcmp(key.str, "shape") == 0)
+			shape = val;
+		else
+			return gpud_fail(err,
+					 "%s: its .npy header has the key %s: NumPy reads only "
+					 "descr, fortran_order and shape (and refuses it too)",
+					 path, lit_str(&key, a, sizeof a));
+		lex_ws(&lx);
+		if (lx.p < lx.end && *lx.p == ',')
+			lx.p++;
+		else if (lx.p >= lx.end || *lx.p != '}') {
+			lx.what = "a dict without its '}'";
+			goto syntax;
+		}
+	}
+	lex_ws(&lx);
+	if (lx.p < lx.end && *lx.p != '\0') {
+		lx.what = "text after the dict";
+		goto syntax;
+	}
+	if (!descr.kind || !fortran.kind || !shape.kind)
+		return gpud_fail(err, "%s: its .npy header lacks %s (NumPy refuses it too)", path,
+				 !descr.kind     ? "descr"
+				 : !fortran.kind ? "fortran_order"
+						 : "shape");
+	if (fortran.kind != 'b')
+		return gpud_fail(err,
+				 "%s: its .npy header's fortran_order is %s, not True or False "
+				 "(NumPy refuses it too)",
+				 path, lit_str(&fortran, a, sizeof a));
+	if (shape.kind != 't' || !shape.all_int)
+		return gpud_fail(err,
+				 "%s: its .npy header's shape is %s, not a tuple of integers "
+				 "(NumPy refuses it too)",
+				 path, lit_str(&shape, a, sizeof a));
+	if (shape.items_neg)
+		return gpud_fail(err, "%s: its .npy header's shape has a negative size", path);
+	if (shape.too_many)
+		return gpud_fail(err, "%s: its .npy header's shape has more than %d sizes", path,
+				 ARR_MAX_DIMS + 1);
+	if (descr.kind == 'l') {
+		h->record = true;
+	} else if (descr.kind != 's' || descr.long_str || !descr.str[0]) {
+		return gpud_fail(err, "%s: its .npy header's descr is %s, not a dtype gpud reads",
+				 path, lit_str(&descr, a, sizeof a));
+	}
+	snprintf(h->descr, sizeof h->descr, "%s", descr.kind == 's' ? descr.str : "");
+	h->fortran = fortran.truth;
+	h->ndim = shape.n;
+	memcpy(h->dims, shape.items, shape.n * sizeof *h->dims);
+	return 0;
+syntax:
+	return gpud_fail(err, "%s: its .npy header is not one NumPy reads: %s at byte %zu of it",
+			 path, lx.what ? lx.what : "a syntax error", (size_t)(lx.p - dict));
+}
+
+int arr_npy_parse(int fd, const char *path, struct arr_npy_head *h, struct gpud_error *err)
 {
 	unsigned char pre[12];
-	memset(out, 0, sizeof *out);
+	memset(h, 0, sizeof *h);
 	if (arr_pread_all(fd, pre, sizeof pre, 0) < 0 || memcmp(pre, "\x93NUMPY", 6) != 0)
 		return gpud_fail(err, "%s is not a .npy file (no \\x93NUMPY magic)", path);
 	uint64_t hlen, start;
@@ -260,51 +521,33 @@ int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gp
 		return gpud_fail(err, "%s: its .npy header is cut short", path);
 	}
 	dict[hlen] = '\0';
-	int rc = -1;
-	const char *d = dict_value(dict, "descr"), *f = dict_value(dict, "fortran_order"),
-		   *s = dict_value(dict, "shape");
-	char descr[16] = "";
-	if (!d || !f || !s || (*d != '\'' && *d != '"')) {
-		gpud_fail(err, "%s: its .npy header lacks descr, fortran_order or shape", path);
-		goto out;
-	}
-	const char *q = strchr(d + 1, *d);
-	if (!q || q - d - 1 >= (long)sizeof descr) {
-		gpud_fail(err, "%s: its .npy header's descr is not a simple dtype", path);
-		goto out;
-	}
-	memcpy(descr, d + 1, (size_t)(q - d - 1));
-	if (arr_parse_dtype(path, descr, &out->dtype, err) < 0)
-		goto out;
-	out->fortran = strncmp(f, "True", 4) == 0;
-	const char *e = strchr(s, ')');
-	if (*s != '(' || !e) {
-		gpud_fail(err, "%s: its .npy header's shape is not a tuple", path);
-		goto out;
-	}
-	char tuple[512];
-	size_t tl = (size_t)(e - s + 1);
-	if (tl >= sizeof tuple) {
-		gpud_fail(err, "%s: its .npy header's shape is too long", path);
-		goto out;
-	}
-	memcpy(tuple, s, tl);
-	tuple[tl] = '\0';
-	struct arr_shape all;
-	if (arr_parse_shape(path, tuple, &all, err) < 0)
-		goto out;
-	if (all.ndim == 0) {
-		gpud_fail(err, "%s holds a scalar, not rows", path);
-		goto out;
-	}
-	out->rows = all.dims[0];
-	out->row.ndim = all.ndim - 1;
-	memcpy(out->row.dims, all.dims + 1, out->row.ndim * sizeof *all.dims);
-	out->data_off = start + hlen;
-	rc = 0;
-out:
+	int rc = parse_dict(dict, hlen, path, h, err);
 	free(dict);
+	h->data_off = start + hlen;
 	return rc;
+}
+
+int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gpud_error *err)
+{
+	struct arr_npy_head h;
+	memset(out, 0, sizeof *out);
+	if (arr_npy_parse(fd, path, &h, err) < 0)
+		return -1;
+	if (h.record)
+		return gpud_fail(err, "%s has a record dtype (named fields)", path);
+	if (arr_parse_dtype(path, h.descr, &out->dtype, err) < 0)
+		return -1;
+	if (h.ndim == 0)
+		return gpud_fail(err, "%s holds a scalar, not rows", path);
+	if (h.ndim - 1 > ARR_MAX_DIMS)
+		return gpud_fail(err, "%s: its .npy header's shape has more than %d sizes", path,
+				 ARR_MAX_DIMS + 1);
+	out->fortran = h.fortran;
+	out->rows = h.dims[0];
+	out->row.ndim = h.ndim - 1;
+	memcpy(out->row.dims, h.dims + 1, out->row.ndim * sizeof *h.dims);
+	out->data_off = h.data_off;
+	return 0;
 }
 
 char *arr_done_path(const char *path)
@@ -366,4 +609,34 @@ uint8_t *arr_done_read(int fd, const char *path, uint64_t rows, uint64_t data_of
 		return NULL;
 	}
 	return b;
+}
+
+int arr_done_write_job(int fd, uint64_t data_off, uint64_t rows, uint64_t job_id)
+{
+	char line[ARR_JOB_LINE + 1];
+	snprintf(line, sizeof line, "\ngpud job_id %016llx\n", (unsigned long long)job_id);
+	if (arr_pwrite_all(fd, line, ARR_JOB_LINE, data_off + rows) < 0 ||
+	    ftruncate(fd, (off_t)(data_off + rows + ARR_JOB_LINE)) < 0)
+		return -1;
+	return 0;
+}
+
+int arr_done_read_job(int fd, uint64_t data_off, uint64_t rows, uint64_t *job_id)
+{
+	char line[ARR_JOB_LINE + 1];
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -1;
+	if ((uint64_t)st.st_size < data_off + rows + ARR_JOB_LINE)
+		return 0;
+	if (arr_pread_all(fd, line, ARR_JOB_LINE, data_off + rows) < 0)
+		return -1;
+	line[ARR_JOB_LINE] = '\0';
+	unsigned long long v;
+	char end;
+	if (memcmp(line, "\ngpud job_id ", 13) != 0 ||
+	    sscanf(line + 13, "%16llx%c", &v, &end) != 2 || end != '\n')
+		return 0;
+	*job_id = v;
+	return 1;
 }

@@ -8,6 +8,11 @@
  * 3 timeout. A row's byte is written only after the row itself was, so a byte of 1
  * always means the row is there; a row without one may hold anything a killed run
  * left, and is written again when its task runs again.
+ *
+ * After the rows' bytes the record ends with one line naming the job it belongs to,
+ * "\ngpud job_id 0123456789abcdef\n" (gpud_sink_job's job_id, the same for every rank
+ * of a job): NumPy reads the rows and ignores what follows them. A record without it
+ * was written by a gpud before ABI 1.8.
  */
 #ifndef GPUD_PLUGINS_ARRAYS_COMMON_H
 #define GPUD_PLUGINS_ARRAYS_COMMON_H
@@ -59,12 +64,29 @@ struct arr_npy {
 	bool fortran;
 };
 
+/* A .npy header as NumPy reads it (common.c): its dict's values, any dtype. */
+struct arr_npy_head {
+	char descr[64]; /* the dtype string ('<f4', '|S10', '<M8[s]'); "" for a record */
+	bool record;    /* descr is a list of fields */
+	bool fortran;
+	unsigned ndim; /* the whole shape, rows first; sizes may be 0 */
+	uint64_t dims[ARR_MAX_DIMS + 1];
+	uint64_t data_off; /* where the data starts */
+};
+
+/* Reads fd's .npy header as NumPy does: a key given twice is its last value;
+ * fortran_order other than True or False, a shape not a tuple of integers, another key,
+ * text after the dict are refused, as NumPy refuses them. 0, or -1 with err naming
+ * `path` and what is wrong. */
+int arr_npy_parse(int fd, const char *path, struct arr_npy_head *h, struct gpud_error *err);
+
 /* Writes a .npy header (v1.0, or 2.0 when it does not fit) for (rows, *row) of `dtype`
  * at the start of fd; sets *data_off. 0, or -1 with errno. */
 int arr_npy_write_header(int fd, const struct arr_dtype *dtype, const struct arr_shape *row,
 			 uint64_t rows, uint64_t *data_off);
-/* Reads fd's .npy header. 0, or -1 with err naming `path` and what is wrong. A file
- * of rank 0 is refused (no rows). */
+/* Reads fd's .npy header (arr_npy_parse) as an array the sinks write: a dtype
+ * arr_parse_dtype takes; a file of rank 0 is refused (no rows). Sizes may be 0. 0, or
+ * -1 with err naming `path` and what is wrong. */
 int arr_npy_read_header(int fd, const char *path, struct arr_npy *out, struct gpud_error *err);
 
 /* PATH.done for `path`, malloc'd (NULL out of memory). */
@@ -78,6 +100,14 @@ int arr_done_open(const char *path, uint64_t rows, bool keep, uint64_t *data_off
 /* Reads the whole done record (rows bytes) into a malloc'd buffer: NULL with err. */
 uint8_t *arr_done_read(int fd, const char *path, uint64_t rows, uint64_t data_off,
 		       struct gpud_error *err);
+
+/* Bytes of the job id line after a done record's rows. */
+#define ARR_JOB_LINE 30
+/* Writes the job id line after the `rows` bytes at data_off (the file ends there).
+ * 0, or -1 with errno. */
+int arr_done_write_job(int fd, uint64_t data_off, uint64_t rows, uint64_t job_id);
+/* Reads it: 1 with *job_id, 0 when the record has none, -1 with errno. */
+int arr_done_read_job(int fd, uint64_t data_off, uint64_t rows, uint64_t *job_id);
 
 /* pwrite of all n bytes; 0, or -1 with errno. */
 int arr_pwrite_all(int fd, const void *p, size_t n, uint64_t off);

@@ -24,6 +24,7 @@
 #include <gpud/plugin.h>
 
 #include "../check.h"
+#include "h5why.h"
 #include "rows.h"
 
 GPUD_PLUGIN("generator", "hdf5", "1.0");
@@ -60,20 +61,22 @@ static void h5_free(struct h5_gen *g)
 	free(g);
 }
 
-/* The innermost message of libhdf5's error stack, for ours. */
-static herr_t last_msg(unsigned n, const H5E_error2_t *e, void *data)
+/* What an external link at `name` points to ("other.h5:/data"), or "" when it is not
+ * one. */
+static const char *elink_target(hid_t file, const char *name, char *buf, size_t len)
 {
-	(void)n;
-	if (e->desc && *e->desc)
-		snprintf(data, 200, "%s", e->desc);
-	return 0;
-}
-
-static const char *h5_error(char *buf)
-{
+	H5L_info_t li;
 	buf[0] = '\0';
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, last_msg, buf);
-	return buf[0] ? buf : "libhdf5 error";
+	if (H5Lget_info(file, name, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_EXTERNAL ||
+	    li.u.val_size == 0 || li.u.val_size > 4096)
+		return buf;
+	char *val = malloc(li.u.val_size);
+	const char *f, *o;
+	if (val && H5Lget_val(file, name, val, li.u.val_size, H5P_DEFAULT) >= 0 &&
+	    H5Lunpack_elink_val(val, li.u.val_size, NULL, &f, &o) >= 0)
+		snprintf(buf, len, "%s:%s", f, o);
+	free(val);
+	return buf;
 }
 
 /* Opens the file and the dataset and looks at them: a state, or NULL with err. */
@@ -81,7 +84,7 @@ static struct h5_gen *h5_open(const struct gpud_args *args, struct gpud_error *e
 {
 	const char *path = gpud_arg(args, "path", NULL);
 	const char *name = gpud_arg(args, "dataset", NULL);
-	char why[200];
+	char why[512];
 	if (!path || !*path) {
 		gpud_fail(err, "hdf5: 'path' is required (the HDF5 file to read)");
 		return NULL;
@@ -104,18 +107,32 @@ static struct h5_gen *h5_open(const struct gpud_args *args, struct gpud_error *e
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back as our messages */
 	g->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (g->file < 0) {
-		gpud_fail(err, "hdf5: cannot open %s as an HDF5 file: %s", path, h5_error(why));
+		gpud_fail(err, "hdf5: cannot open %s as an HDF5 file: %s", path,
+			  h5why(why, sizeof why));
 		goto fail;
 	}
-	if (H5Lexists(g->file, name, H5P_DEFAULT) <= 0 ||
-	    (g->dset = H5Dopen2(g->file, name, H5P_DEFAULT)) < 0) {
+	if (H5Lexists(g->file, name, H5P_DEFAULT) <= 0) {
 		gpud_fail(err, "hdf5: %s has no dataset '%s'", path, name);
 		goto fail;
 	}
+	if ((g->dset = H5Dopen2(g->file, name, H5P_DEFAULT)) < 0) {
+		char target[600];
+		h5why(why, sizeof why);
+		if (*elink_target(g->file, name, target, sizeof target))
+			gpud_fail(err,
+				  "hdf5: %s: '%s' is an external link to %s, which cannot be "
+				  "opened: %s",
+				  path, name, target, why);
+		else
+			gpud_fail(err, "hdf5: %s: cannot open the dataset '%s': %s", path, name,
+				  why);
+		goto fail;
+	}
 	g->type = H5Dget_type(g->dset);
-	g->fspace = H5Dget_space(g->dset);
+	if (g->type >= 0)
+		g->fspace = H5Dget_space(g->dset);
 	if (g->type < 0 || g->fspace < 0) {
-		gpud_fail(err, "hdf5: %s, dataset '%s': %s", path, name, h5_error(why));
+		gpud_fail(err, "hdf5: %s, dataset '%s': %s", path, name, h5why(why, sizeof why));
 		goto fail;
 	}
 	if (H5Tdetect_class(g->type, H5T_VLEN) > 0 || H5Tis_variable_str(g->type) > 0 ||
@@ -204,18 +221,20 @@ static int read_block(struct h5_gen *g, uint64_t row, struct gpud_error *err)
 	for (int i = 1; i < g->ndim; i++)
 		count[i] = g->dims[i];
 	hid_t mspace = H5Screate_simple(g->ndim, count, NULL);
-	char why[200];
+	char why[512] = "";
 	herr_t rc = mspace < 0 ? -1
 			       : H5Sselect_hyperslab(g->fspace, H5S_SELECT_SET, start, NULL, count,
 						     NULL);
 	if (rc >= 0)
 		rc = H5Dread(g->dset, g->type, mspace, g->fspace, H5P_DEFAULT, g->buf);
+	if (rc < 0) /* now: H5Sclose clears the error stack */
+		h5why(why, sizeof why);
 	if (mspace >= 0)
 		H5Sclose(mspace);
 	if (rc < 0)
 		return gpud_fail(err, "hdf5: %s, dataset '%s': reading rows %llu to %llu: %s",
 				 g->path, g->name, (unsigned long long)row,
-				 (unsigned long long)(row + n - 1), h5_error(why));
+				 (unsigned long long)(row + n - 1), why);
 	g->buf_first = row;
 	g->buf_n = n;
 	return 0;

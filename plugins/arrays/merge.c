@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* `gpud merge-arrays`: the ranks' shards joined by task id (merge.h). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,34 +58,57 @@ int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *c
 		return 2;
 	}
 	struct merge_file *f = calloc(n, sizeof *f);
+	struct stat *st = NULL;
 	uint8_t *status = NULL;
 	uint32_t *owner = NULL;
 	void *buf = NULL;
 	struct merge_file out = {.path = out_path};
 	bool created = false;
-	size_t opened = 0;
+	size_t opened = 0, job_from = SIZE_MAX; /* the first shard naming its job */
 	if (!f)
 		goto oom;
-	struct stat so, si;
+	/* Every file stat'ed once (a symlink followed): the output may be none of the
+	 * shards, however named, and no shard given twice. */
+	struct stat so;
+	st = calloc(n, sizeof *st);
+	if (!st)
+		goto oom;
 	bool out_exists = stat(out_path, &so) == 0;
 	for (size_t i = 0; i < n; i++) {
-		if (out_exists && stat(shards[i], &si) == 0 && si.st_dev == so.st_dev &&
-		    si.st_ino == so.st_ino) {
-			say(call, 0, "%s is both the output and a shard", out_path);
+		if (stat(shards[i], &st[i]) < 0) {
+			say(call, 0, "cannot open %s: %s", shards[i], strerror(errno));
+			goto out;
+		}
+		if (out_exists && st[i].st_dev == so.st_dev && st[i].st_ino == so.st_ino) {
+			say(call, 0,
+			    "%s is the output and the shard %s: name another output; "
+			    "nothing written",
+			    out_path, shards[i]);
 			goto out;
 		}
 		for (size_t k = 0; k < i; k++)
-			if (stat(shards[i], &si) == 0 && stat(shards[k], &so) == 0 &&
-			    si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+			if (st[i].st_dev == st[k].st_dev && st[i].st_ino == st[k].st_ino) {
 				say(call, 0, "%s and %s are the same file", shards[k], shards[i]);
 				goto out;
 			}
+	}
+	for (size_t i = 0; i < n; i++) {
 		f[i].path = shards[i];
 		if (fmt->open_shard(&f[i], dataset, &err) < 0) {
 			say(call, 0, "%s", err.message);
 			goto out;
 		}
 		opened++;
+		if (f[i].has_job && job_from == SIZE_MAX) {
+			job_from = i;
+		} else if (f[i].has_job && f[i].job_id != f[job_from].job_id) {
+			say(call, 0,
+			    "%s and %s are shards of different jobs (job_id %016llx and %016llx); "
+			    "nothing written",
+			    f[job_from].path, f[i].path, (unsigned long long)f[job_from].job_id,
+			    (unsigned long long)f[i].job_id);
+			goto out;
+		}
 		char a[256], b[256];
 		if (i && (strcmp(f[i].dtype.descr, f[0].dtype.descr) != 0 ||
 			  f[i].rows != f[0].rows || f[i].row.ndim != f[0].row.ndim ||
@@ -99,6 +124,13 @@ int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *c
 			goto out;
 		}
 	}
+	/* A shard an older gpud wrote names no job: taken, but said. */
+	for (size_t i = 0; i < n; i++)
+		if (!f[i].has_job)
+			say(call, 1,
+			    "note: %s carries no job id (written by a gpud before 1.8): that it "
+			    "is a shard of the same job as the others cannot be checked",
+			    f[i].path);
 	uint64_t rows = f[0].rows;
 	size_t row_bytes = arr_row_bytes(&f[0].row, &f[0].dtype);
 	status = calloc(rows, 1);
@@ -141,6 +173,10 @@ int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *c
 	out.dtype = f[0].dtype;
 	out.row = f[0].row;
 	out.rows = rows;
+	out.has_job = job_from != SIZE_MAX;
+	for (size_t i = 0; i < n; i++)
+		out.has_job = out.has_job && f[i].has_job;
+	out.job_id = out.has_job ? f[job_from].job_id : 0;
 	created = true; /* finish removes what create left, also when it failed */
 	if (fmt->create(&out, dataset, &err) < 0) {
 		say(call, 0, "%s", err.message);
@@ -202,6 +238,7 @@ out:
 		fmt->close(&f[i]);
 		free(f[i].status);
 	}
+	free(st);
 	free(buf);
 	free(owner);
 	free(status);

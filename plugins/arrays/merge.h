@@ -25,6 +25,9 @@ struct merge_file {
 	struct arr_shape row;
 	uint64_t rows;
 	uint8_t *status; /* rows bytes: the done record (shards only) */
+	bool has_job;    /* a shard's record names its job (job_id); the output gets the
+			  * shards' one when they all name it */
+	uint64_t job_id;
 	void *impl;
 };
 

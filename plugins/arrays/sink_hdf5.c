@@ -39,6 +39,7 @@
 
 #include "../check.h"
 #include "common.h"
+#include "h5why.h"
 #include "merge.h"
 
 GPUD_PLUGIN("sink", "hdf5", "1.0");
@@ -64,6 +65,9 @@ struct h5_sink {
 	uint8_t *wstat;
 	size_t filled;
 	uint64_t first_ns;
+	bool has_job; /* gpud_sink_job told the job: its id is the done dataset's attribute */
+	bool broken;  /* a write failed: the window is not written again */
+	uint64_t job_id;
 };
 
 static uint64_t now_ns(void)
@@ -173,7 +177,7 @@ GPUD_EXPORT int gpud_sink_check(const struct gpud_args *args, struct gpud_error 
 
 /* The datasets and the file closed (each once); -1 when closing the file failed (its
  * last writes did). */
-static int close_file(struct h5_sink *s)
+static int close_file(struct h5_sink *s, char *why, size_t len)
 {
 	if (s->data >= 0)
 		H5Dclose(s->data);
@@ -181,13 +185,15 @@ static int close_file(struct h5_sink *s)
 		H5Dclose(s->done);
 	s->data = s->done = -1;
 	int rc = s->file >= 0 && H5Fclose(s->file) < 0 ? -1 : 0;
+	if (rc < 0 && why)
+		h5why(why, len);
 	s->file = -1;
 	return rc;
 }
 
 static void free_sink(struct h5_sink *s)
 {
-	close_file(s);
+	close_file(s, NULL, 0);
 	if (s->ftype >= 0)
 		H5Tclose(s->ftype);
 	free(s->path);
@@ -227,8 +233,9 @@ GPUD_EXPORT int gpud_sink_open(const struct gpud_args *args, void **state, struc
 	return 0;
 }
 
-/* A contiguous dataset of `dims`, allocated now, no fill value written. */
-static hid_t make_dataset(hid_t file, const char *name, hid_t type, int rank, const hsize_t *dims)
+/* A contiguous dataset of `dims`, allocated now, no fill value written; -1 with why. */
+static hid_t make_dataset(hid_t file, const char *name, hid_t type, int rank, const hsize_t *dims,
+			  char *why, size_t len)
 {
 	hid_t space = H5Screate_simple(rank, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
 	hid_t d = -1;
@@ -236,6 +243,8 @@ static hid_t make_dataset(hid_t file, const char *name, hid_t type, int rank, co
 	    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 &&
 	    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0)
 		d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+	if (d < 0)
+		h5why(why, len);
 	if (dcpl >= 0)
 		H5Pclose(dcpl);
 	if (space >= 0)
@@ -250,19 +259,74 @@ static void dims_of(const struct h5_sink *s, uint64_t rows, hsize_t *dims)
 		dims[i + 1] = s->shape.dims[i];
 }
 
+/* The attribute gpud_job_id (uint64) of the done dataset: which job the file is a
+ * shard of (gpud_sink_job), so that `gpud merge-arrays` joins no two jobs. Made with
+ * the datasets, before the file's structure is final. */
+#define JOB_ATTR "gpud_job_id"
+
+static int write_job(hid_t done, uint64_t job_id)
+{
+	hid_t space = H5Screate(H5S_SCALAR), a = -1;
+	herr_t rc = -1;
+	if (space >= 0)
+		a = H5Acreate2(done, JOB_ATTR, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+	if (a >= 0)
+		rc = H5Awrite(a, H5T_NATIVE_UINT64, &job_id);
+	if (a >= 0)
+		H5Aclose(a);
+	if (space >= 0)
+		H5Sclose(space);
+	return rc < 0 ? -1 : 0;
+}
+
+/* 1 with *job_id, 0 when the dataset has no such attribute (an older gpud's), -1. */
+static int read_job(hid_t done, uint64_t *job_id)
+{
+	htri_t has = H5Aexists(done, JOB_ATTR);
+	if (has <= 0)
+		return has < 0 ? -1 : 0;
+	hid_t a = H5Aopen(done, JOB_ATTR, H5P_DEFAULT);
+	herr_t rc = a >= 0 ? H5Aread(a, H5T_NATIVE_UINT64, job_id) : -1;
+	if (a >= 0)
+		H5Aclose(a);
+	return rc < 0 ? -1 : 1;
+}
+
 static int create_file(struct h5_sink *s, uint64_t rows, struct gpud_error *err)
 {
 	hsize_t dims[ARR_MAX_DIMS + 1];
 	dims_of(s, rows, dims);
+	char why[512];
 	s->file = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (s->file < 0)
-		return gpud_fail(err, "hdf5: cannot create %s", s->path);
-	s->data = make_dataset(s->file, s->dataset, s->ftype, (int)s->shape.ndim + 1, dims);
-	s->done = make_dataset(s->file, s->done_name, H5T_STD_U8LE, 1, dims);
-	if (s->data < 0 || s->done < 0 || H5Fflush(s->file, H5F_SCOPE_GLOBAL) < 0)
-		return gpud_fail(err, "hdf5: cannot make the datasets %s and %s in %s (%llu rows)",
-				 s->dataset, s->done_name, s->path, (unsigned long long)rows);
+		return gpud_fail(err, "hdf5: cannot create %s: %s", s->path,
+				 h5why(why, sizeof why));
+	s->data = make_dataset(s->file, s->dataset, s->ftype, (int)s->shape.ndim + 1, dims, why,
+			       sizeof why);
+	if (s->data >= 0)
+		s->done =
+			make_dataset(s->file, s->done_name, H5T_STD_U8LE, 1, dims, why, sizeof why);
+	if (s->data >= 0 && s->done >= 0 &&
+	    ((s->has_job && write_job(s->done, s->job_id) < 0) ||
+	     H5Fflush(s->file, H5F_SCOPE_GLOBAL) < 0))
+		h5why(why, sizeof why);
+	else if (s->data >= 0 && s->done >= 0)
+		why[0] = '\0';
+	if (why[0])
+		return gpud_fail(err,
+				 "hdf5: cannot make the datasets %s and %s in %s (%llu rows): %s",
+				 s->dataset, s->done_name, s->path, (unsigned long long)rows, why);
 	s->rows = rows;
+	return 0;
+}
+
+/* The job's id, written with the datasets (a file resumed keeps what it has). */
+GPUD_EXPORT int gpud_sink_job(void *state, const struct gpud_job_info *info, struct gpud_error *err)
+{
+	struct h5_sink *s = state;
+	(void)err;
+	s->has_job = true;
+	s->job_id = info->job_id;
 	return 0;
 }
 
@@ -353,9 +417,11 @@ GPUD_EXPORT int gpud_sink_resume(const struct gpud_args *args, void **state,
 	if (access(s->path, F_OK) < 0)
 		return 0; /* made as a fresh run makes it */
 	s->file = H5Fopen(s->path, H5F_ACC_RDWR, H5P_DEFAULT);
+	char why[512];
 	if (s->file < 0)
-		gpud_fail(err, "hdf5: cannot open %s as an HDF5 file (remove it to start afresh)",
-			  s->path);
+		gpud_fail(err,
+			  "hdf5: cannot open %s as an HDF5 file: %s (remove it to start afresh)",
+			  s->path, h5why(why, sizeof why));
 	if (s->file < 0 || reopen(s, done, ctx, err) < 0) {
 		free_sink(s);
 		*state = NULL;
@@ -374,7 +440,7 @@ GPUD_EXPORT uint32_t gpud_sink_events(void *state)
 /* Rows [first, first + n) of a dataset of `ndim` + 1 dimensions from buf (memory of
  * exactly those rows). */
 static int write_rows(hid_t d, hid_t mtype, unsigned ndim, const uint64_t *row_dims, uint64_t first,
-		      uint64_t n, const void *buf)
+		      uint64_t n, const void *buf, char *why, size_t len)
 {
 	hsize_t start[ARR_MAX_DIMS + 1] = {0}, count[ARR_MAX_DIMS + 1];
 	start[0] = first;
@@ -386,6 +452,8 @@ static int write_rows(hid_t d, hid_t mtype, unsigned ndim, const uint64_t *row_d
 	if (fs >= 0 && ms >= 0 &&
 	    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
 		rc = H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, buf);
+	if (rc < 0) /* now: H5Sclose clears the error stack */
+		h5why(why, len);
 	if (ms >= 0)
 		H5Sclose(ms);
 	if (fs >= 0)
@@ -393,10 +461,16 @@ static int write_rows(hid_t d, hid_t mtype, unsigned ndim, const uint64_t *row_d
 	return rc < 0 ? -1 : 0;
 }
 
-/* The window's runs written: rows, then (after a flush) their done bytes. */
-static int flush_window(struct h5_sink *s, struct gpud_error *err)
+/* The window's runs written: rows, then (after a flush) their done bytes. A failure
+ * names the system's error and the results it leaves out of the file: every one the
+ * window holds (none of their done bytes is known to be on disk), which --resume runs
+ * again. */
+static int flush_window(struct h5_sink *s, bool with_current, struct gpud_error *err)
 {
-	if (!s->filled)
+	char why[512];
+	/* The results taken before: the host counts the current one (the call fails). */
+	size_t lost = s->filled - (with_current && s->filled ? 1 : 0);
+	if (!s->filled || s->broken)
 		return 0;
 	for (int pass = 0; pass < 2; pass++) {
 		for (uint64_t i = 0; i < s->wn;) {
@@ -407,20 +481,33 @@ static int flush_window(struct h5_sink *s, struct gpud_error *err)
 			uint64_t e = i + 1;
 			while (e < s->wn && s->wstat[e])
 				e++;
-			int rc = pass == 0 ? write_rows(s->data, s->ftype, s->shape.ndim,
-							s->shape.dims, s->w0 + i, e - i,
-							s->buf + i * s->row_bytes)
-					   : write_rows(s->done, H5T_NATIVE_UINT8, 0, NULL,
-							s->w0 + i, e - i, s->wstat + i);
-			if (rc < 0)
-				return gpud_fail(err, "hdf5: writing rows %llu to %llu of %s in %s",
+			int rc = pass == 0
+					 ? write_rows(s->data, s->ftype, s->shape.ndim,
+						      s->shape.dims, s->w0 + i, e - i,
+						      s->buf + i * s->row_bytes, why, sizeof why)
+					 : write_rows(s->done, H5T_NATIVE_UINT8, 0, NULL, s->w0 + i,
+						      e - i, s->wstat + i, why, sizeof why);
+			if (rc < 0) {
+				s->broken = true;
+				return gpud_fail(err,
+						 "hdf5: writing rows %llu to %llu of %s in %s: %s; "
+						 "%zu results taken before are not in the file "
+						 "(not marked in %s: --resume runs them again)",
 						 (unsigned long long)(s->w0 + i),
 						 (unsigned long long)(s->w0 + e - 1),
-						 pass ? s->done_name : s->dataset, s->path);
+						 pass ? s->done_name : s->dataset, s->path, why,
+						 lost, s->done_name);
+			}
 			i = e;
 		}
-		if (H5Fflush(s->file, H5F_SCOPE_LOCAL) < 0)
-			return gpud_fail(err, "hdf5: writing %s", s->path);
+		if (H5Fflush(s->file, H5F_SCOPE_LOCAL) < 0) {
+			s->broken = true;
+			return gpud_fail(
+				err,
+				"hdf5: writing %s: %s; %zu results taken before are not in "
+				"the file (not marked in %s: --resume runs them again)",
+				s->path, h5why(why, sizeof why), lost, s->done_name);
+		}
 	}
 	memset(s->wstat, 0, s->wn);
 	memset(s->buf, 0, s->wn * s->row_bytes);
@@ -460,7 +547,7 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 	}
 	struct gpud_error werr;
 	if (s->w0 == UINT64_MAX || id < s->w0 || id >= s->w0 + s->wn) {
-		if (flush_window(s, &werr) < 0) {
+		if (flush_window(s, false, &werr) < 0) {
 			*err = werr;
 			return -1;
 		}
@@ -475,12 +562,12 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 	s->wstat[k] = status;
 	bool full = s->filled == s->wn || (s->w0 + s->wn > s->rows && s->filled == s->rows - s->w0);
 	if (full) {
-		if (flush_window(s, &werr) < 0) {
+		if (flush_window(s, true, &werr) < 0) {
 			*err = werr;
 			return -1;
 		}
 	} else if (now_ns() - s->first_ns >= FLUSH_NS) {
-		if (flush_window(s, &werr) < 0) {
+		if (flush_window(s, true, &werr) < 0) {
 			*err = werr;
 			return -1;
 		}
@@ -496,10 +583,11 @@ GPUD_EXPORT int gpud_sink_finish(void *state, const struct gpud_stats *stats,
 	int rc = 0;
 	(void)stats;
 	(void)end;
-	if (s->file >= 0 && flush_window(s, err) < 0)
+	char why[512];
+	if (s->file >= 0 && flush_window(s, false, err) < 0)
 		rc = -1;
-	if (close_file(s) < 0 && rc == 0)
-		rc = gpud_fail(err, "hdf5: closing %s", s->path);
+	if (close_file(s, why, sizeof why) < 0 && rc == 0)
+		rc = gpud_fail(err, "hdf5: closing %s: %s", s->path, why);
 	free_sink(s);
 	return rc;
 }
@@ -526,7 +614,9 @@ static int h5_open_shard(struct merge_file *f, const char *dataset, struct gpud_
 	hid_t done = -1, space = -1, type = -1;
 	hsize_t dims[ARR_MAX_DIMS + 1], ddims[1];
 	if (hf->file < 0) {
-		gpud_fail(err, "cannot open %s as an HDF5 file", f->path);
+		char why[512];
+		gpud_fail(err, "cannot open %s as an HDF5 file: %s", f->path,
+			  h5why(why, sizeof why));
 		goto fail;
 	}
 	hf->data = H5Dopen2(hf->file, hf->dataset, H5P_DEFAULT);
@@ -556,6 +646,12 @@ static int h5_open_shard(struct merge_file *f, const char *dataset, struct gpud_
 			  (unsigned long long)f->rows, hf->dataset);
 		goto fail;
 	}
+	int has = read_job(done, &f->job_id);
+	if (has < 0) {
+		gpud_fail(err, "cannot read %s's %s attribute %s", f->path, done_name, JOB_ATTR);
+		goto fail;
+	}
+	f->has_job = has == 1;
 	f->status = malloc(f->rows ? f->rows : 1);
 	if (!f->status ||
 	    H5Dread(done, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->status) < 0) {
@@ -621,6 +717,8 @@ static int h5_create(struct merge_file *f, const char *dataset, struct gpud_erro
 	s->shape = f->row;
 	s->row_bytes = arr_row_bytes(&f->row, &f->dtype);
 	s->ftype = h5_type(&f->dtype);
+	s->has_job = f->has_job;
+	s->job_id = f->job_id;
 	s->dataset = strdup(dataset ? dataset : "data");
 	if (!s->dataset || asprintf(&s->done_name, "%s_done", s->dataset) < 0 ||
 	    asprintf(&s->path, "%s.tmp-%ld", f->path, (long)getpid()) < 0) {
@@ -634,8 +732,10 @@ static int h5_write(struct merge_file *f, uint64_t first, uint64_t n, const void
 		    struct gpud_error *err)
 {
 	struct h5_sink *s = f->impl;
-	if (write_rows(s->data, s->ftype, s->shape.ndim, s->shape.dims, first, n, buf) < 0)
-		return gpud_fail(err, "writing %s", s->path);
+	char why[512];
+	if (write_rows(s->data, s->ftype, s->shape.ndim, s->shape.dims, first, n, buf, why,
+		       sizeof why) < 0)
+		return gpud_fail(err, "writing %s: %s", s->path, why);
 	return 0;
 }
 
@@ -645,10 +745,12 @@ static int h5_finish(struct merge_file *f, const uint8_t *status, bool ok, struc
 	int rc = 0;
 	if (!s)
 		return 0;
-	if (ok && write_rows(s->done, H5T_NATIVE_UINT8, 0, NULL, 0, f->rows, status) < 0)
-		rc = gpud_fail(err, "writing %s", s->path);
-	if (close_file(s) < 0 && rc == 0)
-		rc = gpud_fail(err, "writing %s", s->path);
+	char why[512];
+	if (ok &&
+	    write_rows(s->done, H5T_NATIVE_UINT8, 0, NULL, 0, f->rows, status, why, sizeof why) < 0)
+		rc = gpud_fail(err, "writing %s: %s", s->path, why);
+	if (close_file(s, why, sizeof why) < 0 && rc == 0)
+		rc = gpud_fail(err, "writing %s: %s", s->path, why);
 	if (ok && rc == 0 && rename(s->path, f->path) < 0)
 		rc = gpud_fail(err, "cannot rename %s to %s: %s", s->path, f->path,
 			       strerror(errno));

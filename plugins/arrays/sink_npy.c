@@ -50,7 +50,9 @@ struct npy_sink {
 	long tasks_key; /* -1: not set */
 	int fd, done_fd;
 	uint64_t rows, data_off, done_off;
-	int error; /* errno of a failed write, sticky */
+	int error;    /* errno of a failed write, sticky */
+	bool has_job; /* gpud_sink_job told the job: its id ends the done record */
+	uint64_t job_id;
 };
 
 /* The keys, parsed. */
@@ -147,6 +149,24 @@ static int create_files(struct npy_sink *s, uint64_t rows, struct gpud_error *er
 	return 0;
 }
 
+/* The job's id, for the done record (common.h): shards of two jobs are not merged. */
+GPUD_EXPORT int gpud_sink_job(void *state, const struct gpud_job_info *info, struct gpud_error *err)
+{
+	struct npy_sink *s = state;
+	(void)err;
+	s->has_job = true;
+	s->job_id = info->job_id;
+	return 0;
+}
+
+/* The job's id after the done record's rows, when the host said it. */
+static int write_job(struct npy_sink *s, struct gpud_error *err)
+{
+	if (s->has_job && arr_done_write_job(s->done_fd, s->done_off, s->rows, s->job_id) < 0)
+		return gpud_fail(err, "npy: writing %s: %s", s->done_path, strerror(errno));
+	return 0;
+}
+
 /* What the job's size says the array's rows are: the tasks key, or the generator's
  * count; they must agree when both are known. */
 GPUD_EXPORT int gpud_sink_tasks(void *state, int64_t total, struct gpud_error *err)
@@ -170,9 +190,11 @@ GPUD_EXPORT int gpud_sink_tasks(void *state, int64_t total, struct gpud_error *e
 					 "another job's (remove it and %s to start afresh)",
 					 s->path, (unsigned long long)s->rows, (long long)rows,
 					 s->done_path);
-		return 0;
+		return write_job(s, err);
 	}
-	return create_files(s, (uint64_t)rows, err);
+	if (create_files(s, (uint64_t)rows, err) < 0)
+		return -1;
+	return write_job(s, err);
 }
 
 /* The file must be the array the keys describe; its done record must be there. */
@@ -356,8 +378,9 @@ static int npy_open_shard(struct merge_file *f, const char *dataset, struct gpud
 	}
 	if (arr_npy_read_header(nf->fd, f->path, &h, err) < 0)
 		goto fail;
-	if (h.fortran) {
-		gpud_fail(err, "%s is in Fortran order: not a shard gpud wrote", f->path);
+	if (h.fortran || h.rows == 0 || arr_row_bytes(&h.row, &h.dtype) == 0) {
+		gpud_fail(err, "%s is %s: not a shard gpud wrote", f->path,
+			  h.fortran ? "in Fortran order" : "an empty array");
 		goto fail;
 	}
 	done_fd = open(done_path, O_RDONLY | O_CLOEXEC);
@@ -386,6 +409,14 @@ static int npy_open_shard(struct merge_file *f, const char *dataset, struct gpud
 	f->status = arr_done_read(done_fd, done_path, d.rows, d.data_off, err);
 	if (!f->status)
 		goto fail;
+	int has = arr_done_read_job(done_fd, d.data_off, d.rows, &f->job_id);
+	if (has < 0) {
+		gpud_fail(err, "cannot read %s: %s", done_path, strerror(errno));
+		free(f->status);
+		f->status = NULL;
+		goto fail;
+	}
+	f->has_job = has == 1;
 	close(done_fd);
 	free(done_path);
 	f->dtype = h.dtype;
@@ -455,6 +486,7 @@ static int npy_finish(struct merge_file *f, const uint8_t *status, bool ok, stru
 		char *done = arr_done_path(f->path);
 		int dfd = arr_done_open(nf->done_tmp, f->rows, false, &off, err);
 		if (!done || dfd < 0 || arr_pwrite_all(dfd, status, f->rows, off) < 0 ||
+		    (f->has_job && arr_done_write_job(dfd, off, f->rows, f->job_id) < 0) ||
 		    fsync(dfd) < 0 || fsync(nf->fd) < 0 || rename(nf->tmp, f->path) < 0 ||
 		    rename(nf->done_tmp, done) < 0) {
 			if (dfd >= 0 || !done)

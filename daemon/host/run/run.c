@@ -569,6 +569,13 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.calling_thread = sink->calling_thread;
 	h->out.no_input = sink->no_input;
 	err.message[0] = '\0';
+	struct gpud_job_info job = {.job_id = c->job_id, .rank = c->rank, .ranks = c->ranks};
+	if (sink->job && sink->job(h->sink, &job, &err) != 0) {
+		text_clean(err.message);
+		say("sink %s: %s", c->sink.plugin,
+		    err.message[0] ? err.message : "gpud_sink_job failed");
+		return 1;
+	}
 	if (sink->tasks && sink->tasks(h->sink, job_total, &err) != 0) {
 		text_clean(err.message);
 		say("sink %s: %s", c->sink.plugin,
