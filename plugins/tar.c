@@ -30,12 +30,15 @@
  * is not a regular file (a FIFO, a device) refuses the job.
  *
  * A shard changed during the run: each shard's device, inode, size, mtime and ctime are
- * taken when it is listed, and looked at again (the open file and its path) after each
- * sample's bytes are read, whose member header is compared too (name, size, position).
- * A difference fails that task and every later one of the shard, naming it and what
- * changed; tasks handed out before stay as they are. So no task is ok with bytes of
- * another file than the one listed (but for a rewrite of the same size and layout within
- * the kernel file clock's tick of the shard's last change before it was listed).
+ * taken when it is listed, and looked at again (the open file and its path) when it is
+ * opened for the second pass and after each block libarchive reads of it (64 KiB: one
+ * fstat and one stat a block, not a sample); the header of each member read is compared
+ * with the listing too (name, size, position). A difference fails the task being read
+ * and every later one of the shard, naming it and what changed; tasks handed out before
+ * stay as they are (their bytes were read before the change). So no task is ok with
+ * bytes of another file than the one listed (but for a rewrite of the same size and
+ * layout within the kernel file clock's tick of the shard's last change before it was
+ * listed).
  */
 #define _GNU_SOURCE
 #include <archive.h>
@@ -83,6 +86,19 @@ struct shard_id {
 	struct timespec mtime, ctime;
 };
 
+/* The file under the archive being read: libarchive reads it through feed_read, so in
+ * the second pass each block read is followed by a look at the shard (shard_changed):
+ * bytes read after a change are never taken for the listed sample's. */
+struct feed {
+	int fd;
+	const struct tar *watch; /* the tar, in the second pass; NULL while listing */
+	uint32_t k;              /* the shard */
+	off_t size;              /* its size when opened */
+	bool changed;            /* what was read may be another file's: why says how */
+	char why[256];
+	char buf[1 << 16];
+};
+
 struct tar {
 	char **shards;
 	struct shard_id *ids; /* one per shard, taken when it was listed */
@@ -90,8 +106,9 @@ struct tar {
 	char *member;
 	struct sample *s;
 	size_t n, cap, next;
-	/* The shard being read: its file and archive, its index, the next entry's index. */
-	int fd;
+	/* The shard being read (or listed): its file and archive, its index, the next
+	 * entry's index. */
+	struct feed feed;
 	struct archive *a;
 	uint32_t cur;
 	uint64_t entry;
@@ -114,40 +131,6 @@ static uint64_t name_hash(const char *name)
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		h = (h ^ *p) * 1099511628211ull;
 	return h;
-}
-
-/* Opens shard `path` for reading (a regular file only: see check.h), *fd its file and
- * *st its status. NULL with err ("tar: shard PATH cannot be read: why") when it cannot
- * be opened or libarchive takes it for no archive (empty, not a tar, its compression's
- * header cut short). */
-static struct archive *open_shard(const char *path, int *fd, struct stat *st,
-				  struct gpud_error *err)
-{
-	struct gpud_error why = {{0}};
-	*fd = check_open_regular("tar", path, st, &why);
-	if (*fd < 0) {
-		gpud_fail(err, "tar: shard %s cannot be read: %s", path, why.message + 5);
-		return NULL;
-	}
-	struct archive *a = archive_read_new();
-	if (!a) {
-		gpud_fail(err, "tar: shard %s cannot be read: out of memory", path);
-		goto fail;
-	}
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	archive_read_support_format_gnutar(a);
-	if (archive_read_open_fd(a, *fd, 1 << 16) != ARCHIVE_OK) {
-		gpud_fail(err, "tar: shard %s cannot be read: %s", path,
-			  archive_error_string(a) ? archive_error_string(a) : "read error");
-		archive_read_free(a);
-		goto fail;
-	}
-	return a;
-fail:
-	close(*fd);
-	*fd = -1;
-	return NULL;
 }
 
 static void id_of(struct shard_id *id, const struct stat *st)
@@ -197,6 +180,77 @@ static bool shard_changed(const struct tar *t, uint32_t k, int fd, char *buf, si
 	return false;
 }
 
+static la_ssize_t feed_read(struct archive *a, void *data, const void **buf)
+{
+	struct feed *f = data;
+	ssize_t n = read(f->fd, f->buf, sizeof f->buf);
+	if (n < 0) {
+		archive_set_error(a, errno, "%s", strerror(errno));
+		return -1;
+	}
+	if (f->watch && !f->changed && shard_changed(f->watch, f->k, f->fd, f->why, sizeof f->why))
+		f->changed = true;
+	*buf = f->buf;
+	return n;
+}
+
+/* A plain tar's data passed over: seeked over, as libarchive's own file reader does,
+ * never past the end (read through instead, so that a shard cut short is found cut). */
+static la_int64_t feed_skip(struct archive *a, void *data, la_int64_t request)
+{
+	struct feed *f = data;
+	(void)a;
+	off_t at = lseek(f->fd, 0, SEEK_CUR);
+	if (request <= 0 || at < 0 || at >= f->size || request > f->size - at ||
+	    lseek(f->fd, (off_t)request, SEEK_CUR) < 0)
+		return 0; /* libarchive reads through instead */
+	return request;
+}
+
+/* Opens shard k for reading into t->a's place (a regular file only: see check.h), its
+ * file in t->feed, watched for changes when `watch`; *st its status. NULL with err
+ * ("tar: shard PATH cannot be read: why") when it cannot be opened or libarchive takes
+ * it for no archive (empty, not a tar, its compression's header cut short). */
+static struct archive *open_shard(struct tar *t, uint32_t k, bool watch, struct stat *st,
+				  struct gpud_error *err)
+{
+	const char *path = t->shards[k];
+	struct feed *f = &t->feed;
+	struct gpud_error why = {{0}};
+	f->fd = check_open_regular("tar", path, st, &why);
+	f->watch = watch ? t : NULL;
+	f->k = k;
+	f->size = f->fd >= 0 ? st->st_size : 0;
+	f->changed = false;
+	if (f->fd < 0) {
+		/* check.h's message, "tar: " and all, says the rest */
+		gpud_fail(err, "tar: shard %s cannot be read: %s", path, why.message + 5);
+		return NULL;
+	}
+	struct archive *a = archive_read_new();
+	if (!a) {
+		gpud_fail(err, "tar: shard %s cannot be read: out of memory", path);
+		goto fail;
+	}
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	archive_read_support_format_gnutar(a);
+	archive_read_set_read_callback(a, feed_read);
+	archive_read_set_skip_callback(a, feed_skip);
+	archive_read_set_callback_data(a, f);
+	if (archive_read_open1(a) != ARCHIVE_OK) {
+		gpud_fail(err, "tar: shard %s cannot be read: %s", path,
+			  archive_error_string(a) ? archive_error_string(a) : "read error");
+		archive_read_free(a);
+		goto fail;
+	}
+	return a;
+fail:
+	close(f->fd);
+	f->fd = -1;
+	return NULL;
+}
+
 /* The key of member `name` (its path up to the first dot of its file name) and its
  * extension (after that dot; "" without one). */
 static void split_name(const char *name, size_t *key_len, const char **ext)
@@ -223,12 +277,67 @@ static struct sample *add(struct tar *t)
 	return s;
 }
 
-/* The member named `target` listed before, or NULL. */
-static const struct listed *find_listed(const struct listed *l, size_t n, const char *target)
+/* The regular members listed so far in the shard being listed, found by name through
+ * an open-addressing table of their indexes (a shard of many hard links stays linear). */
+struct names {
+	struct listed *l;
+	size_t n, cap;
+	uint32_t *slot; /* index + 1 into l, 0 for empty; nslot a power of two, > 2n */
+	size_t nslot;
+};
+
+static void names_free(struct names *m)
 {
-	while (n--)
-		if (!strcmp(l[n].name, target))
-			return &l[n];
+	for (size_t i = 0; i < m->n; i++)
+		free(m->l[i].name);
+	free(m->l);
+	free(m->slot);
+}
+
+/* Member i in the table; a name listed again takes the place of the earlier one (a
+ * link names the last member of that name before it, as extracting would leave it). */
+static void names_place(struct names *m, size_t i)
+{
+	size_t mask = m->nslot - 1, at = (size_t)name_hash(m->l[i].name) & mask;
+	while (m->slot[at] && strcmp(m->l[m->slot[at] - 1].name, m->l[i].name) != 0)
+		at = (at + 1) & mask;
+	m->slot[at] = (uint32_t)(i + 1);
+}
+
+/* Room for one more: 0, or -1 out of memory (or past 2^31 members). */
+static int names_reserve(struct names *m)
+{
+	if (m->n == m->cap) {
+		size_t c = m->cap ? m->cap * 2 : 256;
+		struct listed *p = c < (1u << 31) ? realloc(m->l, c * sizeof *p) : NULL;
+		if (!p)
+			return -1;
+		m->l = p;
+		m->cap = c;
+	}
+	if (2 * (m->n + 1) >= m->nslot) {
+		size_t ns = m->nslot ? m->nslot * 2 : 512;
+		uint32_t *slot = calloc(ns, sizeof *slot);
+		if (!slot)
+			return -1;
+		free(m->slot);
+		m->slot = slot;
+		m->nslot = ns;
+		for (size_t i = 0; i < m->n; i++)
+			names_place(m, i);
+	}
+	return 0;
+}
+
+/* The member named `target` listed before (the last of that name), or NULL. */
+static const struct listed *names_find(const struct names *m, const char *target)
+{
+	if (!m->nslot)
+		return NULL;
+	size_t mask = m->nslot - 1;
+	for (size_t at = (size_t)name_hash(target) & mask; m->slot[at]; at = (at + 1) & mask)
+		if (!strcmp(m->l[m->slot[at] - 1].name, target))
+			return &m->l[m->slot[at] - 1];
 	return NULL;
 }
 
@@ -270,9 +379,8 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 	const char *what;
 	if (stat(path, &st) == 0 && (what = check_not_regular(st.st_mode)))
 		return gpud_fail(err, "tar: shard %s is %s, not a regular file", path, what);
-	int fd;
 	struct gpud_error why = {{0}};
-	struct archive *a = open_shard(path, &fd, &st, &why);
+	struct archive *a = open_shard(t, k, false, &st, &why);
 	if (!a) {
 		struct sample *d = add(t);
 		if (!d || !(d->damage = strdup(why.message)))
@@ -287,8 +395,7 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 	id_of(&t->ids[k], &st);
 	struct archive_entry *e;
 	struct sample *cur = NULL;
-	struct listed *l = NULL;
-	size_t nl = 0, lcap = 0;
+	struct names m = {0};
 	uint64_t idx = 0;
 	int rc;
 	while ((rc = archive_read_next_header(a, &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
@@ -305,7 +412,7 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 		bool file = archive_entry_filetype(e) == AE_IFREG ||
 			    (hard && archive_entry_size_is_set(e) && archive_entry_size(e) > 0);
 		if (hard && !file)
-			to = find_listed(l, nl, hard);
+			to = names_find(&m, hard);
 		bool is_member = name && !strcmp(ext, t->member);
 		if (!name || (!file && !to && !is_member)) {
 			if (cur)
@@ -313,22 +420,24 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 			idx++;
 			continue;
 		}
-		if (nl == lcap) {
-			size_t c = lcap ? lcap * 2 : 256;
-			struct listed *p = realloc(l, c * sizeof *p);
-			if (!p)
-				goto oom;
-			l = p;
-			lcap = c;
-		}
 		if (file || to) {
-			if (!(l[nl].name = strdup(name)))
+			if (names_reserve(&m) < 0)
 				goto oom;
-			l[nl].data = to ? to->data : (int64_t)idx;
-			l[nl].size = to ? to->size : archive_entry_size(e);
-			l[nl].pos = to ? to->pos : archive_read_header_position(a);
-			l[nl].hash = to ? to->hash : name_hash(name);
-			nl++;
+			struct listed *x = &m.l[m.n];
+			if (!(x->name = strdup(name)))
+				goto oom;
+			if (to) {
+				x->data = to->data;
+				x->size = to->size;
+				x->pos = to->pos;
+				x->hash = to->hash;
+			} else {
+				x->data = (int64_t)idx;
+				x->size = archive_entry_size(e);
+				x->pos = archive_read_header_position(a);
+				x->hash = name_hash(name);
+			}
+			names_place(&m, m.n++);
 		}
 		if (!cur || strlen(cur->key) != kl || strncmp(cur->key, name, kl) != 0) {
 			cur = add(t);
@@ -340,7 +449,7 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 		if (is_member && cur->member < 0) {
 			cur->member = (int64_t)idx;
 			if (file || to) {
-				const struct listed *at = &l[nl - 1];
+				const struct listed *at = &m.l[m.n - 1];
 				cur->data = at->data;
 				cur->member_size = at->size;
 				cur->data_pos = at->pos;
@@ -367,18 +476,16 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 		d->damage = msg;
 		d->shard = k;
 	}
-	for (size_t i = 0; i < nl; i++)
-		free(l[i].name);
-	free(l);
+	names_free(&m);
 	archive_read_free(a);
-	close(fd);
+	close(t->feed.fd);
+	t->feed.fd = -1;
 	return 0;
 oom:
-	for (size_t i = 0; i < nl; i++)
-		free(l[i].name);
-	free(l);
+	names_free(&m);
 	archive_read_free(a);
-	close(fd);
+	close(t->feed.fd);
+	t->feed.fd = -1;
 	return gpud_fail(err, "tar: out of memory");
 }
 
@@ -388,8 +495,8 @@ static void free_tar(struct tar *t)
 		return;
 	if (t->a)
 		archive_read_free(t->a);
-	if (t->fd >= 0)
-		close(t->fd);
+	if (t->feed.fd >= 0)
+		close(t->feed.fd);
 	for (size_t i = 0; i < t->n; i++) {
 		free(t->s[i].key);
 		free(t->s[i].damage);
@@ -557,7 +664,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		free(t);
 		return gpud_fail(err, "tar: out of memory");
 	}
-	t->fd = -1;
+	t->feed.fd = -1;
 	if (list_shards(path, &t->shards, &t->n_shards, err) < 0)
 		goto fail;
 	if (!(t->ids = calloc(t->n_shards, sizeof *t->ids))) {
@@ -581,10 +688,10 @@ static void close_shard(struct tar *t)
 {
 	if (t->a)
 		archive_read_free(t->a);
-	if (t->fd >= 0)
-		close(t->fd);
+	if (t->feed.fd >= 0)
+		close(t->feed.fd);
 	t->a = NULL;
-	t->fd = -1;
+	t->feed.fd = -1;
 }
 
 static void set_broken(struct tar *t, bool changed, const char *why)
@@ -602,14 +709,14 @@ static int seek_entry(struct tar *t, uint32_t k, uint64_t want, struct gpud_erro
 		close_shard(t);
 	if (!t->a) {
 		struct stat st;
-		t->a = open_shard(t->shards[k], &t->fd, &st, err);
+		t->a = open_shard(t, k, true, &st, err);
 		if (!t->a)
 			return -1;
 		t->cur = k;
 		t->entry = 0;
 		t->broken = false;
 		char why[256];
-		if (shard_changed(t, k, t->fd, why, sizeof why))
+		if (shard_changed(t, k, t->feed.fd, why, sizeof why))
 			set_broken(t, true, why);
 	}
 	return 0;
@@ -704,13 +811,13 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 	}
 	if (t->broken)
 		return broken_task(t, s, err);
-	/* The bytes read are the listed sample's only if the shard is still the file
-	 * listed once they are read: a shard written to meanwhile fails this task and
-	 * every later one of it (a read error then is the change's, not the archive's). */
+	/* The bytes read are the listed sample's only if the shard was still the file
+	 * listed after each block they came from was read (feed_read): a shard changed
+	 * meanwhile fails this task and every later one of it (a read error then is the
+	 * change's, not the archive's). */
 	int rc = read_sample(t, s, item);
-	char why[256];
-	if (shard_changed(t, s->shard, t->fd, why, sizeof why)) {
-		set_broken(t, true, why);
+	if (t->feed.changed) {
+		set_broken(t, true, t->feed.why);
 		item->size = 0;
 		return broken_task(t, s, err);
 	}
