@@ -744,10 +744,9 @@ static int read_sample(struct tar *t, const struct sample *s, struct gpud_buf *i
 	if (size < 0 || size != s->member_size || !name || name_hash(name) != s->data_name ||
 	    archive_read_header_position(t->a) != s->data_pos) {
 		char why[320];
-		snprintf(
-			why, sizeof why,
-			"its member '%s' is not where and what it was when listed (changed since?)",
-			name ? name : "");
+		snprintf(why, sizeof why,
+			 "the member read, '%s', is not the one listed there (name, size, offset)",
+			 name ? name : "");
 		set_broken(t, true, why);
 		return -1;
 	}
