@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Generator `lines`: each line of `path` (`-` for standard input) without its line
- * ending (LF or CRLF), bytes as they are (NUL included). A line longer than
+ * ending (LF or CRLF), bytes as they are (NUL included). `path` is a regular file: a
+ * FIFO or a device is refused (a pipe comes as standard input). A line longer than
  * max_task_bytes becomes one failed task: it is measured, never split, and never held
  * in memory whole. The total is counted up front for regular files. */
 #define _GNU_SOURCE
@@ -31,22 +32,21 @@ struct lines {
 	bool eof;
 };
 
-/* Counts the lines of a regular file in one pass of large reads. */
-static int64_t count_lines(const char *path)
+/* Counts the lines of the regular file open as fd in one pass of large reads (pread:
+ * the reading position stays at the start). */
+static int64_t count_lines(int fd)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
 	static char chunk[CHUNK];
 	int64_t n = 0;
 	ssize_t got;
+	off_t at = 0;
 	char last = '\n';
-	while ((got = read(fd, chunk, sizeof chunk)) > 0) {
+	while ((got = pread(fd, chunk, sizeof chunk, at)) > 0) {
 		for (const char *p = chunk; (p = memchr(p, '\n', (size_t)(chunk + got - p))); p++)
 			n++;
 		last = chunk[got - 1];
+		at += got;
 	}
-	close(fd);
 	if (got < 0)
 		return -1;
 	return n + (last != '\n');
@@ -81,18 +81,14 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		l->fd = 0;
 		l->path = "standard input";
 	} else {
-		l->fd = open(path, O_RDONLY | O_CLOEXEC);
+		/* A pipe is read as standard input (path = -): a FIFO's open would wait for
+		 * a writer, a device may never end. */
+		l->fd = check_open_regular("lines", path, &st, err);
 		if (l->fd < 0) {
 			free(l);
-			return gpud_fail(err, "lines: cannot open %s: %s", path, strerror(errno));
+			return -1;
 		}
-		if (fstat(l->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-			close(l->fd);
-			free(l);
-			return gpud_fail(err, "lines: %s is a folder, not a file", path);
-		}
-		if (S_ISREG(st.st_mode))
-			l->total = count_lines(path);
+		l->total = count_lines(l->fd);
 	}
 	*state = l;
 	return 0;

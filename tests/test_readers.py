@@ -7,7 +7,12 @@ tar: WebDataset shards made with Python's tarfile (plain, gzip, zstd through the
 command): task ids in shard order, each sample's key in the `keys` file, a sample
 without the member failing alone naming key and shard, a truncated shard failing with
 libarchive's message while every sample before the damage runs, `--resume` refusing a
-changed shard by name, two ranks sharing the samples exactly once.
+changed shard by name, two ranks sharing the samples exactly once; a shard that cannot
+be read at all one failed task (the others run); keys with tabs and newlines escaped in
+keys_out, hard links followed, symbolic links failing their sample; a shard changed
+during the run (a python worker rewrites it on its first task) failing its remaining
+tasks, never an ok result with the new file's bytes. Every reader refuses a FIFO or a
+device as its file at once (check and run).
 
 Run by meson (test `readers`) with $GPUD set; needs NumPy (and h5py for hdf5): on a
 Python without them it runs itself again on /usr/bin/python3; a part whose plugin or
@@ -73,6 +78,8 @@ def write_job(d, generator, sink="[sink]\nplugin = jsonl\npath = out.jsonl\n", j
 def outcomes(path):
     """task id -> (status, bytes or error message); a task seen twice is a failure."""
     got = {}
+    if not os.path.exists(path):
+        return got
     with open(path) as f:
         for line in f:
             r = json.loads(line)
@@ -237,6 +244,223 @@ def test_tar_check(d):
     write_job(d, "plugin = tar\npath = c.tar\n")
     r = run(d, "check", "job.ini")
     check(r.returncode == 0, f"check: a good tar job passes ({(r.stdout + r.stderr).strip()[-200:]})")
+
+
+def keys_lines(path):
+    """keys_out's lines as (id, key, shard), its escapes (\\t, \\n, \\r, \\\\) undone."""
+    def unescape(s):
+        out, i = [], 0
+        while i < len(s):
+            if s[i] == "\\" and i + 1 < len(s):
+                out.append({"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}.get(s[i + 1], "\\" + s[i + 1]))
+                i += 2
+            else:
+                out.append(s[i])
+                i += 1
+        return "".join(out)
+    with open(path, newline="") as f:
+        return [tuple(unescape(x) for x in line.rstrip("\n").split("\t")) for line in f]
+
+
+CHANGER = '''import os
+import gpud
+
+SHARDS = {shards!r}
+MODE = {mode!r}
+NEW = {new!r}
+
+
+def change(path, new):
+    if MODE == "same":  # rewritten in place, every byte where it was: same size, same keys
+        with open(path, "r+b") as f:
+            f.write(new)
+    elif MODE == "other":  # rewritten in place, other samples, another size
+        with open(path, "wb") as f:
+            f.write(new)
+    elif MODE == "rename":  # replaced by a new file renamed over it
+        with open(path + ".new", "wb") as f:
+            f.write(new)
+        os.replace(path + ".new", path)
+    elif MODE == "truncate":
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+class W(gpud.BaseWorker):
+    def setup(self, gpu_id, seed, **kwargs):
+        self.first = True
+
+    def process(self, data):
+        if self.first:  # the first task: the generator is a few tasks ahead (queue_size)
+            self.first = False
+            for path, new in zip(SHARDS, NEW):
+                change(path, new)
+        return bytes(data)
+'''
+
+
+def test_tar_shard_changed_during_run(d):
+    """A shard changed while the run reads it (rewritten in place with the same size and
+    keys, rewritten with others, replaced by a rename, truncated): every task handed out
+    before the change is ok with the listed sample's bytes, every later task of the shard
+    fails naming the shard and the change; never a result with the new file's bytes."""
+    for mode in ("same", "other", "rename", "truncate"):
+        rng = np.random.default_rng(7)
+        paths, old, new = [], [], []
+        for k in range(2):
+            s = samples_for(k, 200, rng)
+            path = os.path.join(d, f"{mode}-{k}.tar")
+            make_shard(path, s)
+            paths.append(path)
+            old += [m["jpg"] for _, m in s]
+            if mode == "same":
+                s2 = [(key, {e: rng.bytes(len(b)) for e, b in m.items()}) for key, m in s]
+            else:
+                s2 = samples_for(k + 5, 150, rng)
+            make_shard(path + ".next", s2)
+            with open(path + ".next", "rb") as f:
+                new.append(f.read())
+            os.unlink(path + ".next")
+        newbytes = set()
+        for data in new:
+            with tarfile.open(fileobj=io.BytesIO(data)) as t:
+                newbytes |= {t.extractfile(m).read() for m in t.getmembers()
+                             if m.name.endswith(".jpg")}
+        with open(os.path.join(d, "w.py"), "w") as f:
+            f.write(CHANGER.format(shards=paths, mode=mode, new=new))
+        with open(os.path.join(d, "job.ini"), "w") as f:
+            f.write(f"[job]\ngpus = 0\nqueue_size = 4\njournal = off\npython = {sys.executable}\n"
+                    f"[worker]\nplugin = python\nscript = w.py\nclass = W\ninput = bytes\n"
+                    f"result = bytes\n[generator]\nplugin = tar\npath = {mode}-*.tar\n"
+                    f"[sink]\nplugin = jsonl\npath = out.jsonl\n")
+        r = run(d, "run", "job.ini", "--ui", "off")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        oks = [i for i, (st, _) in got.items() if st == "ok"]
+        bad = [i for i in oks if got[i][1] != old[i]]
+        fresh = [i for i in oks if got[i][1] in newbytes and got[i][1] != old[i]]
+        failed = {i: m for i, (st, m) in got.items() if st != "ok"}
+        named = all(os.path.basename(paths[i // 200]) in m and "changed" in m
+                    for i, m in failed.items())
+        check(r.returncode == 1 and set(got) == set(range(400)) and not bad and not fresh
+              and any(i < 200 for i in failed) and all(i in failed for i in range(200, 400))
+              and named and max(oks, default=-1) < 200 and
+              all(i in failed for i in range(min(failed, default=0), 200)),
+              f"{mode}: a shard changed during the run fails its remaining tasks, naming it "
+              f"(exit {r.returncode}: {len(oks)} ok, {len(bad)} with other bytes, "
+              f"{len(fresh)} with the new file's, {len(failed)} failed: "
+              f"{next(iter(failed.values()), '')[:160]!r}; {r.stderr.strip()[-200:]})")
+
+
+def test_tar_unreadable_shard(d):
+    """A shard that cannot be read at all (0 bytes, not a tar, a .tar.gz cut in its first
+    block) is one failed task naming it and why; the good shards run; exit 1."""
+    rng = np.random.default_rng(8)
+    good0, good4 = samples_for(0, 5, rng), samples_for(4, 6, rng)
+    make_shard(os.path.join(d, "u-0.tar"), good0)
+    open(os.path.join(d, "u-1.tar"), "wb").close()
+    with open(os.path.join(d, "u-2.tar"), "wb") as f:
+        f.write(b"this is not a tar file at all\n" * 40)
+    make_shard(os.path.join(d, "gz.tar.gz"), samples_for(3, 5, rng), "w:gz")
+    with open(os.path.join(d, "gz.tar.gz"), "rb") as f:
+        head = f.read(15)
+    with open(os.path.join(d, "u-3.tar.gz"), "wb") as f:
+        f.write(head)
+    os.unlink(os.path.join(d, "gz.tar.gz"))
+    make_shard(os.path.join(d, "u-4.tar"), good4)
+    write_job(d, "plugin = tar\npath = u-*\nkeys_out = keys.tsv\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    got = outcomes(os.path.join(d, "out.jsonl"))
+    data = [m["jpg"] for _, m in good0] + [None] * 3 + [m["jpg"] for _, m in good4]
+    ok = r.returncode == 1 and set(got) == set(range(len(data)))
+    for i, want in enumerate(data):
+        if want is not None:
+            ok = ok and got.get(i) == ("ok", want)
+    for i, name in ((5, "u-1.tar"), (6, "u-2.tar"), (7, "u-3.tar.gz")):
+        st = got.get(i, ("", ""))
+        check(st[0] == "error" and name in st[1] and "cannot be read" in st[1],
+              f"unreadable shard {name}: task {i} fails naming it and why: {st}")
+    check(ok, f"unreadable shards: the good shards run, exit 1 (exit {r.returncode}, "
+          f"{len(got)} outcomes: {r.stderr.strip()[-300:]})")
+    keys = keys_lines(os.path.join(d, "keys.tsv")) if os.path.exists(os.path.join(d, "keys.tsv")) else []
+    check([k[2].rsplit("/", 1)[-1] for k in keys[5:8]] == ["u-1.tar", "u-2.tar", "u-3.tar.gz"],
+          f"keys_out names each unreadable shard's task ({keys[5:8]})")
+    r = run(d, "check", "job.ini")
+    check(r.returncode == 0, f"check: an unreadable shard is the run's to report "
+          f"(exit {r.returncode}: {(r.stdout + r.stderr).strip()[-200:]})")
+
+
+def make_links_shard(path, mode="w"):
+    with tarfile.open(path, mode, format=tarfile.GNU_FORMAT) as t:
+        def add(name, data=None, typ=tarfile.REGTYPE, link=""):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname, ti.mtime = typ, link, 1700000000
+            if data is not None:
+                ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data) if data is not None else None)
+        add("s/a.jpg", b"AAAA")
+        add("s/a.cls", b"1")
+        add("s/tab\tkey.jpg", b"TAB")
+        add("s/new\nline.jpg", b"NL")
+        add("s/back\\slash.jpg", b"BS")
+        add("s/cr\rkey.jpg", b"CR")
+        add("s/b.jpg", typ=tarfile.LNKTYPE, link="s/a.jpg")  # GNU tar's hard link
+        add("s/b.cls", b"2")
+        add("s/c.jpg", typ=tarfile.SYMTYPE, link="a.jpg")
+        add("s/c.cls", b"3")
+        add("s/e.jpg", typ=tarfile.LNKTYPE, link="s/none.jpg")
+        add("s/f.jpg", b"FFF")
+        add("s/g.jpg", typ=tarfile.LNKTYPE, link="s/f.jpg")
+
+
+def test_tar_names_and_links(d):
+    """Keys with a tab, newline, CR or backslash stay one keys_out line each (escaped);
+    a hard link member gives the bytes of the member it names; a symbolic link member
+    fails its sample saying so; a hard link to nothing the shard holds fails its sample."""
+    keys = ["s/a", "s/tab\tkey", "s/new\nline", "s/back\\slash", "s/cr\rkey", "s/b", "s/c",
+            "s/e", "s/f", "s/g"]
+    want = [b"AAAA", b"TAB", b"NL", b"BS", b"CR", b"AAAA", None, None, b"FFF", b"FFF"]
+    for mode, name in (("w", "l.tar"), ("w:gz", "l.tar.gz")):
+        make_links_shard(os.path.join(d, name), mode)
+        write_job(d, f"plugin = tar\npath = {name}\nkeys_out = keys.tsv\n")
+        r = run(d, "run", "job.ini", "--ui", "off")
+        got = outcomes(os.path.join(d, "out.jsonl"))
+        kl = keys_lines(os.path.join(d, "keys.tsv"))
+        check([k[1] for k in kl] == keys and [k[0] for k in kl] == [str(i) for i in range(len(keys))]
+              and all(k[2].endswith(name) for k in kl),
+              f"{name}: keys_out has one line per task, keys escaped ({kl})")
+        check(r.returncode == 1 and all(got.get(i) == ("ok", w) for i, w in enumerate(want) if w),
+              f"{name}: plain and hard-linked members give their bytes (exit {r.returncode}: {got})")
+        sym, dangling = got.get(6, ("", "")), got.get(7, ("", ""))
+        check(sym[0] == "error" and "symbolic link" in sym[1] and "'s/c'" in sym[1] and name in sym[1],
+              f"{name}: a symbolic link member fails its sample saying so: {sym}")
+        check(dangling[0] == "error" and "hard link" in dangling[1] and "s/none.jpg" in dangling[1],
+              f"{name}: a hard link to nothing before it fails its sample: {dangling}")
+
+
+def test_readers_refuse_fifo(d):
+    """A FIFO or a device as a reader's file is refused at once, by check and run, naming
+    it: never an open() that waits for a writer (or reads /dev/zero for ever)."""
+    fifo = os.path.join(d, "in.fifo")
+    os.mkfifo(fifo)
+    cases = [("lines", f"path = {fifo}"), ("lines", "path = /dev/zero"),
+             ("tar", f"path = {fifo}"), ("npy", f"path = {fifo}"),
+             ("npy", "path = /dev/zero"), ("files", f"dir = {fifo}")]
+    if os.environ.get("HAVE_HDF5", "1") == "1":
+        cases.append(("hdf5", f"path = {fifo}\ndataset = x"))
+    if os.environ.get("HAVE_ARCHIVE", "1") != "1":
+        cases = [c for c in cases if c[0] != "tar"]
+    for gen, keys in cases:
+        write_job(d, f"plugin = {gen}\n{keys}\n", job="journal = off\n")
+        target = keys.split("\n")[0].split(" = ")[1]
+        for cmd in ("check", "run"):
+            try:
+                r = run(d, cmd, "job.ini", "--ui", "off", timeout=20)
+                text = (r.stdout + r.stderr).strip()
+                rc = r.returncode
+            except subprocess.TimeoutExpired:
+                text, rc = "still waiting after 20 s", None
+            kind = "Not a directory" if gen == "files" else "not a regular file"
+            check(rc == 2 and target in text and kind in text,
+                  f"{gen} {cmd}: {target} refused at once (exit {rc}: {text[-200:]})")
 
 
 # ---- npy ----
@@ -617,11 +841,17 @@ def main():
     parts = []
     if os.environ.get("HAVE_ARCHIVE", "1") == "1":
         parts += [test_tar_order_keys_and_missing_member, test_tar_truncated,
-                  test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check]
+                  test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check,
+                  test_tar_unreadable_shard, test_tar_names_and_links]
+        if os.environ.get("HAVE_PYTHON", "1") == "1":
+            parts.append(test_tar_shard_changed_during_run)
+        else:
+            print("SKIP: tar: a shard changed during the run: gpud was built without the "
+                  "python plugins")
     else:
         print("SKIP: tar: gpud was built without libarchive (Debian: libarchive-dev)")
     parts += [test_npy_rows_byte_for_byte, test_npy_to_npy_sink_and_ranks, test_npy_refused,
-              test_npy_headers_as_numpy_reads_them]
+              test_npy_headers_as_numpy_reads_them, test_readers_refuse_fifo]
     if os.environ.get("HAVE_HDF5", "1") != "1":
         print("SKIP: hdf5: gpud was built without libhdf5 (Debian: libhdf5-dev)")
     elif subprocess.run([sys.executable, "-c", "import h5py"], capture_output=True).returncode:

@@ -83,12 +83,10 @@ static int open_array(const struct gpud_args *args, struct arr_npy_head *h, uint
 	*pathp = path;
 	if (!path || !*path)
 		return gpud_fail(err, "npy: 'path' is required (the .npy file to read)");
-	if (check_file_readable("npy", path, err) < 0)
-		return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return gpud_fail(err, "npy: cannot open %s: %s", path, strerror(errno));
 	struct stat st;
+	int fd = check_open_regular("npy", path, &st, err);
+	if (fd < 0)
+		return -1;
 	char kind;
 	if (arr_npy_parse(fd, path, h, err) < 0) {
 		char m[sizeof err->message];
