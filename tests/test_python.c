@@ -108,6 +108,53 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	free(err);
 }
 
+/* Empty results (None, b"", "") are ok results with an empty result, beside results
+ * that are not empty in the same call: from process() one task a call and eight, and
+ * from a class's own process_batch(). */
+Test(python, empty_results_are_ok_results_in_every_call, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	enum { N = 200 };
+	free(t_write(dir, "w.py",
+		     "import gpud\n"
+		     "def result(n):\n"
+		     "    return (None, b'', '', 'x%d' % n)[n % 4]\n"
+		     "class W(gpud.BaseWorker):\n"
+		     "    def process(self, data):\n"
+		     "        return result(int(bytes(data)))\n"
+		     "class B(gpud.BaseWorker):\n"
+		     "    def process_batch(self, items):\n"
+		     "        return [result(int(bytes(x))) for x in items]\n"));
+	static const char *const cases[][2] = {
+		{"W", "batch_size = 1"}, {"W", "batch_size = 8"}, {"B", "batch_size = 8"}};
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = python\nscript = w.py\n"
+		       "class = %s\n[generator]\nplugin = range\nstop = %d\n"
+		       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		       cases[c][1], cases[c][0], N);
+		int rc = t_gpud(dir, "run '%s/job.ini' --ui plain --force", dir);
+		char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+		cr_expect_eq(rc, 0, "%s %s: %s", cases[c][0], cases[c][1], err);
+		cr_expect(!strstr(err, "corrupted") && !strstr(err, "restart"), "%s %s: %s",
+			  cases[c][0], cases[c][1], err);
+		cr_assert(out, "%s", err);
+		cr_expect_eq(t_count_lines(out, "{\"task_id\": "), N, "%s", out);
+		for (int i = 0; i < N; i++) {
+			char want[32];
+			if (i % 4 == 3)
+				snprintf(want, sizeof want, "\"result\": \"x%d\"}", i);
+			else
+				snprintf(want, sizeof want, "\"result\": \"\"}");
+			EXPECT_LINE(out, i, "\"status\": \"ok\"");
+			EXPECT_LINE(out, i, want);
+		}
+		free(out);
+		free(err);
+	}
+}
+
 Test(python, input_modes, .timeout = 120)
 {
 	need_python();
