@@ -362,6 +362,89 @@ Test(python, a_timeout_interrupts_the_call_and_keeps_the_worker, .timeout = 120)
 	free(st);
 }
 
+/* A call past task_timeout times out whatever its code did with TaskTimeout: caught and
+ * a result returned, caught and another exception raised, caught by a bare except; in a
+ * class's own process_batch, the whole call. The result is not kept, the timeout is
+ * counted and the worker goes on (no restart). */
+Test(python, a_caught_timeout_is_still_a_timeout, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import time\n"
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed):\n"
+		     "        pass\n"
+		     "    def process(self, data):\n"
+		     "        n = int(bytes(data))\n"
+		     "        if n == 3:\n"
+		     "            try: time.sleep(30)\n"
+		     "            except: pass\n"
+		     "            return 'late'\n"
+		     "        try:\n"
+		     "            if n in (1, 2): time.sleep(30)\n"
+		     "        except Exception:\n"
+		     "            if n == 1: return 'fallback'\n"
+		     "            raise ValueError('not a timeout')\n"
+		     "        return 'r%d' % n\n"
+		     "class B:\n"
+		     "    def setup(self, gpu_id, seed):\n"
+		     "        pass\n"
+		     "    def process_batch(self, items):\n"
+		     "        try:\n"
+		     "            time.sleep(30)\n"
+		     "        except TimeoutError:\n"
+		     "            pass\n"
+		     "        return ['fallback'] * len(items)\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0\ntask_timeout = 0.5\ntimeout_grace = 20\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+	       "[generator]\nplugin = range\nstop = 6\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --stats-json '%s/s.json'", dir, dir),
+		     1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err"),
+	     *st = t_read_in(dir, "s.json");
+	cr_assert(out && st, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 6, "%s", err);
+	for (int i = 0; i < 6; i++) {
+		if (i >= 1 && i <= 3) {
+			EXPECT_LINE(out, i, "\"status\": \"timeout\"");
+		} else {
+			char want[32];
+			snprintf(want, sizeof want, "\"result\": \"r%d\"", i);
+			EXPECT_LINE(out, i, want);
+		}
+	}
+	cr_expect(!strstr(out, "fallback") && !strstr(out, "not a timeout") && !strstr(out, "late"),
+		  "%s", out);
+	cr_expect(strstr(st, "\"ok\": 3, \"failed\": 0, \"timed_out\": 3,"), "%s", st);
+	cr_expect(strstr(st, "\"worker_restarts\": 0,"), "%s", st);
+	free(out);
+	free(err);
+	free(st);
+
+	/* A process_batch that catches it: every task of the call times out. */
+	t_jobf(dir,
+	       "[job]\ngpus = 0\ntask_timeout = 0.5\ntimeout_grace = 20\nbatch_size = 4\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = B\n"
+	       "[generator]\nplugin = range\nstop = 4\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --force --stats-json '%s/s.json'",
+			    dir, dir),
+		     1);
+	out = t_read_in(dir, "out.jsonl");
+	err = t_read_in(dir, "err");
+	st = t_read_in(dir, "s.json");
+	cr_assert(out && st, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 4, "%s", err);
+	cr_expect_eq(t_count_lines(out, ""), 4, "%s", out);
+	cr_expect(!strstr(out, "fallback"), "%s", out);
+	cr_expect(strstr(st, "\"ok\": 0, \"failed\": 0, \"timed_out\": 4,"), "%s", st);
+	cr_expect(strstr(st, "\"worker_restarts\": 0,"), "%s", st);
+	free(out);
+	free(err);
+	free(st);
+}
+
 Test(python, numpy_inside_a_worker_and_a_kept_numpy_view, .timeout = 120)
 {
 	need_python();

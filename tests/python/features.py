@@ -965,6 +965,28 @@ def timeouts():
     check(stats["worker_restarts"] == 1, f"stats: {stats}")
     check(took < 15, f"killed after the grace, not at the call's end: {took:.1f} s")
     os.unlink(setups)
+    # A class that catches TaskTimeout and returns something else: still a timeout
+    # (on_timeout called, counted, the result dropped), and the worker goes on.
+    timed, ok = [], {}
+    stats = Dispatcher(Catcher, gpu_ids=[0], chunksize=1).run(
+        [1.0, 0.01, 1.0], lambda t, r, w: ok.__setitem__(t, r),
+        on_timeout=lambda t, s, w: timed.append(t), task_timeout=0.5)
+    check(sorted(timed) == [0, 2] and ok == {1: "done"}, f"caught: timed {timed} ok {ok}")
+    check(stats["timeouts"] == 2 and stats["worker_restarts"] == 0, f"stats: {stats}")
+
+
+class Catcher(BaseWorker):
+    """Catches gpud's TaskTimeout and returns a fallback instead."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, data):
+        try:
+            time.sleep(data)
+        except Exception:
+            return "fallback"
+        return "done"
 
 
 class Sizer(BaseWorker):
