@@ -365,6 +365,42 @@ static int sink_close(void *ctx, const struct gpud_stats *stats, struct gpud_err
 	return 0;
 }
 
+/* Task id `id` (an int), of on_resume()'s entry x, into *v: false with a ValueError
+ * naming the entry when it is no task of the job: negative, past any id, or (the job's
+ * size known) past its last task. */
+static bool resume_id(const struct run_ctx *c, PyObject *x, PyObject *id, unsigned long long *v)
+{
+	int overflow = 0;
+	long long sv = PyLong_AsLongLongAndOverflow(id, &overflow);
+	if (PyErr_Occurred())
+		return false;
+	if (overflow < 0 || (!overflow && sv < 0)) {
+		PyErr_Format(PyExc_ValueError,
+			     "on_resume() gave %R: a task id is 0 or more (the position of its "
+			     "item in the generator's stream)",
+			     x);
+		return false;
+	}
+	*v = PyLong_AsUnsignedLongLong(id);
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError,
+			     "on_resume() gave %R: larger than any task id (at most 2**64 - 1)", x);
+		return false;
+	}
+	if (c->total >= 0 && *v >= (unsigned long long)c->total) {
+		if (c->total)
+			PyErr_Format(PyExc_ValueError,
+				     "on_resume() gave %R: this job has %lld tasks, ids 0 to %lld",
+				     x, (long long)c->total, (long long)c->total - 1);
+		else
+			PyErr_Format(PyExc_ValueError, "on_resume() gave %R: this job has no tasks",
+				     x);
+		return false;
+	}
+	return true;
+}
+
 /* A resume: the ids of the tasks whose results the program holds, from on_resume(),
  * each an int (a success) or a pair (id, "ok" | "error" | "timeout"). Those are not run
  * again; every other task is (on_resume's word over the journal's). Calling thread. */
@@ -384,8 +420,8 @@ static int sink_resume(void *ctx, void (*done)(void *done_ctx, uint64_t task_id,
 			id = PyTuple_GetItem(x, 0);
 			kind = PyTuple_GetItem(x, 1);
 		}
-		unsigned long long v = PyLong_Check(id) ? PyLong_AsUnsignedLongLong(id) : 0;
-		if (PyErr_Occurred()) {
+		unsigned long long v = 0;
+		if (PyLong_Check(id) && !resume_id(c, x, id, &v)) {
 			Py_DECREF(x);
 			break;
 		}
