@@ -195,20 +195,36 @@ static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
 
 /* The text of an error. A traceback from the package's worker (gpud._worker) comes as
  * "TaskFailed: " and its lines joined by U+2424 (the host turns control characters
- * into '?'): the callbacks get it as the library gave it, lines and all. */
+ * into '?'), after "stage NAME: " when a CPU stage's class raised it (the host says
+ * which stage: run/events.c; a name is letters, digits, _ and -): the callbacks get it
+ * as the library gave it, lines and all, after the stage's name. */
 static PyObject *message_of(const char *m)
 {
-	static const char prefix[] = "TaskFailed: ";
+	static const char prefix[] = "TaskFailed: ", stage[] = "stage ";
+	static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					 "0123456789_-";
 	if (!m)
 		m = "";
-	bool ours = !strncmp(m, prefix, sizeof prefix - 1);
-	if (ours)
-		m += sizeof prefix - 1;
-	PyObject *s = PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
-	if (!s || !ours)
-		return s;
-	PyObject *r = PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n");
-	Py_DECREF(s);
+	size_t head = 0; /* "stage NAME: " */
+	if (!strncmp(m, stage, sizeof stage - 1)) {
+		size_t n = strspn(m + sizeof stage - 1, name_chars);
+		const char *colon = m + sizeof stage - 1 + n;
+		if (n && colon[0] == ':' && colon[1] == ' ')
+			head = (size_t)(colon + 2 - m);
+	}
+	bool ours = !strncmp(m + head, prefix, sizeof prefix - 1);
+	if (!ours)
+		return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
+	const char *text = m + head + sizeof prefix - 1;
+	PyObject *s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+	PyObject *lines = s ? PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n") : NULL;
+	Py_XDECREF(s);
+	if (!lines || !head)
+		return lines;
+	PyObject *who = PyUnicode_DecodeUTF8(m, (Py_ssize_t)head, "replace");
+	PyObject *r = who ? PyUnicode_Concat(who, lines) : NULL;
+	Py_XDECREF(who);
+	Py_DECREF(lines);
 	return r;
 }
 
