@@ -108,6 +108,53 @@ Test(python, results_of_every_type_and_exceptions_per_task, .timeout = 120)
 	free(err);
 }
 
+/* Empty results (None, b"", "") are ok results with an empty result, beside results
+ * that are not empty in the same call: from process() one task a call and eight, and
+ * from a class's own process_batch(). */
+Test(python, empty_results_are_ok_results_in_every_call, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	enum { N = 200 };
+	free(t_write(dir, "w.py",
+		     "import gpud\n"
+		     "def result(n):\n"
+		     "    return (None, b'', '', 'x%d' % n)[n % 4]\n"
+		     "class W(gpud.BaseWorker):\n"
+		     "    def process(self, data):\n"
+		     "        return result(int(bytes(data)))\n"
+		     "class B(gpud.BaseWorker):\n"
+		     "    def process_batch(self, items):\n"
+		     "        return [result(int(bytes(x))) for x in items]\n"));
+	static const char *const cases[][2] = {
+		{"W", "batch_size = 1"}, {"W", "batch_size = 8"}, {"B", "batch_size = 8"}};
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		t_jobf(dir,
+		       "[job]\ngpus = 0,1\n%s\n[worker]\nplugin = python\nscript = w.py\n"
+		       "class = %s\n[generator]\nplugin = range\nstop = %d\n"
+		       "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		       cases[c][1], cases[c][0], N);
+		int rc = t_gpud(dir, "run '%s/job.ini' --ui plain --force", dir);
+		char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
+		cr_expect_eq(rc, 0, "%s %s: %s", cases[c][0], cases[c][1], err);
+		cr_expect(!strstr(err, "corrupted") && !strstr(err, "restart"), "%s %s: %s",
+			  cases[c][0], cases[c][1], err);
+		cr_assert(out, "%s", err);
+		cr_expect_eq(t_count_lines(out, "{\"task_id\": "), N, "%s", out);
+		for (int i = 0; i < N; i++) {
+			char want[32];
+			if (i % 4 == 3)
+				snprintf(want, sizeof want, "\"result\": \"x%d\"}", i);
+			else
+				snprintf(want, sizeof want, "\"result\": \"\"}");
+			EXPECT_LINE(out, i, "\"status\": \"ok\"");
+			EXPECT_LINE(out, i, want);
+		}
+		free(out);
+		free(err);
+	}
+}
+
 Test(python, input_modes, .timeout = 120)
 {
 	need_python();
@@ -312,6 +359,89 @@ Test(python, a_timeout_interrupts_the_call_and_keeps_the_worker, .timeout = 120)
 	free(out);
 	free(err);
 	free(setups);
+	free(st);
+}
+
+/* A call past task_timeout times out whatever its code did with TaskTimeout: caught and
+ * a result returned, caught and another exception raised, caught by a bare except; in a
+ * class's own process_batch, the whole call. The result is not kept, the timeout is
+ * counted and the worker goes on (no restart). */
+Test(python, a_caught_timeout_is_still_a_timeout, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	free(t_write(dir, "w.py",
+		     "import time\n"
+		     "class W:\n"
+		     "    def setup(self, gpu_id, seed):\n"
+		     "        pass\n"
+		     "    def process(self, data):\n"
+		     "        n = int(bytes(data))\n"
+		     "        if n == 3:\n"
+		     "            try: time.sleep(30)\n"
+		     "            except: pass\n"
+		     "            return 'late'\n"
+		     "        try:\n"
+		     "            if n in (1, 2): time.sleep(30)\n"
+		     "        except Exception:\n"
+		     "            if n == 1: return 'fallback'\n"
+		     "            raise ValueError('not a timeout')\n"
+		     "        return 'r%d' % n\n"
+		     "class B:\n"
+		     "    def setup(self, gpu_id, seed):\n"
+		     "        pass\n"
+		     "    def process_batch(self, items):\n"
+		     "        try:\n"
+		     "            time.sleep(30)\n"
+		     "        except TimeoutError:\n"
+		     "            pass\n"
+		     "        return ['fallback'] * len(items)\n"));
+	t_jobf(dir,
+	       "[job]\ngpus = 0\ntask_timeout = 0.5\ntimeout_grace = 20\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = W\n"
+	       "[generator]\nplugin = range\nstop = 6\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --stats-json '%s/s.json'", dir, dir),
+		     1);
+	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err"),
+	     *st = t_read_in(dir, "s.json");
+	cr_assert(out && st, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 6, "%s", err);
+	for (int i = 0; i < 6; i++) {
+		if (i >= 1 && i <= 3) {
+			EXPECT_LINE(out, i, "\"status\": \"timeout\"");
+		} else {
+			char want[32];
+			snprintf(want, sizeof want, "\"result\": \"r%d\"", i);
+			EXPECT_LINE(out, i, want);
+		}
+	}
+	cr_expect(!strstr(out, "fallback") && !strstr(out, "not a timeout") && !strstr(out, "late"),
+		  "%s", out);
+	cr_expect(strstr(st, "\"ok\": 3, \"failed\": 0, \"timed_out\": 3,"), "%s", st);
+	cr_expect(strstr(st, "\"worker_restarts\": 0,"), "%s", st);
+	free(out);
+	free(err);
+	free(st);
+
+	/* A process_batch that catches it: every task of the call times out. */
+	t_jobf(dir,
+	       "[job]\ngpus = 0\ntask_timeout = 0.5\ntimeout_grace = 20\nbatch_size = 4\n"
+	       "[worker]\nplugin = python\nscript = w.py\nclass = B\n"
+	       "[generator]\nplugin = range\nstop = 4\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain --force --stats-json '%s/s.json'",
+			    dir, dir),
+		     1);
+	out = t_read_in(dir, "out.jsonl");
+	err = t_read_in(dir, "err");
+	st = t_read_in(dir, "s.json");
+	cr_assert(out && st, "%s", err);
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 4, "%s", err);
+	cr_expect_eq(t_count_lines(out, ""), 4, "%s", out);
+	cr_expect(!strstr(out, "fallback"), "%s", out);
+	cr_expect(strstr(st, "\"ok\": 0, \"failed\": 0, \"timed_out\": 4,"), "%s", st);
+	cr_expect(strstr(st, "\"worker_restarts\": 0,"), "%s", st);
+	free(out);
+	free(err);
 	free(st);
 }
 

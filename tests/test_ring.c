@@ -197,6 +197,66 @@ Test(ring, check_rejects_corruption)
 	free(mem);
 }
 
+/* A batch's result slots, as a worker fills them: each reserved at full size, its result
+ * at the start, a skip record over what the result left. After an empty result the skip
+ * is larger than the largest payload, and is still accepted: its bound is the slot. A
+ * skip that reaches past its slot is refused. */
+static const uint32_t result_kinds[] = {REC_OK, REC_FAIL, REC_SKIP, 0}; /* as the host */
+
+Test(ring, skips_after_results_of_every_size_fill_their_slots)
+{
+	const uint64_t max_payload = SHM_MSG_MAX, slot = ring_slot_span(max_payload);
+	const uint32_t sizes[] = {0, 1, 64, 300, SHM_MSG_MAX - 64, SHM_MSG_MAX, 0, 0};
+	const size_t n = sizeof sizes / sizeof *sizes;
+	uint8_t *mem = ring_mem(16384);
+	struct ring r = {mem, 16384, SHM_SLOT_GAP};
+	struct shm_rec *out, copy;
+	const char *why = NULL;
+	uint64_t head = 0, tail = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct shm_rec *res = ring_reserve(&r, &head, tail, slot);
+		cr_assert_not_null(res);
+		*res = (struct shm_rec){.task_id = i, .kind = REC_OK, .size = sizes[i]};
+		uint64_t used = ring_rec_span(&r, REC_OK, sizes[i]);
+		cr_assert_leq(used, slot);
+		if (used < slot) { /* as loop_finish_result() writes it */
+			struct shm_rec *skip = (struct shm_rec *)((uint8_t *)res + used);
+			*skip = (struct shm_rec){.kind = REC_SKIP,
+						 .size = (uint32_t)(slot - used - SHM_REC_HDR)};
+		}
+		head += slot;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(
+			ring_check(&r, &tail, head, result_kinds, max_payload, &copy, &out, &why),
+			1, "result %zu (%u bytes): %s", i, sizes[i], why);
+		cr_expect_eq(copy.kind, REC_OK);
+		cr_expect_eq(copy.task_id, i);
+		tail += ring_rec_span(&r, copy.kind, copy.size);
+		if (sizes[i] == max_payload)
+			continue; /* it fills its slot */
+		cr_assert_eq(
+			ring_check(&r, &tail, head, result_kinds, max_payload, &copy, &out, &why),
+			1, "the skip after result %zu (%u bytes): %s", i, sizes[i], why);
+		cr_expect_eq(copy.kind, REC_SKIP);
+		tail += ring_span(copy.size);
+	}
+	cr_expect_eq(tail, head, "the skips end where the slots do");
+	cr_expect_eq(ring_check(&r, &tail, head, result_kinds, max_payload, &copy, &out, &why), 0);
+
+	/* A skip after an empty result one line longer than the rest of its slot. */
+	tail = 0;
+	struct shm_rec *skip = (struct shm_rec *)(mem + SHM_REC_HDR + SHM_EMPTY_GAP);
+	skip->size += SHM_LINE;
+	cr_assert_eq(ring_check(&r, &tail, head, result_kinds, max_payload, &copy, &out, &why), 1);
+	tail += ring_rec_span(&r, copy.kind, copy.size);
+	cr_expect_eq(ring_check(&r, &tail, head, result_kinds, max_payload, &copy, &out, &why), -1,
+		     "a skip past its slot");
+	cr_expect_str_eq(why, "record larger than its limit");
+	free(mem);
+}
+
 /* ---- a producer and two consumers in separate processes, tiny rings ---- */
 
 #define N_CONSUMERS 2

@@ -161,6 +161,62 @@ Test(run, lines_generator_and_echo, .timeout = 60)
 	free(out);
 }
 
+/* Empty results are ok results on every path a C worker takes, mixed with others in the
+ * same calls: process() (echo, on empty lines), process_batch() with one task a call and
+ * with eight, and tasks in flight. Task i's result is empty when i is divisible by 3. */
+Test(run, empty_results_are_ok_on_every_c_path, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	enum { N = 300 };
+	char lines[N * 8] = "", *p = lines;
+	for (int i = 0; i < N; i++)
+		p += i % 3 ? sprintf(p, "%d\n", i) : sprintf(p, "\n");
+	free(t_write(dir, "in.txt", lines));
+	static const char *const cases[][3] = {
+		{"", "plugin = echo", "plugin = lines\npath = in.txt"},
+		{"batch_size = 1", "plugin = batcher\nempty_every = 3",
+		 "plugin = range\nstop = 300"},
+		{"batch_size = 8", "plugin = batcher\nempty_every = 3",
+		 "plugin = range\nstop = 300"},
+		{"max_in_flight = 8", "plugin = inflight\nempty_every = 3",
+		 "plugin = range\nstop = 300"},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		char *text;
+		cr_assert(asprintf(&text,
+				   "[job]\ngpus = 0\n%s\n[worker]\n%s\n[generator]\n%s\n"
+				   "[sink]\nplugin = jsonl\n",
+				   cases[c][0], cases[c][1], cases[c][2]) > 0);
+		char *path = t_write(dir, "job.ini", text);
+		int rc = t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir);
+		char *err = t_read_in(dir, "err");
+		cr_expect_eq(rc, 0, "%s: %s", cases[c][1], err);
+		cr_expect(!strstr(err, "corrupted"), "%s: %s", cases[c][1], err);
+		char *js = t_read_in(dir, "s.json");
+		cr_expect(strstr(js, "\"generated\": 300, \"ok\": 300,"), "%s: %s", cases[c][1],
+			  js);
+		cr_expect(strstr(js, "\"worker_restarts\": 0,"), "%s: %s", cases[c][1], js);
+		char *out = t_read_in(dir, "out");
+		int seen = 0, empty = 0;
+		for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n"), seen++) {
+			long id = num_field(l, "task_id");
+			cr_expect(strstr(l, "\"status\": \"ok\""), "%s: %s", cases[c][1], l);
+			char *res = str_field(l, "result");
+			cr_expect(res && (res[0] == '\0') == (id % 3 == 0), "%s: %s", cases[c][1],
+				  l);
+			empty += res && !res[0];
+			free(res);
+		}
+		cr_expect_eq(seen, N, "%s: every task one line", cases[c][1]);
+		cr_expect_eq(empty, N / 3, "%s", cases[c][1]);
+		free(out);
+		free(js);
+		free(err);
+		free(path);
+		free(text);
+	}
+}
+
 Test(run, non_utf8_results_are_base64)
 {
 	const char *dir = t_tmpdir();

@@ -16,7 +16,8 @@ class TaskRejected(Exception):
 class TaskTimeout(TimeoutError):
     '''Raised inside process() (or process_batch()) by gpud when the call runs past
     task_timeout: the task times out, and this worker, with what setup() loaded,
-    goes on with the next tasks. A call that catches it and goes on is killed
+    goes on with the next tasks. A call that catches it still times out (what it
+    returns is not kept); one that catches it and goes on is killed
     after [job] timeout_grace seconds more, as a call stuck in C code is.'''
 
 def fatal(reason):

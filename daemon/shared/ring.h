@@ -38,6 +38,22 @@ static inline uint64_t ring_rec_span(const struct ring *r, uint32_t kind, uint64
 	return ring_span(size) + (size ? r->gap : SHM_EMPTY_GAP);
 }
 
+/* Bytes of one result slot, reserved before a call for each of its tasks (a batch's, a
+ * task in flight): the largest payload a result may have (`max_payload`: the larger of
+ * max_result_bytes and SHM_MSG_MAX) and the slot gap. */
+static inline uint64_t ring_slot_span(uint64_t max_payload)
+{
+	return ring_span(max_payload) + SHM_SLOT_GAP;
+}
+
+/* The largest payload of a REC_SKIP record: it fills the rest of a reserved slot after
+ * its result, which takes at least an empty result's span (a header and SHM_EMPTY_GAP),
+ * so it is bounded by the slot, not by `max_payload`. */
+static inline uint64_t ring_skip_max(uint64_t max_payload)
+{
+	return ring_slot_span(max_payload) - (SHM_REC_HDR + SHM_EMPTY_GAP) - SHM_REC_HDR;
+}
+
 static inline struct shm_rec *ring_at(const struct ring *r, uint64_t pos)
 {
 	return (struct shm_rec *)(r->base + (pos & (r->cap - 1)));
@@ -93,11 +109,12 @@ static inline struct shm_rec *ring_peek(const struct ring *r, uint64_t *tail, ui
  * The careful consumer, for records written by a process that is not trusted: like
  * ring_peek, but it reads each header once, into *copy, and checks that copy: kinds in
  * `kinds` (a 0-terminated list of allowed kinds besides REC_PAD), payload at most
- * `max_payload`, the whole record (with its gap) before `head` and inside the ring.
- * Callers use only *copy, never the header in the ring, which the producer may still
- * be changing. Returns 1 with *copy and *out (the record, for its payload) set, 0 when
- * the ring is empty, or -1 with *why set when the producer wrote something that is not
- * a valid record.
+ * `max_payload` (a REC_SKIP's at most ring_skip_max(max_payload): the rest of its slot),
+ * the whole record (with its gap) before `head` and inside the ring. Callers use only
+ * *copy, never the header in the ring, which the producer may still be changing.
+ * Returns 1 with *copy and *out (the record, for its payload) set, 0 when the ring is
+ * empty, or -1 with *why set when the producer wrote something that is not a valid
+ * record.
  */
 static inline int ring_check(const struct ring *r, uint64_t *tail, uint64_t head,
 			     const uint32_t *kinds, uint64_t max_payload, struct shm_rec *copy,
@@ -136,7 +153,8 @@ static inline int ring_check(const struct ring *r, uint64_t *tail, uint64_t head
 			*why = "unknown record kind";
 			return -1;
 		}
-		if (copy->size > max_payload) {
+		if (copy->size >
+		    (copy->kind == REC_SKIP ? ring_skip_max(max_payload) : max_payload)) {
 			*why = "record larger than its limit";
 			return -1;
 		}

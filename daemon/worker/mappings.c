@@ -71,7 +71,7 @@ int mappings_open(struct worker *w, long index)
 					.sleeping = &w->rep->sleeping,
 					.tell = bell};
 	uint32_t res = h->max_result_bytes > SHM_MSG_MAX ? h->max_result_bytes : SHM_MSG_MAX;
-	w->result_need = ring_span(res) + SHM_SLOT_GAP;
+	w->result_need = ring_slot_span(res);
 	w->task_tail = w->task_head = f->task_base;
 	atomic_store(&w->rep->task_tail, f->task_base);
 	atomic_store(&w->rep->run_from, f->task_base);

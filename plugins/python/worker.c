@@ -101,6 +101,31 @@ static PyObject *timeout_signal(PyObject *self, PyObject *args)
 
 static PyMethodDef timeout_def = {"gpud_task_timeout", timeout_signal, METH_VARARGS, NULL};
 
+/* A timed-out task's note, when its call returned or raised something else after the
+ * interruption (caught TaskTimeout and went on). */
+#define CUT_NOTE                                                                                   \
+	"the call ran past task_timeout: gpud interrupted it, and what it returned or raised "     \
+	"after that is not kept"
+
+/* Whether r, what a process_batch returned, holds a TaskTimeout in an item's place: the
+ * call ended at that item itself (gpud's Dispatcher class does), so the items before it
+ * finished in time and keep their results. */
+static bool holds_timeout(PyObject *r, size_t n)
+{
+	if (!gpud_task_timeout || !PySequence_Check(r) || PySequence_Size(r) != (Py_ssize_t)n) {
+		PyErr_Clear();
+		return false;
+	}
+	bool found = false;
+	for (size_t i = 0; i < n && !found; i++) {
+		PyObject *ri = PySequence_GetItem(r, (Py_ssize_t)i);
+		found = ri && PyObject_IsInstance(ri, gpud_task_timeout) == 1;
+		Py_XDECREF(ri);
+	}
+	PyErr_Clear();
+	return found;
+}
+
 /* Python's handler for TIMEOUT_SIGNAL, set after the user's setup() (so it is ours). A
  * failure is said and leaves timeouts as they were without it: killed after the grace. */
 static void arm_timeouts(void)
@@ -781,11 +806,21 @@ static void run_one(struct py_worker *pw, struct gpud_task *t)
 	finish_one(pw, t, r, data, in);
 }
 
-/* Task t's call returned r (NULL: raised): its result or failure set, its input cut off. */
+/* Task t's call returned r (NULL: raised): its result or failure set, its input cut off.
+ * A call that ran past task_timeout (cut: TaskTimeout was raised in it, or was to be)
+ * times out whatever its code did with TaskTimeout: a result it returned or another
+ * exception it raised instead is not kept (only WorkerFatal still replaces the worker). */
 static void finish_one(struct py_worker *pw, struct gpud_task *t, PyObject *r, PyObject *data,
 		       input_obj *in)
 {
-	if (!r) {
+	bool late = call_cut() &&
+		    (r || !(PyErr_GivenExceptionMatches(PyErr_Occurred(), gpud_worker_fatal) ||
+			    PyErr_GivenExceptionMatches(PyErr_Occurred(), gpud_task_timeout)));
+	if (late) {
+		Py_XDECREF(r);
+		PyErr_Clear();
+		gpud_task_timed_out(t, "%s", CUT_NOTE);
+	} else if (!r) {
 		task_error(t);
 	} else {
 		put_result(pw, t, r, pw->where); /* first: the result may be the input itself */
@@ -883,12 +918,22 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 	PyObject *r = call_user(pw->process_batch, items);
 	in_user = false;
 	t2 = now_ns();
+	/* Past task_timeout, the call times out whatever its code did with TaskTimeout
+	 * (finish_one), unless it ended at an item itself (holds_timeout). */
+	bool cut = call_cut();
+	if (cut && r && !holds_timeout(r, n)) {
+		Py_CLEAR(r);
+		PyErr_SetString(gpud_task_timeout ? gpud_task_timeout : PyExc_TimeoutError,
+				CUT_NOTE);
+	}
 	if (!r) {
 		char why[900];
 		PyObject *type = py_take_error(why, sizeof why);
 		bool fatal = type && PyErr_GivenExceptionMatches(type, gpud_worker_fatal);
-		bool timeout = type && PyErr_GivenExceptionMatches(type, gpud_task_timeout);
-		bool oom = oom_type(type);
+		bool timeout =
+			!fatal &&
+			(cut || (type && PyErr_GivenExceptionMatches(type, gpud_task_timeout)));
+		bool oom = !timeout && oom_type(type);
 		Py_XDECREF(type);
 		for (size_t i = 0; i < n; i++)
 			if (made[i]) {

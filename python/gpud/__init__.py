@@ -45,7 +45,8 @@ if _glue is None:
     class TaskTimeout(TimeoutError):
         """Raised inside process() by gpud when the call runs past task_timeout: the
         item times out (on_timeout) and the worker, with what setup() loaded, goes
-        on. A call that catches it and goes on is killed timeout_grace seconds later."""
+        on. A call that catches it still times out (what it returns is not kept); one
+        that catches it and goes on is killed timeout_grace seconds later."""
 
 else:
     WorkerFatal = _glue.WorkerFatal  # type: ignore[misc]

@@ -195,20 +195,36 @@ static PyObject *decode_result(struct run_ctx *c, const void *data, size_t size)
 
 /* The text of an error. A traceback from the package's worker (gpud._worker) comes as
  * "TaskFailed: " and its lines joined by U+2424 (the host turns control characters
- * into '?'): the callbacks get it as the library gave it, lines and all. */
+ * into '?'), after "stage NAME: " when a CPU stage's class raised it (the host says
+ * which stage: run/events.c; a name is letters, digits, _ and -): the callbacks get it
+ * as the library gave it, lines and all, after the stage's name. */
 static PyObject *message_of(const char *m)
 {
-	static const char prefix[] = "TaskFailed: ";
+	static const char prefix[] = "TaskFailed: ", stage[] = "stage ";
+	static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					 "0123456789_-";
 	if (!m)
 		m = "";
-	bool ours = !strncmp(m, prefix, sizeof prefix - 1);
-	if (ours)
-		m += sizeof prefix - 1;
-	PyObject *s = PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
-	if (!s || !ours)
-		return s;
-	PyObject *r = PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n");
-	Py_DECREF(s);
+	size_t head = 0; /* "stage NAME: " */
+	if (!strncmp(m, stage, sizeof stage - 1)) {
+		size_t n = strspn(m + sizeof stage - 1, name_chars);
+		const char *colon = m + sizeof stage - 1 + n;
+		if (n && colon[0] == ':' && colon[1] == ' ')
+			head = (size_t)(colon + 2 - m);
+	}
+	bool ours = !strncmp(m + head, prefix, sizeof prefix - 1);
+	if (!ours)
+		return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
+	const char *text = m + head + sizeof prefix - 1;
+	PyObject *s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+	PyObject *lines = s ? PyObject_CallMethod(s, "replace", "ss", "\xe2\x90\xa4", "\n") : NULL;
+	Py_XDECREF(s);
+	if (!lines || !head)
+		return lines;
+	PyObject *who = PyUnicode_DecodeUTF8(m, (Py_ssize_t)head, "replace");
+	PyObject *r = who ? PyUnicode_Concat(who, lines) : NULL;
+	Py_XDECREF(who);
+	Py_DECREF(lines);
 	return r;
 }
 
@@ -365,6 +381,42 @@ static int sink_close(void *ctx, const struct gpud_stats *stats, struct gpud_err
 	return 0;
 }
 
+/* Task id `id` (an int), of on_resume()'s entry x, into *v: false with a ValueError
+ * naming the entry when it is no task of the job: negative, past any id, or (the job's
+ * size known) past its last task. */
+static bool resume_id(const struct run_ctx *c, PyObject *x, PyObject *id, unsigned long long *v)
+{
+	int overflow = 0;
+	long long sv = PyLong_AsLongLongAndOverflow(id, &overflow);
+	if (PyErr_Occurred())
+		return false;
+	if (overflow < 0 || (!overflow && sv < 0)) {
+		PyErr_Format(PyExc_ValueError,
+			     "on_resume() gave %R: a task id is 0 or more (the position of its "
+			     "item in the generator's stream)",
+			     x);
+		return false;
+	}
+	*v = PyLong_AsUnsignedLongLong(id);
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError,
+			     "on_resume() gave %R: larger than any task id (at most 2**64 - 1)", x);
+		return false;
+	}
+	if (c->total >= 0 && *v >= (unsigned long long)c->total) {
+		if (c->total)
+			PyErr_Format(PyExc_ValueError,
+				     "on_resume() gave %R: this job has %lld tasks, ids 0 to %lld",
+				     x, (long long)c->total, (long long)c->total - 1);
+		else
+			PyErr_Format(PyExc_ValueError, "on_resume() gave %R: this job has no tasks",
+				     x);
+		return false;
+	}
+	return true;
+}
+
 /* A resume: the ids of the tasks whose results the program holds, from on_resume(),
  * each an int (a success) or a pair (id, "ok" | "error" | "timeout"). Those are not run
  * again; every other task is (on_resume's word over the journal's). Calling thread. */
@@ -384,8 +436,8 @@ static int sink_resume(void *ctx, void (*done)(void *done_ctx, uint64_t task_id,
 			id = PyTuple_GetItem(x, 0);
 			kind = PyTuple_GetItem(x, 1);
 		}
-		unsigned long long v = PyLong_Check(id) ? PyLong_AsUnsignedLongLong(id) : 0;
-		if (PyErr_Occurred()) {
+		unsigned long long v = 0;
+		if (PyLong_Check(id) && !resume_id(c, x, id, &v)) {
 			Py_DECREF(x);
 			break;
 		}

@@ -2,7 +2,7 @@
 /* Test worker with gpud_worker_process_batch: each result is "<input> n=<n>", n the size
  * of the call it came in. fail_on, fatal_on (gpud_task_fatal) take one input number
  * each, crash_on (SIGSEGV, the whole call) a comma list of them; sleep_us sleeps once a
- * call. */
+ * call; empty_every = K gives an empty result for every input divisible by K. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 GPUD_PLUGIN("worker", "batcher", "1.0");
 
 struct batcher {
-	long fail_on, fatal_on, sleep_us;
+	long fail_on, fatal_on, sleep_us, empty_every;
 	const char *crash_on;
 	unsigned max;
 };
@@ -44,6 +44,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	b->fatal_on = gpud_arg_long(info->args, "fatal_on", -1);
 	b->crash_on = gpud_arg(info->args, "crash_on", NULL);
 	b->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
+	b->empty_every = gpud_arg_long(info->args, "empty_every", 0);
 	b->max = info->batch_size;
 	*state = b;
 	return 0;
@@ -77,6 +78,10 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *t, size
 		}
 		if (x == b->fatal_on) {
 			gpud_task_fatal(&t[i], "batcher: context lost at %ld", x);
+			continue;
+		}
+		if (b->empty_every > 0 && x % b->empty_every == 0) {
+			t[i].result.size = 0;
 			continue;
 		}
 		int m = snprintf(t[i].result.data, t[i].result.capacity, "%s n=%zu", in, n);

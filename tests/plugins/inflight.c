@@ -12,7 +12,8 @@
  * the file crash_file does not exist yet, and it is created first. poll_fail_after = K:
  * poll returns -1 after K tasks, once a run likewise (the same file). crash_on = a comma
  * list of input numbers: poll kills the process (SIGKILL) when it would finish one of
- * them, every time (the others held beside it never finish either). Built twice more
+ * them, every time (the others held beside it never finish either). empty_every = K: the
+ * result of every input divisible by K is empty. Built twice more
  * for the loader's tests: declared for ABI 1.3 (FIXTURE_MINOR), and without
  * gpud_worker_poll (FIXTURE_NO_POLL). */
 #include <fcntl.h>
@@ -38,7 +39,7 @@ struct engine {
 	size_t n;
 	unsigned cap, hold;
 	long hang_on, fail_on, reject_on, fatal_on, crash_after, poll_fail_after;
-	long finished;
+	long finished, empty_every;
 	const char *crash_file, *crash_on;
 	long linger_ms, lingered_ms;
 };
@@ -62,6 +63,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	e->crash_file = gpud_arg(info->args, "crash_file", "inflight.crashed");
 	e->crash_on = gpud_arg(info->args, "crash_on", NULL);
 	e->linger_ms = gpud_arg_long(info->args, "linger_ms", 20);
+	e->empty_every = gpud_arg_long(info->args, "empty_every", 0);
 	if (!e->list || !e->kept)
 		return gpud_fail(err, "inflight: out of memory");
 	*state = e;
@@ -90,7 +92,7 @@ GPUD_EXPORT int gpud_worker_submit(void *state, struct gpud_task *t)
 	e->list[e->n++] = t;
 	int m = snprintf(t->result.data, t->result.capacity, "in=%ld id=%llu held=%zu max=%u", x,
 			 (unsigned long long)t->id, e->n, e->cap);
-	t->result.size = (size_t)m;
+	t->result.size = e->empty_every > 0 && x % e->empty_every == 0 ? 0 : (size_t)m;
 	return 0;
 }
 

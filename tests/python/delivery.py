@@ -320,6 +320,20 @@ def on_resume_checks(tmp):
             check(False, f"{kind.__name__} from on_resume")
         except kind:
             pass
+    # Ids that are no task of the job: a ValueError naming the entry (and the job's size,
+    # which a list gives), at the first such id, not after reading all of them.
+    for bad, says in ((lambda: [-1], "gave -1: a task id is 0 or more"),
+                      (lambda: [(2, "ok"), (-3, "ok")], "gave (-3, 'ok'): a task id is 0 or more"),
+                      (lambda: [10**30], f"gave {10**30}: larger than any task id"),
+                      (lambda: range(10**8), "gave 10: this job has 10 tasks, ids 0 to 9")):
+        if os.path.exists(journal):
+            os.unlink(journal)
+        try:
+            Dispatcher(W, [0], journal=journal, resume=True).run(
+                list(range(10)), lambda *a: None, on_resume=bad)
+            check(False, f"ValueError for {says}")
+        except ValueError as e:
+            check(f"on_resume() {says}" in str(e), f"{says}: {e}")
     try:
         Dispatcher(W, [0], chunksize=4).run(range(10), lambda *a: None, on_resume=lambda: [])
         check(False, "on_resume with chunksize=4 refused")

@@ -676,6 +676,51 @@ def auto():
     check("chunksize" not in stats and stats["total"] == 500, f"journal: {stats}")
 
 
+def empty_result(n, sink=False):
+    """Task n's result: None, b"" and "" (each an empty result) and one that is not. A
+    sink plugin takes bytes or str alone (docs/python.md): b"" there instead of None."""
+    return (b"" if sink else None, b"", "", f"x{n}".encode())[n % 4]
+
+
+class EmptyWorker(BaseWorker):
+    def setup(self, gpu_id, seed, sink=False):
+        self.sink = sink
+
+    def process(self, data):
+        return empty_result(int(data), self.sink)
+
+
+class EmptyBatchWorker(EmptyWorker):
+    def process_batch(self, items):
+        return [empty_result(int(x)) for x in items]
+
+
+def empties():
+    # Empty results beside others in one call, each an ok outcome: through the
+    # program's callbacks (process() one item a call and eight, a class's own
+    # process_batch()), and through generator and sink plugins (results as bytes).
+    n = 60
+    for cls, batch in ((EmptyWorker, 1), (EmptyWorker, 8), (EmptyBatchWorker, 8)):
+        got, bad = {}, []
+        Dispatcher(cls, GPUS, batch_size=batch).run(
+            range(n), lambda t, r, w: got.__setitem__(t, r),
+            on_error=lambda t, e, w: bad.append((t, e)),
+            on_timeout=lambda t, s, w: bad.append((t, "timeout")))
+        want = {i: empty_result(i) for i in range(n)}
+        check(not bad and got == want,
+              f"{cls.__name__} batch_size={batch}: failures {bad[:3]}, results {got}")
+    out = os.path.join(os.environ.get("GPUD_TEST_TMP", "/tmp"), f"empties-{os.getpid()}.jsonl")
+    Dispatcher(EmptyWorker, GPUS, batch_size=8, generator={"plugin": "range", "stop": n},
+               sink={"plugin": "jsonl", "path": out}).run(None, None, sink=True)
+    with open(out) as f:
+        lines = sorted(f.read().splitlines(), key=lambda l: int(l.split(",")[0].split()[-1]))
+    check(len(lines) == n, f"one line a task: {lines}")
+    for i, l in enumerate(lines):
+        want = "" if i % 4 != 3 else f"x{i}"
+        check(l.startswith(f'{{"task_id": {i}, "status": "ok",') and
+              l.endswith(f'"result": "{want}"}}'), f"task {i}: {l}")
+
+
 def interrupt(journal, k=1):
     # Runs slowly until SIGINT (sent by run_tests.py when it reads STARTED); then:
     # drained, on_exit ran, KeyboardInterrupt raised. Then resumes and checks every
@@ -920,6 +965,28 @@ def timeouts():
     check(stats["worker_restarts"] == 1, f"stats: {stats}")
     check(took < 15, f"killed after the grace, not at the call's end: {took:.1f} s")
     os.unlink(setups)
+    # A class that catches TaskTimeout and returns something else: still a timeout
+    # (on_timeout called, counted, the result dropped), and the worker goes on.
+    timed, ok = [], {}
+    stats = Dispatcher(Catcher, gpu_ids=[0], chunksize=1).run(
+        [1.0, 0.01, 1.0], lambda t, r, w: ok.__setitem__(t, r),
+        on_timeout=lambda t, s, w: timed.append(t), task_timeout=0.5)
+    check(sorted(timed) == [0, 2] and ok == {1: "done"}, f"caught: timed {timed} ok {ok}")
+    check(stats["timeouts"] == 2 and stats["worker_restarts"] == 0, f"stats: {stats}")
+
+
+class Catcher(BaseWorker):
+    """Catches gpud's TaskTimeout and returns a fallback instead."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, data):
+        try:
+            time.sleep(data)
+        except Exception:
+            return "fallback"
+        return "done"
 
 
 class Sizer(BaseWorker):
@@ -1023,5 +1090,5 @@ if __name__ == "__main__":
          "callback_raises": callback_raises, "c_worker": c_worker, "plugins": plugins,
          "arrays": arrays, "chunks": chunks, "auto": auto, "callback_stops": callback_stops,
          "checks": checks, "read_ahead": read_ahead, "timeouts": timeouts,
-         "times": times, "batches": batches, "tensors": tensors}[mode]()
+         "times": times, "batches": batches, "tensors": tensors, "empties": empties}[mode]()
     print(f"PASS {mode}", flush=True)

@@ -166,7 +166,7 @@ def main():
         env = {"PYTHONPATH": built, "GPUD_TEST_TMP": tmp}
         modes = ["closures", "live", "errors", "setup_fail", "callback_raises", "c_worker",
                  "plugins", "chunks", "auto", "callback_stops", "checks", "read_ahead", "timeouts",
-                 "times"]
+                 "times", "empties"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], env=BASE_ENV,
                           capture_output=True).returncode == 0:
             modes += ["arrays", "batches", "tensors"]

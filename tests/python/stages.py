@@ -182,6 +182,12 @@ def mode_python():
           and len(got) == 19, f"a Python stage (gpu_id -1) then the class: {got}")
     check(list(errors) == [13] and "thirteen is refused by the stage" in errors[13],
           f"a stage's error fails its item alone, with its traceback: {errors}")
+    # Its text as raised: the stage named, then the traceback's lines, none of gpud's
+    # own class names or line joiners.
+    e13 = errors[13]
+    check(e13.startswith("stage square: Traceback (most recent call last):\n")
+          and e13.endswith("\nValueError: thirteen is refused by the stage")
+          and "TaskFailed" not in e13 and "\u2424" not in e13, f"the stage's error: {e13!r}")
     got = {}
     Dispatcher(Model, GPUS, stages=[Square, {"class": Tag, "workers": 1}]).run(
         [2, 3], lambda t, r, g: got.__setitem__(t, r))

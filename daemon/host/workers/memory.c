@@ -171,7 +171,7 @@ int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 	uint64_t batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
 	p->task_cap = ring_capacity_for(p->task_need * batch,
 					small_tasks > MIN_RING ? small_tasks : MIN_RING);
-	p->result_need = ring_span(res_payload) + SHM_SLOT_GAP;
+	p->result_need = ring_slot_span(res_payload);
 	p->result_cap = ring_capacity_for(p->result_need * batch,
 					  small_results > MIN_RING ? small_results : MIN_RING);
 	p->blob = config_blob(h, NULL);
