@@ -937,9 +937,10 @@ Test(ranks, dynamic_shares_resume_without_its_claims_is_refused, .timeout = 240)
 		  "for f in claims/c*; do case \"$(readlink $f)\" in 'r2 '*) ln -sfn 'r2 n' $f; "
 		  "break;; esac; done");
 	every_rank_refused(dir, "slow.ini", "not a claim gpud made", NULL);
-	/* Another job's folder (its worker's keys differ): refused, naming it. */
-	t_sh(dir, "rm -rf claims; cp -a kept claims; cp out-0.jsonl was-0");
-	cr_expect_eq(t_gpud(dir, "run %s/fast.ini --rank 0/3 --ui off --resume", dir), 2);
+	/* Another job's folder (its generator's keys differ): refused, naming it. */
+	t_sh(dir, "rm -rf claims; cp -a kept claims; cp out-0.jsonl was-0\n"
+		  "sed 's/stop = 60000/stop = 50000/' slow.ini > other.ini");
+	cr_expect_eq(t_gpud(dir, "run %s/other.ini --rank 0/3 --ui off --resume", dir), 2);
 	err = t_read_in(dir, "err");
 	cr_expect(strstr(err, "is another job's") && strstr(err, "[job] claims"), "%s", err);
 	free(err);

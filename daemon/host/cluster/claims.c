@@ -311,10 +311,10 @@ out:
 
 /* The job's identity in the folder (`job`, made by the first rank that opens it):
  * another job's folder is refused, as its claims say nothing of this job's ids. */
-static int check_job(struct claims *c, uint64_t job_id, char *why, size_t len)
+static int check_job(struct claims *c, uint64_t stream_id, char *why, size_t len)
 {
 	char text[32], back[32];
-	snprintf(text, sizeof text, "job %016" PRIx64, job_id);
+	snprintf(text, sizeof text, "job %016" PRIx64, stream_id);
 	if (symlinkat(text, c->dfd, "job") == 0)
 		return 0;
 	ssize_t n = errno == EEXIST ? readlinkat(c->dfd, "job", back, sizeof back - 1) : -1;
@@ -326,11 +326,11 @@ static int check_job(struct claims *c, uint64_t job_id, char *why, size_t len)
 	if (strcmp(back, text) == 0)
 		return 0;
 	snprintf(why, len,
-		 "the claims folder %s is another job's (%s/job says \"%s\", this job is "
-		 "%016" PRIx64 ": its worker, generator or their keys differ): its claims say "
+		 "the claims folder %s is another job's (%s/job says \"%.20s\", this job is "
+		 "%016" PRIx64 ": its generator or the generator's keys differ): its claims say "
 		 "nothing of this job's tasks; give this job a claims folder of its own "
 		 "([job] claims), or remove %s to start over",
-		 c->dir, c->dir, back, job_id, c->dir);
+		 c->dir, c->dir, back, stream_id, c->dir);
 	return -1;
 }
 
@@ -362,7 +362,7 @@ int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, u
 		snprintf(why, len, "out of memory");
 		goto fail;
 	}
-	if (mode != CLAIMS_LOOK && job->job_id && check_job(c, job->job_id, why, len) < 0)
+	if (mode != CLAIMS_LOOK && job->stream_id && check_job(c, job->stream_id, why, len) < 0)
 		goto fail;
 	/* The chain already there, from chunk 0. */
 	if (chain_walk(c, &ch, UINT64_MAX, why, len) < 0)

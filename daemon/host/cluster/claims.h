@@ -80,11 +80,11 @@ struct claims {
 };
 
 /* What claims_open is told of the job: the claims folder, this rank's journal as this
- * run names it (NULL: none), and the job's identity (cfg.job_id; 0: not checked). */
+ * run names it (NULL: none), and the job's identity (cfg.stream_id; 0: not checked). */
 struct claims_job {
 	const char *dir;
 	const char *journal;
-	uint64_t job_id;
+	uint64_t stream_id;
 };
 
 /* Opens (makes) the claims folder `job->dir` for rank `rank` of `ranks`, and reads the

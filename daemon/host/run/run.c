@@ -707,7 +707,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		char why[1200];
 		struct claims_job cj = {.dir = c->claims,
 					.journal = c->journal_off ? NULL : c->journal,
-					.job_id = c->job_id};
+					.stream_id = c->stream_id};
 		h.claims = calloc(1, sizeof *h.claims);
 		if (!h.claims ||
 		    claims_open(h.claims, &cj, c->rank, c->ranks,
