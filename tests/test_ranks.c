@@ -862,10 +862,13 @@ static unsigned long twice_in(const char *dir, unsigned ranks, unsigned long tot
 		snprintf(name, sizeof name, "out-%u.jsonl", k);
 		char *out = t_read_in(dir, name);
 		for (const char *p = out; p && *p;) {
-			unsigned long id;
-			if (sscanf(p, "{\"task_id\": %lu,", &id) == 1 && id < total &&
-			    seen[id]++ == 1)
-				twice++;
+			/* Not sscanf: it takes the length of the rest of the file each time. */
+			static const char key[] = "{\"task_id\": ";
+			if (!strncmp(p, key, sizeof key - 1)) {
+				unsigned long id = strtoul(p + sizeof key - 1, NULL, 10);
+				if (id < total && seen[id]++ == 1)
+					twice++;
+			}
 			p = strchr(p, '\n');
 			p = p ? p + 1 : NULL;
 		}
