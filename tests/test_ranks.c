@@ -929,6 +929,14 @@ Test(ranks, dynamic_shares_resume_without_its_claims_is_refused, .timeout = 240)
 		  "%s", err);
 	free(err);
 	cr_expect_eq(twice_in(dir, 3, 60000), 0);
+	/* A rank with no journal yet (a resume with more ranks), started after them: the
+	 * folder is marked lost, so it does not claim what the lost claims held. */
+	cr_expect_eq(t_gpud(dir, "run %s/slow.ini --rank 3/4 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/claims is marked lost (") &&
+			  strstr(err, "restore the claims folder"),
+		  "%s", err);
+	free(err);
 	/* One claim of rank 1 removed: a gap after a claim made without MPI, or (its
 	 * last claim) rank 1's journal past its claims, which every rank reads. */
 	t_sh(dir, "rm -rf claims; cp -a kept claims\n"

@@ -390,8 +390,28 @@ int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, u
 					p = path;
 				}
 			}
-			if (p && check_journal(c, &ch, r, p, why, len) < 0)
+			if (p && check_journal(c, &ch, r, p, why, len) < 0) {
+				/* Kept in the folder, so a rank with no journal yet, started
+				 * after this one, does not claim what the lost claims held. */
+				char mark[64];
+				snprintf(mark, sizeof mark, "rank %u found its claims lost", r);
+				symlinkat(mark, c->dfd, "lost");
 				goto fail;
+			}
+		}
+		char lost[64];
+		ssize_t nl = readlinkat(c->dfd, "lost", lost, sizeof lost - 1);
+		if (nl > 0) {
+			lost[nl] = '\0';
+			snprintf(
+				why, len,
+				"the claims folder %s is marked lost (%s/lost: \"%.40s\"): a journal "
+				"holds tasks done that no claim covers, so claiming here could run them "
+				"again; restore the claims folder as it was (without lost), or start the "
+				"whole job over (remove %s, then run every rank without --resume, with "
+				"--force)",
+				dir, dir, lost, dir);
+			goto fail;
 		}
 	}
 	for (size_t i = 0; i < ch.n; i++) {
