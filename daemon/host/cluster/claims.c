@@ -170,6 +170,10 @@ static int chain_walk(struct claims *c, struct chain *ch, uint64_t upto, char *w
 			uint64_t next = next_claim_after(c, ch->end);
 			if (next == UINT64_MAX)
 				return 0;
+			/* Or a rank claimed here and past it since the look: a claim is made
+			 * only where the one before it ends, so this one is there now. */
+			if (claim_read(c, ch->end, &cl, text, sizeof text) != 1)
+				continue;
 			if (chain_add(ch, (struct link){ch->end, next - ch->end, UINT_MAX, 0,
 							false}) < 0)
 				goto oom;
@@ -204,16 +208,9 @@ oom:
 	return -1;
 }
 
-/* The link holding chunk `chunk`, walking on when the chain has grown past what was
- * read (a rank claims while this one looks); NULL when no claim holds it. */
-static const struct link *chain_find(struct claims *c, struct chain *ch, uint64_t chunk, char *why,
-				     size_t len, int *err)
+/* The link holding chunk `chunk`; NULL when no claim holds it. */
+static const struct link *chain_find(const struct chain *ch, uint64_t chunk)
 {
-	*err = 0;
-	if (chunk >= ch->end && chain_walk(c, ch, chunk, why, len) < 0) {
-		*err = -1;
-		return NULL;
-	}
 	size_t a = 0, b = ch->n;
 	while (a < b) {
 		size_t m = (a + b) / 2;
@@ -261,11 +258,15 @@ static int check_journal(struct claims *c, struct chain *ch, unsigned r, const c
 		journal_close(&j);
 		return 0;
 	}
+	/* The chain as it is now, after the journal was read: a live rank's done tasks lie
+	 * in claims it made before it ran them. */
+	int rc = chain_walk(c, ch, UINT64_MAX, why, len);
+	if (rc < 0)
+		goto out;
 	uint64_t outside = 0, eg = 0, words = j.base_word + j.n_words;
 	if (words < j.low / 64)
 		words = j.low / 64;
 	const struct link *where = NULL;
-	int rc = 0;
 	/* RANKS_CHUNK is 64: a chunk is one word of the done set (all of it below low). */
 	for (uint64_t w = 0; w < words; w++) {
 		uint64_t bits = w < j.low / 64                ? UINT64_MAX
@@ -273,12 +274,7 @@ static int check_journal(struct claims *c, struct chain *ch, unsigned r, const c
 							      : 0;
 		if (!bits)
 			continue;
-		int err;
-		const struct link *l = chain_find(c, ch, w, why, len, &err);
-		if (err) {
-			rc = -1;
-			goto out;
-		}
+		const struct link *l = chain_find(ch, w);
 		if (l && l->rank == r)
 			continue;
 		if (!outside) {
@@ -371,8 +367,6 @@ int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, u
 	 * rank's own as this run names it, the others' as journal.r<K> does), so a lost
 	 * claim is refused rather than claimed again by whoever comes first. */
 	if (mode != CLAIMS_LOOK) {
-		if (check_gaps(c, &ch, why, len) < 0)
-			goto fail;
 		unsigned n = ranks;
 		for (size_t i = 0; i < ch.n; i++)
 			if (ch.v[i].rank != UINT_MAX && ch.v[i].rank >= n)
@@ -399,6 +393,8 @@ int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, u
 				goto fail;
 			}
 		}
+		if (check_gaps(c, &ch, why, len) < 0)
+			goto fail;
 		char lost[64];
 		ssize_t nl = readlinkat(c->dfd, "lost", lost, sizeof lost - 1);
 		if (nl > 0) {
