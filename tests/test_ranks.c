@@ -937,6 +937,18 @@ Test(ranks, dynamic_shares_resume_without_its_claims_is_refused, .timeout = 240)
 			  strstr(err, "restore the claims folder"),
 		  "%s", err);
 	free(err);
+	/* The folder lost with rank 2's journal (kept elsewhere): its output, read back,
+	 * holds results no claim of it covers: refused too, the output as it was. */
+	t_sh(dir, "rm -rf claims; mv j-2.journal j-2.elsewhere; cp out-2.jsonl was-2");
+	cr_expect_eq(t_gpud(dir, "run %s/slow.ini --rank 2/3 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "its output holds the results of ") &&
+			  strstr(err, "that no claim of rank 2 in the claims folder ") &&
+			  strstr(err, "restore the claims folder"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "cmp -s out-2.jsonl was-2 && mv j-2.elsewhere j-2.journal"), 0,
+		     "rank 2's output changed");
 	/* One claim of rank 1 removed: a gap after a claim made without MPI, or (its
 	 * last claim) rank 1's journal past its claims, which every rank reads. */
 	t_sh(dir, "rm -rf claims; cp -a kept claims\n"
