@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -642,6 +643,59 @@ Test(faults, sigpipe_on_standard_output, .timeout = 60)
 	free(status);
 	free(err);
 	free(cmd);
+	free(path);
+}
+
+/* A file size limit (ulimit -f) smaller than the output: the write past it is an error
+ * (EFBIG) said naming the file, not a death by SIGXFSZ with nothing said and an empty
+ * journal; exit 3, and --resume with the limit lifted finishes every task once. */
+Test(faults, file_size_limit_is_a_write_error_and_resume_is_exact, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *path = t_jobf(dir,
+			    "[job]\ngpus = 0\n[worker]\nplugin = echo\n"
+			    "[generator]\nplugin = range\nstop = 300000\n"
+			    "[sink]\nplugin = jsonl\npath = %s/out.jsonl\n",
+			    dir);
+	/* The default disposition, as a shell gives it: the run must ignore it itself. */
+	signal(SIGXFSZ, SIG_DFL);
+	struct rlimit was, small;
+	cr_assert_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+	small = was;
+	small.rlim_cur = 8u << 20; /* above the run's shared memory, below its output */
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+	int rc = t_gpud(dir, "run '%s' --ui off", path);
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(rc, 3, "%s", err);
+	cr_expect(strstr(err, "/out.jsonl: File too large"), "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "status '%s'", path), 0);
+	char *st = t_read_in(dir, "out");
+	cr_expect(strstr(st, "not finished") && !strstr(st, "tasks with an outcome: 0 "), "%s", st);
+	free(st);
+	cr_expect_eq(t_gpud(dir, "run '%s' --ui off --resume", path), 0);
+	unsigned char *seen = calloc(300000, 1);
+	unsigned long lines = 0, twice = 0, missing = 0;
+	char *out = t_read_in(dir, "out.jsonl");
+	for (const char *p = out; p && *p; lines++) {
+		/* Not sscanf: it takes the length of the rest of the file each time. */
+		static const char key[] = "{\"task_id\": ";
+		if (!strncmp(p, key, sizeof key - 1)) {
+			unsigned long id = strtoul(p + sizeof key - 1, NULL, 10);
+			if (id < 300000 && seen[id]++)
+				twice++;
+		}
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	for (unsigned long i = 0; i < 300000; i++)
+		missing += !seen[i];
+	cr_expect_eq(lines, 300000);
+	cr_expect_eq(twice, 0);
+	cr_expect_eq(missing, 0);
+	free(out);
+	free(seen);
 	free(path);
 }
 

@@ -852,6 +852,130 @@ Test(ranks, dynamic_shares_the_whole_job_killed_then_resumed, .timeout = 180)
 	union_dynamic(dir, 3, 12000);
 }
 
+/* The ids below `total` found more than once over out-0.jsonl .. out-(ranks-1).jsonl. */
+static unsigned long twice_in(const char *dir, unsigned ranks, unsigned long total)
+{
+	unsigned char *seen = calloc(total, 1);
+	unsigned long twice = 0;
+	for (unsigned k = 0; k < ranks; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "out-%u.jsonl", k);
+		char *out = t_read_in(dir, name);
+		for (const char *p = out; p && *p;) {
+			/* Not sscanf: it takes the length of the rest of the file each time. */
+			static const char key[] = "{\"task_id\": ";
+			if (!strncmp(p, key, sizeof key - 1)) {
+				unsigned long id = strtoul(p + sizeof key - 1, NULL, 10);
+				if (id < total && seen[id]++ == 1)
+					twice++;
+			}
+			p = strchr(p, '\n');
+			p = p ? p + 1 : NULL;
+		}
+		free(out);
+	}
+	free(seen);
+	return twice;
+}
+
+/* Every rank resumed one after the other: each refused (exit 2) with `want` (and
+ * `or_want`, when not NULL, as another way to say it) on its standard error, its
+ * output as it was. */
+static void every_rank_refused(const char *dir, const char *ini, const char *want,
+			       const char *or_want)
+{
+	char script[600];
+	snprintf(script, sizeof script,
+		 "for k in 0 1 2; do cp out-$k.jsonl was-$k; \"$GPUD\" run %s --rank $k/3 "
+		 "--ui off --resume 2>e-$k; echo $? > rc-$k; cmp -s out-$k.jsonl was-$k; "
+		 "echo $? > same-$k; done",
+		 ini);
+	t_sh(dir, script);
+	for (int k = 0; k < 3; k++) {
+		char name[16];
+		snprintf(name, sizeof name, "e-%d", k);
+		char *err = t_read_in(dir, name);
+		snprintf(name, sizeof name, "rc-%d", k);
+		cr_expect_eq(t_read_long(dir, name), 2, "rank %d: %s", k, err);
+		cr_expect(err && (strstr(err, want) || (or_want && strstr(err, or_want))) &&
+				  (strstr(err, "restore the claims folder") ||
+				   strstr(err, "remove ")),
+			  "rank %d: %s", k, err);
+		free(err);
+		snprintf(name, sizeof name, "same-%d", k);
+		cr_expect_eq(t_read_long(dir, name), 0, "rank %d's output changed", k);
+	}
+}
+
+Test(ranks, dynamic_shares_resume_without_its_claims_is_refused, .timeout = 240)
+{
+	const char *dir = t_tmpdir();
+	dynamic_jobs(dir, 60000, "plugin = range\nstop = ");
+	/* Three ranks stopped part way (SIGTERM: each drains, syncs its journal, exits 4),
+	 * their claims folder kept aside. */
+	t_sh(dir, "p=; for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off 2>>err & "
+		  "p=\"$p $!\"; done\n"
+		  "w '[ -s out-0.jsonl ] && [ -s out-1.jsonl ] && [ -s out-2.jsonl ]'\n"
+		  "kill -TERM $p; n=0; for q in $p; do wait $q; [ $? -eq 4 ] && n=$((n+1)); done\n"
+		  "echo $n > stopped; cp -a claims kept\n");
+	cr_assert_eq(t_read_long(dir, "stopped"), 3, "a rank was not stopped part way");
+	/* The folder lost: every rank's journal holds done tasks no claim covers. */
+	t_sh(dir, "rm -rf claims");
+	every_rank_refused(dir, "slow.ini", "tasks done (e.g. task ", NULL);
+	char *err = t_read_in(dir, "e-1");
+	cr_expect(err && strstr(err, "rank 1's journal ") && strstr(err, "/j-1.journal holds ") &&
+			  strstr(err, "no claim of rank 1 in the claims folder ") &&
+			  strstr(err, "--force"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(twice_in(dir, 3, 60000), 0);
+	/* A rank with no journal yet (a resume with more ranks), started after them: the
+	 * folder is marked lost, so it does not claim what the lost claims held. */
+	cr_expect_eq(t_gpud(dir, "run %s/slow.ini --rank 3/4 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "/claims is marked lost (") &&
+			  strstr(err, "restore the claims folder"),
+		  "%s", err);
+	free(err);
+	/* The folder lost with rank 2's journal (kept elsewhere): its output, read back,
+	 * holds results no claim of it covers: refused too, the output as it was. */
+	t_sh(dir, "rm -rf claims; mv j-2.journal j-2.elsewhere; cp out-2.jsonl was-2");
+	cr_expect_eq(t_gpud(dir, "run %s/slow.ini --rank 2/3 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "its output holds the results of ") &&
+			  strstr(err, "that no claim of rank 2 in the claims folder ") &&
+			  strstr(err, "restore the claims folder"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "cmp -s out-2.jsonl was-2 && mv j-2.elsewhere j-2.journal"), 0,
+		     "rank 2's output changed");
+	/* One claim of rank 1 removed: a gap after a claim made without MPI, or (its
+	 * last claim) rank 1's journal past its claims, which every rank reads. */
+	t_sh(dir, "rm -rf claims; cp -a kept claims\n"
+		  "for f in claims/c*; do case \"$(readlink $f)\" in 'r1 '*) rm $f; break;; "
+		  "esac; done");
+	every_rank_refused(dir, "slow.ini", "a claim file was removed", "rank 1's journal ");
+	/* A claim cut short: not a claim gpud made. */
+	t_sh(dir, "rm -rf claims; cp -a kept claims\n"
+		  "for f in claims/c*; do case \"$(readlink $f)\" in 'r2 '*) ln -sfn 'r2 n' $f; "
+		  "break;; esac; done");
+	every_rank_refused(dir, "slow.ini", "not a claim gpud made", NULL);
+	/* Another job's folder (its generator's keys differ): refused, naming it. */
+	t_sh(dir, "rm -rf claims; cp -a kept claims; cp out-0.jsonl was-0\n"
+		  "sed 's/stop = 60000/stop = 50000/' slow.ini > other.ini");
+	cr_expect_eq(t_gpud(dir, "run %s/other.ini --rank 0/3 --ui off --resume", dir), 2);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "is another job's") && strstr(err, "[job] claims"), "%s", err);
+	free(err);
+	cr_expect_eq(t_sh(dir, "cmp -s out-0.jsonl was-0"), 0, "rank 0's output changed");
+	cr_expect_eq(twice_in(dir, 3, 60000), 0);
+	/* The way out: the folder as it was, every rank resumed: every id once. */
+	t_sh(dir, "rm -rf claims; cp -a kept claims\n"
+		  "for k in 0 1 2; do \"$GPUD\" run slow.ini --rank $k/3 --ui off --resume "
+		  "2>>err3 & done; wait");
+	union_dynamic(dir, 3, 60000);
+}
+
 #define NO_LEAKS "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\"; "
 
 Test(ranks, dynamic_shares_under_mpirun_count_in_mpi_and_resume_with_fewer, .timeout = 240)

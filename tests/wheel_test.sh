@@ -7,7 +7,8 @@
 # with --no-index, and then, with the source and build folders hidden (a private mount
 # namespace with empty folders over them, where unshare -m is allowed), runs the demo job
 # copied elsewhere with the venv's `gpud` (every result checked against hashlib) and a
-# small Dispatcher job with the venv's Python, and with pyenv's 3.9 and 3.13 where found. The venv is a plain one (no
+# small Dispatcher job with the venv's Python, and with pyenv's 3.9 and 3.13 where found;
+# then moves the venv and runs the same with `python -m gpud` from there. The venv is a plain one (no
 # --system-site-packages): what is checked works without NumPy.
 #   tests/wheel_test.sh BUILD_DIR SOURCE_DIR
 # Exit 77 (meson's skip), with one line, where pip, setuptools, wheel or venv is missing.
@@ -158,6 +159,16 @@ grep -q '^  worker     sha256 ' plugins.out || { cat plugins.out; exit 1; }
 grep -qF ", venv $tmp/v; from \\\$VIRTUAL_ENV)" plugins.out || { cat plugins.out; exit 1; }
 "$tmp/v/bin/python" upper.py "$tmp/v"
 for v in ${others[*]:-}; do "\$v/bin/python" upper.py "\$v"; done
+# The venv moved elsewhere: its bin/gpud names the old place's Python in its first line
+# (pip's), so docs/python.md says to run VENV/bin/python -m gpud, which works anywhere.
+mv "$tmp/v" "$tmp/moved"
+rm -f results.jsonl demo.journal
+"$tmp/moved/bin/python" -m gpud run job.ini --ui off
+"$tmp/moved/bin/python" check.py
+"$tmp/moved/bin/python" -m gpud plugins >plugins.out
+grep -qF ", venv $tmp/moved; from \\\$VIRTUAL_ENV)" plugins.out || { cat plugins.out; exit 1; }
+"$tmp/moved/bin/python" upper.py "$tmp/moved"
+echo "PASS the venv moved: python -m gpud run, plugins, Dispatcher"
 EOF
 hide=("$src")
 case $build/ in "$src"/*) ;; *) hide+=("$build") ;; esac

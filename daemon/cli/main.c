@@ -3,6 +3,7 @@
  * chooses the dashboard, and exits with the run's status. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,11 @@ int main(int argc, char **argv)
 			"gpud: warning: cannot make the host undumpable (%s): its workers "
 			"can reach into it through /proc and ptrace\n",
 			strerror(errno));
+	/* A write past RLIMIT_FSIZE (ulimit -f) fails with EFBIG, which the journal, the
+	 * sinks and the merges report naming the file, rather than killing the command
+	 * with no word (as Python ignores it too). Before anything is written: the journal
+	 * and the sink's output are opened before the run's own handlers go in. */
+	signal(SIGXFSZ, SIG_IGN);
 	if (argc >= 2 && strcmp(argv[1], "merge") == 0) {
 		/* The summary as data; its JSON is what the command prints. */
 		struct gpud_stats_merged *m = NULL;

@@ -300,6 +300,9 @@ struct host_resume {
 	/* Entries of the sink's output that name no task of this job, and tasks it holds
 	 * that the journal had no memory for; the first of each, to name it */
 	uint64_t strays, stray_eg, unheld, unheld_eg;
+	/* Dynamic shares: entries naming a task of the job in no claim of this rank (its
+	 * claims lost), which refuse the run */
+	uint64_t unclaimed, unclaimed_eg;
 	uint64_t first_new_ns; /* when the first task not done before came */
 };
 

@@ -230,7 +230,7 @@ enum gpud_ui {
  * although this job's journal holds outcomes and a sink file holds its output (else
  * refused: exit 2) */
 #define GPUD_RUN_FORCE (1u << 2)
-/** Leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT and SIGPIPE alone: the caller stops
+/** Leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT, SIGPIPE and SIGXFSZ alone: the caller stops
  *  the run with gpud_job_stop (from its own handler, say). SIGCHLD is still gpud's for
  *  the run: it is how a worker's death is noticed. */
 #define GPUD_RUN_KEEP_SIGNALS (1u << 3)
@@ -494,7 +494,8 @@ GPUD_API int gpud_merge_arrays(int argc, char *const *argv);
  *   status from gpud.
  * - Signals: unless GPUD_RUN_KEEP_SIGNALS, gpud's handlers for SIGINT, SIGTERM, SIGHUP
  *   (each stops the run as gpud_job_stop), SIGTSTP, SIGCONT and SIGCHLD are installed for
- *   the run and SIGPIPE is ignored; the caller's dispositions are restored when
+ *   the run and SIGPIPE and SIGXFSZ are ignored (a closed output, a file past
+ *   RLIMIT_FSIZE: a write error); the caller's dispositions are restored when
  *   gpud_job_run returns. With the dashboard, a handler that restores the terminal's
  *   cursor is left on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT where none was set.
  * - Threads: the run starts a stand-in thread (it may call the sink, or end the run,

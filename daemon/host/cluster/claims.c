@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,9 +129,212 @@ static uint64_t next_claim_after(struct claims *c, uint64_t ch)
 	return best;
 }
 
-int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, int mode,
-		char *why, size_t len)
+/* One link of the chain as claims_open found it: a claim, or a gap (rank UINT_MAX). */
+struct link {
+	uint64_t first, len;
+	unsigned rank, ranks;
+	bool mpi; /* made by the MPI counter (its text ends in "mpi") */
+};
+
+struct chain {
+	struct link *v;
+	size_t n, cap;
+	uint64_t end; /* the chunk the walk stopped at */
+};
+
+static int chain_add(struct chain *ch, struct link l)
 {
+	if (ch->n == ch->cap) {
+		size_t cap = ch->cap ? 2 * ch->cap : 64;
+		struct link *v = realloc(ch->v, cap * sizeof *v);
+		if (!v)
+			return -1;
+		ch->v = v;
+		ch->cap = cap;
+	}
+	ch->v[ch->n++] = l;
+	return 0;
+}
+
+/* Walks the chain on from ch->end to its end (gaps included) or past chunk `upto`.
+ * 0, or -1 with why. */
+static int chain_walk(struct claims *c, struct chain *ch, uint64_t upto, char *why, size_t len)
+{
+	while (ch->end <= upto) {
+		struct claim cl;
+		char text[128];
+		int rc = claim_read(c, ch->end, &cl, text, sizeof text);
+		if (rc == 1) {
+			/* The chain's end, or a gap: chunks counted out by the MPI counter
+			 * to a rank that died before it recorded its claim (mpi.h). */
+			uint64_t next = next_claim_after(c, ch->end);
+			if (next == UINT64_MAX)
+				return 0;
+			/* Or a rank claimed here and past it since the look: a claim is made
+			 * only where the one before it ends, so this one is there now. */
+			if (claim_read(c, ch->end, &cl, text, sizeof text) != 1)
+				continue;
+			if (chain_add(ch, (struct link){ch->end, next - ch->end, UINT_MAX, 0,
+							false}) < 0)
+				goto oom;
+			ch->end = next;
+			continue;
+		}
+		if (rc < 0 && errno != EINVAL) {
+			snprintf(why, len, "%s/c%016" PRIx64 ": %s", c->dir, ch->end,
+				 strerror(errno));
+			return -1;
+		}
+		if (rc < 0) {
+			snprintf(
+				why, len,
+				"%s/c%016" PRIx64 ": not a claim gpud made (a claim file "
+				"cut short or replaced), so which rank runs those ids is "
+				"lost; restore the claims folder as it was, or start the whole job "
+				"over (remove %s, then run every rank without --resume, with "
+				"--force)",
+				c->dir, ch->end, c->dir);
+			return -1;
+		}
+		size_t tl = strlen(text);
+		bool mpi = tl > 4 && !strcmp(text + tl - 4, " mpi");
+		if (chain_add(ch, (struct link){ch->end, cl.len, cl.rank, cl.ranks, mpi}) < 0)
+			goto oom;
+		ch->end += cl.len;
+	}
+	return 0;
+oom:
+	snprintf(why, len, "out of memory");
+	return -1;
+}
+
+/* The link holding chunk `chunk`; NULL when no claim holds it. */
+static const struct link *chain_find(const struct chain *ch, uint64_t chunk)
+{
+	size_t a = 0, b = ch->n;
+	while (a < b) {
+		size_t m = (a + b) / 2;
+		if (ch->v[m].first + ch->v[m].len <= chunk)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a < ch->n && ch->v[a].first <= chunk ? &ch->v[a] : NULL;
+}
+
+/* A gap the MPI counter did not leave: a claim after it made without MPI (a chain made
+ * by the filesystem alone never has one), so a claim file was removed. */
+static int check_gaps(struct claims *c, const struct chain *ch, char *why, size_t len)
+{
+	for (size_t i = 0; i + 1 < ch->n; i++) {
+		const struct link *g = &ch->v[i], *next = &ch->v[i + 1];
+		if (g->rank != UINT_MAX || next->mpi)
+			continue;
+		snprintf(why, len,
+			 "the claims folder %s has no claim at c%016" PRIx64 " (ids %llu to "
+			 "%llu) though c%016" PRIx64 " follows: a claim file was removed, so "
+			 "which rank ran those ids is lost and resuming could run them twice; "
+			 "restore the claims folder as it was, or start the whole job over "
+			 "(remove %s, then run every rank without --resume, with --force)",
+			 c->dir, g->first, (unsigned long long)(g->first * RANKS_CHUNK),
+			 (unsigned long long)((g->first + g->len) * RANKS_CHUNK - 1), next->first,
+			 c->dir);
+		return -1;
+	}
+	return 0;
+}
+
+/* Every task rank r's journal (at `path`) holds done must lie in a claim of rank r:
+ * one that does not is a claim lost (the folder removed, emptied, replaced, a claim
+ * file removed), and the rank that claims those ids next would run them again. A
+ * journal that is not there or cannot be read is the run's own business (resume.c).
+ * 0, or -1 with why. */
+static int check_journal(struct claims *c, struct chain *ch, unsigned r, const char *path,
+			 char *why, size_t len)
+{
+	struct journal j = {.fd = -1, .rank = 0, .ranks = 1}; /* every bit as written */
+	char jwhy[1200];
+	if (journal_read(&j, path, jwhy, sizeof jwhy) < 0) {
+		journal_close(&j);
+		return 0;
+	}
+	/* The chain as it is now, after the journal was read: a live rank's done tasks lie
+	 * in claims it made before it ran them. */
+	int rc = chain_walk(c, ch, UINT64_MAX, why, len);
+	if (rc < 0)
+		goto out;
+	uint64_t outside = 0, eg = 0, words = j.base_word + j.n_words;
+	if (words < j.low / 64)
+		words = j.low / 64;
+	const struct link *where = NULL;
+	/* RANKS_CHUNK is 64: a chunk is one word of the done set (all of it below low). */
+	for (uint64_t w = 0; w < words; w++) {
+		uint64_t bits = w < j.low / 64                ? UINT64_MAX
+				: w - j.base_word < j.n_words ? j.words[w - j.base_word]
+							      : 0;
+		if (!bits)
+			continue;
+		const struct link *l = chain_find(ch, w);
+		if (l && l->rank == r)
+			continue;
+		if (!outside) {
+			eg = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			where = l;
+		}
+		outside += (uint64_t)__builtin_popcountll(bits);
+	}
+	if (outside) {
+		char held[64];
+		if (where && where->rank != UINT_MAX)
+			snprintf(held, sizeof held, "claimed by rank %u", where->rank);
+		else
+			snprintf(held, sizeof held, "claimed by no rank");
+		snprintf(why, len,
+			 "rank %u's journal %s holds %llu tasks done (e.g. task %llu, %s) that "
+			 "no claim of rank %u in the claims folder %s covers: the folder or some "
+			 "of its claims were removed or replaced since, and resuming would run "
+			 "them again; restore the claims folder as it was, or start the whole "
+			 "job over (remove %s, then run every rank without --resume, with "
+			 "--force)",
+			 r, path, (unsigned long long)outside, (unsigned long long)eg, held, r,
+			 c->dir, c->dir);
+		rc = -1;
+	}
+out:
+	journal_close(&j);
+	return rc;
+}
+
+/* The job's identity in the folder (`job`, made by the first rank that opens it):
+ * another job's folder is refused, as its claims say nothing of this job's ids. */
+static int check_job(struct claims *c, uint64_t stream_id, char *why, size_t len)
+{
+	char text[32], back[32];
+	snprintf(text, sizeof text, "job %016" PRIx64, stream_id);
+	if (symlinkat(text, c->dfd, "job") == 0)
+		return 0;
+	ssize_t n = errno == EEXIST ? readlinkat(c->dfd, "job", back, sizeof back - 1) : -1;
+	if (n < 0) {
+		snprintf(why, len, "cannot write %s/job: %s", c->dir, strerror(errno));
+		return -1;
+	}
+	back[n] = '\0';
+	if (strcmp(back, text) == 0)
+		return 0;
+	snprintf(why, len,
+		 "the claims folder %s is another job's (%s/job says \"%.20s\", this job is "
+		 "%016" PRIx64 ": its generator or the generator's keys differ): its claims say "
+		 "nothing of this job's tasks; give this job a claims folder of its own "
+		 "([job] claims), or remove %s to start over",
+		 c->dir, c->dir, back, stream_id, c->dir);
+	return -1;
+}
+
+int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, unsigned ranks,
+		int mode, char *why, size_t len)
+{
+	const char *dir = job->dir;
+	struct chain ch = {0};
 	*c = (struct claims){.dfd = -1,
 			     .alive_fd = -1,
 			     .rank = rank,
@@ -154,71 +358,136 @@ int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks
 		snprintf(why, len, "out of memory");
 		goto fail;
 	}
+	if (mode != CLAIMS_LOOK && job->stream_id && check_job(c, job->stream_id, why, len) < 0)
+		goto fail;
 	/* The chain already there, from chunk 0. */
-	for (;;) {
-		struct claim cl;
+	if (chain_walk(c, &ch, UINT64_MAX, why, len) < 0)
+		goto fail;
+	/* Before anything is claimed: every rank's journal against its claims (this
+	 * rank's own as this run names it, the others' as journal.r<K> does), so a lost
+	 * claim is refused rather than claimed again by whoever comes first. */
+	if (mode != CLAIMS_LOOK) {
+		unsigned n = ranks;
+		for (size_t i = 0; i < ch.n; i++)
+			if (ch.v[i].rank != UINT_MAX && ch.v[i].rank >= n)
+				n = ch.v[i].rank + 1;
+		for (unsigned r = 0; r < n || r <= rank; r++) {
+			char name[48], path[4096];
+			const char *p = NULL;
+			if (r == rank) {
+				p = mode == CLAIMS_RESUME ? job->journal : NULL;
+			} else {
+				snprintf(name, sizeof name, "journal.r%u", r);
+				ssize_t l = readlinkat(c->dfd, name, path, sizeof path - 1);
+				if (l > 0) {
+					path[l] = '\0';
+					p = path;
+				}
+			}
+			if (p && check_journal(c, &ch, r, p, why, len) < 0) {
+				/* Kept in the folder, so a rank with no journal yet, started
+				 * after this one, does not claim what the lost claims held. */
+				char mark[64];
+				snprintf(mark, sizeof mark, "rank %u found its claims lost", r);
+				symlinkat(mark, c->dfd, "lost");
+				goto fail;
+			}
+		}
+		if (check_gaps(c, &ch, why, len) < 0)
+			goto fail;
+		char lost[64];
+		ssize_t nl = readlinkat(c->dfd, "lost", lost, sizeof lost - 1);
+		if (nl > 0) {
+			lost[nl] = '\0';
+			snprintf(
+				why, len,
+				"the claims folder %s is marked lost (%s/lost: \"%.40s\"): a journal "
+				"holds tasks done that no claim covers, so claiming here could run them "
+				"again; restore the claims folder as it was (without lost), or start the "
+				"whole job over (remove %s, then run every rank without --resume, with "
+				"--force)",
+				dir, dir, lost, dir);
+			goto fail;
+		}
+	}
+	for (size_t i = 0; i < ch.n; i++) {
+		const struct link *l = &ch.v[i];
 		char text[128];
-		int rc = claim_read(c, c->cursor, &cl, text, sizeof text);
-		if (rc == 1) {
-			/* The chain's end, or a gap: chunks counted out by the MPI counter
-			 * to a rank that died before it recorded its claim (mpi.h). */
-			uint64_t next = next_claim_after(c, c->cursor);
-			if (next == UINT64_MAX)
-				break;
+		if (l->rank == UINT_MAX) {
 			if (mode == CLAIMS_LOOK || getenv("GPUD_TAKEOVER")) {
-				c->cursor = next; /* nobody's: a look, or a takeover's child */
+				c->cursor = l->first + l->len; /* nobody's: a look, or a
+								  takeover's child */
 				continue;
 			}
-			uint64_t n = next - c->cursor;
-			if (n > CLAIMS_MAX_BATCH)
-				n = CLAIMS_MAX_BATCH;
-			snprintf(text, sizeof text, "r%u n%" PRIu64 " of%u p%d x%016" PRIx64, rank,
-				 n, ranks, (int)getpid(), c->nonce);
-			char name[32];
-			claim_name(name, sizeof name, c->cursor);
-			if (symlinkat(text, c->dfd, name) == 0) {
-				if (own_add(c, c->cursor, c->cursor + n) < 0) {
+			/* A gap the MPI counter left (check_gaps): this rank's, in claims of
+			 * at most CLAIMS_MAX_BATCH; a rank that fills it first wins. */
+			while (c->cursor < l->first + l->len) {
+				uint64_t n = l->first + l->len - c->cursor;
+				if (n > CLAIMS_MAX_BATCH)
+					n = CLAIMS_MAX_BATCH;
+				snprintf(text, sizeof text,
+					 "r%u n%" PRIu64 " of%u p%d x%016" PRIx64, rank, n, ranks,
+					 (int)getpid(), c->nonce);
+				char name[32];
+				claim_name(name, sizeof name, c->cursor);
+				if (symlinkat(text, c->dfd, name) == 0) {
+					if (own_add(c, c->cursor, c->cursor + n) < 0) {
+						snprintf(why, len, "out of memory");
+						goto fail;
+					}
+					c->cursor += n;
+					continue;
+				}
+				if (errno != EEXIST) {
+					snprintf(why, len, "cannot claim %s/%s: %s", dir, name,
+						 strerror(errno));
+					goto fail;
+				}
+				/* another rank's fill: read as any claim */
+				struct claim cl;
+				int rc = claim_read(c, c->cursor, &cl, text, sizeof text);
+				if (rc != 0) {
+					snprintf(why, len, "%s/%s: %s", dir, name,
+						 rc == 1           ? "went away"
+						 : errno == EINVAL ? "not a claim gpud made"
+								   : strerror(errno));
+					goto fail;
+				}
+				if (note_of(c, cl.rank, cl.ranks) < 0) {
 					snprintf(why, len, "out of memory");
 					goto fail;
 				}
-				c->cursor += n;
-				continue;
+				c->cursor += cl.len;
 			}
-			if (errno == EEXIST)
-				continue; /* another rank's fill: read as any claim */
-			snprintf(why, len, "cannot claim %s/%s: %s", dir, name, strerror(errno));
-			goto fail;
-		}
-		if (rc < 0) {
-			snprintf(why, len, "%s/c%016" PRIx64 ": %s", dir, c->cursor,
-				 errno == EINVAL ? "not a claim gpud made" : strerror(errno));
-			goto fail;
+			continue;
 		}
 		/* A run of another number of ranks (a resume with more or fewer): its
 		 * ranks are waited for, and finished by the others when none runs them. */
-		if (note_of(c, cl.rank, cl.ranks) < 0) {
+		if (note_of(c, l->rank, l->ranks) < 0) {
 			snprintf(why, len, "out of memory");
 			goto fail;
 		}
-		if (cl.rank == rank && mode != CLAIMS_LOOK) {
+		if (l->rank == rank && mode != CLAIMS_LOOK) {
 			if (mode == CLAIMS_FRESH) {
 				snprintf(why, len,
 					 "the claims folder %s holds claims rank %u made in an "
 					 "earlier run (c%016" PRIx64 "): --resume goes on from "
 					 "them; remove the folder to start over",
-					 dir, rank, c->cursor);
+					 dir, rank, l->first);
 				goto fail;
 			}
-			if (own_add(c, c->cursor, c->cursor + cl.len) < 0) {
+			if (own_add(c, l->first, l->first + l->len) < 0) {
 				snprintf(why, len, "out of memory");
 				goto fail;
 			}
 		}
-		c->cursor += cl.len;
+		c->cursor = l->first + l->len;
 	}
+	free(ch.v);
 	c->cur = 0;
 	return 0;
 fail:
+	free(ch.v);
 	claims_close(c);
 	return -1;
 }
@@ -879,7 +1148,8 @@ int claims_status(const char *dir, int64_t total, FILE *out)
 		fprintf(out, "  shares: dynamic; no claim in %s yet\n", dir);
 		return 0;
 	}
-	if (claims_open(&c, dir, 0, first.ranks, CLAIMS_LOOK, why, sizeof why) < 0) {
+	struct claims_job look = {.dir = dir};
+	if (claims_open(&c, &look, 0, first.ranks, CLAIMS_LOOK, why, sizeof why) < 0) {
 		fprintf(out, "  shares: dynamic; %s\n", why);
 		return 2;
 	}

@@ -79,15 +79,27 @@ struct claims {
 	_Atomic uint64_t pub_claims, pub_ids, pub_ns;
 };
 
-/* Opens (makes) the claims folder `dir` for rank `rank` of `ranks`, and reads the chain
- * already there: this rank's claims of an earlier run of the job are its own again
+/* What claims_open is told of the job: the claims folder, this rank's journal as this
+ * run names it (NULL: none), and the job's identity (cfg.stream_id; 0: not checked). */
+struct claims_job {
+	const char *dir;
+	const char *journal;
+	uint64_t stream_id;
+};
+
+/* Opens (makes) the claims folder `job->dir` for rank `rank` of `ranks`, and reads the
+ * chain already there: this rank's claims of an earlier run of the job are its own again
  * (CLAIMS_RESUME); CLAIMS_FRESH refuses a folder holding claims of this rank (an
- * earlier run's: its outputs are about to be emptied). A gap in the chain (chunks the
- * MPI counter gave a rank that died before recording them) is claimed as it is met,
- * except by a look or a takeover's child. 0, or -1 with why. */
+ * earlier run's: its outputs are about to be emptied). Refused too, before anything is
+ * claimed: a folder another job made (its `job` link), a gap in the chain after a claim
+ * made without MPI (a claim file removed), and a journal holding done tasks that no
+ * claim of its rank covers (the folder or a claim lost since): this rank's (resuming)
+ * and every other rank's that journal.r<K> names. A gap the MPI counter left (chunks
+ * it gave a rank that died before recording them) is claimed as it is met, except by a
+ * look or a takeover's child. 0, or -1 with why. */
 enum { CLAIMS_FRESH, CLAIMS_RESUME, CLAIMS_LOOK /* gpud status: nothing made */ };
-int claims_open(struct claims *c, const char *dir, unsigned rank, unsigned ranks, int mode,
-		char *why, size_t len);
+int claims_open(struct claims *c, const struct claims_job *job, unsigned rank, unsigned ranks,
+		int mode, char *why, size_t len);
 void claims_close(struct claims *c);
 
 /* The rank is running: journal.r<K> in the folder names its journal (NULL: none),

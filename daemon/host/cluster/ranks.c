@@ -271,10 +271,23 @@ static uint64_t job_id(const struct cfg *c)
 	return hash_str(h, seed);
 }
 
+/* The stream the claims of dynamic shares share out: the generator's plugin and keys as
+ * written. The worker's keys may differ between ranks (a slower node's batch size). */
+static uint64_t stream_id(const struct cfg *c)
+{
+	uint64_t h = hash_str(HASH_SEED, c->generator.plugin ? c->generator.plugin : "");
+	for (size_t i = 0; i < c->generator.count; i++) {
+		h = hash_str(h, c->generator.kv[i].key);
+		h = hash_str(h, c->generator.kv[i].value);
+	}
+	return h;
+}
+
 int ranks_apply(struct cfg *c, const char **stats_json, char **owned, char *why, size_t len)
 {
 	unsigned k = c->rank, n = c->ranks;
 	c->job_id = job_id(c);
+	c->stream_id = stream_id(c);
 	static const char hint[] = "put {rank} in it, so each rank has its own";
 	for (size_t i = 0; i < c->sink.count; i++) {
 		if (output_key(c->sink.kv[i].key) && shared(c->sink.kv[i].value, n)) {

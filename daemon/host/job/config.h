@@ -113,6 +113,9 @@ struct cfg {
 	/* What every rank of one job shares, for `gpud merge` (ranks_apply): the worker's and
 	 * the generator's plugins and keys as written ({rank} not put in), base_seed. */
 	uint64_t job_id;
+	/* What the claims folder of dynamic shares holds to: the generator's plugin and keys
+	 * as written, the stream whose ids the claims share out (ranks_apply). */
+	uint64_t stream_id;
 
 	/* [ui] */
 	double refresh_rate;   /* dashboard redraws a second */

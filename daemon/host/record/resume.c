@@ -167,10 +167,27 @@ static bool may_be_task(const struct host *h, uint64_t id)
 	return id < known + RESUME_STRAY_SPAN;
 }
 
+/* Dynamic shares: whether `id` is a task of the job that no claim of this rank holds
+ * (below the generator's count, or near the chain when it tells none). */
+static bool unclaimed_task(const struct host *h, uint64_t id)
+{
+	const struct claims *cl = h->claims;
+	if (!cl || claims_mine(h->claims, id))
+		return false;
+	if (cl->total_ids != UINT64_MAX)
+		return id < cl->total_ids;
+	return id < cl->cursor * RANKS_CHUNK + RESUME_STRAY_SPAN;
+}
+
 /* A task the sink's output already holds. */
 static void sink_holds(void *ctx, uint64_t id, int status)
 {
 	struct host *h = ctx;
+	if (unclaimed_task(h, id)) {
+		if (h->resume.unclaimed++ == 0)
+			h->resume.unclaimed_eg = id;
+		return;
+	}
 	if (!may_be_task(h, id)) {
 		if (h->resume.strays++ == 0)
 			h->resume.stray_eg = id;
@@ -227,6 +244,31 @@ int resume_sink_open(struct host *h, const struct gpud_args *args, struct gpud_e
 	journal_sink_begin(&h->journal);
 	int rc = sink->resume(args, &h->sink, sink_holds, h, err);
 	say_strays(h);
+	if (rc >= 0 && h->resume.unclaimed) {
+		/* Its output holds results of tasks this rank has no claim of: its claims
+		 * were lost (with its journal, or kept where this run does not look), and
+		 * whoever claims those ids next would run them again. Nothing is run. */
+		struct gpud_error e2 = {{0}};
+		journal_sink_cancel(&h->journal);
+		if (rc == 0 && sink->finish) {
+			struct gpud_run_end end = {.exit_status = 2,
+						   .abort_reason = "the run could not start"};
+			sink->finish(h->sink, &h->stats, &end, &e2);
+		} else if (rc == 0 && sink->close) {
+			sink->close(h->sink, &h->stats, &e2);
+		}
+		const struct cfg *c = h->cfg;
+		gpud_fail(err,
+			  "its output holds the results of %llu tasks (e.g. task %llu) that no "
+			  "claim of rank %u in the claims folder %s covers: the claims were "
+			  "removed or replaced since, and resuming would run them again; restore "
+			  "the claims folder as it was, or start the whole job over (remove %s, "
+			  "then run every rank without --resume, with --force)",
+			  (unsigned long long)h->resume.unclaimed,
+			  (unsigned long long)h->resume.unclaimed_eg, c->rank, c->claims,
+			  c->claims);
+		return -1;
+	}
 	if (rc == 1) {
 		/* Opened, but its output cannot be read back (standard output, a FIFO):
 		 * the journal as loaded decides what is done. */

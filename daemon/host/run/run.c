@@ -712,9 +712,12 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	 * (claims.h). */
 	if (c->shares == CFG_SHARES_DYNAMIC) {
 		char why[1200];
+		struct claims_job cj = {.dir = c->claims,
+					.journal = c->journal_off ? NULL : c->journal,
+					.stream_id = c->stream_id};
 		h.claims = calloc(1, sizeof *h.claims);
 		if (!h.claims ||
-		    claims_open(h.claims, c->claims, c->rank, c->ranks,
+		    claims_open(h.claims, &cj, c->rank, c->ranks,
 				opts->resume ? CLAIMS_RESUME : CLAIMS_FRESH, why, sizeof why) < 0) {
 			say("%s: %s", c->path, h.claims ? why : "out of memory");
 			free(h.claims);

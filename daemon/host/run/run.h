@@ -28,7 +28,7 @@ struct run_opts {
 	bool resume;            /* --resume: finish the run the journal describes */
 	bool retry_failed;      /* --retry-failed: and run its failed tasks again */
 	bool force;             /* --force: resume a journal another job wrote */
-	bool keep_signals;      /* leave SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT, SIGPIPE alone */
+	bool keep_signals;      /* leave the caller's signals alone but SIGCHLD (signals.c) */
 	const char *rank;       /* --rank K/N, or NULL */
 	/* In-process generator and sink (libgpud's callbacks) in place of the job's plugins,
 	 * or NULL; their open gets *_state as the state it holds. */

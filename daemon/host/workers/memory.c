@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -197,8 +198,17 @@ static int map_run_memory(struct host *h, const struct shm_plan *plan)
 	uint64_t total = plan->run_size;
 	int fd = sealed_memfd("gpud-run", total);
 	if (fd < 0) {
-		fprintf(LOG_ERR, "gpud: cannot create %llu bytes of shared memory: %s\n",
-			(unsigned long long)total, strerror(-fd));
+		/* A memfd's size counts against RLIMIT_FSIZE as any file's. */
+		struct rlimit fs;
+		char hint[160] = "";
+		if (fd == -EFBIG && getrlimit(RLIMIT_FSIZE, &fs) == 0 &&
+		    fs.rlim_cur != RLIM_INFINITY)
+			snprintf(hint, sizeof hint,
+				 " (the file size limit, ulimit -f, is %llu bytes, and the run's "
+				 "shared memory counts against it: raise it)",
+				 (unsigned long long)fs.rlim_cur);
+		fprintf(LOG_ERR, "gpud: cannot create %llu bytes of shared memory: %s%s\n",
+			(unsigned long long)total, strerror(-fd), hint);
 		return -1;
 	}
 	h->shm.fd = fd;

@@ -47,7 +47,8 @@ static void on_signal(int sig)
 
 /* The caller's dispositions, restored when the run ends (libgpud runs in someone else's
  * process). */
-static const int run_signals[] = {SIGCHLD, SIGCONT, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGPIPE};
+static const int run_signals[] = {SIGCHLD, SIGCONT, SIGINT,  SIGTERM,
+				  SIGHUP,  SIGTSTP, SIGPIPE, SIGXFSZ};
 static struct sigaction saved[sizeof run_signals / sizeof *run_signals];
 static bool saved_any;
 
@@ -75,8 +76,11 @@ void host_install_signals(struct host *h, bool keep)
 	sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop as for SIGTERM */
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGTSTP, &sa, NULL);
-	/* A closed standard output shows up as a write error in the sink. */
+	/* A closed standard output shows up as a write error in the sink; a file past
+	 * RLIMIT_FSIZE (ulimit -f) as one with EFBIG in the sink or the journal, said and
+	 * ended in order, not a death by signal with nothing said. */
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 void host_restore_signals(void)
