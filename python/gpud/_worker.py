@@ -216,19 +216,121 @@ def loads_framed(data):
 
 
 # Items (the Dispatcher's tasks): b'GPD6', the buffer count, the pickle's size and each
-# buffer's size, padding to a 64-byte line, the buffers back to back, then the pickle.
+# buffer's size, padding to a 64-byte line, the buffers, then the pickle. Each buffer
+# starts at an offset (from the task's start, a 64-byte line in the ring) that is a
+# multiple of its size's largest power-of-two divisor, at most 64 (_pad): an array's
+# data is aligned to its itemsize (its nbytes is a multiple of it), to 64 bytes when
+# its size allows, and items of one size still lie back to back (gpud.stack).
 # The buffers are the items' data, written into the ring as they are (no pickle copy):
 # bytes-like items themselves, a NumPy array's data. Unpacked in the worker over the
 # task's read-only memoryview, they are views of the ring.
 _ITEMS = b"GPD6"
 _LINE = 64
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_ZEROS = bytes(_LINE)
+
+
+def _pad(at, size):
+    """The padding before a buffer of `size` bytes written at offset `at` (_ITEMS)."""
+    return -at % min(_LINE, size & -size) if size else 0
+
+
+def _fixed(obj):
+    """Whether obj's memory can never change: it lies in a bytes object (an array or
+    a memoryview over bytes, however many views deep)."""
+    for _ in range(64):
+        t = type(obj)
+        if t is bytes:
+            return True
+        if t is memoryview:
+            obj = obj.obj
+        elif t is pickle.PickleBuffer:
+            obj = obj.raw().obj
+        else:
+            np = sys.modules.get("numpy")
+            if np is None or not isinstance(obj, np.ndarray) or obj.base is None:
+                return False
+            obj = obj.base
+    return False
+
+
+def _thaw(p, *buffers):
+    """An item snapshot()'s pickle made when it was yielded, unpickled (in a worker,
+    over views of the ring)."""
+    return pickle.loads(p, buffers=buffers)
+
+
+class _Frozen:
+    """An item as it was when the generator yielded it: its pickle and its buffers
+    (copies of any that could change), pickled as a call of _thaw on them."""
+
+    __slots__ = ("p", "bufs")
+
+    def __init__(self, p, bufs):
+        self.p, self.bufs = p, bufs
+
+    def __reduce_ex__(self, protocol):
+        # The function as gpud._worker's (this file may run under another module name).
+        from gpud._worker import _thaw as thaw
+
+        return thaw, (pickle.PickleBuffer(self.p), *map(pickle.PickleBuffer, self.bufs))
+
+
+# Items that cannot change once yielded: kept as they are.
+_IMMUTABLE = frozenset([int, float, complex, str, bytes, bool, type(None)])
+
+
+def snapshot(x):
+    """The item x as it is now, unaffected by what the program does to its object
+    afterwards (a generator that refills one buffer and yields it each time): taken
+    when the generator yields it, for items held before they are framed (a chunk's).
+    Immutable items as they are (bytes: no copy); a bytearray or memoryview as bytes
+    (bytes(x), C order; a memoryview over bytes that is C-contiguous as it is); a NumPy
+    array as a copy, its layout kept (one over bytes as it is); anything else (a tuple
+    holding a buffer, a dict of arrays, a tensor) pickled now (_Frozen), its buffers
+    copied where they could change."""
+    t = type(x)
+    if t in _IMMUTABLE:
+        return x
+    if t is tuple and all(type(v) in _IMMUTABLE for v in x):
+        return x
+    if t is bytearray:
+        return bytes(x)
+    if t is memoryview:
+        return x if x.c_contiguous and _fixed(x) else x.tobytes()
+    np = sys.modules.get("numpy")
+    if np is not None and t is np.ndarray and not x.dtype.hasobject:
+        return x if _fixed(x) else x.copy(order="K")
+    try:
+        bufs = []
+        p = _pickle5(x, bufs.append)
+        try:
+            return _Frozen(p, _owned(bufs))
+        except BufferError:  # a buffer that is not contiguous: all in band
+            return _Frozen(_pickle5(x, None), [])
+    except Exception:  # cannot be pickled: framing it fails alone (Chunks.__next__)
+        return x
+
+
+def _owned(bufs):
+    """The out-of-band buffers of a pickle made now, copied where they could change
+    (bytes as they are): what the ring gets later is what they hold now. A buffer that
+    is not contiguous raises BufferError."""
+    out = []
+    for b in bufs:
+        raw = b.raw()
+        out.append(raw if _fixed(raw.obj) else raw.tobytes())
+    return out
 
 
 def _out_of_band(x):
     """A bytes-like item as a buffer pickle keeps out of band (pickle keeps bytes and
-    bytearray in band); anything else as it is."""
-    if type(x) in _BYTES_LIKE:
+    bytearray in band), its bytes as bytes(x) gives them (C order: a memoryview of
+    another layout or not contiguous is copied so); anything else as it is."""
+    t = type(x)
+    if t in _BYTES_LIKE:
+        if t is memoryview and not x.c_contiguous:
+            x = x.tobytes()
         try:
             return pickle.PickleBuffer(x)
         except (BufferError, TypeError):  # not contiguous: in band
@@ -238,9 +340,14 @@ def _out_of_band(x):
 
 def frame(obj, many=False):
     """obj (an item, or with many=True a list of items) as the parts of a task, to be
-    written one after another: [head, buffer, ..., pickle]. Bytes-like items travel as
-    buffers and arrive as read-only memoryviews; a NumPy array's data travels as a
-    buffer and it arrives as a read-only array over the ring."""
+    written one after another: [head, buffer, ..., pickle] (with padding between the
+    buffers where _pad asks for it). Bytes-like items travel as buffers and arrive as
+    read-only memoryviews of their bytes; a NumPy array's data travels as a buffer and
+    it arrives as a read-only array over the ring.
+
+    One item (gpud._gpud frames it as the generator yields it, and writes its parts
+    into the ring later): its buffers that could change are copied now. A list of
+    items (a chunk): they are snapshot()s already, and framed without a copy."""
     if many:
         obj = [_out_of_band(x) for x in obj]
     else:
@@ -248,7 +355,7 @@ def frame(obj, many=False):
     bufs = []
     p = _pickle5(obj, bufs.append)
     try:
-        raws = [b.raw() for b in bufs]
+        raws = [b.raw() for b in bufs] if many else _owned(bufs)
     except BufferError:  # a buffer that is not contiguous: all in band
         obj = [bytes(x) if isinstance(x, pickle.PickleBuffer) else x
                for x in (obj if many else [obj])]
@@ -257,9 +364,19 @@ def frame(obj, many=False):
         return [p]
     n = 8 + 8 * (len(raws) + 1)
     head = struct.pack(f"<4sI{len(raws) + 1}Q", _ITEMS, len(raws), len(p),
-                       *(r.nbytes for r in raws))
+                       *(len(r) if type(r) is bytes else r.nbytes for r in raws))
     head += bytes(-n % _LINE)
-    return [head, *raws, p]
+    parts = [head]
+    at = len(head)
+    for r in raws:
+        size = len(r) if type(r) is bytes else r.nbytes
+        gap = _pad(at, size)
+        if gap:
+            parts.append(_ZEROS[:gap])
+        parts.append(r)
+        at += gap + size
+    parts.append(p)
+    return parts
 
 
 def frame_one(obj, _protocol=5):
@@ -283,6 +400,7 @@ def loads_items(data):
     at = n + (-n % _LINE)
     buffers = []
     for size in sizes[1:]:
+        at += _pad(at, size)
         buffers.append(mv[at : at + size])
         at += size
     return pickle.loads(mv[at : at + sizes[0]], buffers=buffers)
