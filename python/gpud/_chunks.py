@@ -373,8 +373,18 @@ class Chunks:
             ids = self.ids(task_id)
             self.count(gpu, 1, len(ids))
             if on_error is not None:
+                # gpud's words name its task, the chunk ("... while running task
+                # 2051"): each item's name its own id.
+                said = f"while running task {task_id}"
+                mine = text.endswith(said) and len(ids) > 0
                 for i in ids:
-                    on_error(i, text, gpu)
+                    if mine:
+                        whose = f"while running task {i}"
+                        if len(ids) > 1:
+                            whose += f" (in one chunk with items {ids[0]} to {ids[-1]})"
+                        on_error(i, text[: -len(said)] + whose, gpu)
+                    else:
+                        on_error(i, text, gpu)
 
         def timeout(task_id, seconds, gpu):
             self.sent.pop(task_id, None)
