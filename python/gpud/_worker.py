@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+from itertools import islice
 from typing import Any, Sequence
 from time import perf_counter as _clock
 from time import monotonic_ns as _ns
@@ -235,12 +236,15 @@ def _pad(at, size):
     return -at % min(_LINE, size & -size) if size else 0
 
 
-def _fixed(obj):
+def _fixed(obj, own=None):
     """Whether obj's memory can never change: it lies in a bytes object (an array or
-    a memoryview over bytes, however many views deep)."""
+    a memoryview over bytes, however many views deep), or in `own` (a bytearray or an
+    array owning its data, that nothing else holds)."""
     for _ in range(64):
         t = type(obj)
         if t is bytes:
+            return True
+        if obj is own and (t is bytearray or getattr(obj, "base", 0) is None):
             return True
         if t is memoryview:
             obj = obj.obj
@@ -273,34 +277,42 @@ class _Frozen:
         # The function as gpud._worker's (this file may run under another module name).
         from gpud._worker import _thaw as thaw
 
-        return thaw, (pickle.PickleBuffer(self.p), *map(pickle.PickleBuffer, self.bufs))
+        # The pickle in band (small beside the data), so that the buffers still lie
+        # back to back in the task (gpud.stack).
+        return thaw, (self.p, *map(pickle.PickleBuffer, self.bufs))
 
 
 # Items that cannot change once yielded: kept as they are.
 _IMMUTABLE = frozenset([int, float, complex, str, bytes, bool, type(None)])
+_refs = sys.getrefcount
+_SOLE = 0  # _refs(x) in snapshot() for an item nothing else holds (_calibrate)
 
 
 def snapshot(x):
     """The item x as it is now, unaffected by what the program does to its object
     afterwards (a generator that refills one buffer and yields it each time): taken
-    when the generator yields it, for items held before they are framed (a chunk's).
-    Immutable items as they are (bytes: no copy); a bytearray or memoryview as bytes
-    (bytes(x), C order; a memoryview over bytes that is C-contiguous as it is); a NumPy
-    array as a copy, its layout kept (one over bytes as it is); anything else (a tuple
-    holding a buffer, a dict of arrays, a tensor) pickled now (_Frozen), its buffers
-    copied where they could change."""
+    when the generator yields it, for items held before they are framed (a chunk's:
+    Chunks calls it as map(snapshot, iterator) gives the items, which _calibrate
+    measured). Immutable items as they are (bytes: no copy); a bytearray, or a NumPy
+    array that owns its data, as it is when nothing but this call holds it (a fresh
+    one each item), else a copy (bytes(x); the array's layout kept); a memoryview as
+    bytes (C order; one over bytes that is C-contiguous as it is); an array over bytes
+    as it is; anything else (a tuple holding a buffer, a dict of arrays, a tensor)
+    pickled now (_Frozen), its buffers copied where they could change."""
     t = type(x)
     if t in _IMMUTABLE:
         return x
-    if t is tuple and all(type(v) in _IMMUTABLE for v in x):
-        return x
     if t is bytearray:
-        return bytes(x)
-    if t is memoryview:
-        return x if x.c_contiguous and _fixed(x) else x.tobytes()
+        return x if _refs(x) <= _SOLE else bytes(x)
     np = sys.modules.get("numpy")
     if np is not None and t is np.ndarray and not x.dtype.hasobject:
-        return x if _fixed(x) else x.copy(order="K")
+        if (x.base is None and _refs(x) <= _SOLE) or _fixed(x):
+            return x
+        return x.copy(order="K")
+    if t is tuple and all(type(v) in _IMMUTABLE for v in x):
+        return x
+    if t is memoryview:
+        return x if x.c_contiguous and _fixed(x) else x.tobytes()
     try:
         bufs = []
         p = _pickle5(x, bufs.append)
@@ -312,10 +324,34 @@ def snapshot(x):
         return x
 
 
+class _Count:
+    """Stands for _SOLE while _calibrate runs: `n <= _SOLE` keeps n."""
+
+    n = None
+
+    def __ge__(self, n):
+        self.n = n
+        return False
+
+
+def _calibrate():
+    """_SOLE: what _refs(x) says in snapshot() of an item that nothing else holds,
+    called as Chunks calls it (the count differs between Python versions)."""
+    global _SOLE
+    count = _SOLE = _Count()
+    try:
+        list(map(snapshot, islice((bytearray(1) for _ in range(1)), 1)))
+    finally:
+        _SOLE = count.n if count.n is not None else 0
+
+
+_calibrate()
+
+
 def _owned(bufs):
-    """The out-of-band buffers of a pickle made now, copied where they could change
-    (bytes as they are): what the ring gets later is what they hold now. A buffer that
-    is not contiguous raises BufferError."""
+    """The out-of-band buffers of a pickle made now (snapshot), copied where they could
+    change (bytes as they are): what the ring gets later is what they hold now. A
+    buffer that is not contiguous raises BufferError."""
     out = []
     for b in bufs:
         raw = b.raw()
@@ -342,12 +378,10 @@ def frame(obj, many=False):
     """obj (an item, or with many=True a list of items) as the parts of a task, to be
     written one after another: [head, buffer, ..., pickle] (with padding between the
     buffers where _pad asks for it). Bytes-like items travel as buffers and arrive as
-    read-only memoryviews of their bytes; a NumPy array's data travels as a buffer and
-    it arrives as a read-only array over the ring.
-
-    One item (gpud._gpud frames it as the generator yields it, and writes its parts
-    into the ring later): its buffers that could change are copied now. A list of
-    items (a chunk): they are snapshot()s already, and framed without a copy."""
+    read-only memoryviews of their bytes (C order); a NumPy array's data travels as a
+    buffer and it arrives as a read-only array over the ring. The buffers are the
+    items' own memory, not copies: what they hold when the parts are written is what
+    travels (a chunk's items are snapshot()s; frame_one says when to write)."""
     if many:
         obj = [_out_of_band(x) for x in obj]
     else:
@@ -355,7 +389,7 @@ def frame(obj, many=False):
     bufs = []
     p = _pickle5(obj, bufs.append)
     try:
-        raws = [b.raw() for b in bufs] if many else _owned(bufs)
+        raws = [b.raw() for b in bufs]
     except BufferError:  # a buffer that is not contiguous: all in band
         obj = [bytes(x) if isinstance(x, pickle.PickleBuffer) else x
                for x in (obj if many else [obj])]
@@ -364,12 +398,12 @@ def frame(obj, many=False):
         return [p]
     n = 8 + 8 * (len(raws) + 1)
     head = struct.pack(f"<4sI{len(raws) + 1}Q", _ITEMS, len(raws), len(p),
-                       *(len(r) if type(r) is bytes else r.nbytes for r in raws))
+                       *(r.nbytes for r in raws))
     head += bytes(-n % _LINE)
     parts = [head]
     at = len(head)
     for r in raws:
-        size = len(r) if type(r) is bytes else r.nbytes
+        size = r.nbytes
         gap = _pad(at, size)
         if gap:
             parts.append(_ZEROS[:gap])
@@ -379,9 +413,21 @@ def frame(obj, many=False):
     return parts
 
 
-def frame_one(obj, _protocol=5):
-    """frame(obj): gpud._gpud's encoder for one item a task."""
-    return frame(obj)
+def frame_one(obj, held=True):
+    """gpud._gpud's encoder for one item a task, called as the generator yields it:
+    (frame(obj), live). live: a part is memory the program may still change (a buffer
+    it refills, an array of its list, one inside a tuple), so gpud._gpud writes this
+    item into the ring before it asks the iterator for the next one (instead of a
+    copy). held: whether anything but gpud._gpud holds obj (its reference count says);
+    a bytearray or an array owning its data that nothing else holds cannot change."""
+    parts = frame(obj)
+    own = None if held else obj
+    live = False
+    for x in parts:
+        if type(x) is not bytes and not _fixed(x, own):
+            live = True
+            break
+    return parts, live
 
 
 def frame_size(parts):

@@ -19,6 +19,7 @@ import re
 import signal
 import sys
 import tempfile
+import weakref
 
 from gpud import BaseWorker, Dispatcher
 
@@ -110,6 +111,53 @@ def as_yielded(kind, i, r):
     return r["a"][:4] == arr and r["i"] == ("int", i)
 
 
+def no_copies():
+    """What is copied to take items as they were yielded: an array or bytearray that
+    nothing else holds (a fresh one each item) is not, in a chunk (by address) or one
+    item a task (gpud._gpud writes an item that may change before reading on); one the
+    program holds is, in a chunk."""
+    from gpud import _worker
+    from gpud._chunks import Chunks
+
+    cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
+    made = []  # weak references: the generator keeps none of its arrays
+
+    def made_one(i):
+        a = np.full(4096, i, np.uint8)
+        made.append(weakref.ref(a))
+        return a
+
+    def fresh():
+        for i in range(8):
+            yield made_one(i)
+
+    def refilled_arrays():  # one array, refilled: it holds it
+        a = np.zeros(4096, np.uint8)
+        for i in range(8):
+            a[:] = i
+            yield a
+
+    held = [np.full(4096, i, np.uint8) for i in range(8)]
+    for name, items, copied in (("fresh", fresh(), False), ("held", iter(held), True),
+                                ("refilled", refilled_arrays(), True)):
+        c = Chunks(items, 8, cbs, 0.002, 1, 1 << 20, 1 << 20, _worker.loads_framed,
+                   _worker.frame, _worker.frame_size, reissue=False)
+        parts = [np.frombuffer(p, np.uint8) for p in next(c) if len(p) == 4096]
+        check([int(p[0]) for p in parts] == list(range(8)), f"a chunk of {name} arrays")
+        if name == "fresh":
+            own = [r() for r in made]
+            check(all(o is not None for o in own) and [p.ctypes.data for p in parts]
+                  == [o.ctypes.data for o in own], "a chunk of fresh arrays was copied")
+        elif name == "held":
+            check(not {p.ctypes.data for p in parts} & {a.ctypes.data for a in held},
+                  "a chunk of the program's arrays was not copied")
+    check(_worker.frame_one(np.ones(9), False)[1] is False
+          and _worker.frame_one(np.ones(9), True)[1] is True
+          and _worker.frame_one((np.ones(9), 1), False)[1] is True
+          and _worker.frame_one(b"x" * 9, True)[1] is False,
+          "frame_one: which items may change before they are written")
+
+
 def snapshot():
     kinds = ["bytearray", "memoryview", "tuple"]
     if np is not None:
@@ -126,6 +174,8 @@ def snapshot():
                   f"(item {wrong[:1]}: {got.get(wrong[0]) if wrong else None!r})")
             print(f"{kind} {opts}: {stats['completed']} as yielded "
                   f"({stats.get('chunk_total', stats['total'])} tasks)", flush=True)
+    if np is not None:
+        no_copies()
     # The C worker echo gets the same bytes.
     got, errs, _ = collect("echo", refilled("bytearray", 300))
     check(got == {i: bytes([i % 251]) * 32 for i in range(300)}, "echo: the items as yielded")
