@@ -288,6 +288,16 @@ _refs = sys.getrefcount
 _SOLE = 0  # _refs(x) in snapshot() for an item nothing else holds (_calibrate)
 
 
+def _plain(values, depth=2):
+    """Whether every value (of a tuple, a list, a dict's items) is immutable, tuples of
+    such values too (up to `depth` levels)."""
+    for v in values:
+        t = type(v)
+        if t not in _IMMUTABLE and (t is not tuple or not depth or not _plain(v, depth - 1)):
+            return False
+    return True
+
+
 def snapshot(x):
     """The item x as it is now, unaffected by what the program does to its object
     afterwards (a generator that refills one buffer and yields it each time): taken
@@ -297,8 +307,9 @@ def snapshot(x):
     array that owns its data, as it is when nothing but this call holds it (a fresh
     one each item), else a copy (bytes(x); the array's layout kept); a memoryview as
     bytes (C order; one over bytes that is C-contiguous as it is); an array over bytes
-    as it is; anything else (a tuple holding a buffer, a dict of arrays, a tensor)
-    pickled now (_Frozen), its buffers copied where they could change."""
+    as it is; a tuple of immutable values, or a dict or list of them that nothing else
+    holds, as it is; anything else (a tuple holding a buffer, a dict of arrays, a
+    tensor) pickled now (_Frozen), its buffers copied where they could change."""
     t = type(x)
     if t in _IMMUTABLE:
         return x
@@ -309,8 +320,10 @@ def snapshot(x):
         if (x.base is None and _refs(x) <= _SOLE) or _fixed(x):
             return x
         return x.copy(order="K")
-    if t is tuple and all(type(v) in _IMMUTABLE for v in x):
+    if t is tuple and _plain(x):
         return x
+    if (t is dict or t is list) and _refs(x) <= _SOLE and _plain(x.items() if t is dict else x):
+        return x  # fresh, of immutable values only
     if t is memoryview:
         return x if x.c_contiguous and _fixed(x) else x.tobytes()
     try:

@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import weakref
+from itertools import islice
 
 from gpud import BaseWorker, Dispatcher
 
@@ -151,6 +152,15 @@ def no_copies():
         elif name == "held":
             check(not {p.ctypes.data for p in parts} & {a.ctypes.data for a in held},
                   "a chunk of the program's arrays was not copied")
+    # Containers: a fresh one of immutable values as it is, any other pickled now.
+    def containers():
+        yield {"a": 1, "b": (2, "x")}
+        kept = [1, 2]
+        yield kept
+        yield (1, bytearray(2))
+        yield {"a": np.ones(2)}
+    got = [type(x).__name__ for x in map(_worker.snapshot, islice(containers(), 4))]
+    check(got == ["dict", "_Frozen", "_Frozen", "_Frozen"], f"containers taken as {got}")
     check(_worker.frame_one(np.ones(9), False)[1] is False
           and _worker.frame_one(np.ones(9), True)[1] is True
           and _worker.frame_one((np.ones(9), 1), False)[1] is True
