@@ -83,8 +83,13 @@ class Chunks:
     the end of the tasks: empty chunks (`fillers`, 0.3 ms apart) keep the run asking."""
 
     def __init__(self, iterable, k, callbacks, budget, batch, max_task, max_result,
-                 loads_framed, frame, frame_size, reissue=True):
+                 loads_framed, frame, frame_size, reissue=True, snapshot=None):
         self.it = iter(iterable)
+        if snapshot is None:
+            from ._worker import snapshot
+        # Each item taken as it is when the iterator yields it (gpud._worker.snapshot):
+        # a chunk holds its items a while before they are framed.
+        self.snap = snapshot
         self.fixed = k
         # With batch_size, the first chunk is a full batch already.
         self.k = k or max(1, batch)
@@ -160,7 +165,7 @@ class Chunks:
         it = self.it
         if self.fixed:
             want = k - len(chunk)
-            chunk.extend(_islice(it, want))
+            chunk.extend(map(self.snap, _islice(it, want)))
             self.ended = len(chunk) < k
             return chunk
         # Blocks of 1, 2, 4 ... 64 items, the clock read between them.
@@ -171,7 +176,7 @@ class Chunks:
             want = min(block, k - len(chunk))
             n = len(chunk)
             t1 = _clock()
-            chunk.extend(_islice(it, want))
+            chunk.extend(map(self.snap, _islice(it, want)))
             if len(chunk) - n < want:
                 self.ended = True
                 break
@@ -368,8 +373,18 @@ class Chunks:
             ids = self.ids(task_id)
             self.count(gpu, 1, len(ids))
             if on_error is not None:
+                # gpud's words name its task, the chunk ("... while running task
+                # 2051"): each item's name its own id.
+                said = f"while running task {task_id}"
+                mine = text.endswith(said) and len(ids) > 0
                 for i in ids:
-                    on_error(i, text, gpu)
+                    if mine:
+                        whose = f"while running task {i}"
+                        if len(ids) > 1:
+                            whose += f" (in one chunk with items {ids[0]} to {ids[-1]})"
+                        on_error(i, text[: -len(said)] + whose, gpu)
+                    else:
+                        on_error(i, text, gpu)
 
         def timeout(task_id, seconds, gpu):
             self.sent.pop(task_id, None)

@@ -17,7 +17,10 @@
  *
  * Speed: the iterator is read ahead in batches (up to `prefetch` items while it
  * answers at once), each item pickled by one C call and copied into the task's shared
- * memory without the GIL; a result is unpickled straight from shared memory.
+ * memory without the GIL; a result is unpickled straight from shared memory. An item
+ * must travel as it was yielded: one whose buffers the program still holds (a buffer
+ * it refills and yields again) ends the batch, so that it is copied into the ring
+ * before the iterator runs again (gpud._worker.frame_one says which).
  */
 #define _GNU_SOURCE 1 /* as pyconfig.h defines it */
 /* CPython's stable ABI of 3.9 (<Python.h>), and the buffer protocol it leaves out. */
@@ -85,7 +88,7 @@ struct run_ctx {
 	bool gen_failed; /* the iterator raised: -1 once what it gave before is handed on */
 	/* callbacks (NULL: not wanted) */
 	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start;
-	PyObject *loads, *dumps, *oob_loads, *five;
+	PyObject *loads, *dumps, *oob_loads;
 	PyObject *on_resume; /* what the program already holds, on a resume (or NULL) */
 	/* The run ended while the iterator blocked: libgpud's stand-in asked it to return
 	 * (gen_interrupt). The KeyboardInterrupt that brings it back is ours. */
@@ -470,12 +473,38 @@ static int sink_resume(void *ctx, void (*done)(void *done_ctx, uint64_t task_id,
 
 /* ---- the generator ---- */
 
-/* The item's bytes: pickled, or (raw) the bytes of a buffer or a str's UTF-8. New
- * reference to a bytes object, or NULL with an exception. */
-static PyObject *encode_item(struct run_ctx *c, PyObject *item)
+/* The item's bytes: pickled (gpud._worker.frame_one: a list of parts, some of them
+ * the item's own buffers), or (raw) the bytes of a buffer or a str's UTF-8. New
+ * reference to a bytes object or a list of parts, or NULL with an exception. *live:
+ * a part is memory the program may still change (a buffer it refills and yields
+ * again): the item must be written into the ring before the iterator is asked for the
+ * next one. GIL held; `item` is the reference PyIter_Next gave. */
+static PyObject *encode_item(struct run_ctx *c, PyObject *item, bool *live)
 {
-	if (items_pickled(c->codec))
-		return PyObject_CallFunctionObjArgs(c->dumps, item, c->five, NULL);
+	*live = false;
+	if (items_pickled(c->codec)) {
+		/* Held by anything but us: the program may change it after this call. */
+		PyObject *held = Py_REFCNT(item) > 1 ? Py_True : Py_False;
+		PyObject *r = PyObject_CallFunctionObjArgs(c->dumps, item, held, NULL);
+		if (!r)
+			return NULL;
+		if (!PyTuple_Check(r) || PyTuple_Size(r) != 2) {
+			PyErr_SetString(PyExc_TypeError,
+					"gpud: the item encoder gave no (parts, live) pair");
+			Py_DECREF(r);
+			return NULL;
+		}
+		PyObject *parts = PyTuple_GetItem(r, 0);
+		int l = PyObject_IsTrue(PyTuple_GetItem(r, 1));
+		Py_INCREF(parts);
+		Py_DECREF(r);
+		if (l < 0) {
+			Py_DECREF(parts);
+			return NULL;
+		}
+		*live = l;
+		return parts;
+	}
 	if (PyBytes_Check(item) || (c->codec == CODEC_PARTS && PyList_Check(item))) {
 		Py_INCREF(item);
 		return item;
@@ -576,7 +605,8 @@ static int refill(struct run_ctx *c)
 			c->ended = true;
 			break;
 		}
-		PyObject *b = encode_item(c, item);
+		bool live;
+		PyObject *b = encode_item(c, item, &live);
 		Py_DECREF(item);
 		if (!b || PyList_Append(c->batch, b) < 0) {
 			Py_XDECREF(b);
@@ -586,7 +616,9 @@ static int refill(struct run_ctx *c)
 		if (add_parts(c, b) < 0)
 			goto fail;
 		c->first[++c->n] = c->parts;
-		if (now() - start > 1e-3)
+		/* Its buffers may change once the iterator goes on (a refilled buffer):
+		 * gen_next copies it into the ring first, as it is now. */
+		if (live || now() - start > 1e-3)
 			break;
 	}
 	return c->n > 0;
@@ -811,7 +843,6 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	c.caller = pthread_self();
 	if (!PyArg_ParseTuple(helpers, "OOO", &c.loads, &c.dumps, &c.oob_loads))
 		goto out;
-	c.five = PyLong_FromLong(5);
 	c.on_success = callback_or_null(cbs, "on_success");
 	c.on_error = callback_or_null(cbs, "on_error");
 	c.on_timeout = callback_or_null(cbs, "on_timeout");
@@ -820,7 +851,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	c.on_resume = callback_or_null(cbs, "on_resume");
 	c.first = calloc((size_t)prefetch + 1, sizeof *c.first);
 	c.job = gpud_job_new();
-	if (!c.five || !c.first || !c.job) {
+	if (!c.first || !c.job) {
 		PyErr_NoMemory();
 		goto out;
 	}
@@ -936,7 +967,6 @@ out:
 	Py_XDECREF(c.iter);
 	Py_XDECREF(c.exc);
 	Py_XDECREF(c.first_setup_error);
-	Py_XDECREF(c.five);
 	Py_XDECREF(c.on_success);
 	Py_XDECREF(c.on_error);
 	Py_XDECREF(c.on_timeout);

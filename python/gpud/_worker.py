@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+from itertools import islice
 from typing import Any, Sequence
 from time import perf_counter as _clock
 from time import monotonic_ns as _ns
@@ -216,19 +217,169 @@ def loads_framed(data):
 
 
 # Items (the Dispatcher's tasks): b'GPD6', the buffer count, the pickle's size and each
-# buffer's size, padding to a 64-byte line, the buffers back to back, then the pickle.
+# buffer's size, padding to a 64-byte line, the buffers, then the pickle. Each buffer
+# starts at an offset (from the task's start, a 64-byte line in the ring) that is a
+# multiple of its size's largest power-of-two divisor, at most 64 (_pad): an array's
+# data is aligned to its itemsize (its nbytes is a multiple of it), to 64 bytes when
+# its size allows, and items of one size still lie back to back (gpud.stack).
 # The buffers are the items' data, written into the ring as they are (no pickle copy):
 # bytes-like items themselves, a NumPy array's data. Unpacked in the worker over the
 # task's read-only memoryview, they are views of the ring.
 _ITEMS = b"GPD6"
 _LINE = 64
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_ZEROS = bytes(_LINE)
+
+
+def _pad(at, size):
+    """The padding before a buffer of `size` bytes written at offset `at` (_ITEMS)."""
+    return -at % min(_LINE, size & -size) if size else 0
+
+
+def _fixed(obj, own=None):
+    """Whether obj's memory can never change: it lies in a bytes object (an array or
+    a memoryview over bytes, however many views deep), or in `own` (a bytearray or an
+    array owning its data, that nothing else holds)."""
+    for _ in range(64):
+        t = type(obj)
+        if t is bytes:
+            return True
+        if obj is own and (t is bytearray or getattr(obj, "base", 0) is None):
+            return True
+        if t is memoryview:
+            obj = obj.obj
+        elif t is pickle.PickleBuffer:
+            obj = obj.raw().obj
+        else:
+            np = sys.modules.get("numpy")
+            if np is None or not isinstance(obj, np.ndarray) or obj.base is None:
+                return False
+            obj = obj.base
+    return False
+
+
+def _thaw(p, *buffers):
+    """An item snapshot()'s pickle made when it was yielded, unpickled (in a worker,
+    over views of the ring)."""
+    return pickle.loads(p, buffers=buffers)
+
+
+class _Frozen:
+    """An item as it was when the generator yielded it: its pickle and its buffers
+    (copies of any that could change), pickled as a call of _thaw on them."""
+
+    __slots__ = ("p", "bufs")
+
+    def __init__(self, p, bufs):
+        self.p, self.bufs = p, bufs
+
+    def __reduce_ex__(self, protocol):
+        # The function as gpud._worker's (this file may run under another module name).
+        from gpud._worker import _thaw as thaw
+
+        # The pickle in band (small beside the data), so that the buffers still lie
+        # back to back in the task (gpud.stack).
+        return thaw, (self.p, *map(pickle.PickleBuffer, self.bufs))
+
+
+# Items that cannot change once yielded: kept as they are.
+_IMMUTABLE = frozenset([int, float, complex, str, bytes, bool, type(None)])
+_refs = sys.getrefcount
+_SOLE = 0  # _refs(x) in snapshot() for an item nothing else holds (_calibrate)
+
+
+def _plain(values, depth=2):
+    """Whether every value (of a tuple, a list, a dict's items) is immutable, tuples of
+    such values too (up to `depth` levels)."""
+    for v in values:
+        t = type(v)
+        if t not in _IMMUTABLE and (t is not tuple or not depth or not _plain(v, depth - 1)):
+            return False
+    return True
+
+
+def snapshot(x):
+    """The item x as it is now, unaffected by what the program does to its object
+    afterwards (a generator that refills one buffer and yields it each time): taken
+    when the generator yields it, for items held before they are framed (a chunk's:
+    Chunks calls it as map(snapshot, iterator) gives the items, which _calibrate
+    measured). Immutable items as they are (bytes: no copy); a bytearray, or a NumPy
+    array that owns its data, as it is when nothing but this call holds it (a fresh
+    one each item), else a copy (bytes(x); the array's layout kept); a memoryview as
+    bytes (C order; one over bytes that is C-contiguous as it is); an array over bytes
+    as it is; a tuple of immutable values, or a dict or list of them that nothing else
+    holds, as it is; anything else (a tuple holding a buffer, a dict of arrays, a
+    tensor) pickled now (_Frozen), its buffers copied where they could change."""
+    t = type(x)
+    if t in _IMMUTABLE:
+        return x
+    if t is bytearray:
+        return x if _refs(x) <= _SOLE else bytes(x)
+    np = sys.modules.get("numpy")
+    if np is not None and t is np.ndarray and not x.dtype.hasobject:
+        if (x.base is None and _refs(x) <= _SOLE) or _fixed(x):
+            return x
+        return x.copy(order="K")
+    if t is tuple and _plain(x):
+        return x
+    if (t is dict or t is list) and _refs(x) <= _SOLE and _plain(x.items() if t is dict else x):
+        return x  # fresh, of immutable values only
+    if t is memoryview:
+        return x if x.c_contiguous and _fixed(x) else x.tobytes()
+    try:
+        bufs = []
+        p = _pickle5(x, bufs.append)
+        try:
+            return _Frozen(p, _owned(bufs))
+        except BufferError:  # a buffer that is not contiguous: all in band
+            return _Frozen(_pickle5(x, None), [])
+    except Exception:  # cannot be pickled: framing it fails alone (Chunks.__next__)
+        return x
+
+
+class _Count:
+    """Stands for _SOLE while _calibrate runs: `n <= _SOLE` keeps n."""
+
+    n = None
+
+    def __ge__(self, n):
+        self.n = n
+        return False
+
+
+def _calibrate():
+    """_SOLE: what _refs(x) says in snapshot() of an item that nothing else holds,
+    called as Chunks calls it (the count differs between Python versions)."""
+    global _SOLE
+    count = _SOLE = _Count()
+    try:
+        list(map(snapshot, islice((bytearray(1) for _ in range(1)), 1)))
+    finally:
+        _SOLE = count.n if count.n is not None else 0
+
+
+_calibrate()
+
+
+def _owned(bufs):
+    """The out-of-band buffers of a pickle made now (snapshot), copied where they could
+    change (bytes as they are): what the ring gets later is what they hold now. A
+    buffer that is not contiguous raises BufferError."""
+    out = []
+    for b in bufs:
+        raw = b.raw()
+        out.append(raw if _fixed(raw.obj) else raw.tobytes())
+    return out
 
 
 def _out_of_band(x):
     """A bytes-like item as a buffer pickle keeps out of band (pickle keeps bytes and
-    bytearray in band); anything else as it is."""
-    if type(x) in _BYTES_LIKE:
+    bytearray in band), its bytes as bytes(x) gives them (C order: a memoryview of
+    another layout or not contiguous is copied so); anything else as it is."""
+    t = type(x)
+    if t in _BYTES_LIKE:
+        if t is memoryview and not x.c_contiguous:
+            x = x.tobytes()
         try:
             return pickle.PickleBuffer(x)
         except (BufferError, TypeError):  # not contiguous: in band
@@ -238,9 +389,12 @@ def _out_of_band(x):
 
 def frame(obj, many=False):
     """obj (an item, or with many=True a list of items) as the parts of a task, to be
-    written one after another: [head, buffer, ..., pickle]. Bytes-like items travel as
-    buffers and arrive as read-only memoryviews; a NumPy array's data travels as a
-    buffer and it arrives as a read-only array over the ring."""
+    written one after another: [head, buffer, ..., pickle] (with padding between the
+    buffers where _pad asks for it). Bytes-like items travel as buffers and arrive as
+    read-only memoryviews of their bytes (C order); a NumPy array's data travels as a
+    buffer and it arrives as a read-only array over the ring. The buffers are the
+    items' own memory, not copies: what they hold when the parts are written is what
+    travels (a chunk's items are snapshot()s; frame_one says when to write)."""
     if many:
         obj = [_out_of_band(x) for x in obj]
     else:
@@ -259,12 +413,34 @@ def frame(obj, many=False):
     head = struct.pack(f"<4sI{len(raws) + 1}Q", _ITEMS, len(raws), len(p),
                        *(r.nbytes for r in raws))
     head += bytes(-n % _LINE)
-    return [head, *raws, p]
+    parts = [head]
+    at = len(head)
+    for r in raws:
+        size = r.nbytes
+        gap = _pad(at, size)
+        if gap:
+            parts.append(_ZEROS[:gap])
+        parts.append(r)
+        at += gap + size
+    parts.append(p)
+    return parts
 
 
-def frame_one(obj, _protocol=5):
-    """frame(obj): gpud._gpud's encoder for one item a task."""
-    return frame(obj)
+def frame_one(obj, held=True):
+    """gpud._gpud's encoder for one item a task, called as the generator yields it:
+    (frame(obj), live). live: a part is memory the program may still change (a buffer
+    it refills, an array of its list, one inside a tuple), so gpud._gpud writes this
+    item into the ring before it asks the iterator for the next one (instead of a
+    copy). held: whether anything but gpud._gpud holds obj (its reference count says);
+    a bytearray or an array owning its data that nothing else holds cannot change."""
+    parts = frame(obj)
+    own = None if held else obj
+    live = False
+    for x in parts:
+        if type(x) is not bytes and not _fixed(x, own):
+            live = True
+            break
+    return parts, live
 
 
 def frame_size(parts):
@@ -283,6 +459,7 @@ def loads_items(data):
     at = n + (-n % _LINE)
     buffers = []
     for size in sizes[1:]:
+        at += _pad(at, size)
         buffers.append(mv[at : at + size])
         at += size
     return pickle.loads(mv[at : at + sizes[0]], buffers=buffers)

@@ -187,6 +187,11 @@ def main():
         # Each item its own outcome: bad results and crashing items among others.
         for mode in ("results", "crashes"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
+        # Items as they were yielded (a refilled buffer), in any layout, aligned; a
+        # death's error naming each item's own task id.
+        for mode in ("snapshot", "layouts", "crash_ids"):
+            run(f"debian: items.py {mode}", "/usr/bin/python3", ["items.py", mode], env,
+                f"PASS {mode}")
         # Stages in front of the class (gpud.Stage), generator and sink plugins by name.
         stage_modes = ["python", "plugins"]
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy, PIL"], env=BASE_ENV,
