@@ -128,7 +128,10 @@ int png_decode(const void *data, size_t size, uint64_t max_bytes, uint64_t max_p
 	png_read_update_info(png, info);
 	size_t rowbytes = png_get_rowbytes(png, info);
 	int channels = png_get_channels(png, info), out_depth = png_get_bit_depth(png, info);
-	uint64_t need = (uint64_t)rowbytes * height + (uint64_t)width * height * 3;
+	/* 8-bit RGB is read straight into the pixels; anything else through its own
+	 * rows first. */
+	int direct = channels == 3 && out_depth == 8;
+	uint64_t need = (direct ? 0 : (uint64_t)rowbytes * height) + (uint64_t)width * height * 3;
 	if (need > max_bytes) {
 		snprintf(message, len,
 			 "this %u x %u PNG needs about %llu MiB to decode, over max_memory_mb = "
@@ -148,10 +151,9 @@ int png_decode(const void *data, size_t size, uint64_t max_bytes, uint64_t max_p
 		rc = -1;
 		goto done;
 	}
-	raw = malloc(rowbytes * height);
 	rows = malloc(sizeof *rows * height);
 	size_t out = (size_t)width * height * 3;
-	if (!raw || !rows)
+	if (!rows || (!direct && !(raw = malloc(rowbytes * height))))
 		goto done; /* -2 */
 	if (out > *cap) {
 		unsigned char *p = realloc(*pixels, out);
@@ -160,10 +162,12 @@ int png_decode(const void *data, size_t size, uint64_t max_bytes, uint64_t max_p
 		*pixels = p;
 		*cap = out;
 	}
+	unsigned char *into = direct ? *pixels : raw;
 	for (png_uint_32 y = 0; y < height; y++)
-		rows[y] = raw + (size_t)y * rowbytes;
+		rows[y] = into + (size_t)y * rowbytes;
 	png_read_image(png, rows);
-	to_rgb(raw, rowbytes, (int)width, (int)height, channels, out_depth, *pixels);
+	if (!direct)
+		to_rgb(raw, rowbytes, (int)width, (int)height, channels, out_depth, *pixels);
 	*w = (int)width;
 	*h = (int)height;
 	rc = 0;

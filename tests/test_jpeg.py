@@ -2,12 +2,18 @@
 """The jpeg stage ([stage.decode] plugin = jpeg) through real jobs of the gpud binary:
 JPEGs made with Pillow (RGB, grayscale, CMYK, progressive, larger and smaller than the
 target, fine detail) decoded to height x width x 3 uint8 and compared with Pillow's own
-decode and bilinear resize; a damaged and a non-JPEG input fail alone with the
-decoder's message while the others succeed; a target over max_result_bytes and a
-missing key are said; progressive files whose decoder memory would pass the stage's cap
-and multi-scan ones (crafted headers claiming 16000 and 65500 pixels a side, and
-max_memory_mb set low for a real one) are refused before decoding, the run's peak RSS
-staying small.
+decode and bilinear resize (mode = exact, the default: equal); 240 images of random
+sizes (1 to 700 a side, both orientations; JPEG grey and colour, 4:2:0, 4:2:2, 4:4:4,
+progressive; PNG of every colour type and bit depth, palette and transparency,
+interlaced, written by hand) against Pillow's Image.open(f).convert("RGB").resize() for
+every filter, with resize and crop as torchvision's Resize and CenterCrop, and as
+float32 normalised as ToTensor and Normalize; mode = fast's difference measured; bad
+keys refused naming them; damaged and hostile PNGs failing alone; a damaged and a
+non-JPEG input fail alone with the decoder's message while the others succeed; a target
+over max_result_bytes and a missing key are said; progressive files whose decoder
+memory would pass the stage's cap and multi-scan ones (crafted headers claiming 16000
+and 65500 pixels a side, and max_memory_mb set low for a real one) are refused before
+decoding, the run's peak RSS staying small.
 
 Run by meson (test `jpeg`) with $GPUD set; needs Pillow and NumPy (Debian: python3-pil,
 python3-numpy): on a Python without them it runs itself again on /usr/bin/python3, and
@@ -450,6 +456,56 @@ def test_keys(d):
           f"an image smaller than the crop fails alone, saying so: {lines.get(1)}")
 
 
+def test_png_damaged(d):
+    """Damaged and hostile PNGs fail alone with libpng's message (or the stage's, for a
+    size over the memory cap, before decoding), not retried; the good ones around them
+    succeed on the same stage worker."""
+    if os.environ.get("HAVE_PNG") == "0":
+        print("SKIP: PNG input: the jpeg stage was built without libpng (libpng-dev)")
+        return
+    imgs = os.path.join(d, "imgs")
+    os.makedirs(imgs)
+    good = os.path.join(imgs, "good.png")
+    write_png(good, np.asarray(smooth(90, 70)), 2, 8)
+    data = open(good, "rb").read()
+    ihdr = data.index(b"IHDR")
+
+    def claim(w, h):
+        body = data[ihdr:ihdr + 4] + struct.pack(">II", w, h) + data[ihdr + 12:ihdr + 17]
+        return (data[:ihdr] + body + struct.pack(">I", zlib.crc32(body) & 0xffffffff)
+                + data[ihdr + 21:])
+    idat = data.index(b"IDAT")
+    bad = {"z_truncated.png": data[: len(data) // 2],
+           "z_signature_only.png": data[:8],
+           "z_bad_crc.png": data[:ihdr + 20] + bytes([data[ihdr + 20] ^ 0xff]) + data[ihdr + 21:],
+           "z_bad_data.png": data[:idat + 6] + bytes([data[idat + 6] ^ 0xff]) + data[idat + 7:],
+           "z_huge.png": claim(16384, 16384),
+           "z_too_many_pixels.png": claim(65535, 65535)}
+    for name, b in bad.items():
+        with open(os.path.join(imgs, name), "wb") as f:
+            f.write(b)
+    names = ["good.png", "z_truncated.png", "good.png", "z_signature_only.png", "good.png",
+             "z_bad_crc.png", "good.png", "z_huge.png", "good.png", "z_too_many_pixels.png",
+             "good.png", "z_bad_data.png", "good.png"]
+    r = job(d, names, job_keys="max_retries = 2", stage="workers = 1",
+            sink="[sink]\nplugin = jsonl\npath = out.jsonl\n")
+    by_id = {x["task_id"]: x for x in outcomes(os.path.join(d, "out.jsonl"))}
+    check(r.returncode == 1 and sorted(by_id) == list(range(len(names))),
+          f"a run with damaged PNGs ends 1, every task one line ({r.returncode})")
+    check(all(by_id[i]["status"] == "ok" for i in range(0, len(names), 2)),
+          "the good PNGs around the damaged ones succeed")
+    want = {1: "ends early", 3: "ends early", 5: "CRC error",
+            7: "this 16384 x 16384 PNG needs about 768 MiB to decode, over max_memory_mb = 256",
+            9: "this 65535 x 65535 PNG is larger than this stage decodes",
+            11: "IDAT: "}
+    for i, text in want.items():
+        e = by_id.get(i, {})
+        check(e.get("status") == "error" and "jpeg: cannot decode this PNG" in e.get("error", "")
+              and text in e.get("error", "") and e.get("attempt", 0) == 0,
+              f"{names[i]} fails alone, saying {text!r}, not retried: {e}")
+    check(r.stderr.count("exited with status") == 0, f"no stage worker died: {r.stderr[-500:]}")
+
+
 def test_corrupt(d):
     good = make_images(os.path.join(d, "imgs"))[:3]
     whole = open(os.path.join(d, "imgs", good[0]), "rb").read()
@@ -661,8 +717,8 @@ def main():
     if os.environ.get("HAVE_JPEG") == "0":
         print("SKIP: the jpeg stage plugin was not built (libjpeg62-turbo-dev)")
         return SKIP
-    for test in (test_pixels, test_exact, test_fast, test_keys, test_corrupt, test_limits,
-                 test_memory_cap):
+    for test in (test_pixels, test_exact, test_fast, test_keys, test_png_damaged, test_corrupt,
+                 test_limits, test_memory_cap):
         with tempfile.TemporaryDirectory(prefix="gpud-jpeg-") as d:
             print(f"== {test.__name__}", flush=True)
             test(d)
