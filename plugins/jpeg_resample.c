@@ -22,6 +22,9 @@
 #include "jpeg_image.h"
 
 #define PRECISION_BITS (32 - 8 - 2)
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 
 static double box_w(double x)
 {
