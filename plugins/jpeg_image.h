@@ -36,6 +36,8 @@ struct resampler {
 	size_t rows_cap;
 	int32_t *acc;
 	size_t acc_cap;
+	unsigned char *cols; /* the horizontal pass's source, then result, columns first */
+	size_t cols_cap;
 };
 
 /* The window [x0, x0 + w) x [y0, y0 + h) of the sw x sh image `src` resized to

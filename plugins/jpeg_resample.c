@@ -153,34 +153,18 @@ static unsigned char clip8(int32_t v)
 	return v < 0 ? 0 : v > 255 ? 255 : (unsigned char)v;
 }
 
-/* Rows [y_first, y_first + rows) of `src` (sw wide), the window's columns resized. */
-static void pass_horizontal(const struct resample_taps *tx, const unsigned char *src, int sw,
-			    int y_first, int rows, unsigned char *dst)
-{
-	int w = tx->n;
-	for (int y = 0; y < rows; y++) {
-		const unsigned char *in = src + (size_t)(y_first + y) * (size_t)sw * 3;
-		unsigned char *out = dst + (size_t)y * (size_t)w * 3;
-		for (int x = 0; x < w; x++) {
-			const int32_t *k = tx->k + (size_t)x * (size_t)tx->ksize;
-			const unsigned char *p = in + (size_t)tx->bounds[2 * x] * 3;
-			int32_t r = 1 << (PRECISION_BITS - 1), g = r, b = r;
-			for (int j = 0; j < tx->bounds[2 * x + 1]; j++, p += 3) {
-				r += p[0] * k[j];
-				g += p[1] * k[j];
-				b += p[2] * k[j];
-			}
-			out[3 * x] = clip8(r);
-			out[3 * x + 1] = clip8(g);
-			out[3 * x + 2] = clip8(b);
-		}
-	}
-}
-
 /* The window's rows from `src` (rows of `width` bytes, its row 0 the source row
- * `y_first`). */
-static void pass_vertical(const struct resample_taps *ty, const unsigned char *src, size_t width,
-			  int y_first, int32_t *acc, unsigned char *dst)
+ * `y_first`): each a sum over whole rows, so the loops run along contiguous bytes. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+/* x86-64's baseline (SSE2) has no 32-bit multiply a lane: a copy of the loops built for
+ * AVX2 too, chosen at load where the CPU has it. */
+__attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+static void
+pass_vertical(const struct resample_taps *ty, const unsigned char *src, size_t width, int y_first,
+	      int32_t *acc, unsigned char *dst)
 {
 	for (int y = 0; y < ty->n; y++) {
 		const int32_t *k = ty->k + (size_t)y * (size_t)ty->ksize;
@@ -193,6 +177,34 @@ static void pass_vertical(const struct resample_taps *ty, const unsigned char *s
 		unsigned char *out = dst + (size_t)y * width;
 		for (size_t x = 0; x < width; x++)
 			out[x] = clip8(acc[x]);
+	}
+}
+
+/* Rows [y_first, y_first + rows) of `src` (sw wide), the window's columns resized into
+ * `dst` (rows of tx->n pixels). Done as a vertical pass over the image turned on its
+ * side (`cols`: the source columns the taps read, then the results, each a run of
+ * `rows` pixels), so that its sums run along contiguous bytes as the vertical pass's
+ * do: integer sums, the same values in any order. */
+static void pass_horizontal(const struct resample_taps *tx, const unsigned char *src, int sw,
+			    int y_first, int rows, unsigned char *cols, int32_t *acc,
+			    unsigned char *dst)
+{
+	int w = tx->n;
+	int x_first = tx->bounds[0], x_last = tx->bounds[2 * (w - 1)] + tx->bounds[2 * (w - 1) + 1];
+	size_t run = (size_t)rows * 3;
+	for (int y = 0; y < rows; y++) {
+		const unsigned char *in = src + ((size_t)(y_first + y) * (size_t)sw + x_first) * 3;
+		unsigned char *out = cols + (size_t)y * 3;
+		for (int x = x_first; x < x_last; x++, in += 3, out += run)
+			memcpy(out, in, 3);
+	}
+	unsigned char *turned = cols + (size_t)(x_last - x_first) * run;
+	pass_vertical(tx, cols, run, x_first, acc, turned);
+	for (int x = 0; x < w; x++) {
+		const unsigned char *in = turned + (size_t)x * run;
+		unsigned char *out = dst + (size_t)x * 3;
+		for (int y = 0; y < rows; y++, in += 3, out += (size_t)w * 3)
+			memcpy(out, in, 3);
 	}
 }
 
@@ -226,6 +238,30 @@ static int nearest(const unsigned char *src, int sw, int sh, int ow, int oh, int
 	return 0;
 }
 
+static int grow_bytes(unsigned char **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	unsigned char *q = realloc(*p, need);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = need;
+	return 0;
+}
+
+static int grow_acc(struct resampler *r, size_t n)
+{
+	if (n <= r->acc_cap)
+		return 0;
+	int32_t *a = realloc(r->acc, sizeof *a * n);
+	if (!a)
+		return -1;
+	r->acc = a;
+	r->acc_cap = n;
+	return 0;
+}
+
 int resample_rgb(struct resampler *r, enum resample_filter filter, const unsigned char *src, int sw,
 		 int sh, int ow, int oh, int x0, int y0, int w, int h, unsigned char *out)
 {
@@ -255,7 +291,15 @@ int resample_rgb(struct resampler *r, enum resample_filter filter, const unsigne
 		if (horizontal) {
 			if (taps_make(&r->tx, filter, sw, ow, x0, w) < 0)
 				return -1;
-			pass_horizontal(&r->tx, src, sw, y_first, y_last - y_first, r->rows);
+			const int *b = r->tx.bounds;
+			size_t run = (size_t)(y_last - y_first) * 3;
+			size_t ncols =
+				(size_t)(b[2 * (w - 1)] + b[2 * (w - 1) + 1] - b[0]) + (size_t)w;
+			if (grow_bytes(&r->cols, &r->cols_cap, ncols * run) < 0 ||
+			    grow_acc(r, run) < 0)
+				return -1;
+			pass_horizontal(&r->tx, src, sw, y_first, y_last - y_first, r->cols, r->acc,
+					r->rows);
 		} else {
 			for (int y = y_first; y < y_last; y++)
 				memcpy(r->rows + (size_t)(y - y_first) * width,
@@ -269,13 +313,8 @@ int resample_rgb(struct resampler *r, enum resample_filter filter, const unsigne
 		memcpy(out, rows + (size_t)(y0 - y_first) * width, (size_t)h * width);
 		return 0;
 	}
-	if (width > r->acc_cap) {
-		int32_t *a = realloc(r->acc, sizeof *a * width);
-		if (!a)
-			return -1;
-		r->acc = a;
-		r->acc_cap = width;
-	}
+	if (grow_acc(r, width) < 0)
+		return -1;
 	pass_vertical(&r->ty, rows, width, y_first, r->acc, out);
 	return 0;
 }
@@ -286,5 +325,6 @@ void resample_free(struct resampler *r)
 	taps_free(&r->ty);
 	free(r->rows);
 	free(r->acc);
+	free(r->cols);
 	memset(r, 0, sizeof *r);
 }
