@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The jpeg stage's two modes measured side by side in one run:
     /usr/bin/python3 bench/jpeg_modes.py [BUILD_DIR] [REPEATS] [IMAGES]
-IMAGES photo-like JPEGs of 500 x 375 and 375 x 500 (quality 95, about 150 KB: gradients,
-edges and noise), each job `resize = 224`, `crop = 224` through ONE stage worker (one
+IMAGES tasks over 40 photo-like JPEGs (gradients, edges and noise) of 500 x 375 and
+375 x 500 (quality 95, about 130 KB: mode = fast has no smaller scale there and decodes
+whole), then of 1000 x 750 (quality 90, about 350 KB: fast decodes at 1/2); each job `resize = 224`, `crop = 224` through ONE stage worker (one
 core) in front of the echo worker, results to the null sink; mode = exact and mode =
 fast alternate REPEATS times, the best of each printed as images/s. Then each mode's
 pixels against Pillow's (Image.open(f).convert("RGB"), resize (bilinear) as
@@ -75,18 +76,24 @@ def pillow(path):
 
 
 def main():
+    for w, h, q in ((500, 375, 95), (1000, 750, 90)):
+        bench(w, h, q)
+
+
+def bench(w, h, quality):
     with tempfile.TemporaryDirectory(prefix="gpud-jpegbench-") as d:
         os.makedirs(os.path.join(d, "imgs"))
         rng = np.random.default_rng(1)
         sizes = []
         for i in range(40):
             p = os.path.join(d, "imgs", f"{i:03d}.jpg")
-            photo(rng, *((500, 375) if i % 2 else (375, 500))).save(p, quality=95)
+            photo(rng, *((w, h) if i % 2 else (h, w))).save(p, quality=quality)
             sizes.append(os.path.getsize(p))
         with open(os.path.join(d, "gen.py"), "w") as f:
             f.write(GEN)
-        print(f"{N} tasks over 40 JPEGs of 500 x 375 / 375 x 500, {np.mean(sizes) / 1e3:.0f} KB "
-              f"on average; resize 224, crop 224; one stage worker")
+        print(f"{N} tasks over 40 JPEGs of {w} x {h} / {h} x {w}, quality {quality}, "
+              f"{np.mean(sizes) / 1e3:.0f} KB on average; resize 224, crop 224; one stage "
+              "worker")
         best = {"exact": (1e9, 1e9), "fast": (1e9, 1e9)}
         for _ in range(R):
             for mode in best:

@@ -16,10 +16,10 @@
  * defaults: the accurate integer DCT, fancy upsampling, no DCT scaling) and resizes
  * with Pillow's arithmetic for `filter` (jpeg_resample.c): the result is
  * Image.open(f).convert("RGB").resize(size, filter) (then crop) of Pillow on the same
- * libjpeg, pixel for pixel. `mode = fast` lets libjpeg decode at the smallest of its DCT
- * scales (1/8, 2/8 ... 8/8) whose image still covers the size, which skips most of the
- * work for a large photo made small, then resizes the same way: a few grey levels
- * from Pillow's pixels where the image has fine detail.
+ * libjpeg, pixel for pixel. `mode = fast` lets libjpeg decode at the smallest of its
+ * DCT scales 1/8, 1/4 and 1/2 whose image still covers the size (else whole), which
+ * skips most of the work for a large photo made small, then resizes the same way: up
+ * to tens of grey levels from Pillow's pixels where the image has fine detail.
  *
  * Grayscale images come out as RGB (three equal channels), CMYK and YCCK ones as
  * Pillow's convert("RGB") makes them from the decoder's (inverted, Adobe) values. A PNG
@@ -177,10 +177,13 @@ static int check_room(const struct jpeg_state *s, struct gpud_task *task, int w,
 				task->result.capacity);
 }
 
-/* The smallest DCT scale n/8 (n of 1 to 8) whose image covers the target: n. */
+/* The smallest DCT scale n/8 whose image covers the target: n of 1, 2, 4 or 8 only.
+ * libjpeg-turbo's SIMD inverse DCTs are the 8x8 one and the reduced 4x4 and 2x2 (1x1
+ * is the DC alone); 3/8, 5/8, 6/8 and 7/8 are scalar C, slower than the whole decode
+ * (a 500 x 375 photo to 224 at 5/8 measured 7% fewer images/s than at 8/8). */
 static int choose_scale(int iw, int ih, int w, int h)
 {
-	for (int n = 1; n < 8; n++)
+	for (int n = 1; n < 8; n *= 2)
 		if (((int64_t)iw * n + 7) / 8 >= w && ((int64_t)ih * n + 7) / 8 >= h)
 			return n;
 	return 8;
