@@ -22,6 +22,8 @@
 #include "jpeg_image.h"
 
 #define PRECISION_BITS (32 - 8 - 2)
+/* Rows the horizontal pass turns on their side at a time. */
+#define STRIP 64
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
@@ -291,15 +293,18 @@ int resample_rgb(struct resampler *r, enum resample_filter filter, const unsigne
 		if (horizontal) {
 			if (taps_make(&r->tx, filter, sw, ow, x0, w) < 0)
 				return -1;
+			/* In strips of rows: the turned copy stays small (and in cache). */
 			const int *b = r->tx.bounds;
-			size_t run = (size_t)(y_last - y_first) * 3;
+			size_t run = (size_t)STRIP * 3;
 			size_t ncols =
 				(size_t)(b[2 * (w - 1)] + b[2 * (w - 1) + 1] - b[0]) + (size_t)w;
 			if (grow_bytes(&r->cols, &r->cols_cap, ncols * run) < 0 ||
 			    grow_acc(r, run) < 0)
 				return -1;
-			pass_horizontal(&r->tx, src, sw, y_first, y_last - y_first, r->cols, r->acc,
-					r->rows);
+			for (int y = y_first; y < y_last; y += STRIP)
+				pass_horizontal(&r->tx, src, sw, y,
+						y_last - y < STRIP ? y_last - y : STRIP, r->cols,
+						r->acc, r->rows + (size_t)(y - y_first) * width);
 		} else {
 			for (int y = y_first; y < y_last; y++)
 				memcpy(r->rows + (size_t)(y - y_first) * width,
