@@ -88,7 +88,7 @@ Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .t
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
 	       "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_expect_eq(kill_and_resume(dir, 5, JSONL_COUNT, 2000), 0);
+	cr_expect_eq(kill_and_resume(dir, 5, JSONL_COUNT, 500), 0);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_assert(out, "%s", err);
 	check_jsonl_once(out, 20000);
@@ -103,7 +103,7 @@ Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\nordered = true\n[worker]\nplugin = faulty\nsleep_us = 600\n"
 	       "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_expect_eq(kill_and_resume(dir, 3, JSONL_COUNT, 1500), 0);
+	cr_expect_eq(kill_and_resume(dir, 3, JSONL_COUNT, 400), 0);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_assert(out);
 	check_jsonl_once(out, 8000);
@@ -113,7 +113,7 @@ Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout
 	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 600\n"
 		    "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = files\ndir = res\n"
 		    "suffix = .txt\n");
-	cr_expect_eq(kill_and_resume(dir, 3, FILES_COUNT, 1500), 0);
+	cr_expect_eq(kill_and_resume(dir, 3, FILES_COUNT, 400), 0);
 	/* Every result file once (a name is a name), whole, and no temporary file left. */
 	char *ls = NULL;
 	t_sh(dir, "ls -a res | grep -c '^[0-9]*\\.txt$' > count; ls -a res | grep -c tmp > tmps; "
