@@ -57,22 +57,31 @@ Test(stalls, setup_timeout_bounds_a_setup_that_never_returns, .timeout = 60)
 }
 
 /* Worker 0 is stopped while idle, then tasks arrive: whatever it is given comes back
- * after the bound and runs on worker 1. */
+ * after the bound and runs on worker 1. Idle: set up (the tagger writes its pid at the
+ * end of setup) and asleep on a futex, waiting for tasks; the tasks come through a
+ * FIFO only then (not at fixed times: a slow machine's worker was not up after 1 s). */
 Test(stalls, an_idle_worker_stopped_loses_its_tasks_to_another, .timeout = 60)
 {
 	const char *dir = t_tmpdir();
-	free(t_jobf(dir, "[job]\ngpus = 0,1\n"
-			 "[worker]\nplugin = faulty\nsleep_us = 20000\n"
-			 "[generator]\nplugin = lines\npath = -\n"
-			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
-	t_sh(dir, "(sleep 1.5; seq 0 39) | \"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
-		  "sleep 1\n"
-		  "w=$(pgrep -f \"gpud-worker --run 0 $pid\\$\")\n"
-		  "[ -n \"$w\" ] || echo no worker 0 >>err\n"
-		  "kill -STOP $w\n"
-		  "wait\n"
-		  "echo $? >rc\n"
-		  "kill -KILL $w 2>/dev/null; true\n");
+	free(t_jobf(dir,
+		    "[job]\ngpus = 0,1\n"
+		    "[worker]\nplugin = tagger\nsleep_us = 20000\npid_file = %s/pids\n"
+		    "[generator]\nplugin = lines\npath = -\n"
+		    "[sink]\nplugin = jsonl\npath = out.jsonl\n",
+		    dir));
+	t_sh(dir,
+	     "mkfifo in\n"
+	     "\"$GPUD\" run job.ini --ui plain 2>err <in & pid=$!\n"
+	     "exec 3>in\n"
+	     "w '[ -n \"$(pgrep -f \"gpud-worker --run 0 $pid\\$\")\" ]' || echo no worker 0 >>err\n"
+	     "w0=$(pgrep -f \"gpud-worker --run 0 $pid\\$\")\n"
+	     "w 'grep -qx \"$w0\" pids 2>/dev/null && grep -q futex /proc/$w0/wchan' ||\n"
+	     "  echo worker 0 never idle >>err\n"
+	     "kill -STOP $w0\n"
+	     "seq 0 39 >&3; exec 3>&-\n"
+	     "wait $pid\n"
+	     "echo $? >rc\n"
+	     "kill -KILL $w0 2>/dev/null; true\n");
 	char *err = t_read_in(dir, "err"), *out = t_read_in(dir, "out.jsonl");
 	cr_expect(strstr(err, "without starting one; giving them to another worker"), "%s", err);
 	cr_expect_eq(t_count_lines(out, "{\"task_id\""), 40, "%s", out);
