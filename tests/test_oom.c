@@ -354,14 +354,22 @@ Test(oom, dashboard_shows_the_batch_size, .timeout = 120)
 	cr_assert(e, "the run did not end");
 	cr_expect(strstr(e, "exit=0"), "%s", e);
 	free(e);
-	usleep(300000);
+	/* The final frame and the summary, once tmux has drawn them (asked again for up to
+	 * 10 s, not given 0.3 s). */
 	cr_assert(asprintf(&cmd, "tmux -L %s capture-pane -p -t ui > '%s/pane'", sock, dir) > 0);
-	cr_expect_eq(system(cmd), 0);
+	char *pane = NULL;
+	for (int i = 0; i < 100; i++) {
+		free(pane);
+		cr_expect_eq(system(cmd), 0);
+		pane = t_read_in(dir, "pane");
+		if (pane && strstr(pane, "RESTARTS BATCH") && strstr(pane, " tasks: "))
+			break;
+		usleep(100000);
+	}
 	free(cmd);
 	cr_assert(asprintf(&cmd, "tmux -L %s kill-server 2>/dev/null", sock) > 0);
 	(void)!system(cmd);
 	free(cmd);
-	char *pane = t_read_in(dir, "pane");
 	cr_assert(pane);
 	const char *head = strstr(pane, "RESTARTS BATCH");
 	cr_assert(head, "%s", pane);

@@ -278,14 +278,21 @@ Test(stages, kill_9_of_the_host_then_resume_gives_every_id_once, .timeout = 240)
 {
 	const char *dir = t_tmpdir();
 	stage_job(dir, 15000, "", "sleep_us = 200", "sleep_us = 300");
-	t_sh(dir, WAIT_FOR "k=0; while [ $k -lt 3 ]; do\n"
-			   "  \"$GPUD\" run job.ini --ui off --resume 2>>err & p=$!\n"
-			   "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 6 + 3 ))\n"
-			   "  kill -9 $p; wait $p 2>/dev/null\n"
-			   "  w '! pgrep -f \"gpud-worker --run [0-9]* $p( |$)\" >/dev/null'\n"
-			   "  k=$((k+1))\n"
-			   "done\n"
-			   "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");
+	/* Each run killed at a random moment once it is in the middle: the output holds 1 to
+	 * 3000 lines more than when it began and the journal a DONE record (not after a
+	 * fixed time: a slow machine's run would be killed before it did anything). */
+	t_sh(dir, WAIT_FOR JOURNAL_DONE ALIVE
+	     "n() { cat out.jsonl 2>/dev/null | wc -l; }\n"
+	     "k=0; while [ $k -lt 3 ]; do\n"
+	     "  want=$(( $(n) + 1 + $(od -An -N2 -tu2 /dev/urandom) % 3000 ))\n"
+	     "  \"$GPUD\" run job.ini --ui off --resume 2>>err & p=$!\n"
+	     "  while alive $p && ! { [ $(n) -ge $want ] && [ $(jdone job.journal) -ge 1 ]; }\n"
+	     "  do sleep 0.02; done\n"
+	     "  kill -9 $p 2>/dev/null; wait $p 2>/dev/null\n"
+	     "  w '! pgrep -f \"gpud-worker --run [0-9]* $p( |$)\" >/dev/null'\n"
+	     "  k=$((k+1))\n"
+	     "done\n"
+	     "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	char *out = read_out(dir);
 	cr_expect_eq(check_once(out, 15000, NULL, false), 0);
