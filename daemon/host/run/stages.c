@@ -105,7 +105,7 @@ void stages_assign(struct host *h)
 	unsigned per[CFG_MAX_STAGES];
 	if (!p->stages)
 		return;
-	stagecfg_workers(h->cfg, p->n_gpu_workers, per);
+	stagecfg_workers(h->cfg, per);
 	unsigned k = p->n_gpu_workers;
 	for (unsigned s = 0; s < p->n_stages; s++) {
 		p->stages[s].first = k;
