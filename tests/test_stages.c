@@ -708,3 +708,47 @@ Test(stages, a_batching_gpu_worker_behind_a_stage_gets_whole_batches, .timeout =
 	cr_expect_geq(whole, 6400 - 64, "%u of 6400 tasks came in calls of 64", whole);
 	free(out);
 }
+
+/* Behind a CPU stage that is the bottleneck, a batching GPU worker waits for its batch
+ * to fill by default (no batch_wait_ms: the time the batch takes at the stage's rate,
+ * capped), and its last batch goes at once when the stage has nothing more: at least
+ * 95% of the calls of both GPU workers are whole batches, counted by the stats and by
+ * the calls' own sizes. */
+Test(stages, behind_a_stage_batches_are_whole_by_default, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\nbatch_size = 64\n"
+			 "[stage.decode]\nplugin = tagger\ntag = d:\nno_gpu = 1\nworkers = 1\n"
+			 "sleep_us = 50\n"
+			 "[worker]\nplugin = batcher\n"
+			 "[generator]\nplugin = range\nstop = 12800\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/stats.json'", dir, dir), 0);
+	char *out = read_out(dir), *s = t_read_in(dir, "stats.json");
+	cr_assert(s);
+	unsigned whole = 0;
+	for (const char *p = out; (p = strstr(p, " n=64\"")); p++)
+		whole++;
+	cr_expect_eq(whole % 64, 0);
+	double calls = 0, top = 0;
+	for (int k = 0; k < 2; k++) {
+		char at[32];
+		snprintf(at, sizeof at, "{\"worker_id\": %d,", k);
+		double n = json_num(s, at, "calls");
+		const char *sizes = strstr(strstr(s, at), "\"call_sizes\": ");
+		cr_assert(n > 0 && sizes, "%s", s);
+		/* calls of 33..64 tasks, batch_size 64: the bucket [33, 64, N] */
+		const char *b = strstr(sizes, "[33, 64, ");
+		double in_top = b && b < strstr(sizes, "]]") ? strtod(b + 9, NULL) : 0;
+		cr_expect_geq(in_top, 0.95 * n, "worker %d: %g of %g calls of 33..64 tasks: %s", k,
+			      in_top, n, sizes);
+		calls += n;
+		top += in_top;
+	}
+	cr_expect_geq(whole / 64.0, 0.95 * calls, "%u calls of 64 tasks out of %g", whole / 64,
+		      calls);
+	cr_expect_geq(top, whole / 64.0);
+	free(out);
+	free(s);
+}

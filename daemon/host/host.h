@@ -203,6 +203,7 @@ struct host_stage {
 	unsigned rr;                    /* where the next hand-over looks first */
 	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
 	struct stage_figures fig;       /* published for the view (view/figures.h) */
+	bool drained_told;              /* its workers were told no new task will come */
 	/* its largest ok result so far and that task's input (the loop's; said at the
 	 * end by stages_note_results when large) */
 	uint32_t largest_result, largest_input;

@@ -258,6 +258,29 @@ unsigned stages_feed_retries(struct host *h)
 	return n;
 }
 
+void stages_tell_drained(struct host *h)
+{
+	if (!h->pool.stages || !h->flow.done || h->rq.head)
+		return;
+	for (unsigned s = 1; s <= h->pool.n_stages; s++) {
+		const struct host_stage *up = &h->pool.stages[s - 1];
+		if (up->rq && s - 1 > 0)
+			return;
+		for (unsigned i = 0; i < up->n; i++)
+			if (tasks_held(&h->pool.w[up->first + i]))
+				return;
+		struct host_stage *st = &h->pool.stages[s];
+		if (st->drained_told)
+			continue;
+		st->drained_told = true;
+		for (unsigned i = 0; i < st->n; i++) {
+			struct host_worker *w = &h->pool.w[st->first + i];
+			atomic_store_explicit(&w->feed->drained, 1, memory_order_release);
+			wait_ring_fast(shm_worker_bell(w));
+		}
+	}
+}
+
 /* Tasks w holds that it has not started (it reports how far it got; clamped). */
 static uint64_t unstarted(const struct host_worker *w, uint64_t *finished)
 {

@@ -55,6 +55,11 @@ void stages_publish_handed(struct host *h, unsigned stage);
 /* Feeds the later stages' workers from their queues of tasks to run again; returns the
  * tasks given. */
 unsigned stages_feed_retries(struct host *h);
+/* Once the generator has ended (h->flow.done), each later stage (the GPU workers too)
+ * whose stages before it hold nothing and have nothing to run again is told no new
+ * task will come (shm_feed.drained): its waits count as idle, and a batching worker
+ * sends its last batch at once instead of waiting for it to fill. */
+void stages_tell_drained(struct host *h);
 
 /* Every 100 ms (by `now`; now = 0: at once): each stage's figures for the view
  * (host_stage.fig, view/figures.h): its live workers, its queue, its counts, how busy. */
