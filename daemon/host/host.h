@@ -54,6 +54,7 @@ struct worker_times {
 	uint32_t call_min, call_max;  /* 0: no call yet */
 	uint64_t items;               /* the calls' tasks (or items), all together */
 	uint64_t cpu_ns, main_cpu_ns; /* CPU time of its processes, and of their main threads */
+	uint64_t user_cpu_ns;         /* of phase_ns[PH_USER], CPU time (at most all of it) */
 };
 
 struct host_worker {

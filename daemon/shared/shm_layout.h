@@ -205,7 +205,10 @@ struct shm_times {
 	_Atomic uint64_t items;              /* the calls' tasks (or items), all together */
 	_Atomic uint64_t cpu_ns;             /* CPU time of the process (all its threads) and */
 	_Atomic uint64_t main_cpu_ns;        /* of its main thread, read at most every 10 ms */
-	uint8_t _pad[24];
+	_Atomic uint64_t user_cpu_ns;        /* of phase_ns[PH_USER], the CPU time of the
+					      * thread that made the calls (measured around
+					      * calls, a sample of them when they are short) */
+	uint8_t _pad[16];
 };
 
 /* What one worker tells the host (out memfd, offset 0). Each line has one writer: the

@@ -314,6 +314,7 @@ void loop_run(struct worker *w)
 {
 	uint64_t now = clock_restart(&w->clk);
 	uint32_t cap = w->hdr->max_result_bytes;
+	uint64_t last_call_ns = 0; /* the last call's time (times_user_begins) */
 
 	for (;;) {
 		struct shm_rec *first = loop_next_task(w, &now);
@@ -340,8 +341,10 @@ void loop_run(struct worker *w)
 			now = clock_restart(&w->clk);
 			w->waited = false;
 			times_charge(&w->tm, PH_UNPACK, now);
+			times_user_begins(&w->tm, last_call_ns);
 		} else if (!w->clk.tiny) {
 			times_charge_now(&w->tm, PH_UNPACK);
+			times_user_begins(&w->tm, last_call_ns);
 		}
 		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->busy_since_ns, now, memory_order_relaxed);
@@ -364,6 +367,7 @@ void loop_run(struct worker *w)
 		uint64_t end = clock_after(&w->clk, n, now, &each);
 		if (w->clk.untimed == 0) /* the clock was read: the call (or stretch) ends here */
 			times_charge(&w->tm, PH_USER, end);
+		last_call_ns = (uint64_t)(each * 1e9) * n;
 
 		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)

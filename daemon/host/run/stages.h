@@ -72,6 +72,11 @@ void stages_check_alive(struct host *h);
 /* The busy fraction of workers pool.w[first] to pool.w[first + n - 1] over `elapsed`
  * seconds: their time in process() over elapsed x n, 0 to 1 (any thread). */
 double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed);
+/* Of `busy` (stages_busy of the same workers), the part that was CPU time of the
+ * threads making the calls: busy times their CPU time in the calls over their time in
+ * them (0 to busy). Near busy: the calls are CPU work (Python, NumPy, a spinning
+ * synchronisation); well below it: they wait (for the GPU, I/O). */
+double stages_busy_cpu(const struct host *h, unsigned first, unsigned n, double busy);
 
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);
