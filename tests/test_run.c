@@ -499,8 +499,9 @@ Test(run, the_cpu_time_in_the_users_calls_is_part_of_their_time, .timeout = 120)
 		"    share.append(w['user_cpu'] / w['time_user'])\n"
 		"    prom = open('m%d.prom' % k).read()\n"
 		"    assert 'gpud_worker_user_cpu_seconds_total{worker=\"0\",gpu=\"0\"} ' in prom\n"
-		"# the spinning calls are CPU work, the sleeping ones are not\n"
-		"assert share[0] > 0.5 and share[1] < 0.25 and share[0] > 2 * share[1], share\n"
+		"# the spinning calls are CPU work, the sleeping ones are not (a spinning call\n"
+		"# that is preempted takes longer than its CPU time: ordering, not levels)\n"
+		"assert share[1] < 0.5 and share[0] > 4 * share[1], share\n"
 		"print('CHECKED', share)\n");
 	cr_expect_eq(t_sh(dir, "/usr/bin/python3 check.py >check.out 2>&1"), 0, "%s",
 		     t_read_in(dir, "check.out"));
