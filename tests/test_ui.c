@@ -322,6 +322,11 @@ Test(ui, stages_in_the_dashboard, .timeout = 120)
 	cr_expect(strstr(pane, "2 workers on 2 GPUs + 3 in CPU stages  |"), "%s", pane);
 	cr_expect(strstr(pane, "\nstage decode         3/3   workers  busy "), "%s", pane);
 	cr_expect(strstr(pane, "\n      gpu            2/2   workers  busy "), "%s", pane);
+	/* busy is the time in the user's calls; beside it the CPU part of that time */
+	cr_expect(strstr(pane, "\n      gpu            2/2   workers  busy ") &&
+			  strstr(strstr(pane, "\n      gpu            2/2   workers  busy "),
+				 "% (cpu "),
+		  "%s", pane);
 	cr_expect(strstr(pane, "\n cpu      4  "), "a stage worker's row: %s", pane);
 	free(pane);
 	wait_exit(dir);

@@ -54,6 +54,7 @@ struct worker_times {
 	uint32_t call_min, call_max;  /* 0: no call yet */
 	uint64_t items;               /* the calls' tasks (or items), all together */
 	uint64_t cpu_ns, main_cpu_ns; /* CPU time of its processes, and of their main threads */
+	uint64_t user_cpu_ns;         /* of phase_ns[PH_USER], CPU time (at most all of it) */
 };
 
 struct host_worker {
@@ -203,6 +204,7 @@ struct host_stage {
 	unsigned rr;                    /* where the next hand-over looks first */
 	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
 	struct stage_figures fig;       /* published for the view (view/figures.h) */
+	bool drained_told;              /* its workers were told no new task will come */
 	/* its largest ok result so far and that task's input (the loop's; said at the
 	 * end by stages_note_results when large) */
 	uint32_t largest_result, largest_input;

@@ -93,6 +93,11 @@ void dispatch_first_window(struct host *h, struct host_worker *w)
 	w->flies = w->rep && atomic_load_explicit(&w->rep->flight, memory_order_relaxed) != 0;
 	if (h->cfg->max_in_flight > 1 && w->flies)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
+	/* A batching GPU worker's first call may be a whole batch (update_window gives it
+	 * two after its first result anyway): with one task, a worker behind a CPU stage
+	 * began with a call of 1. */
+	if (h->cfg->batch_size > 1 && w->stage == h->pool.n_stages)
+		want = 2 * h->cfg->batch_size;
 	w->window = want < max ? want : max;
 }
 
@@ -667,6 +672,9 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		progress += feed(h, gen_ok);
 	if (__builtin_expect(h->flow.done && !h->flow.drained_told, 0))
 		tell_drained(h);
+	if (__builtin_expect(h->flow.done && h->pool.stages != NULL, 0) &&
+	    !h->pool.stages[h->pool.n_stages].drained_told)
+		stages_tell_drained(h);
 
 	if (tasks_requeued_any(h) && !requeued_may_run(h))
 		tasks_drop_requeued(h);

@@ -141,7 +141,7 @@ int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *
 	unsigned n = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	if (n == 0)
 		return 0; /* no GPU: said by the run */
-	n += stagecfg_workers(c, n, per);
+	n += stagecfg_workers(c, per);
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
 }
 
@@ -151,7 +151,7 @@ void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
 	unsigned gpu = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	if (gpu == 0)
 		return;
-	unsigned n = gpu + stagecfg_workers(c, gpu, per);
+	unsigned n = gpu + stagecfg_workers(c, per);
 	struct shm_plan p;
 	if (shm_plan(h, n, &p) < 0)
 		return; /* said by capacity_check */

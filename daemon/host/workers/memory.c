@@ -282,7 +282,8 @@ static void write_header(struct host *h, const struct shm_plan *plan)
 		.max_in_flight = c->max_in_flight,
 		.pin_memory = (uint32_t)c->pin_memory,
 		.report_size = sizeof(struct shm_report),
-		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
+		.batch_wait_ns = (uint64_t)(cfg_batch_wait_ms(c) * 1e6),
+		.batch_wait_auto = c->batch_wait_ms < 0 && cfg_batch_wait_ms(c) > 0,
 		.out_size = h->shm.out_size,
 	};
 	h->shm.bell = (struct wait_bell){.bell = h->shm.host_bell,
