@@ -16,7 +16,7 @@
 #include "loader.h"
 #include "ring.h"
 #include "run/standin.h"
-#include "run/names.h"
+#include "util/names.h"
 #include "run/tasks.h"
 #include "wait.h"
 #include "view/figures.h"
@@ -264,7 +264,7 @@ struct host_out {
 	struct held_outcome *waiting, *waiting_last;
 	bool no_input; /* GPUD_SINK_NO_INPUT: events carry no input (none copied to hold one) */
 	/* ABI 1.9: the tasks' names, kept when the generator gives them and the sink takes
-	 * them (`names`), until the sink took the task's outcome (run/names.h) */
+	 * them (`names`), until the sink took the task's outcome (util/names.h) */
 	bool names;
 	struct task_names task_names;
 };

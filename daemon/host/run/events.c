@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "run/events.h"
-#include "run/names.h"
+#include "util/names.h"
 #include "util/abort.h"
 #include "job/stagecfg.h"
 #include "record/failures.h"

@@ -5,7 +5,7 @@
 
 #include <gpud/plugin.h>
 
-#include "run/names.h"
+#include "util/names.h"
 
 struct task_name {
 	struct task_name *next;
