@@ -11,8 +11,11 @@ changed shard by name, two ranks sharing the samples exactly once; a shard that 
 be read at all one failed task (the others run); keys with tabs and newlines escaped in
 keys_out, hard links followed, symbolic links failing their sample; a shard changed
 during the run (a python worker rewrites it on its first task) failing its remaining
-tasks, never an ok result with the new file's bytes. Every reader refuses a FIFO or a
-device as its file at once (check and run).
+tasks, never an ok result with the new file's bytes; whole samples (`members = jpg,
+cls` and `*`): the framing read back, each jsonl line with its sample's key, a C worker
+walking the members, a python worker given dicts (`input = sample`), the jpeg stage
+decoding the image member in place and passing the label on. Every reader refuses a
+FIFO or a device as its file at once (check and run).
 
 Run by meson (test `readers`) with $GPUD set; needs NumPy (and h5py for hdf5): on a
 Python without them it runs itself again on /usr/bin/python3; a part whose plugin or
