@@ -14,6 +14,9 @@
  * A file the decoder cannot read fails its task alone with the decoder's message,
  * never retried (gpud_task_reject); so does a damaged one it could half read (its
  * warning), unless `strict = false`.
+ * A whole sample (the `tar` generator's `members`, framed as gpud/plugin.h says) comes
+ * out as the same sample with its image member (`image_member`, else the first jpg,
+ * jpeg or png) replaced by its pixels, the other members passed on (sample_stage.h).
  * The decoder's memory is bounded before decoding: a progressive (or multi-scan) file
  * keeps the DCT coefficients of the whole image at full size whatever the scale, so a
  * few hundred bytes claiming 65500 x 65500 would take gigabytes. An image whose bound
@@ -32,10 +35,12 @@
 
 #include <gpud/plugin.h>
 
+#include "sample_stage.h"
+
 GPUD_PLUGIN("worker", "jpeg", "1.0");
 GPUD_PLUGIN_DESCRIPTION("CPU stage: JPEG bytes to height x width x 3 uint8 RGB pixels "
 			"(libjpeg, DCT scaling then a bilinear resize)");
-GPUD_PLUGIN_KEYS("height", "width", "strict", "max_memory_mb");
+GPUD_PLUGIN_KEYS("height", "width", "strict", "max_memory_mb", "image_member");
 
 /* The largest image decoded, after DCT scaling: 1 GiB of RGB pixels. */
 #define MAX_PIXELS (UINT64_C(1) << 28)
@@ -70,6 +75,7 @@ struct jpeg_state {
 	int height, width;
 	int strict;
 	long max_memory_mb;
+	char *image_member;    /* a whole sample's member to decode (sample_stage.h), or NULL */
 	unsigned char *pixels; /* the decoded (DCT-scaled) image */
 	size_t pixels_cap;
 	float *rows; /* horizontally resized rows: scaled height x width x 3 */
@@ -296,6 +302,16 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		gpud_fail(err, "jpeg: strict = '%s': expected true or false", strict);
 		goto fail;
 	}
+	const char *im = gpud_arg(info->args, "image_member", NULL);
+	if (im && !*im) {
+		gpud_fail(err, "jpeg: image_member = '': name the sample's member to decode (jpg, "
+			       "png, ...), or leave the key out for the first image member");
+		goto fail;
+	}
+	if (im && !(s->image_member = strdup(im))) {
+		gpud_fail(err, "jpeg: out of memory");
+		goto fail;
+	}
 	if (begin_decoder(s) < 0) {
 		gpud_fail(err, "jpeg: libjpeg: %s", s->errors.message);
 		goto fail;
@@ -303,6 +319,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	*state = s;
 	return 0;
 fail:
+	free(s->image_member);
 	free(s);
 	return -1;
 }
@@ -420,9 +437,19 @@ static int decode(struct jpeg_state *s, struct gpud_task *task)
 	return 0;
 }
 
+static int decode_member(void *state, struct gpud_task *sub)
+{
+	return decode(state, sub);
+}
+
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
-	return decode(state, task);
+	struct jpeg_state *s = state;
+	/* A whole sample (the tar generator's `members`): its image decoded, the rest
+	 * passed on (sample_stage.h). A JPEG or PNG file never begins as one does. */
+	if (gpud_sample_is(task->input, task->input_size))
+		return sample_stage_run(task, s->image_member, decode_member, s);
+	return decode(s, task);
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
@@ -435,6 +462,7 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	taps_free(&s->ty);
 	free(s->pixels);
 	free(s->rows);
+	free(s->image_member);
 	free(s);
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include "loader.h"
 #include "ring.h"
 #include "run/standin.h"
+#include "util/names.h"
 #include "run/tasks.h"
 #include "wait.h"
 #include "view/figures.h"
@@ -264,6 +265,10 @@ struct host_out {
 	bool calling_thread;
 	struct held_outcome *waiting, *waiting_last;
 	bool no_input; /* GPUD_SINK_NO_INPUT: events carry no input (none copied to hold one) */
+	/* ABI 1.9: the tasks' names, kept when the generator gives them and the sink takes
+	 * them (`names`), until the sink took the task's outcome (util/names.h) */
+	bool names;
+	struct task_names task_names;
 };
 
 /* How the run is being ended, and the clocks that stops do not count against:

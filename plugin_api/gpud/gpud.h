@@ -70,7 +70,7 @@ enum gpud_exit {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 4
+#define GPUD_API_MINOR 5
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -168,6 +168,10 @@ struct gpud_generator_ops {
  *  MB: copying it for every outcome that waits cost the calling process as much CPU as
  *  writing it into the ring). */
 #define GPUD_SINK_NO_INPUT (1u << 1)
+/** (API 1.5) The sink reads gpud_event.name (plugin.h, ABI 1.9: the name the generator
+ *  gave the task, a sample's key): its task events carry it. Without the flag, name
+ *  stays NULL (a sink built before it knew the field as reserved[0]). */
+#define GPUD_SINK_NAMES (1u << 2)
 
 /** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */
 struct gpud_sink_ops {

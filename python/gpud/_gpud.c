@@ -346,6 +346,11 @@ static int told_failure(struct run_ctx *c, struct gpud_error *err)
 	return gpud_fail(err, "%s", c->stop_msg);
 }
 
+/* The name of the task whose callback runs now (GPUD_SINK_NAMES: a sample's key from
+ * the tar generator), or NULL: what task_key() answers. Only the calling thread, under
+ * the GIL, sets and reads it (one run at a time per process). */
+static const char *current_key;
+
 /* Called on the calling thread only (GPUD_SINK_CALLING_THREAD). */
 static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
 {
@@ -353,8 +358,10 @@ static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error 
 	if (atomic_load(&c->cb_failed)) /* stop_msg is written before the flag is set */
 		return told_failure(c, err);
 	PyGILState_STATE g = PyGILState_Ensure();
+	current_key = ev->name;
 	deliver(c, ev->kind, ev->task_id, ev->gpu_id, ev->seconds, ev->message, ev->result,
 		ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
+	current_key = NULL;
 	PyGILState_Release(g);
 	/* This event's callback raised: the sink fails, and libgpud does not journal this
 	 * outcome (nor any after it) as done. */
@@ -881,7 +888,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 					  .close = sink_close,
 					  .events = sink_events,
 					  .resume = c.on_resume ? sink_resume : NULL,
-					  .flags = GPUD_SINK_CALLING_THREAD | GPUD_SINK_NO_INPUT};
+					  .flags = GPUD_SINK_CALLING_THREAD | GPUD_SINK_NO_INPUT |
+						   GPUD_SINK_NAMES};
 		if (gpud_job_set_sink(c.job, &s, &c) < 0) {
 			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
 			goto out;
@@ -988,10 +996,23 @@ static PyObject *py_versions(PyObject *self, PyObject *unused)
 			     GPUD_API_MINOR);
 }
 
+static PyObject *py_task_key(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	if (!current_key)
+		Py_RETURN_NONE;
+	return PyUnicode_DecodeUTF8(current_key, (Py_ssize_t)strlen(current_key),
+				    "surrogateescape");
+}
+
 static PyMethodDef methods[] = {
 	{"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, run_doc},
 	{"versions", py_versions, METH_NOARGS,
 	 "versions() -> (gpud release, libgpud API (major, minor), the API built against)"},
+	{"task_key", py_task_key, METH_NOARGS,
+	 "task_key() -> the name of the task whose callback runs now (a sample's key), or "
+	 "None"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -74,16 +74,21 @@ class Stage:
     def python(self):
         return isinstance(self.what, type)
 
-    def gives(self):
-        """What the next stage or the worker gets from this one (its input kind)."""
+    def gives(self, given="bytes"):
+        """What the next stage or the worker gets from this one (its input kind), given
+        what it gets: a whole sample stays one through the jpeg stage, its image member
+        decoded."""
         if self.python:
             return "result"
         if _plugin_name(os.fspath(self.what)) == "jpeg":
             h, w = self.keys.get("height"), self.keys.get("width")
             try:
-                return f"array:uint8:{int(h)},{int(w)},3"
+                pixels = f"array:uint8:{int(h)},{int(w)},3"
             except (TypeError, ValueError):
                 return "bytes"  # the stage's setup says what is wrong
+            if given == "sample":
+                return f"sample:{pixels}:{self.keys.get('image_member') or ''}"
+            return pixels
         return "bytes"
 
     @classmethod
@@ -141,7 +146,8 @@ def keys(stages, worker_keys, worker_script, value, first_input, worker_python):
     worker_keys(cls, setup_kwargs): the gpud_* keys that load a Python class in a
     worker (Dispatcher._worker_keys, as "worker.KEY" pairs); value(v): a key's text;
     first_input: what the first stage gets ("pickle": the program's items, pickled;
-    "bytes": a generator plugin's, or the program's given raw to a C stage);
+    "bytes": a generator plugin's, or the program's given raw to a C stage; "sample":
+    the tar generator's whole samples, `members`);
     worker_python: whether the worker is a Python class. A Python stage in front of a
     C stage or a C worker gives its results as bytes (gpud_output = raw)."""
     out = []
@@ -167,7 +173,7 @@ def keys(stages, worker_keys, worker_script, value, first_input, worker_python):
                 out.append((p + k, value(v)))
         for k, v in st.own.items():
             out.append((p + k, value(v)))
-        given = st.gives() if not (st.python and not nxt_python) else "bytes"
+        given = st.gives(given) if not (st.python and not nxt_python) else "bytes"
     return out, given
 
 

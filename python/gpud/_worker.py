@@ -591,12 +591,82 @@ def _raw_bytes(r):
                         "stage, which take bytes: return bytes, str or an array") from None
 
 
+_SAMPLE_MAGIC = 0x53445047  # "GPDS": gpud/plugin.h's whole-sample framing
+_IMAGE_EXTS = ("jpg", "jpeg", "png")
+
+
+def unpack_sample(data):
+    """A whole sample (gpud/plugin.h: the tar generator's `members`) as WebDataset gives
+    one: {"__key__": key, "jpg": bytes, "cls": bytes, ...}, names and key as str (bytes
+    that are not UTF-8 as surrogates). ValueError naming what is wrong for bytes that are
+    no sample or a damaged one: a generator's bytes are never trusted."""
+    b = memoryview(data).cast("B")
+    n = len(b)
+    if n < 16:
+        raise ValueError(f"input = sample, but this task's {n} bytes are not a whole sample "
+                         "(the tar generator gives one with members = ...)")
+    magic, count, key_len, _ = struct.unpack_from("<4I", b, 0)
+    if magic != _SAMPLE_MAGIC:
+        raise ValueError(f"input = sample, but this task's {n} bytes are not a whole sample "
+                         "(the tar generator gives one with members = ...)")
+    if key_len > n - 16:
+        raise ValueError(f"a damaged sample ({n} bytes): its key runs past its end")
+    key = bytes(b[16:16 + key_len]).decode("utf-8", "surrogateescape")
+    out, at = {"__key__": key}, 16 + key_len
+    for _ in range(count):
+        at = (at + 7) & ~7
+        if at + 16 > n:
+            raise ValueError(f"sample {key!r} is damaged ({n} bytes): a member's header "
+                             "runs past its end")
+        name_len, _, size = struct.unpack_from("<IIQ", b, at)
+        at += 16
+        if name_len > n - at:
+            raise ValueError(f"sample {key!r} is damaged ({n} bytes): a member's name runs "
+                             "past its end")
+        name = bytes(b[at:at + name_len]).decode("utf-8", "surrogateescape")
+        at = (at + name_len + 63) & ~63
+        if at > n or size > n - at:
+            raise ValueError(f"sample {key!r} is damaged ({n} bytes): member {name!r} runs "
+                             "past its end")
+        out.setdefault(name, bytes(b[at:at + size]))
+        at += size
+    return out
+
+
+def image_member(sample, name):
+    """The member the jpeg stage decoded: `name` (its image_member key), else the first
+    jpg, jpeg or png by name (plugins/sample_stage.h's rule)."""
+    if name:
+        return name if name in sample else None
+    for k in sample:
+        if k != "__key__" and (k in _IMAGE_EXTS or k.rsplit(".", 1)[-1] in _IMAGE_EXTS):
+            return k
+    return None
+
+
 def _input_loader(kind):
     """What a task's bytes become for the class (Dispatcher's stages, gpud._stages):
     "bytes"; "result" (a Python stage's result); "array:DTYPE:D0,D1,...": a NumPy
-    array of that dtype and shape, copied out of the ring (a C stage's pixels)."""
+    array of that dtype and shape, copied out of the ring (a C stage's pixels);
+    "sample": a whole sample as a dict (unpack_sample); "sample:array:DTYPE:SHAPE:NAME":
+    one whose image member (NAME, or the first image) a C stage decoded, as an array."""
     if kind == "result":
         return _loads_result
+    if kind == "sample":
+        return unpack_sample
+    if kind.startswith("sample:array:"):
+        _, array_kind = kind.split(":", 1)
+        array_kind, _, name = array_kind.rpartition(":")
+        as_array = _input_loader(array_kind)
+
+        def as_sample(data):
+            s = unpack_sample(data)
+            k = image_member(s, name)
+            if k is not None:
+                s[k] = as_array(s[k])
+            return s
+
+        return as_sample
     if kind.startswith("array:"):
         import numpy
 

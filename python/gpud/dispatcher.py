@@ -19,7 +19,7 @@ from ._chunks import CHUNK_SECONDS, MAX_BYTES, Chunks, byte_size, round_size
 from ._constants import (CODEC_PARTS, CODEC_PICKLE, CODEC_RAW, RUN_FORCE, RUN_RESUME,
                          RUN_RETRY_FAILED, UI_MODES)
 from ._finding import WORKER_SCRIPT, main_file, worker_keys
-from ._options import OPTION_KEYS, OPTIONS, check_callbacks, value
+from ._options import OPTION_KEYS, OPTIONS, check_callbacks, value, with_key
 from ._stats import library_stats
 
 # The public signatures' types (docs/python.md, "Types").
@@ -135,7 +135,7 @@ class Dispatcher:
             keys.append(("worker.result", "bytes"))  # gpud._worker pickles the results itself
             keys.extend(worker_keys(cls, base_seed, setup_kwargs))
             # A generator plugin's items are its bytes, this program's are pickled.
-            keys.append(("worker.gpud_input", "pickle" if python_items else "bytes"))
+            keys.append(("worker.gpud_input", "pickle" if python_items else self._plugin_input()))
             if self._sink_plugin():
                 # A sink plugin takes the results' own bytes (an array's data), not
                 # their pickles.
@@ -178,13 +178,21 @@ class Dispatcher:
         items_pickled = python_items and stages[0].python
         more, given = _stages.keys(
             stages, lambda c, kw: worker_keys(c, base_seed, kw), WORKER_SCRIPT,
-            value, "pickle" if items_pickled else "bytes", worker_python)
+            value, "pickle" if items_pickled else self._plugin_input(), worker_python)
         keys = [(k, given) if k == "worker.gpud_input" else (k, v) for k, v in keys]
         if not worker_python and any(st.python for st in stages):
             keys.append(("job.python", self.options.get("python") or sys.executable))
         elif not worker_python and self.options.get("python"):
             keys.append(("job.python", self.options["python"]))
         return keys + more, _stages.codec(items_pickled, worker_python)
+
+    def _plugin_input(self):
+        """What a generator plugin's tasks are to a Python class: whole samples (a dict
+        each) from the tar generator with `members`, else bytes."""
+        o = self.options
+        if "members" in (o.get("generator") or {}) or "generator.members" in (o.get("keys") or {}):
+            return "sample"
+        return "bytes"
 
     def _sink_plugin(self):
         """Whether a sink plugin, not the callbacks, takes the results."""
@@ -219,8 +227,11 @@ class Dispatcher:
         are cleaned up. Callbacks, in the calling thread: on_success(task_id, result,
         worker_id), on_error(task_id, error, worker_id), on_timeout(task_id, timeout,
         worker_id), on_setup_fail(gpu_id, error), on_task_start(task_id, worker_id),
-        on_exit() (always, once). worker_id is the GPU id the task ran on. setup_kwargs
-        reach worker.setup(). Returns the stats (a dict).
+        on_exit() (always, once). worker_id is the GPU id the task ran on. A task
+        callback with a `key` parameter after those (on_success(task_id, result,
+        worker_id, key=None)) gets the task's key too: the sample's, from the tar
+        generator; None where the generator names none. setup_kwargs reach
+        worker.setup(). Returns the stats (a dict).
 
         on_resume(): with resume=True, called before anything runs; returns the ids of
         the tasks whose results the program already holds (ints for successes, or
@@ -242,10 +253,14 @@ class Dispatcher:
         try:
             check_callbacks(self.options, on_success, on_error, on_timeout, on_setup_fail,
                              on_task_start, on_exit, on_resume)
+            key = _gpud.task_key
             outcome = self._run(_gpud, _worker, generator,
-                                dict(on_success=on_success, on_error=on_error,
-                                     on_timeout=on_timeout, on_setup_fail=on_setup_fail,
-                                     on_task_start=on_task_start, on_resume=on_resume),
+                                dict(on_success=with_key(on_success, 3, key),
+                                     on_error=with_key(on_error, 3, key),
+                                     on_timeout=with_key(on_timeout, 3, key),
+                                     on_setup_fail=on_setup_fail,
+                                     on_task_start=with_key(on_task_start, 2, key),
+                                     on_resume=on_resume),
                                 base_seed, task_timeout, setup_kwargs)
         finally:
             if on_exit is not None:

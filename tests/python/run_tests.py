@@ -197,7 +197,7 @@ def main():
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy, PIL"], env=BASE_ENV,
                           capture_output=True).returncode == 0 and os.path.exists(
                               os.path.join(BUILD, "plugins", "worker-jpeg.so")):
-            stage_modes.insert(0, "jpeg")
+            stage_modes[:0] = ["jpeg", "samples"]
         else:
             log("SKIP debian: stages.py jpeg (needs NumPy and Pillow in /usr/bin/python3: "
                 "python3-numpy, python3-pil; and the jpeg plugin: libjpeg62-turbo-dev)")

@@ -393,6 +393,7 @@ int gpud_job_set_sink(gpud_job *job, const struct gpud_sink_ops *ops, void *ctx)
 		.tasks = job->sink.tasks,
 		.calling_thread = job->sink.flags & GPUD_SINK_CALLING_THREAD,
 		.no_input = job->sink.flags & GPUD_SINK_NO_INPUT,
+		.names = job->sink.flags & GPUD_SINK_NAMES,
 	};
 	job->sink_cb = true;
 	return 0;

@@ -370,7 +370,7 @@ static bool skip_other_ranks(struct host *h, struct gpud_error *err)
  * one too large, one the generator failed itself (`failed`: its message, ABI 1.7), or a
  * task for the ring (*ent). */
 static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, const char *failed,
-		      struct task_ent *ent)
+		      const char *name, struct task_ent *ent)
 {
 	const struct cfg *c = h->cfg;
 	/* Another rank's (a generator that cannot jump): dropped likewise. With dynamic
@@ -400,6 +400,10 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, 
 		return FED_DROPPED; /* progress: the loop must not sleep between slices */
 	}
 	UI_ADD(h->stats.generated, 1);
+	/* (ABI 1.9) Its name, kept for its events; a name that cannot be kept (out of
+	 * memory) leaves the task unnamed, nothing else. */
+	if (name)
+		(void)names_put(&h->out.task_names, id, name);
 	if (h->resume.on && !h->resume.first_new_ns)
 		h->resume.first_new_ns = wait_now_ns(); /* the skipping is over */
 	if (failed || item->size > c->max_task_bytes) {
@@ -483,7 +487,8 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 		text_clean(err.message);
 		failed = err.message;
 	}
-	return admit(h, h->flow.next_id++, &item, failed, ent);
+	const char *name = h->out.names ? h->gen_ops->name(h->gen) : NULL;
+	return admit(h, h->flow.next_id++, &item, failed, name, ent);
 }
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the

@@ -204,6 +204,7 @@ static void release(struct host *h)
 	free(h->pool.w);
 	free(h->pool.restarts);
 	free(h->out.held);
+	names_free(&h->out.task_names);
 	free(h->files.log_dir);
 	free(h->pool.retired);
 	free(h->pool.bus_ids);
@@ -566,6 +567,8 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	h->out.calling_thread = sink->calling_thread;
 	h->out.no_input = sink->no_input;
+	/* Names are kept only when the generator gives them and the sink takes them. */
+	h->out.names = sink->names && h->gen_ops && h->gen_ops->name;
 	err.message[0] = '\0';
 	struct gpud_job_info job = {.job_id = c->job_id, .rank = c->rank, .ranks = c->ranks};
 	if (sink->job && sink->job(h->sink, &job, &err) != 0) {
