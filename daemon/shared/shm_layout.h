@@ -265,7 +265,8 @@ struct shm_header {
 	uint64_t batch_wait_ns; /* how long to wait to fill a batch */
 	uint64_t out_size;      /* bytes of each out memfd */
 	uint32_t max_in_flight; /* most tasks gpud_worker_submit holds at once */
-	uint8_t _pad1[28];
+	uint32_t isolate;       /* [job] isolate_failures: a batch that fails whole is split */
+	uint8_t _pad1[24];
 	/* line 2, host: it sleeps on the bell memfd's word */
 	_Atomic uint32_t host_sleeping;
 	uint8_t _pad2[60];

@@ -843,6 +843,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.metrics_interval = 5,
 		.batch_size = 1,
 		.max_in_flight = 1,
+		.isolate_failures = true,
 		.plain_interval = 5,
 	};
 	c->path = strdup(p.path);
