@@ -287,7 +287,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			python_describe(python_chosen(), py, sizeof py);
 			fprintf(out, "  python: %s\n", py);
 		}
-		capacity_describe(&h, c, out);
+		capacity_describe(&h, c, out, opts ? opts->memory : NULL);
 		fputs(notes ? notes : "", out);
 	}
 	free(notes);

@@ -145,7 +145,8 @@ int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
 }
 
-void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
+void capacity_describe(const struct host *h, const struct cfg *c, FILE *out,
+		       struct capacity_memory *fig)
 {
 	unsigned per[CFG_MAX_STAGES];
 	unsigned gpu = (unsigned)(groups_count(c) * c->workers_per_gpu);
@@ -155,6 +156,13 @@ void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
 	struct shm_plan p;
 	if (shm_plan(h, n, &p) < 0)
 		return; /* said by capacity_check */
+	if (fig)
+		*fig = (struct capacity_memory){.total = p.all,
+						.run_memfd = p.run_size,
+						.result_memfd = p.out_size,
+						.task_ring = p.task_cap,
+						.result_ring = p.result_cap,
+						.workers = n};
 	char a[32], b[32], d[32], e[32], f[32];
 	uint64_t worker = p.task_cap + p.out_size;
 	unsigned batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
