@@ -448,6 +448,7 @@ static int finish_run(struct host *h)
 		claims_finished(h->claims);
 	stats_print(h, LOG_INFO);
 	stages_note_results(h, LOG_INFO);
+	capacity_note_oversized(h, LOG_INFO);
 	if (h->resume.skipped)
 		fprintf(LOG_INFO, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);

@@ -42,6 +42,17 @@ struct capacity_memory {
 void capacity_describe(const struct host *h, const struct cfg *c, FILE *out,
 		       struct capacity_memory *fig);
 
+/* At the end of a run: one note on `f` when the run's shared memory was more than
+ * CAPACITY_OVERSIZED times what the largest task and result it saw needed (each ring
+ * counted at CAPACITY_RING_FLOOR at least, so the defaults of a batch of 1 are never
+ * said), naming the sizes seen and the keys that would fit them. Needs the run's
+ * h->flow and stages' largest sizes; says nothing after fewer than
+ * CAPACITY_NOTE_TASKS ok tasks or two batches (too few to know the largest). */
+void capacity_note_oversized(const struct host *h, FILE *f);
+#define CAPACITY_OVERSIZED 4
+#define CAPACITY_RING_FLOOR (4u << 20)
+#define CAPACITY_NOTE_TASKS 64
+
 /* A stage's results above this size (the smaller of max_task_bytes and
  * max_result_bytes, which bound them) are called large by `gpud check`. */
 #define CAPACITY_STAGE_RESULT_LARGE (1u << 20)
