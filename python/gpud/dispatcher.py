@@ -75,6 +75,9 @@ class Dispatcher:
     default, measures it (automatic chunks: several fast items to a task, each item
     still its own task id, callbacks, error and count; one item a task with a journal
     or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
+    With one item a task, max_task_bytes and max_result_bytes left unset are sized
+    from the first item and the stages' declared results; check() says what a run
+    would map (docs/python.md, "Memory").
     """
 
     stats: Optional[Stats]
