@@ -433,7 +433,8 @@ class Dispatcher:
         o = self.options
         if items is None and not (o.get("generator") or "generator.plugin" in (o.get("keys") or {})):
             items = []  # the program's items, not known
-        cbs = {"on_success": lambda *a: None}
+        cbs = dict(on_success=lambda *a: None, on_error=None, on_timeout=None,
+                   on_setup_fail=None, on_task_start=None, on_resume=None)
         gen, _, keys, _, _, _, warn, why = self._job(_worker, items, cbs, base_seed,
                                                     task_timeout, setup_kwargs,
                                                     _memory.SAMPLE)
@@ -464,7 +465,7 @@ class Dispatcher:
         generator, callbacks, keys, codec, chunk, k, warn, _ = self._job(
             _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs)
         if warn:
-            warnings.warn(warn, MemoryWarning, stacklevel=4)
+            warnings.warn(warn, MemoryWarning, stacklevel=3)
         total = -1
         if generator is not None:
             try:
