@@ -13,7 +13,6 @@ figure. Prints, for each case, the peak PSS, the shared memory `check` plans for
 the images/s. `--set job.max_task_bytes=256K` (any job key) applies to both cases.
 Needs NumPy and Pillow (Debian: python3-numpy, python3-pil) and libarchive for `tar`.
 """
-import io
 import os
 import subprocess
 import sys

@@ -83,6 +83,13 @@ def mode_plan(items):
           f"the stage's results ({H * W * 3})")
     check(p["max_result_bytes"] >= H * W * 3, f"max_result_bytes {p['max_result_bytes']}")
     check(set(p["sized"]) == {"max_task_bytes", "max_result_bytes"}, f"sized {p['sized']}")
+    # The package's ring arithmetic (gpud._memory) is libgpud's.
+    from gpud import _memory
+
+    check(p["task_ring"] == _memory.capacity_for(BATCH * _memory.span(p["max_task_bytes"])),
+          f"task ring {p['task_ring']}: gpud._memory says otherwise")
+    check(p["result_ring"] == _memory.capacity_for(BATCH * _memory.slot(p["max_result_bytes"])),
+          f"result ring {p['result_ring']}: gpud._memory says otherwise")
     check(not p["warnings"], f"a warning for the sized plan: {p['warnings']}")
 
 
