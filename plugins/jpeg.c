@@ -27,6 +27,9 @@
  * A file the decoder cannot read fails its task alone with the decoder's message,
  * never retried (gpud_task_reject); so does a damaged JPEG it could half read (its
  * warning), unless `strict = false`.
+ * A whole sample (the `tar` generator's `members`, framed as gpud/plugin.h says) comes
+ * out as the same sample with its image member (`image_member`, else the first jpg,
+ * jpeg or png) replaced by its pixels, the other members passed on (sample_stage.h).
  * The decoder's memory is bounded before decoding: a progressive (or multi-scan) file
  * keeps the DCT coefficients of the whole image at full size whatever the scale, so a
  * few hundred bytes claiming 65500 x 65500 would take gigabytes. An image whose bound
@@ -47,12 +50,13 @@
 #include <gpud/plugin.h>
 
 #include "jpeg_image.h"
+#include "sample_stage.h"
 
 GPUD_PLUGIN("worker", "jpeg", "1.1");
 GPUD_PLUGIN_DESCRIPTION("CPU stage: JPEG or PNG bytes to RGB pixels resized as Pillow "
 			"resizes (uint8 HWC or normalised float32 CHW)");
 GPUD_PLUGIN_KEYS("height", "width", "resize", "crop", "mode", "filter", "output", "mean", "std",
-		 "strict", "max_memory_mb");
+		 "strict", "max_memory_mb", "image_member");
 
 /* The largest image decoded, after DCT scaling: 1 GiB of RGB pixels. */
 #define MAX_PIXELS (UINT64_C(1) << 28)
@@ -92,6 +96,7 @@ struct jpeg_state {
 	float lut[3][256]; /* float32: each channel's value of each level */
 	int strict;
 	long max_memory_mb;
+	char *image_member;    /* a whole sample's member to decode (sample_stage.h), or NULL */
 	unsigned char *pixels; /* the decoded (in fast mode, DCT-scaled) image */
 	size_t pixels_cap;
 	unsigned char *rgb; /* float32: the resized pixels before they are made floats */
@@ -383,6 +388,16 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		gpud_fail(err, "jpeg: strict = '%s': expected true or false", strict);
 		goto fail;
 	}
+	const char *im = gpud_arg(info->args, "image_member", NULL);
+	if (im && !*im) {
+		gpud_fail(err, "jpeg: image_member = '': name the sample's member to decode (jpg, "
+			       "png, ...), or leave the key out for the first image member");
+		goto fail;
+	}
+	if (im && !(s->image_member = strdup(im))) {
+		gpud_fail(err, "jpeg: out of memory");
+		goto fail;
+	}
 	if (begin_decoder(s) < 0) {
 		gpud_fail(err, "jpeg: libjpeg: %s", s->errors.message);
 		goto fail;
@@ -390,6 +405,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	*state = s;
 	return 0;
 fail:
+	free(s->image_member);
 	free(s);
 	return -1;
 }
@@ -570,9 +586,19 @@ static int process(struct jpeg_state *s, struct gpud_task *task)
 	return 0;
 }
 
+static int decode_member(void *state, struct gpud_task *sub)
+{
+	return process(state, sub);
+}
+
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 {
-	return process(state, task);
+	struct jpeg_state *s = state;
+	/* A whole sample (the tar generator's `members`): its image decoded, the rest
+	 * passed on (sample_stage.h). A JPEG or PNG file never begins as one does. */
+	if (gpud_sample_is(task->input, task->input_size))
+		return sample_stage_run(task, s->image_member, decode_member, s);
+	return process(s, task);
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
@@ -584,6 +610,7 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	resample_free(&s->rs);
 	free(s->pixels);
 	free(s->rgb);
+	free(s->image_member);
 	free(s);
 	return 0;
 }

@@ -2,8 +2,9 @@
 /*
  * Sink `jsonl`: one JSON object a line for every finished task, in completion order:
  *   {"task_id": 7, "status": "ok", "worker_id": 1, "gpu_id": 1, "attempt": 0,
- *    "seconds": 0.0012, "result": "..."}
- * status is ok, error or timeout; failures carry "error". Bytes that are not valid
+ *    "seconds": 0.0012, "key": "a/0001", "result": "..."}
+ * status is ok, error or timeout; failures carry "error"; "key" is the task's name
+ * when its generator gave one (ABI 1.9: the `tar` generator's sample key). Bytes that are not valid
  * UTF-8 go base64 under result_base64 / input_base64 instead.
  * Keys: path (default: standard output), include_input (true/false, default false),
  * append (true/false, default false: the file is emptied first).
@@ -447,6 +448,10 @@ GPUD_EXPORT int gpud_sink_event(void *state, const struct gpud_event *ev, struct
 			 (unsigned long long)ev->task_id, status, ev->worker_id, ev->gpu_id,
 			 ev->attempt, ev->seconds);
 	put(j, head, (size_t)n);
+	/* (ABI 1.9) The task's name from its generator (a sample's key); not valid UTF-8
+	 * (a hostile shard's member name), it goes as key_base64. */
+	if (ev->name)
+		put_bytes(j, "key", ev->name, strlen(ev->name));
 	if (j->include_input)
 		put_bytes(j, "input", ev->input, ev->input_size);
 	if (ev->kind == GPUD_TASK_OK) {

@@ -7,7 +7,11 @@
  * the glob's sorted order. A sample is a run of consecutive members whose names share a
  * key: the member's path up to the first dot of its file name (WebDataset's rule:
  * a/0001.jpg and a/0001.cls are sample a/0001). A task's bytes are its sample's member
- * whose extension (after that dot) is `member` (default jpg).
+ * whose extension (after that dot) is `member` (default jpg); with `members` (a list,
+ * `jpg,cls`, or `*` for every member that is a file) they are the whole sample, framed
+ * as gpud/plugin.h says (GPUD_SAMPLE_MAGIC: the key, then each member's name and bytes,
+ * in the list's order or, for `*`, the shard's), written by sample.h. Each task's name
+ * (gpud_generator_name, ABI 1.9) is its sample's key, which the sink gets in its events.
  *
  * open() reads every shard's headers once (a first pass: the data of a .tar is seeked
  * over, a compressed shard is decompressed), which gives the total, the task ids (in
@@ -55,10 +59,12 @@
 #include <gpud/plugin.h>
 
 #include "check.h"
+#include "sample.h"
 
 GPUD_PLUGIN("generator", "tar", "1.0");
-GPUD_PLUGIN_DESCRIPTION("the samples of WebDataset tar shards (path: a glob), one member each");
-GPUD_PLUGIN_KEYS("path", "member", "keys_out");
+GPUD_PLUGIN_DESCRIPTION(
+	"the samples of WebDataset tar shards (path: a glob), one member each or whole (members)");
+GPUD_PLUGIN_KEYS("path", "member", "members", "keys_out");
 
 /* One task: a sample, or the damage of a shard (damage != NULL). */
 struct sample {
@@ -76,6 +82,24 @@ struct sample {
 	int64_t data;
 	int64_t data_pos;
 	uint64_t data_name;
+	/* With `members`: its members taken, tar->parts[part0 .. part0 + n_parts). */
+	uint32_t n_parts;
+	size_t part0;
+};
+
+/* A member of a sample taken whole (`members`): its extension and where its bytes are,
+ * as for a sample's one member above. */
+struct part {
+	char *name;
+	int64_t size, data, data_pos;
+	uint64_t data_name;
+};
+
+/* A part being read: where its bytes go in the item. */
+struct slot {
+	int64_t data;
+	void *dest;
+	const struct part *p;
 };
 
 /* A shard as the first pass found it: what says that it is still that file. */
@@ -104,6 +128,16 @@ struct tar {
 	struct shard_id *ids; /* one per shard, taken when it was listed */
 	size_t n_shards;
 	char *member;
+	/* `members`: the extensions wanted, in order (all: every file of a sample). */
+	bool whole, all;
+	char **want;
+	size_t n_want;
+	char *members; /* the key's value, for messages */
+	struct part *parts;
+	size_t n_parts, cap_parts;
+	struct slot *slots; /* scratch for one sample's reads */
+	size_t cap_slots;
+	const char *last_key; /* the key of the item next() gave last (gpud_generator_name) */
 	struct sample *s;
 	size_t n, cap, next;
 	/* The shard being read (or listed): its file and archive, its index, the next
@@ -343,7 +377,7 @@ static const struct listed *names_find(const struct names *m, const char *target
 
 /* A sample's `member` entry that is no file: the message its task fails with. */
 static char *not_a_file(const struct tar *t, struct archive_entry *e, const char *key,
-			const char *name, uint32_t k)
+			const char *ext, const char *name, uint32_t k)
 {
 	char *msg = NULL;
 	const char *hard = archive_entry_hardlink(e);
@@ -353,20 +387,61 @@ static char *not_a_file(const struct tar *t, struct archive_entry *e, const char
 		rc = asprintf(&msg,
 			      "tar: sample '%s' in shard %s: its '%s' member '%s' is a hard link "
 			      "to '%s', which the shard does not hold before it",
-			      key, t->shards[k], t->member, name, hard);
+			      key, t->shards[k], ext, name, hard);
 	else if (archive_entry_filetype(e) == AE_IFLNK)
 		rc = asprintf(&msg,
 			      "tar: sample '%s' in shard %s: its '%s' member '%s' is a symbolic "
 			      "link (to '%s'): gpud does not follow links in shards",
-			      key, t->shards[k], t->member, name, sym ? sym : "");
+			      key, t->shards[k], ext, name, sym ? sym : "");
 	else
 		rc = asprintf(&msg,
 			      "tar: sample '%s' in shard %s: its '%s' member '%s' is %s, not a "
 			      "file",
-			      key, t->shards[k], t->member, name,
+			      key, t->shards[k], ext, name,
 			      archive_entry_filetype(e) == AE_IFDIR ? "a folder"
 								    : "a device, FIFO or socket");
 	return rc < 0 ? NULL : msg;
+}
+
+/* Whether extension `ext` is one `members` takes. */
+static bool wanted(const struct tar *t, const char *ext)
+{
+	if (t->all)
+		return true;
+	for (size_t i = 0; i < t->n_want; i++)
+		if (!strcmp(t->want[i], ext))
+			return true;
+	return false;
+}
+
+/* The part `ext` of sample `cur` (members), its bytes where `at` says: 0, or -1 out of
+ * memory. A second member of the same extension in a sample is passed over (as the
+ * first of `member` is the one taken). */
+static int add_part(struct tar *t, struct sample *cur, const char *ext, const struct listed *at)
+{
+	for (uint32_t i = 0; i < cur->n_parts; i++)
+		if (!strcmp(t->parts[cur->part0 + i].name, ext))
+			return 0;
+	if (t->n_parts == t->cap_parts) {
+		size_t c = t->cap_parts ? t->cap_parts * 2 : 1024;
+		struct part *p = realloc(t->parts, c * sizeof *p);
+		if (!p)
+			return -1;
+		t->parts = p;
+		t->cap_parts = c;
+	}
+	if (!cur->n_parts)
+		cur->part0 = t->n_parts;
+	struct part *p = &t->parts[t->n_parts];
+	if (!(p->name = strdup(ext)))
+		return -1;
+	p->size = at->size;
+	p->data = at->data;
+	p->data_pos = at->pos;
+	p->data_name = at->hash;
+	t->n_parts++;
+	cur->n_parts++;
+	return 0;
 }
 
 /* The first pass over shard `k`: its samples, and its damage as one more task. A shard
@@ -413,7 +488,11 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 			    (hard && archive_entry_size_is_set(e) && archive_entry_size(e) > 0);
 		if (hard && !file)
 			to = names_find(&m, hard);
-		bool is_member = name && !strcmp(ext, t->member);
+		bool is_member = name && (t->whole ? wanted(t, ext) : !strcmp(ext, t->member));
+		/* `members = *` takes files only: a folder or a link between them is passed
+		 * over, as other entries are. */
+		if (t->all && !file && !to)
+			is_member = false;
 		if (!name || (!file && !to && !is_member)) {
 			if (cur)
 				cur->n_entries++; /* a folder entry between members: skipped */
@@ -446,7 +525,14 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 			cur->shard = k;
 			cur->first = idx;
 		}
-		if (is_member && cur->member < 0) {
+		if (t->whole && is_member && !cur->damage) {
+			if (file || to) {
+				if (add_part(t, cur, ext, &m.l[m.n - 1]) < 0)
+					goto oom;
+			} else if (!(cur->damage = not_a_file(t, e, cur->key, ext, name, k))) {
+				goto oom;
+			}
+		} else if (!t->whole && is_member && cur->member < 0) {
 			cur->member = (int64_t)idx;
 			if (file || to) {
 				const struct listed *at = &m.l[m.n - 1];
@@ -454,7 +540,8 @@ static int index_shard(struct tar *t, uint32_t k, struct gpud_error *err)
 				cur->member_size = at->size;
 				cur->data_pos = at->pos;
 				cur->data_name = at->hash;
-			} else if (!(cur->damage = not_a_file(t, e, cur->key, name, k))) {
+			} else if (!(cur->damage =
+					     not_a_file(t, e, cur->key, t->member, name, k))) {
 				goto oom;
 			}
 		}
@@ -502,6 +589,14 @@ static void free_tar(struct tar *t)
 		free(t->s[i].damage);
 	}
 	free(t->s);
+	for (size_t i = 0; i < t->n_parts; i++)
+		free(t->parts[i].name);
+	free(t->parts);
+	free(t->slots);
+	for (size_t i = 0; i < t->n_want; i++)
+		free(t->want[i]);
+	free(t->want);
+	free(t->members);
 	for (size_t i = 0; i < t->n_shards; i++)
 		free(t->shards[i]);
 	free(t->shards);
@@ -538,24 +633,92 @@ static int list_shards(const char *path, char ***out, size_t *n, struct gpud_err
 	return 0;
 }
 
+/* `members`: "*", or extensions split at commas (spaces around each dropped) into
+ * t->want (t NULL: only checked). 0, or -1 with a message naming the value. */
+static int parse_members(struct tar *t, const char *v, struct gpud_error *err)
+{
+	const char *p = v;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (!strcmp(p, "*")) {
+		if (t)
+			t->all = true;
+		return 0;
+	}
+	size_t n = 0;
+	char **want = NULL;
+	int rc = 0;
+	for (;;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *a = p, *b = p + len;
+		while (a < b && (*a == ' ' || *a == '\t'))
+			a++;
+		while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+			b--;
+		if (a == b || memchr(a, '*', (size_t)(b - a))) {
+			rc = gpud_fail(
+				err,
+				"tar: members = '%s': expected extensions separated by commas "
+				"(jpg,cls) or * for every member",
+				v);
+			break;
+		}
+		char **grown = realloc(want, (n + 1) * sizeof *want);
+		if (!grown || !(grown[n] = strndup(a, (size_t)(b - a)))) {
+			want = grown ? grown : want;
+			rc = gpud_fail(err, "tar: out of memory");
+			break;
+		}
+		want = grown;
+		for (size_t i = 0; i < n; i++)
+			if (!strcmp(want[i], want[n])) {
+				rc = gpud_fail(err, "tar: members = '%s': '%s' is named twice", v,
+					       want[n]);
+				break;
+			}
+		n++;
+		if (rc < 0 || !end)
+			break;
+		p = end + 1;
+	}
+	if (rc == 0 && t) {
+		t->want = want;
+		t->n_want = n;
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(want[i]);
+	free(want);
+	return rc;
+}
+
 static int parse(const struct gpud_args *args, const char **path, const char **member,
-		 struct gpud_error *err)
+		 const char **members, struct gpud_error *err)
 {
 	*path = gpud_arg(args, "path", NULL);
-	*member = gpud_arg(args, "member", "jpg");
+	*member = gpud_arg(args, "member", NULL);
+	*members = gpud_arg(args, "members", NULL);
 	if (!*path || !**path)
 		return gpud_fail(err, "tar: 'path' is required (the shards: a glob such as "
 				      "shards/train-*.tar)");
+	if (*member && *members)
+		return gpud_fail(err,
+				 "tar: member = '%s' and members = '%s': give one (member: one "
+				 "member's bytes a task; members: the whole sample, framed)",
+				 *member, *members);
+	if (!*member)
+		*member = "jpg";
 	if (!**member)
 		return gpud_fail(err,
 				 "tar: member = '': name the member extension (jpg, png, ...)");
-	return 0;
+	return *members ? parse_members(NULL, *members, err) : 0;
 }
 
 GPUD_EXPORT int gpud_generator_check(const struct gpud_args *args, struct gpud_error *err)
 {
-	const char *path, *member;
-	if (parse(args, &path, &member, err) < 0)
+	const char *path, *member, *members;
+	if (parse(args, &path, &member, &members, err) < 0)
 		return -1;
 	char **shards = NULL;
 	size_t n = 0;
@@ -656,8 +819,8 @@ out:
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 				    struct gpud_error *err)
 {
-	const char *path, *member;
-	if (parse(args, &path, &member, err) < 0)
+	const char *path, *member, *members;
+	if (parse(args, &path, &member, &members, err) < 0)
 		return -1;
 	struct tar *t = calloc(1, sizeof *t);
 	if (!t || !(t->member = strdup(member))) {
@@ -665,6 +828,12 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 		return gpud_fail(err, "tar: out of memory");
 	}
 	t->feed.fd = -1;
+	t->whole = members != NULL;
+	if (members && (!(t->members = strdup(members)) || parse_members(t, members, err) < 0)) {
+		if (!t->members)
+			gpud_fail(err, "tar: out of memory");
+		goto fail;
+	}
 	if (list_shards(path, &t->shards, &t->n_shards, err) < 0)
 		goto fail;
 	if (!(t->ids = calloc(t->n_shards, sizeof *t->ids))) {
@@ -722,13 +891,15 @@ static int seek_entry(struct tar *t, uint32_t k, uint64_t want, struct gpud_erro
 	return 0;
 }
 
-/* Reads entries up to `s`'s bytes into item (the member's, or the one its hard link
- * names), checking that entry's header against the listing; the rest of the sample is
- * left for the next call to pass over. */
-static int read_sample(struct tar *t, const struct sample *s, struct gpud_buf *item)
+/* Reads entries up to entry `data`, whose header must be the listed one (`size` bytes,
+ * header at `pos`, name hash `hash`), and its bytes into dest when they fit in cap
+ * (*size_out: its size either way); the rest of the sample is left for the next call
+ * to pass over. */
+static int read_data(struct tar *t, int64_t data, int64_t want_size, int64_t pos, uint64_t hash,
+		     void *dest, size_t cap, size_t *size_out)
 {
 	struct archive_entry *e = NULL;
-	while (t->entry <= (uint64_t)s->data) {
+	while (t->entry <= (uint64_t)data) {
 		int rc = archive_read_next_header(t->a, &e);
 		if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
 			set_broken(t, false,
@@ -741,8 +912,8 @@ static int read_sample(struct tar *t, const struct sample *s, struct gpud_buf *i
 	}
 	int64_t size = archive_entry_size(e);
 	const char *name = archive_entry_pathname(e);
-	if (size < 0 || size != s->member_size || !name || name_hash(name) != s->data_name ||
-	    archive_read_header_position(t->a) != s->data_pos) {
+	if (!e || size < 0 || size != want_size || !name || name_hash(name) != hash ||
+	    archive_read_header_position(t->a) != pos) {
 		char why[320];
 		snprintf(why, sizeof why,
 			 "the member read, '%s', is not the one listed there (name, size, offset)",
@@ -750,12 +921,12 @@ static int read_sample(struct tar *t, const struct sample *s, struct gpud_buf *i
 		set_broken(t, true, why);
 		return -1;
 	}
-	item->size = (size_t)size;
-	if (item->size > item->capacity)
+	*size_out = (size_t)size;
+	if ((size_t)size > cap)
 		return 0; /* the host fails it as too large */
 	size_t got = 0;
-	while (got < item->size) {
-		la_ssize_t r = archive_read_data(t->a, (char *)item->data + got, item->size - got);
+	while (got < (size_t)size) {
+		la_ssize_t r = archive_read_data(t->a, (char *)dest + got, (size_t)size - got);
 		if (r < 0) {
 			set_broken(t, false,
 				   archive_error_string(t->a) ? archive_error_string(t->a)
@@ -784,26 +955,15 @@ static int broken_task(const struct tar *t, const struct sample *s, struct gpud_
 	return GPUD_GENERATOR_TASK_FAILED;
 }
 
-GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
+/* Reads the bytes of entry `data` (size, pos, hash: as listed) of sample s into dest
+ * (*got: their size; not read when over cap), the reader moved there, the shard's
+ * damage and changes looked at: 1, or GPUD_GENERATOR_TASK_FAILED with err. */
+static int take(struct tar *t, const struct sample *s, int64_t data, int64_t size, int64_t pos,
+		uint64_t hash, void *dest, size_t cap, size_t *got, struct gpud_error *err)
 {
-	struct tar *t = state;
-	if (t->next == t->n)
-		return 0;
-	const struct sample *s = &t->s[t->next++];
-	const char *shard = t->shards[s->shard];
-	item->size = 0;
-	if (s->damage) {
-		gpud_fail(err, "%s", s->damage);
-		return GPUD_GENERATOR_TASK_FAILED;
-	}
-	if (s->member < 0) {
-		gpud_fail(err, "tar: sample '%s' in shard %s has no '%s' member", s->key, shard,
-			  t->member);
-		return GPUD_GENERATOR_TASK_FAILED;
-	}
 	if (t->a && t->cur == s->shard && t->broken)
 		return broken_task(t, s, err);
-	if (seek_entry(t, s->shard, (uint64_t)s->data, err) < 0) {
+	if (seek_entry(t, s->shard, (uint64_t)data, err) < 0) {
 		/* A shard that was there for the first pass and is gone: each task of it
 		 * fails, naming it. */
 		return GPUD_GENERATOR_TASK_FAILED;
@@ -814,19 +974,114 @@ GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct g
 	 * listed after each block they came from was read (feed_read): a shard changed
 	 * meanwhile fails this task and every later one of it (a read error then is the
 	 * change's, not the archive's). */
-	int rc = read_sample(t, s, item);
+	int rc = read_data(t, data, size, pos, hash, dest, cap, got);
 	if (t->feed.changed) {
 		set_broken(t, true, t->feed.why);
-		item->size = 0;
+		*got = 0;
 		return broken_task(t, s, err);
 	}
 	if (rc < 0) {
 		if (t->changed)
 			return broken_task(t, s, err);
-		gpud_fail(err, "tar: shard %s, sample '%s': %s", shard, s->key, t->broken_msg);
+		gpud_fail(err, "tar: shard %s, sample '%s': %s", t->shards[s->shard], s->key,
+			  t->broken_msg);
 		return GPUD_GENERATOR_TASK_FAILED;
 	}
 	return 1;
+}
+
+/* Sample s's part named `ext`, or NULL. */
+static const struct part *part_of(const struct tar *t, const struct sample *s, const char *ext)
+{
+	for (uint32_t i = 0; i < s->n_parts; i++)
+		if (!strcmp(t->parts[s->part0 + i].name, ext))
+			return &t->parts[s->part0 + i];
+	return NULL;
+}
+
+/* `members`: the whole sample s framed into item (sample.h), its members in the list's
+ * order (the shard's for *), read in the shard's order. */
+static int next_whole(struct tar *t, const struct sample *s, struct gpud_buf *item,
+		      struct gpud_error *err)
+{
+	const char *shard = t->shards[s->shard];
+	size_t n = t->all ? s->n_parts : t->n_want;
+	if (!n) {
+		gpud_fail(err, "tar: sample '%s' in shard %s has no member that is a file", s->key,
+			  shard);
+		return GPUD_GENERATOR_TASK_FAILED;
+	}
+	for (size_t i = 0; !t->all && i < t->n_want; i++)
+		if (!part_of(t, s, t->want[i])) {
+			gpud_fail(err,
+				  "tar: sample '%s' in shard %s has no '%s' member (members = %s)",
+				  s->key, shard, t->want[i], t->members);
+			return GPUD_GENERATOR_TASK_FAILED;
+		}
+	if (n > t->cap_slots) {
+		struct slot *g = realloc(t->slots, n * sizeof *g);
+		if (!g) {
+			gpud_fail(err, "tar: out of memory");
+			return -1;
+		}
+		t->slots = g;
+		t->cap_slots = n;
+	}
+	struct sample_writer w;
+	sample_begin(&w, item->data, item->capacity, s->key, strlen(s->key));
+	for (size_t i = 0; i < n; i++) {
+		const struct part *p = t->all ? &t->parts[s->part0 + i] : part_of(t, s, t->want[i]);
+		void *dest = sample_add(&w, p->name, strlen(p->name), (size_t)p->size);
+		/* In the shard's order: a later slot's entry read before an earlier one's. */
+		size_t k = i;
+		for (; k > 0 && t->slots[k - 1].data > p->data; k--)
+			t->slots[k] = t->slots[k - 1];
+		t->slots[k] = (struct slot){p->data, dest, p};
+	}
+	item->size = sample_end(&w);
+	if (w.over)
+		return 1; /* the host fails it as too large, naming both sizes */
+	for (size_t i = 0; i < n; i++) {
+		const struct part *p = t->slots[i].p;
+		size_t got = 0;
+		int rc = take(t, s, p->data, p->size, p->data_pos, p->data_name, t->slots[i].dest,
+			      (size_t)p->size, &got, err);
+		if (rc != 1) {
+			item->size = 0;
+			return rc;
+		}
+	}
+	return 1;
+}
+
+GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
+{
+	struct tar *t = state;
+	if (t->next == t->n)
+		return 0;
+	const struct sample *s = &t->s[t->next++];
+	const char *shard = t->shards[s->shard];
+	t->last_key = s->key;
+	item->size = 0;
+	if (s->damage) {
+		gpud_fail(err, "%s", s->damage);
+		return GPUD_GENERATOR_TASK_FAILED;
+	}
+	if (t->whole)
+		return next_whole(t, s, item, err);
+	if (s->member < 0) {
+		gpud_fail(err, "tar: sample '%s' in shard %s has no '%s' member", s->key, shard,
+			  t->member);
+		return GPUD_GENERATOR_TASK_FAILED;
+	}
+	return take(t, s, s->data, s->member_size, s->data_pos, s->data_name, item->data,
+		    item->capacity, &item->size, err);
+}
+
+/* (ABI 1.9) Each task's name is its sample's key (a damaged shard's own task has none). */
+GPUD_EXPORT const char *gpud_generator_name(void *state)
+{
+	return ((const struct tar *)state)->last_key;
 }
 
 /* Jumping is free: the next read positions itself (a shard's headers are read through

@@ -27,6 +27,18 @@ int t_gpud(const char *dir, const char *args_fmt, ...) __attribute__((format(pri
 #define WAIT_FOR                                                                                   \
 	"w() { i=0; while [ $i -lt 400 ]; do eval \"$1\" && return 0; sleep 0.05; "                \
 	"i=$((i+1)); done; return 1; }; "
+/* Shell: jdone FILE prints how many DONE records the journal FILE holds (a 64-byte
+ * header, then 32-byte records whose first word is the kind, 1 for DONE:
+ * daemon/host/record/journal.h), 0 when there is none yet. A test that kills a run
+ * to resume it waits for the state it needs with it, not for a fixed time. */
+#define JOURNAL_DONE                                                                               \
+	"jdone() { od -An -v -tu4 -w32 -j64 \"$1\" 2>/dev/null | "                                 \
+	"awk '$1 == 1 { n++ } END { print n + 0 }'; }; "
+/* Shell: alive PID: whether process PID runs (a zombie, exited but not yet waited
+ * for, does not). */
+#define ALIVE                                                                                      \
+	"alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "                             \
+	"[ -n \"$st\" ] && [ \"$st\" != Z ]; }; "
 /* Runs `script` with sh in dir, with $GPUD, GPUD_PLUGIN_PATH and WAIT_FOR's w(). */
 int t_sh(const char *dir, const char *script);
 /* The number at the start of file dir/name (fails the test when it is missing). */

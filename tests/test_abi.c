@@ -19,7 +19,7 @@
 Test(abi, version)
 {
 	cr_expect_eq(GPUD_ABI_MAJOR, 1);
-	cr_expect_eq(GPUD_ABI_MINOR, 8);
+	cr_expect_eq(GPUD_ABI_MINOR, 9);
 }
 
 /* (1.7) What a generator's next returns to fail the task of one item and go on: apart
@@ -108,6 +108,7 @@ Test(abi, offsets)
 	OFF(gpud_event, result_size, 56);
 	OFF(gpud_event, message, 64);
 	OFF(gpud_event, seconds, 72);
+	OFF(gpud_event, name, 80); /* (1.9) reserved[0] before */
 	OFF(gpud_stats, not_run, 32);
 	OFF(gpud_stats, retried, 40);
 	OFF(gpud_stats, worker_restarts, 48);
@@ -209,6 +210,86 @@ Test(abi, helpers)
 	cr_expect_eq(gpud_task_fail(&t, "no %d", 5), -1);
 	cr_expect_eq(t.failed, 1);
 	cr_expect_str_eq(e.message, "no 5");
+}
+
+/* (1.9) The whole-sample framing as plugin.h lays it out, built here byte by byte: the
+ * walker finds key and members where the layout says, and refuses, never reading past
+ * the bytes given, every cut and every length that runs past the end. */
+static size_t put_member(unsigned char *b, size_t at, const char *name, const void *data, size_t n)
+{
+	uint32_t h[2] = {(uint32_t)strlen(name), 0};
+	uint64_t len = n;
+	at = (at + 7) & ~(size_t)7;
+	memcpy(b + at, h, 8);
+	memcpy(b + at + 8, &len, 8);
+	memcpy(b + at + 16, name, strlen(name));
+	at = (at + 16 + strlen(name) + 63) & ~(size_t)63;
+	memcpy(b + at, data, n);
+	return at + n;
+}
+
+Test(abi, sample_framing)
+{
+	static unsigned char b[512] __attribute__((aligned(64)));
+	uint32_t h[4] = {GPUD_SAMPLE_MAGIC, 2, 6, 0};
+	memcpy(b, h, 16);
+	memcpy(b + 16, "a/0001", 6);
+	size_t end = put_member(b, 22, "jpg", "\xff\xd8JPEG", 6);
+	cr_expect_eq(end, 70, "the jpg's data at 64 (its header at 24, name at 40)");
+	end = put_member(b, end, "cls", "7", 1);
+	cr_expect_eq(end, 129, "the cls's header at 72, its data at 128");
+	cr_expect_eq(memcmp(b, "GPDS", 4), 0, "the magic's bytes");
+
+	struct gpud_sample s;
+	struct gpud_sample_member m;
+	cr_assert_eq(gpud_sample_open(&s, b, end), 0);
+	cr_expect(s.key_len == 6 && !memcmp(s.key, "a/0001", 6) && s.count == 2);
+	cr_assert_eq(gpud_sample_next(&s, &m), 1);
+	cr_expect(m.name_len == 3 && !memcmp(m.name, "jpg", 3) && m.size == 6 && m.data == b + 64 &&
+		  ((uintptr_t)m.data & 63) == 0);
+	cr_assert_eq(gpud_sample_next(&s, &m), 1);
+	cr_expect(m.name_len == 3 && !memcmp(m.name, "cls", 3) && m.size == 1 &&
+		  *(const char *)m.data == '7');
+	cr_expect_eq(gpud_sample_next(&s, &m), 0, "two members, then the end");
+	cr_expect_eq(gpud_sample_find(b, end, "cls", &m), 1);
+	cr_expect_eq(gpud_sample_find(b, end, "json", &m), 0);
+
+	/* Every cut short of the whole: refused at open or at a member, never read past. */
+	for (size_t cut = 0; cut < end; cut++) {
+		unsigned char *copy = malloc(cut ? cut : 1);
+		memcpy(copy, b, cut);
+		int rc = gpud_sample_open(&s, copy, cut);
+		int got = 0;
+		while (rc == 0 && (got = gpud_sample_next(&s, &m)) == 1)
+			cr_expect((const unsigned char *)m.data + m.size <= copy + cut);
+		cr_expect(rc < 0 || got < 0, "a sample cut at %zu bytes is refused", cut);
+		free(copy);
+	}
+	/* Lengths that run past the end, or wrap: refused. */
+	unsigned char bad[512] __attribute__((aligned(64)));
+	memcpy(bad, b, end);
+	uint32_t huge = UINT32_MAX;
+	memcpy(bad + 8, &huge, 4);
+	cr_expect_eq(gpud_sample_open(&s, bad, end), -1, "a key past the end");
+	memcpy(bad, b, end);
+	uint64_t wrap = UINT64_MAX - 10;
+	memcpy(bad + 24 + 8, &wrap, 8);
+	cr_assert_eq(gpud_sample_open(&s, bad, end), 0);
+	cr_expect_eq(gpud_sample_next(&s, &m), -1, "a data length that wraps");
+	memcpy(bad, b, end);
+	memcpy(bad + 24, &huge, 4);
+	cr_assert_eq(gpud_sample_open(&s, bad, end), 0);
+	cr_expect_eq(gpud_sample_next(&s, &m), -1, "a name past the end");
+	memcpy(bad, b, end);
+	uint32_t many = 1000000;
+	memcpy(bad + 4, &many, 4);
+	cr_assert_eq(gpud_sample_open(&s, bad, end), 0);
+	int rc;
+	while ((rc = gpud_sample_next(&s, &m)) == 1)
+		;
+	cr_expect_eq(rc, -1, "a count past the members there");
+	cr_expect_eq(gpud_sample_is("\xff\xd8\xff\xe0JFIF\0\0\0\0\0\0\0\0", 16), 0,
+		     "a JPEG file is no sample");
 }
 
 /* ... and as C++, where GPUD_PLUGIN must still export its descriptor. */

@@ -314,8 +314,16 @@ Test(arrays, hdf5_kill_9_half_way_then_resume_gives_every_row_once, .timeout = 1
 	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = rows\nsleep_us = 200\n"
 		    "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = hdf5\n"
 		    "path = out.h5\ndtype = float32\nshape = 3\n");
+	/* Killed once the file's done record marks a row (what the file holds decides what
+	 * a resume skips), not a fixed 1.5 s after the file was made: a slow machine had
+	 * written none by then. */
+	free(t_write(dir, "held.py",
+		     "import h5py, sys\n"
+		     "with h5py.File('out.h5', 'r') as f:\n"
+		     "    sys.exit(0 if f['data_done'][:].any() else 1)\n"));
 	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err1 & p=$!\n"
-			   "w '[ -f out.h5 ]'; sleep 1.5; kill -9 $p; wait $p 2>/dev/null\n"
+			   "w 'HDF5_USE_FILE_LOCKING=FALSE " PY " held.py 2>/dev/null'\n"
+			   "kill -9 $p; wait $p 2>/dev/null\n"
 			   "w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
 			   "\"$GPUD\" run job.ini --ui off --resume 2>err2; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0, "%s", t_read_in(dir, "err2"));

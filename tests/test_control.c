@@ -231,7 +231,9 @@ Test(control, sigterm_ends_a_run_whose_sink_blocks_on_a_fifo, .timeout = 60)
 	t_sh(dir, "mkfifo fifo\n"
 		  "(exec 3<fifo; head -c 20000 <&3 >got; sleep 30) & reader=$!\n"
 		  "\"$GPUD\" run job.ini --ui plain --stats-json s.json 2>err & pid=$!\n"
-		  "w '[ -s got ] && [ $(wc -c <got) -ge 20000 ]'; sleep 0.5\n"
+		  "w '[ -s got ] && [ $(wc -c <got) -ge 20000 ]'\n"
+		  /* SIGTERM once the sink's write is stuck (said after 1 s of it). */
+		  "w 'grep -q \"has not returned for\" err'\n"
 		  "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
 		  "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
 		  "kill $reader\n");
@@ -271,7 +273,9 @@ Test(control, a_blocked_python_callback_loses_nothing_and_resumes_exactly_once, 
 	t_sh(dir,
 	     "touch block\n"
 	     "\"$GPUD\" run job.ini --ui plain 2>err1 & pid=$!\n"
-	     "w '[ -s log ] && [ $(wc -l <log) -ge 40 ]'; sleep 0.3\n"
+	     "w '[ -s log ] && [ $(wc -l <log) -ge 40 ]'\n"
+	     /* SIGTERM once task 40's callback blocks (said after 1 s of it). */
+	     "w 'grep -q \"call for task 40 (ok) has not returned\" err1'\n"
 	     "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >rc\n"
 	     "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
 	     "\"$GPUD\" run job.ini --ui plain --resume --set job.sink_timeout=1 2>err2; echo $? >>rc\n"
@@ -352,8 +356,9 @@ Test(control, a_sink_call_that_returns_late_costs_nothing_else, .timeout = 90)
 }
 
 /* sink_timeout does not count time the job was stopped: a callback that never returns,
- * sink_timeout = 2, the host stopped (SIGSTOP) for 2 s meanwhile: the run ends about 4 s
- * after it started, not when it is continued. */
+ * sink_timeout = 2, the host stopped (SIGSTOP) for 2 s once it blocks (it says so with
+ * a file): the run ends about 4 s after the callback blocked, not when it is
+ * continued (2 s). */
 Test(control, sink_timeout_does_not_count_a_stop, .timeout = 60)
 {
 	if (strcmp(t_env("HAVE_PYTHON"), "1") != 0)
@@ -364,18 +369,21 @@ Test(control, sink_timeout_does_not_count_a_stop, .timeout = 60)
 		     "class Log:\n"
 		     "    def __init__(self, **kw): pass\n"
 		     "    def on_success(self, task_id, result, worker_id):\n"
+		     "        if task_id == 3: open('blocked', 'w').close()\n"
 		     "        while task_id == 3: time.sleep(0.05)\n"));
 	t_jobf(dir, "[job]\ngpus = 0\nsink_timeout = 2\n[worker]\nplugin = faulty\n"
 		    "[generator]\nplugin = range\nstop = 10\n"
 		    "[sink]\nplugin = python\nscript = cb.py\nclass = Log\n");
-	t_sh(dir, "s=$(date +%s%N); \"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
-		  "sleep 0.8; kill -STOP $pid; sleep 2; kill -CONT $pid\n"
+	t_sh(dir, "\"$GPUD\" run job.ini --ui plain 2>err & pid=$!\n"
+		  "w '[ -e blocked ]'; s=$(date +%s%N)\n"
+		  "kill -STOP $pid; sleep 2; kill -CONT $pid\n"
 		  "wait $pid; echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n");
 	long ms = t_read_long(dir, "ms");
 	char *err = t_read_in(dir, "err");
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "%s", err);
 	cr_expect(strstr(err, "(sink_timeout)"), "%s", err);
-	cr_expect(ms >= 3700 && ms < 7000, "ended %ld ms after the start (2 s stopped)", ms);
+	cr_expect(ms >= 3500 && ms < 7000, "ended %ld ms after the callback blocked (2 s stopped)",
+		  ms);
 	free(err);
 }
 
@@ -395,6 +403,7 @@ Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
 		     "    def on_success(self, task_id, result, worker_id):\n"
 		     "        self.f.write('%d\\n' % task_id); self.f.flush()\n"
 		     "    def on_exit(self, stats):\n"
+		     "        open('closing', 'w').close()\n"
 		     "        while os.path.exists('block'): time.sleep(0.05)\n"));
 	t_jobf(dir, "[job]\ngpus = 0,1\ndrain_timeout = 1\n[worker]\nplugin = faulty\n"
 		    "sleep_us = 1000\n[generator]\nplugin = range\nstop = 100\n"
@@ -404,9 +413,10 @@ Test(control, a_close_that_never_returns_does_not_hold_the_run, .timeout = 90)
 	     "s=$(date +%s%N)\n"
 	     "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain --set job.sink_timeout=2 2>err1\n"
 	     "echo $? >rc; echo $(( ($(date +%s%N) - s) / 1000000 )) >ms1\n"
-	     "rm -f log\n"
+	     "rm -f log closing\n"
 	     "timeout -s KILL 30 \"$GPUD\" run job.ini --ui plain 2>err2 & pid=$!\n"
-	     "w '[ -f log ] && [ $(wc -l < log) -ge 100 ]'; sleep 0.5\n"
+	     /* SIGTERM once the close blocks (on_exit makes the file `closing`). */
+	     "w '[ -f log ] && [ $(wc -l < log) -ge 100 ] && [ -e closing ]'\n"
 	     "s=$(date +%s%N); kill -TERM $pid; wait $pid; echo $? >>rc\n"
 	     "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms2\n"
 	     "rm block\n"

@@ -86,12 +86,16 @@ Test(failures, an_interrupted_run_lists_what_it_did_not_run, .timeout = 60)
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\nlog_dir = %s/logs\n"
 	       "[worker]\nplugin = faulty\nsleep_us = 5000000\n"
-	       "[generator]\nplugin = range\nstop = 1000\n[sink]\nplugin = null\n",
+	       "[generator]\nplugin = range\nstop = 1000\n"
+	       "[sink]\nplugin = recorder\npath = events\n",
 	       dir);
-	/* Two interrupts: the running tasks are stopped, not finished. */
+	/* Two interrupts once tasks run: the running tasks are stopped, not finished. The
+	 * second once gpud took the first, and more than 50 ms later (one sooner is the
+	 * same one sent twice: dispatcher.c, SAME_INTERRUPT_NS). */
 	int rc = t_sh(dir, "$GPUD run job.ini --ui off --stats-json s.json 2>err & p=$!\n"
-			   "w 'test -e logs/failures.jsonl'; sleep 0.5\n"
-			   "kill -TERM $p; sleep 0.3; kill -TERM $p; wait $p; echo $? >rc\n");
+			   "w 'test -e logs/failures.jsonl && grep -q \"^start \" events'\n"
+			   "kill -TERM $p; w 'grep -q \"interrupt again\" err'; sleep 0.2\n"
+			   "kill -TERM $p; wait $p; echo $? >rc\n");
 	cr_assert_eq(rc, 0);
 	cr_expect_eq(t_read_long(dir, "rc"), 4, "interrupted with a journal: resumable");
 	char *err = t_read_in(dir, "err");

@@ -174,11 +174,13 @@ Test(isolation, forked_children_end_with_the_run, .timeout = 60)
 		    "[generator]\nplugin = range\nstop = 20\n"
 		    "[sink]\nplugin = jsonl\n",
 		    dir));
-	t_sh(dir, "start=$(date +%s%N)\n"
-		  "\"$GPUD\" run job.ini --ui plain 2>err | cat >/dev/null\n"
-		  "echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
-		  "sleep 0.3\n"
-		  "for p in $(cat pids); do kill -0 $p 2>/dev/null && echo $p; done >left\n");
+	/* The children end with the run; each has its time to die (WAIT_FOR's bound), not a
+	 * fixed 0.3 s. */
+	t_sh(dir, ALIVE "left() { for p in $(cat pids); do alive $p && echo $p; done; }\n"
+			"start=$(date +%s%N)\n"
+			"\"$GPUD\" run job.ini --ui plain 2>err | cat >/dev/null\n"
+			"echo $(( ($(date +%s%N) - start) / 1000000 )) >ms\n"
+			"w '[ -z \"$(left)\" ]'; left >left\n");
 	char *pids = t_read_in(dir, "pids"), *left = t_read_in(dir, "left");
 	long ms = t_read_long(dir, "ms");
 	cr_assert(pids && *pids, "the plugin forked");
@@ -304,15 +306,17 @@ Test(isolation, drain_timeout_stops_a_worker_in_its_parents_group, .timeout = 60
 		    "[worker]\nplugin = hostile\nmode = hang\nevery = 2\nleave = group\n"
 		    "pidfile = %s/pids\n"
 		    "[generator]\nplugin = range\nstop = 10\n"
-		    "[sink]\nplugin = null\n",
+		    "[sink]\nplugin = recorder\npath = events\n",
 		    dir));
 	/* gpud leads a session of its own, so the group the worker joins is only theirs;
-	 * a run that does not end in 10 s is killed. */
+	 * SIGTERM once task 1 (the one that hangs) started; a run that does not end in 10 s
+	 * is killed. */
 	t_sh(dir,
 	     WAIT_FOR "alive() { st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); "
 		      "[ -n \"$st\" ] && [ \"$st\" != Z ]; }\n"
 		      "setsid \"$GPUD\" run job.ini --ui plain 2>err & gp=$!\n"
-		      "w '[ -s pids ]'; sleep 0.3; s=$(date +%s%N); kill -TERM $gp\n"
+		      "w '[ -s pids ] && grep -q \"^start 1 \" events'\n"
+		      "s=$(date +%s%N); kill -TERM $gp\n"
 		      "i=0; while alive $gp && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
 		      "echo $(( ($(date +%s%N) - s) / 1000000 )) >ms\n"
 		      "kill -9 -$gp 2>/dev/null; wait $gp; echo $? >rc\n");

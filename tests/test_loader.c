@@ -120,6 +120,29 @@ Test(loader, sink_tasks_and_task_failed_from_1_6)
 	}
 }
 
+/* (1.9) gpud_generator_name and gpud_event.name belong to 1.9: a 1.8 generator's function
+ * of that name is never called, and a 1.8 sink gets no name in what was its reserved[0]. */
+Test(loader, names_from_1_9)
+{
+	for (unsigned minor = 8; minor <= 9; minor++) {
+		struct plugin pl;
+		char name[64];
+		snprintf(name, sizeof name, "generator-minor%u.so", minor);
+		char *path = fixture(name);
+		cr_assert_eq(loader_open(&pl, path, LOADER_GENERATOR, err, sizeof err), 0, "%s",
+			     err);
+		cr_expect_eq(pl.gen.name != NULL, minor >= 9, "1.%u generator: name", minor);
+		loader_close(&pl);
+		free(path);
+		snprintf(name, sizeof name, "sink-minor%u.so", minor);
+		path = fixture(name);
+		cr_assert_eq(loader_open(&pl, path, LOADER_SINK, err, sizeof err), 0, "%s", err);
+		cr_expect_eq(pl.sink.names, minor >= 9, "1.%u sink: names", minor);
+		loader_close(&pl);
+		free(path);
+	}
+}
+
 Test(loader, missing_required_entry_point)
 {
 	refused("missing-next.so", LOADER_GENERATOR,

@@ -11,8 +11,11 @@ changed shard by name, two ranks sharing the samples exactly once; a shard that 
 be read at all one failed task (the others run); keys with tabs and newlines escaped in
 keys_out, hard links followed, symbolic links failing their sample; a shard changed
 during the run (a python worker rewrites it on its first task) failing its remaining
-tasks, never an ok result with the new file's bytes. Every reader refuses a FIFO or a
-device as its file at once (check and run).
+tasks, never an ok result with the new file's bytes; whole samples (`members = jpg,
+cls` and `*`): the framing read back, each jsonl line with its sample's key, a C worker
+walking the members, a python worker given dicts (`input = sample`), the jpeg stage
+decoding the image member in place and passing the label on. Every reader refuses a
+FIFO or a device as its file at once (check and run).
 
 Run by meson (test `readers`) with $GPUD set; needs NumPy (and h5py for hdf5): on a
 Python without them it runs itself again on /usr/bin/python3; a part whose plugin or
@@ -709,6 +712,212 @@ def test_hdf5_causes(d):
               f"{cmd}: an external link to a missing file says so: {text.strip()[-240:]}")
 
 
+# ---- whole samples: tar `members`, the sample's framing, its key in every event ----
+
+def parse_sample(b):
+    """A whole sample's framing (gpud/plugin.h) read the way its doc says: (key, [(name,
+    bytes)])."""
+    import struct
+
+    magic, count, key_len, _ = struct.unpack_from("<4I", b, 0)
+    assert magic == 0x53445047, "GPDS magic"
+    key = b[16:16 + key_len].decode()
+    at, out = 16 + key_len, []
+    for _ in range(count):
+        at = (at + 7) & ~7
+        name_len, _, size = struct.unpack_from("<IIQ", b, at)
+        name = b[at + 16:at + 16 + name_len].decode()
+        data = (at + 16 + name_len + 63) & ~63
+        out.append((name, b[data:data + size]))
+        at = data + size
+    return key, out
+
+
+def fnv32(b):
+    h = 2166136261
+    for c in b:
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def sample_shards(d, rng):
+    """Two shards of samples with jpg, cls and json members (one sample lacks its cls);
+    returns [(key, {ext: bytes})] in order."""
+    flat = []
+    for s in range(2):
+        samples = []
+        for i in range(30):
+            key = f"s{s}/{i:04d}"
+            m = {"jpg": rng.bytes(int(rng.integers(1, 5000))), "cls": str(i % 7).encode(),
+                 "json": json.dumps({"i": i, "shard": s}).encode()}
+            if (s, i) == (1, 3):
+                del m["cls"]
+            samples.append((key, m))
+        make_shard(os.path.join(d, f"smp-{s}.tar"), samples)
+        flat += samples
+    return flat
+
+
+def jsonl_rows(path):
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path)]
+
+
+def row_bytes(row):
+    """An ok line's result: as text when it was valid UTF-8, else base64."""
+    if "result" in row:
+        return row["result"].encode("utf-8")
+    return __import__("base64").b64decode(row["result_base64"])
+
+
+def test_tar_members(d):
+    flat = sample_shards(d, np.random.default_rng(5))
+    bad = 30 + 3
+    write_job(d, "plugin = tar\npath = smp-*.tar\nmembers = jpg, cls\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    rows = jsonl_rows(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 1 and len(rows) == len(flat),
+          f"members = jpg, cls: a task per sample, the one without a cls failing (exit "
+          f"{r.returncode}, {len(rows)} rows: {r.stderr.strip()[-300:]})")
+    byid = {row["task_id"]: row for row in rows}
+    good = 0
+    for tid, (key, m) in enumerate(flat):
+        row = byid.get(tid, {})
+        if tid == bad:
+            check(row.get("status") == "error" and f"'{key}'" in row.get("error", "")
+                  and "'cls'" in row.get("error", "") and "smp-1.tar" in row.get("error", ""),
+                  f"the sample without its cls fails alone, naming key, member and shard: {row}")
+            check(row.get("key") == key, f"the failed task's line has its key too: {row.get('key')}")
+            continue
+        if row.get("status") != "ok":
+            continue
+        got = parse_sample(row_bytes(row))
+        good += got == (key, [("jpg", m["jpg"]), ("cls", m["cls"])]) and row.get("key") == key
+    check(good == len(flat) - 1, f"each sample whole, jpg then cls, its key in the framing and "
+          f"in its jsonl line ({good} of {len(flat) - 1})")
+
+    # members = *: every member, in the shard's order; a C worker walks them (plugin.h).
+    env = dict(os.environ, GPUD_PLUGIN_PATH=os.environ.get("FIXTURES", ""), TMPDIR=d)
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("plugin = echo", "plugin = members")
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(text)
+    r = subprocess.run([GPUD, "run", "job.ini", "--ui", "off", "--set", "generator.members=*",
+                        "--set", "job.journal=off"], cwd=d, capture_output=True, text=True,
+                       env=env, timeout=240)
+    rows = {row["task_id"]: row for row in jsonl_rows(os.path.join(d, "out.jsonl"))}
+    want = {tid: key + "".join(f";{e}:{len(b)}:{fnv32(b):08x}" for e, b in m.items())
+            for tid, (key, m) in enumerate(flat)}
+    same = sum(rows.get(t, {}).get("result") == w and rows[t].get("key") == flat[t][0]
+               for t, w in want.items())
+    check(r.returncode == 0 and same == len(flat),
+          f"members = *: a C worker walking each sample (gpud_sample_next) finds every "
+          f"member in order ({same} of {len(flat)}, exit {r.returncode}: "
+          f"{r.stderr.strip()[-300:]})")
+
+    # member and members together: refused, naming both.
+    r = subprocess.run([GPUD, "check", "job.ini", "--set", "generator.member=jpg"], cwd=d,
+                       capture_output=True, text=True, env=env)
+    check(r.returncode == 2 and "member = 'jpg' and members = 'jpg, cls'" in r.stdout + r.stderr,
+          f"member and members together are refused: {(r.stdout + r.stderr).strip()[-300:]}")
+    r = subprocess.run([GPUD, "check", "job.ini", "--set", "generator.members=jpg,,cls"],
+                       cwd=d, capture_output=True, text=True, env=env)
+    check(r.returncode == 2 and "members = 'jpg,,cls'" in r.stdout + r.stderr,
+          f"an empty name in members is refused: {(r.stdout + r.stderr).strip()[-300:]}")
+
+
+SAMPLE_WORKER = '''
+import json
+import gpud
+
+
+class W(gpud.BaseWorker):
+    def process(self, sample):
+        return json.dumps({"key": sample["__key__"], "cls": sample.get("cls", b"").decode(),
+                           "json": json.loads(sample["json"]), "names": sorted(sample),
+                           "jpg": len(sample["jpg"])})
+'''
+
+
+def test_tar_members_python(d):
+    flat = sample_shards(d, np.random.default_rng(6))
+    with open(os.path.join(d, "w.py"), "w") as f:
+        f.write(SAMPLE_WORKER)
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(f"[job]\ngpus = 0\npython = {sys.executable}\n"
+                "[worker]\nplugin = python\nscript = w.py\nclass = W\ninput = sample\n"
+                "[generator]\nplugin = tar\npath = smp-*.tar\nmembers = *\n"
+                "[sink]\nplugin = jsonl\npath = out.jsonl\n")
+    r = run(d, "run", "job.ini", "--ui", "off")
+    rows = {row["task_id"]: row for row in jsonl_rows(os.path.join(d, "out.jsonl"))}
+    good = 0
+    for tid, (key, m) in enumerate(flat):
+        row = rows.get(tid, {})
+        if row.get("status") != "ok":
+            continue
+        v = json.loads(row["result"])
+        good += (v["key"] == key and row.get("key") == key and v["jpg"] == len(m["jpg"])
+                 and v["names"] == sorted(["__key__", *m]) and v["json"] == json.loads(m["json"])
+                 and v["cls"] == m.get("cls", b"").decode()) if "cls" in m else (
+                     v["names"] == ["__key__", "jpg", "json"])
+    check(r.returncode == 0 and good == len(flat),
+          f"a python worker (input = sample) gets each sample as a dict with __key__, its "
+          f"label and every member ({good} of {len(flat)}, exit {r.returncode}: "
+          f"{r.stderr.strip()[-400:]})")
+    # Bytes that are not a sample: each task rejected, saying why.
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("members = *", "member = json")
+    with open(os.path.join(d, "plain.ini"), "w") as f:
+        f.write(text)
+    r = run(d, "run", "plain.ini", "--ui", "off")
+    rows = jsonl_rows(os.path.join(d, "out.jsonl"))
+    check(r.returncode == 1 and len(rows) == len(flat) and
+          all("not a whole sample" in row.get("error", "") for row in rows),
+          f"input = sample given plain bytes: every task fails saying so (exit "
+          f"{r.returncode}: {rows[:1]})")
+
+
+def test_tar_members_jpeg_stage(d):
+    from PIL import Image
+
+    flat = make_jpeg_shards(d, 1, 12, corrupt={(0, 5)})
+    write_job(d, "plugin = tar\npath = img-*.tar\nmembers = cls, jpg\n")
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("[worker]\nplugin = echo\n",
+                                "[stage.decode]\nplugin = jpeg\nheight = 16\nwidth = 16\n"
+                                "[worker]\nplugin = echo\n")
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(text)
+    r = run(d, "run", "job.ini", "--ui", "off")
+    rows = {row["task_id"]: row for row in jsonl_rows(os.path.join(d, "out.jsonl"))}
+    good, worst = 0, 0.0
+    for tid, (key, data) in enumerate(flat):
+        row = rows.get(tid, {})
+        if tid == 5:
+            check(row.get("status") == "error" and f"sample '{key}', member 'jpg'" in
+                  row.get("error", "") and row.get("key") == key,
+                  f"a corrupt image fails its sample alone, naming sample and member: {row}")
+            continue
+        if row.get("status") != "ok":
+            continue
+        k, members = parse_sample(row_bytes(row))
+        names = [n for n, _ in members]
+        if k != key or names != ["cls", "jpg"] or members[0][1] != str(tid % 10).encode():
+            continue
+        px = np.frombuffer(members[1][1], np.uint8)
+        if px.size != 16 * 16 * 3:
+            continue
+        with Image.open(io.BytesIO(data)) as im:
+            ref = np.asarray(im.convert("RGB").resize((16, 16), Image.BILINEAR)).astype(float)
+        worst = max(worst, float(np.abs(px.reshape(16, 16, 3).mean((0, 1)) - ref.mean((0, 1))).max()))
+        good += row.get("key") == key
+    check(r.returncode == 1 and good == len(flat) - 1 and worst <= 2.55,
+          f"tar (members) -> jpeg stage: each sample's jpg decoded in place, its cls passed "
+          f"on, its key in the event ({good} of {len(flat) - 1}, worst mean {worst:.2f}, exit "
+          f"{r.returncode}: {r.stderr.strip()[-300:]})")
+
+
 # ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
 
 def make_jpeg_shards(d, n_shards, per_shard, corrupt=()):
@@ -806,13 +1015,46 @@ def test_image_pipeline(d):
           f"(exit {r.returncode}: {resumed})")
 
 
+def doc_blocks(path):
+    """The fenced code blocks of a markdown file, as (language, text), in order."""
+    import re
+
+    with open(path) as f:
+        return re.findall(r"^```(\w*)\n(.*?)^```", f.read(), re.S | re.M)
+
+
+def ini_keys(text):
+    """An ini text's sections and keys, comments and spacing left out."""
+    out = []
+    for line in text.splitlines():
+        line = line.split(";", 1)[0].strip()
+        if line:
+            out.append(" ".join(line.split()))
+    return out
+
+
 def test_images_example(d):
-    """docs/images-to-array.md's example as a user runs it: its folder copied, shards
-    made by its script, its job file checked and run, rows equal to Pillow's means."""
+    """docs/images-to-array.md's example as written there: its job file and its Python
+    program taken from the page's code blocks (the job file also the same keys as
+    docs/examples/images/embed.ini), run in a copy of the example folder on shards made
+    by its script; rows equal to Pillow's means of the decoded and resized images. The
+    job with the max_result_bytes the page once had (16K) is refused by gpud check,
+    naming the key."""
     import numpy as np
 
+    src = os.environ["SRCDIR"]
+    blocks = doc_blocks(os.path.join(src, "docs", "images-to-array.md"))
+    ini = [b for lang, b in blocks if lang == "ini"]
+    prog = [b for lang, b in blocks if lang == "python" and "gpud.Dispatcher(" in b]
+    check(len(ini) == 1 and len(prog) == 1,
+          f"the page has its job file and its program ({len(ini)} ini, {len(prog)} programs)")
     ex = os.path.join(d, "embed")
-    shutil.copytree(os.path.join(os.environ["SRCDIR"], "docs", "examples", "images"), ex)
+    shutil.copytree(os.path.join(src, "docs", "examples", "images"), ex)
+    with open(os.path.join(ex, "embed.ini")) as f:
+        check(ini_keys(f.read()) == ini_keys(ini[0]),
+              "docs/examples/images/embed.ini holds the page's job file")
+    with open(os.path.join(ex, "embed.ini"), "w") as f:
+        f.write(ini[0])
     r = subprocess.run([sys.executable, "make_shards.py", "2", "40"], cwd=ex,
                        capture_output=True, text=True)
     check(r.returncode == 0, f"make_shards.py: {r.stdout}{r.stderr}")
@@ -821,19 +1063,65 @@ def test_images_example(d):
     check(r.returncode == 0 and "shared memory:" in r.stdout + r.stderr,
           f"gpud check embed.ini: {r.stdout[-400:]}{r.stderr[-400:]}")
     r = run(ex, "run", "embed.ini", "--ui", "off", "--set", py)
-    check(r.returncode == 0, f"gpud run embed.ini: {r.stderr[-600:]}")
+    check(r.returncode == 0 and "gpud: 80 tasks: 80 ok, 0 failed" in r.stderr,
+          f"gpud run embed.ini: {r.stderr[-600:]}")
     emb = np.load(os.path.join(ex, "embeddings-0.npy"))
     done = np.load(os.path.join(ex, "embeddings-0.npy.done"))
     check(emb.shape == (80, 3) and emb.dtype == np.float32 and (done == 1).all(),
           f"embeddings-0.npy {emb.shape} {emb.dtype}, {(done == 1).sum()} rows done")
+    side = int(ini[0].split("height = ", 1)[1].split()[0])
+    means = {}
     worst = 0.0
     with open(os.path.join(ex, "keys-0.tsv")) as f:
         for line in f:
             tid, key, shard = line.rstrip("\n").split("\t")
             with tarfile.open(shard) as t:
                 data = t.extractfile(key + ".jpg").read()
-            worst = max(worst, float(np.abs(emb[int(tid)] - pillow_means(data)).max()))
+            means[int(tid)] = pillow_means(data, side)
+            worst = max(worst, float(np.abs(emb[int(tid)] - means[int(tid)]).max()))
     check(worst <= 2.55, f"every row within 1% of 255 of Pillow's means (worst {worst:.3f})")
+    # The page's old max_result_bytes: every task would fail, and gpud check says so.
+    old = "\n".join("max_result_bytes = 16K" if x.startswith("max_result_bytes") else x
+                    for x in ini[0].splitlines())
+    with open(os.path.join(ex, "small.ini"), "w") as f:
+        f.write(old + "\n")
+    r = run(ex, "check", "small.ini", "--set", py)
+    check(r.returncode == 2 and "max_result_bytes = 16384" in r.stderr
+          and "every task would fail; raise max_result_bytes to 147K or more" in r.stderr,
+          f"gpud check refuses max_result_bytes = 16K for {side} x {side} pixels: "
+          f"{r.returncode} {r.stderr[-500:]}")
+    # The page's program, on the same shards: the workers on stand-in GPUs ("all").
+    build = os.path.dirname(os.path.dirname(GPUD))
+    package = os.path.join(build, "python")
+    if not any(x.startswith("_gpud") for x in os.listdir(os.path.join(package, "gpud"))):
+        print("SKIP: the page's Python program: the gpud package is not built")
+        return
+    cuda = os.path.join(d, "cuda")
+    os.makedirs(cuda)
+    os.symlink(os.environ["FAKECUDA"], os.path.join(cuda, "libcudart.so"))
+    with open(os.path.join(ex, "program.py"), "w") as f:
+        f.write(prog[0] + "    print(stats['completed'], stats['failed'])\n")
+    env = dict(os.environ, TMPDIR=d, PYTHONPATH=package, FAKE_CUDA_DEVICES="2",
+               LD_LIBRARY_PATH=os.pathsep.join(
+                   x for x in (cuda, os.environ.get("LD_LIBRARY_PATH")) if x))
+    # A sanitized libgpud (build-asan): Python loads the runtime first.
+    ldd = subprocess.run(["ldd", os.path.join(build, "daemon", "libgpud.so")],
+                         capture_output=True, text=True).stdout
+    preload = [x.split("=>")[1].split()[0] for x in ldd.splitlines()
+               if ("libasan" in x or "libubsan" in x) and "=>" in x]
+    if preload:
+        env.update(LD_PRELOAD=" ".join(preload),
+                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+    r = subprocess.run([sys.executable, "program.py"], cwd=ex, capture_output=True,
+                       text=True, env=env, timeout=240)
+    check(r.returncode == 0 and r.stdout.split() == ["80", "0"],
+          f"the page's program: {r.returncode} {r.stdout[-300:]} {r.stderr[-600:]}")
+    if r.returncode:
+        return
+    got = np.load(os.path.join(ex, "means.npy"))
+    check(got.shape == (80, 3) and max(float(np.abs(got[i] - m).max())
+                                       for i, m in means.items()) <= 2.55,
+          f"means.npy {got.shape}: every row Pillow's means")
 
 
 def main():
@@ -842,9 +1130,9 @@ def main():
     if os.environ.get("HAVE_ARCHIVE", "1") == "1":
         parts += [test_tar_order_keys_and_missing_member, test_tar_truncated,
                   test_tar_resume_refuses_changed_shard, test_tar_ranks, test_tar_check,
-                  test_tar_unreadable_shard, test_tar_names_and_links]
+                  test_tar_unreadable_shard, test_tar_names_and_links, test_tar_members]
         if os.environ.get("HAVE_PYTHON", "1") == "1":
-            parts.append(test_tar_shard_changed_during_run)
+            parts += [test_tar_shard_changed_during_run, test_tar_members_python]
         else:
             print("SKIP: tar: a shard changed during the run: gpud was built without the "
                   "python plugins")
@@ -863,7 +1151,7 @@ def main():
     elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
         print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
     else:
-        parts.append(test_image_pipeline)
+        parts += [test_image_pipeline, test_tar_members_jpeg_stage]
         if os.environ.get("HAVE_PYTHON", "1") == "1":
             parts.append(test_images_example)
         else:

@@ -49,25 +49,38 @@ static void check_jsonl_once(const char *out, unsigned n)
 	free(seen);
 }
 
-/* Runs the job with --resume `kills` times, each killed with SIGKILL after a random
- * moment (its workers then leave on their own: waited for), then once more to the end.
- * (Not `i`: WAIT_FOR's w() counts with it.) */
-static int kill_and_resume(const char *dir, int kills, const char *extra)
+/* Runs the job with --resume `kills` times, each killed with SIGKILL at a random moment
+ * after the state that makes it a kill in the middle: the output holds between 1 and
+ * `step` results more than when the run began (`count`, a shell command, prints how
+ * many it holds) and the journal holds a DONE record; then once more to the end. Not
+ * after a fixed time: on a slow machine (a sanitizer, a loaded one) a run killed
+ * before its first record leaves nothing to resume. A run that ends first is not
+ * killed. The workers of a killed run leave on their own: waited for. (Not `i`:
+ * WAIT_FOR's w() counts with it.) */
+static int kill_and_resume(const char *dir, int kills, const char *count, unsigned step)
 {
 	char script[2048];
 	snprintf(script, sizeof script,
-		 WAIT_FOR "k=0; while [ $k -lt %d ]; do\n"
-			  "  \"$GPUD\" run job.ini --ui off --resume %s 2>>err & p=$!\n"
-			  "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) %% 6 + 2 ))\n"
-			  "  kill -9 $p; wait $p 2>/dev/null\n"
-			  "  w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
-			  "  k=$((k+1))\n"
-			  "done\n"
-			  "\"$GPUD\" run job.ini --ui off --resume %s 2>>err; echo $? > rc\n",
-		 kills, extra, extra);
+		 WAIT_FOR JOURNAL_DONE ALIVE
+		 "n() { %s; }\n"
+		 "k=0; while [ $k -lt %d ]; do\n"
+		 "  want=$(( $(n) + 1 + $(od -An -N2 -tu2 /dev/urandom) %% %u ))\n"
+		 "  \"$GPUD\" run job.ini --ui off --resume 2>>err & p=$!\n"
+		 "  while alive $p && ! { [ $(n) -ge $want ] && [ $(jdone job.journal) -ge 1 ]; }\n"
+		 "  do sleep 0.02; done\n"
+		 "  kill -9 $p 2>/dev/null; wait $p 2>/dev/null\n"
+		 "  w '! pgrep -f \"gpud-worker --run [0-9]* $p$\" >/dev/null'\n"
+		 "  k=$((k+1))\n"
+		 "done\n"
+		 "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n",
+		 count, kills, step);
 	t_sh(dir, script);
 	return (int)t_read_long(dir, "rc");
 }
+
+/* How many results the jsonl sink's out.jsonl and the files sink's res/ hold. */
+#define JSONL_COUNT "cat out.jsonl 2>/dev/null | wc -l"
+#define FILES_COUNT "ls res 2>/dev/null | grep -c '^[0-9]*\\.txt$'"
 
 Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .timeout = 180)
 {
@@ -75,7 +88,7 @@ Test(resume, kill_9_again_and_again_then_resume_gives_every_id_once_in_jsonl, .t
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n[worker]\nplugin = faulty\nsleep_us = 1000\n"
 	       "[generator]\nplugin = range\nstop = 20000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_expect_eq(kill_and_resume(dir, 5, ""), 0);
+	cr_expect_eq(kill_and_resume(dir, 5, JSONL_COUNT, 500), 0);
 	char *out = t_read_in(dir, "out.jsonl"), *err = t_read_in(dir, "err");
 	cr_assert(out, "%s", err);
 	check_jsonl_once(out, 20000);
@@ -90,7 +103,7 @@ Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\nordered = true\n[worker]\nplugin = faulty\nsleep_us = 600\n"
 	       "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_expect_eq(kill_and_resume(dir, 3, ""), 0);
+	cr_expect_eq(kill_and_resume(dir, 3, JSONL_COUNT, 400), 0);
 	char *out = t_read_in(dir, "out.jsonl");
 	cr_assert(out);
 	check_jsonl_once(out, 8000);
@@ -100,7 +113,7 @@ Test(resume, kill_9_then_resume_with_ordered_output_and_the_files_sink, .timeout
 	t_jobf(dir, "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nsleep_us = 600\n"
 		    "[generator]\nplugin = range\nstop = 8000\n[sink]\nplugin = files\ndir = res\n"
 		    "suffix = .txt\n");
-	cr_expect_eq(kill_and_resume(dir, 3, ""), 0);
+	cr_expect_eq(kill_and_resume(dir, 3, FILES_COUNT, 400), 0);
 	/* Every result file once (a name is a name), whole, and no temporary file left. */
 	char *ls = NULL;
 	t_sh(dir, "ls -a res | grep -c '^[0-9]*\\.txt$' > count; ls -a res | grep -c tmp > tmps; "
@@ -176,7 +189,103 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 	free(err);
 }
 
-Test(resume, torn_journal_tails_at_every_byte_are_cut, .timeout = 120)
+/* Every task failed: a run without --resume is refused naming --retry-failed (what
+ * runs them again) and --force; a --resume, with nothing left to run, says so and
+ * names --retry-failed; --retry-failed then runs them. */
+Test(resume, after_every_task_failed_the_messages_name_retry_failed, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\nmax_retries = 0\n[worker]\nplugin = faulty\nfail_every = 1\n"
+		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\n"
+		    "path = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds the outcomes of 200 tasks of an earlier run of this job (it "
+			      "finished all 200)") &&
+			  strstr(err, "200 of them failed: --resume --retry-failed runs those "
+				      "again (--resume alone has nothing left to run); --force "
+				      "starts over anyway"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: nothing left to run: every task already has its outcome, "
+			      "200 of them failed; --resume --retry-failed runs those again"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --resume --retry-failed --force "
+			    "--set worker.fail_every=0",
+			    dir),
+		     0);
+	err = t_read_in(dir, "err");
+	cr_expect(!strstr(err, "nothing left to run"), "%s", err);
+	free(err);
+	t_sh(dir, "grep -c '\"status\": \"ok\"' out.jsonl > count");
+	cr_expect_eq(t_read_long(dir, "count"), 200, "every task ran again, ok");
+}
+
+/* The journal's own cut, at every byte of its last two records: 300 tasks (task 5
+ * failed) end with FAILED, DONE x5 and END, the last DONE holding tasks 256..299. Cut k
+ * bytes off the end and resumed: the partial record's bytes are cut (none when k is a
+ * whole record), END is gone, and what the records left whole say is loaded, the same
+ * as a cut at the record's start (k = 32: every task done; k = 33..64: 256..299 not);
+ * the tasks lost marked again and the run ended, the journal reads whole and finished.
+ * In-process, so every byte is cheap; the end-to-end run below samples the cuts. */
+Test(resume, a_journal_cut_at_every_byte_of_its_end_loads_what_is_whole, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char path[600], why[1200];
+	snprintf(path, sizeof path, "%s/j.journal", dir);
+	struct journal j = {.fd = -1, .ranks = 1};
+	cr_assert_eq(journal_create(&j, path, 7, NULL, 0, why, sizeof why), 0, "%s", why);
+	for (uint64_t id = 0; id < 300; id++)
+		journal_mark(&j, id, id == 5);
+	cr_assert_eq(journal_end(&j, 300), 0);
+	journal_close(&j);
+	char *whole = t_read(path);
+	struct stat st;
+	cr_assert(whole && stat(path, &st) == 0);
+	size_t size = (size_t)st.st_size, records = (size - 64) / 32;
+	cr_assert_eq((size - 64) % 32, 0, "%zu bytes", size);
+	for (size_t k = 1; k <= 64; k++) {
+		FILE *f = fopen(path, "w");
+		cr_assert(f && fwrite(whole, 1, size - k, f) == size - k && fclose(f) == 0);
+		j = (struct journal){.fd = -1, .ranks = 1};
+		cr_assert_eq(journal_resume(&j, path, 7, NULL, 0, false, false, why, sizeof why), 0,
+			     "cut %zu: %s", k, why);
+		size_t lost = (k + 31) / 32;
+		cr_expect_eq(j.cut_bytes, (32 - k % 32) % 32, "cut %zu", k);
+		cr_expect_eq(j.records, records - lost, "cut %zu", k);
+		cr_expect(!j.ended, "cut %zu: the END record is gone", k);
+		cr_expect_eq(j.done, lost == 1 ? 300 : 256, "cut %zu", k);
+		cr_expect(journal_is_done(&j, 255) && journal_is_done(&j, 5), "cut %zu", k);
+		cr_expect_eq(journal_is_done(&j, 299), lost == 1, "cut %zu", k);
+		cr_expect_eq(j.failed, 1, "cut %zu", k);
+		/* The tasks lost run again (marked here), and the run ends. */
+		for (uint64_t id = 256; id < 300; id++)
+			if (!journal_is_done(&j, id))
+				journal_mark(&j, id, 0);
+		cr_assert_eq(journal_end(&j, 300), 0);
+		journal_close(&j);
+		j = (struct journal){.fd = -1, .ranks = 1};
+		cr_assert_eq(journal_read(&j, path, why, sizeof why), 0, "cut %zu: %s", k, why);
+		cr_expect(j.cut_bytes == 0 && j.ended && j.end_count == 300 && j.done == 300 &&
+				  j.failed == 1,
+			  "cut %zu, read again: %llu bytes cut, ended %d, %llu done, %llu failed",
+			  k, (unsigned long long)j.cut_bytes, j.ended, (unsigned long long)j.done,
+			  (unsigned long long)j.failed);
+		journal_close(&j);
+	}
+	free(whole);
+}
+
+/* The same through gpud run --resume, at cuts sampled from that range: one byte and
+ * most of the END record, the whole of it, one byte into the record before, most of
+ * that one. Each cut is three runs of gpud; under a sanitizer on a loaded machine
+ * every byte would run past the test's time. */
+Test(resume, torn_journal_tails_are_cut_and_what_they_said_runs_again, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
 	/* The null sink cannot say what it holds: the journal alone decides. */
@@ -184,7 +293,9 @@ Test(resume, torn_journal_tails_at_every_byte_are_cut, .timeout = 120)
 		    "stop = 5000\n[sink]\nplugin = null\n");
 	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 0);
 	t_sh(dir, "cp job.journal whole");
-	for (int k = 1; k < 32 + 32; k++) {
+	static const int cuts[] = {1, 17, 31, 32, 33, 63};
+	for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+		int k = cuts[c];
 		/* Cut inside the END record (k < 32) or inside the record before it. */
 		char cmd[300];
 		snprintf(cmd, sizeof cmd,
@@ -648,7 +759,7 @@ Test(resume, failures_lost_with_the_output_are_run_again, .timeout = 180)
 	t_jobf(dir,
 	       "[job]\ngpus = 0,1\n[worker]\nplugin = faulty\nfail_every = 2\nsleep_us = 2000\n"
 	       "[generator]\nplugin = range\nstop = 1500\n[sink]\nplugin = jsonl\npath = out.jsonl\n");
-	cr_expect_eq(kill_and_resume(dir, 4, ""), 1);
+	cr_expect_eq(kill_and_resume(dir, 4, JSONL_COUNT, 200), 1);
 	/* The finished output cut in the middle, as a lost disk write would: resumed. */
 	t_sh(dir, "head -c 30000 out.jsonl > cut && mv cut out.jsonl\n"
 		  "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");

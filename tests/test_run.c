@@ -465,6 +465,48 @@ Test(run, each_workers_time_adds_up_and_its_call_sizes_are_the_calls_it_got, .ti
 	free(path);
 }
 
+/* The CPU time in the user's calls (--stats-json `user_cpu`, `gpu_busy_cpu`, the metrics):
+ * never more than the time in the calls; for calls that work the CPU (spin_us) most of
+ * it, for calls that sleep (sleep_us, as on a GPU) a small part: ordering, not speed. */
+Test(run, the_cpu_time_in_the_users_calls_is_part_of_their_time, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	const char *how[] = {"spin_us", "sleep_us"};
+	for (int k = 0; k < 2; k++) {
+		char *text;
+		cr_assert(asprintf(&text,
+				   "[job]\ngpus = 0\nbatch_size = 4\n"
+				   "[worker]\nplugin = batcher\n%s = 3000\n"
+				   "[generator]\nplugin = range\nstop = 400\n"
+				   "[sink]\nplugin = null\n"
+				   "[ui]\nmetrics_file = %s/m%d.prom\n",
+				   how[k], dir, k) > 0);
+		free(t_write(dir, "job.ini", text));
+		free(text);
+		cr_assert_eq(
+			t_gpud(dir, "run '%s/job.ini' --stats-json '%s/s%d.json'", dir, dir, k), 0,
+			"%s", t_read_in(dir, "err"));
+	}
+	t_write(dir, "check.py",
+		"import json\n"
+		"share = []\n"
+		"for k in range(2):\n"
+		"    s = json.load(open('s%d.json' % k))\n"
+		"    w = s['workers'][0]\n"
+		"    assert 0 < w['user_cpu'] <= w['time_user'], w\n"
+		"    assert w['user_cpu'] <= w['main_thread_cpu'] + 1e-3, w\n"
+		"    assert 0 < s['gpu_busy_cpu'] <= s['gpu_busy'], s\n"
+		"    share.append(w['user_cpu'] / w['time_user'])\n"
+		"    prom = open('m%d.prom' % k).read()\n"
+		"    assert 'gpud_worker_user_cpu_seconds_total{worker=\"0\",gpu=\"0\"} ' in prom\n"
+		"# the spinning calls are CPU work, the sleeping ones are not (a spinning call\n"
+		"# that is preempted takes longer than its CPU time: ordering, not levels)\n"
+		"assert share[1] < 0.5 and share[0] > 4 * share[1], share\n"
+		"print('CHECKED', share)\n");
+	cr_expect_eq(t_sh(dir, "/usr/bin/python3 check.py >check.out 2>&1"), 0, "%s",
+		     t_read_in(dir, "check.out"));
+}
+
 /* A worker that crashed and was started again: its figures are its processes' together
  * (the crashed one's kept), still adding up to its wall time. */
 Test(run, a_restarted_workers_time_keeps_its_crashed_process, .timeout = 120)

@@ -3,6 +3,7 @@
  * stage, every task exactly one outcome through crashes, kill -9, timeouts and
  * rejections, ordered output, resume, backpressure, the figures, the job file. */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +89,7 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 	stage_job(dir, 20000, "", "", "");
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
 	char *chk = t_read_in(dir, "out");
-	cr_expect(chk && strstr(chk, "stage decode: 2 workers; "), "%s", chk);
+	cr_expect(chk && strstr(chk, "stage decode: 2 workers (workers = 2); "), "%s", chk);
 	free(chk);
 	/* Without workers =, check says how many the cores give and why. */
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini' --set stage.decode.workers=", dir), 2);
@@ -96,9 +97,11 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 5\n"));
 	cr_expect_eq(t_gpud(dir, "check '%s/job.ini'", dir), 0);
 	chk = t_read_in(dir, "out");
-	cr_expect(chk && strstr(chk, " (no workers =: the cores it may use, less the named "
-				     "stages' workers and a core per 4 GPU workers, shared, at "
-				     "least 1); "),
+	cr_expect(chk && strstr(chk, " core") &&
+			  strstr(chk, " gpud may use, at least 1; "
+				      "workers_per_gpu does not count: "
+				      "set [stage.decode] workers = N to "
+				      "choose); "),
 		  "%s", chk);
 	free(chk);
 	stage_job(dir, 20000, "", "", "");
@@ -112,6 +115,85 @@ Test(stages, a_stage_transforms_every_input_before_the_gpu_worker_with_no_gpu_of
 
 /* A stage's result larger than max_task_bytes cannot be the next stage's input: its task
  * fails, saying so, and never reaches the GPU worker; the others go on. */
+/* The first two CPUs this process may run on, as taskset -c takes them ("3,5"), in buf;
+ * skips the test on a single CPU. */
+static const char *two_cpus(char *buf, size_t len)
+{
+	cpu_set_t set;
+	int got[2], n = 0;
+	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+	for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+		if (CPU_ISSET(c, &set))
+			got[n++] = c;
+	if (n < 2)
+		cr_skip_test("one CPU: the stage worker counts need two");
+	snprintf(buf, len, "%d,%d", got[0], got[1]);
+	return buf;
+}
+
+/* On 2 cores with 2 GPUs, workers_per_gpu = 2 leaves a stage without `workers` the 2
+ * workers it has with 1 (it once got 1: a core was taken per 4 GPU workers); a stage's
+ * own `workers` is kept whatever the GPU workers; an automatic count below the cores is
+ * said, with why, by check and at the run's start. */
+Test(stages, stage_worker_counts_do_not_follow_workers_per_gpu, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	char cpus[64], cmd[600];
+	two_cpus(cpus, sizeof cpus);
+	free(t_jobf(dir, "[job]\ngpus = 0,1\n[stage.decode]\nplugin = tagger\nno_gpu = 1\n"
+			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 40\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	for (unsigned per_gpu = 1; per_gpu <= 4; per_gpu *= 2) {
+		snprintf(cmd, sizeof cmd,
+			 "taskset -c %s \"$GPUD\" check job.ini --set job.workers_per_gpu=%u "
+			 ">out 2>err",
+			 cpus, per_gpu);
+		cr_expect_eq(t_sh(dir, cmd), 0);
+		char *out = t_read_in(dir, "out");
+		cr_expect(out && strstr(out, "  stage decode: 2 workers (no workers =: the 2 cores "
+					     "gpud may use, at least 1; "),
+			  "workers_per_gpu = %u:\n%s", per_gpu, out);
+		free(out);
+		snprintf(cmd, sizeof cmd,
+			 "taskset -c %s \"$GPUD\" check job.ini --set job.workers_per_gpu=%u "
+			 "--set stage.decode.workers=3 >out 2>err",
+			 cpus, per_gpu);
+		cr_expect_eq(t_sh(dir, cmd), 0);
+		out = t_read_in(dir, "out");
+		cr_expect(out && strstr(out, "  stage decode: 3 workers (workers = 3); "),
+			  "workers_per_gpu = %u:\n%s", per_gpu, out);
+		free(out);
+	}
+	/* The run: the stage's workers are the stats' (2), and nothing is said of a count
+	 * that is every core. */
+	snprintf(cmd, sizeof cmd,
+		 "taskset -c %s \"$GPUD\" run job.ini --ui off --set job.workers_per_gpu=2 "
+		 "--stats-json stats.json >out 2>err",
+		 cpus);
+	cr_expect_eq(t_sh(dir, cmd), 0);
+	char *s = t_read_in(dir, "stats.json"), *err = t_read_in(dir, "err");
+	cr_expect(s && strstr(s, "{\"name\": \"decode\", \"workers\": 2,"), "%s", s);
+	cr_expect(err && !strstr(err, "stage decode: "), "%s", err);
+	free(s);
+	free(err);
+	/* A named stage takes its core from the other: that one's 1 is said at the start. */
+	free(t_jobf(dir, "[job]\ngpus = 0,1\nworkers_per_gpu = 2\n"
+			 "[stage.a]\nplugin = tagger\nno_gpu = 1\nworkers = 1\n"
+			 "[stage.b]\nplugin = tagger\nno_gpu = 1\n"
+			 "[worker]\nplugin = tagger\n[generator]\nplugin = range\nstop = 40\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	snprintf(cmd, sizeof cmd, "taskset -c %s \"$GPUD\" run job.ini --ui off >out 2>err", cpus);
+	cr_expect_eq(t_sh(dir, cmd), 0);
+	err = t_read_in(dir, "err");
+	cr_expect(err && strstr(err, "gpud: stage b: 1 worker (no workers =: the 2 cores gpud may "
+				     "use, less 1 for the stages that name theirs, at least 1; "
+				     "workers_per_gpu does not count: set [stage.b] workers = N "
+				     "to choose)\n"),
+		  "%s", err);
+	cr_expect(err && !strstr(err, "stage a: "), "%s", err);
+	free(err);
+}
+
 Test(stages, a_stage_result_too_large_for_the_next_input_fails_its_task, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
@@ -278,14 +360,21 @@ Test(stages, kill_9_of_the_host_then_resume_gives_every_id_once, .timeout = 240)
 {
 	const char *dir = t_tmpdir();
 	stage_job(dir, 15000, "", "sleep_us = 200", "sleep_us = 300");
-	t_sh(dir, WAIT_FOR "k=0; while [ $k -lt 3 ]; do\n"
-			   "  \"$GPUD\" run job.ini --ui off --resume 2>>err & p=$!\n"
-			   "  sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 6 + 3 ))\n"
-			   "  kill -9 $p; wait $p 2>/dev/null\n"
-			   "  w '! pgrep -f \"gpud-worker --run [0-9]* $p( |$)\" >/dev/null'\n"
-			   "  k=$((k+1))\n"
-			   "done\n"
-			   "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");
+	/* Each run killed at a random moment once it is in the middle: the output holds 1 to
+	 * 3000 lines more than when it began and the journal a DONE record (not after a
+	 * fixed time: a slow machine's run would be killed before it did anything). */
+	t_sh(dir, WAIT_FOR JOURNAL_DONE ALIVE
+	     "n() { cat out.jsonl 2>/dev/null | wc -l; }\n"
+	     "k=0; while [ $k -lt 3 ]; do\n"
+	     "  want=$(( $(n) + 1 + $(od -An -N2 -tu2 /dev/urandom) % 3000 ))\n"
+	     "  \"$GPUD\" run job.ini --ui off --resume 2>>err & p=$!\n"
+	     "  while alive $p && ! { [ $(n) -ge $want ] && [ $(jdone job.journal) -ge 1 ]; }\n"
+	     "  do sleep 0.02; done\n"
+	     "  kill -9 $p 2>/dev/null; wait $p 2>/dev/null\n"
+	     "  w '! pgrep -f \"gpud-worker --run [0-9]* $p( |$)\" >/dev/null'\n"
+	     "  k=$((k+1))\n"
+	     "done\n"
+	     "\"$GPUD\" run job.ini --ui off --resume 2>>err; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	char *out = read_out(dir);
 	cr_expect_eq(check_once(out, 15000, NULL, false), 0);
@@ -625,4 +714,48 @@ Test(stages, a_batching_gpu_worker_behind_a_stage_gets_whole_batches, .timeout =
 	/* At most one call short (the stream's first or last). */
 	cr_expect_geq(whole, 6400 - 64, "%u of 6400 tasks came in calls of 64", whole);
 	free(out);
+}
+
+/* Behind a CPU stage that is the bottleneck, a batching GPU worker waits for its batch
+ * to fill by default (no batch_wait_ms: the time the batch takes at the stage's rate,
+ * capped), and its last batch goes at once when the stage has nothing more: at least
+ * 95% of the calls of both GPU workers are whole batches, counted by the stats and by
+ * the calls' own sizes. */
+Test(stages, behind_a_stage_batches_are_whole_by_default, .timeout = 180)
+{
+	const char *dir = t_tmpdir();
+	free(t_jobf(dir, "[job]\ngpus = 0,1\nbatch_size = 64\n"
+			 "[stage.decode]\nplugin = tagger\ntag = d:\nno_gpu = 1\nworkers = 1\n"
+			 "sleep_us = 50\n"
+			 "[worker]\nplugin = batcher\n"
+			 "[generator]\nplugin = range\nstop = 12800\n"
+			 "[sink]\nplugin = jsonl\npath = out.jsonl\n"));
+	cr_expect_eq(
+		t_gpud(dir, "run '%s/job.ini' --ui off --stats-json '%s/stats.json'", dir, dir), 0);
+	char *out = read_out(dir), *s = t_read_in(dir, "stats.json");
+	cr_assert(s);
+	unsigned whole = 0;
+	for (const char *p = out; (p = strstr(p, " n=64\"")); p++)
+		whole++;
+	cr_expect_eq(whole % 64, 0);
+	double calls = 0, top = 0;
+	for (int k = 0; k < 2; k++) {
+		char at[32];
+		snprintf(at, sizeof at, "{\"worker_id\": %d,", k);
+		double n = json_num(s, at, "calls");
+		const char *sizes = strstr(strstr(s, at), "\"call_sizes\": ");
+		cr_assert(n > 0 && sizes, "%s", s);
+		/* calls of 33..64 tasks, batch_size 64: the bucket [33, 64, N] */
+		const char *b = strstr(sizes, "[33, 64, ");
+		double in_top = b && b < strstr(sizes, "]]") ? strtod(b + 9, NULL) : 0;
+		cr_expect_geq(in_top, 0.95 * n, "worker %d: %g of %g calls of 33..64 tasks: %s", k,
+			      in_top, n, sizes);
+		calls += n;
+		top += in_top;
+	}
+	cr_expect_geq(whole / 64.0, 0.95 * calls, "%u calls of 64 tasks out of %g", whole / 64,
+		      calls);
+	cr_expect_geq(top, whole / 64.0);
+	free(out);
+	free(s);
 }

@@ -16,6 +16,7 @@
 #include "loader.h"
 #include "ring.h"
 #include "run/standin.h"
+#include "util/names.h"
 #include "run/tasks.h"
 #include "wait.h"
 #include "view/figures.h"
@@ -54,6 +55,7 @@ struct worker_times {
 	uint32_t call_min, call_max;  /* 0: no call yet */
 	uint64_t items;               /* the calls' tasks (or items), all together */
 	uint64_t cpu_ns, main_cpu_ns; /* CPU time of its processes, and of their main threads */
+	uint64_t user_cpu_ns;         /* of phase_ns[PH_USER], CPU time (at most all of it) */
 };
 
 struct host_worker {
@@ -203,6 +205,7 @@ struct host_stage {
 	unsigned rr;                    /* where the next hand-over looks first */
 	struct requeued *rq, **rq_tail; /* its tasks to run again (stage > 0) */
 	struct stage_figures fig;       /* published for the view (view/figures.h) */
+	bool drained_told;              /* its workers were told no new task will come */
 	/* its largest ok result so far and that task's input (the loop's; said at the
 	 * end by stages_note_results when large) */
 	uint32_t largest_result, largest_input;
@@ -243,6 +246,10 @@ struct host_flow {
 	bool drained_told;   /* the workers it fed were told (shm_feed.drained) */
 	bool failed;         /* the generator returned -1: what it yielded still runs */
 	bool stuck;          /* the run ended while a generator call had not returned */
+	/* The largest task the generator gave and the largest ok result of a GPU worker:
+	 * what the rings needed, said at the end when far below what they took
+	 * (capacity_note_oversized). */
+	uint32_t largest_task, largest_result;
 };
 
 /* Outcomes on their way to the sink: run/events.c. */
@@ -262,6 +269,10 @@ struct host_out {
 	bool calling_thread;
 	struct held_outcome *waiting, *waiting_last;
 	bool no_input; /* GPUD_SINK_NO_INPUT: events carry no input (none copied to hold one) */
+	/* ABI 1.9: the tasks' names, kept when the generator gives them and the sink takes
+	 * them (`names`), until the sink took the task's outcome (util/names.h) */
+	bool names;
+	struct task_names task_names;
 };
 
 /* How the run is being ended, and the clocks that stops do not count against:
@@ -292,11 +303,12 @@ struct host_files {
 
 /* Resuming an earlier run: record/resume.c (the journal itself is record/journal.c's). */
 struct host_resume {
-	bool asked;          /* --resume was given */
-	bool on;             /* --resume with a journal: done tasks are skipped */
-	bool input_changed;  /* a sampled input differs from the journaled run's */
-	bool journal_failed; /* a journal write failed (said once) */
-	uint64_t skipped;    /* tasks skipped because an earlier run finished them */
+	bool asked;             /* --resume was given */
+	bool on;                /* --resume with a journal: done tasks are skipped */
+	bool input_changed;     /* a sampled input differs from the journaled run's */
+	bool journal_failed;    /* a journal write failed (said once) */
+	uint64_t skipped;       /* tasks skipped because an earlier run finished them */
+	uint64_t failed_before; /* of the journal's outcomes, failures (not --retry-failed) */
 	/* Entries of the sink's output that name no task of this job, and tasks it holds
 	 * that the journal had no memory for; the first of each, to name it */
 	uint64_t strays, stray_eg, unheld, unheld_eg;

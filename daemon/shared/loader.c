@@ -57,6 +57,8 @@ static void resolve(struct plugin *pl)
 			SYM(pl, gen.skip, "gpud_generator_skip");
 			SYM(pl, gen.check, "gpud_generator_check");
 		}
+		if (minor >= 9)
+			SYM(pl, gen.name, "gpud_generator_name");
 		break;
 	case LOADER_SINK:
 		SYM(pl, sink.open, "gpud_sink_open");
@@ -77,6 +79,7 @@ static void resolve(struct plugin *pl)
 		}
 		if (minor >= 8)
 			SYM(pl, sink.job, "gpud_sink_job");
+		pl->sink.names = minor >= 9;
 		break;
 	}
 }

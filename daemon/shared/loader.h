@@ -29,7 +29,8 @@ struct gen_ops {
 	int64_t (*total)(void *state);                                      /* optional */
 	int (*skip)(void *state, uint64_t n, struct gpud_error *err);       /* optional, 1.2 */
 	int (*check)(const struct gpud_args *args, struct gpud_error *err); /* optional, 1.2 */
-	void (*interrupt)(void *state); /* optional: libgpud's in-process generators only */
+	void (*interrupt)(void *state);   /* optional: libgpud's in-process generators only */
+	const char *(*name)(void *state); /* optional, 1.9: the last item's name */
 };
 
 struct sink_ops {
@@ -52,6 +53,7 @@ struct sink_ops {
 	bool fail_task;      /* 1.6: GPUD_SINK_TASK_FAILED from event fails the task */
 	bool calling_thread; /* GPUD_SINK_CALLING_THREAD (gpud.h): in-process sinks only */
 	bool no_input;       /* GPUD_SINK_NO_INPUT (gpud.h): in-process sinks only */
+	bool names;          /* 1.9: gpud_event.name is set (older sinks get it NULL) */
 };
 
 /* At least one of process, process_batch and the pair submit and poll is set (1.2

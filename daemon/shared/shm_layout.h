@@ -205,7 +205,10 @@ struct shm_times {
 	_Atomic uint64_t items;              /* the calls' tasks (or items), all together */
 	_Atomic uint64_t cpu_ns;             /* CPU time of the process (all its threads) and */
 	_Atomic uint64_t main_cpu_ns;        /* of its main thread, read at most every 10 ms */
-	uint8_t _pad[24];
+	_Atomic uint64_t user_cpu_ns;        /* of phase_ns[PH_USER], the CPU time of the
+					      * thread that made the calls (measured around
+					      * calls, a sample of them when they are short) */
+	uint8_t _pad[16];
 };
 
 /* What one worker tells the host (out memfd, offset 0). Each line has one writer: the
@@ -259,13 +262,18 @@ struct shm_header {
 	uint32_t n_args;
 	uint32_t max_task_bytes;
 	uint32_t max_result_bytes;
-	uint32_t batch_size;    /* most tasks a gpud_worker_process_batch call gets */
-	uint32_t pin_memory;    /* CFG_PIN_AUTO / ON / OFF: cudaHostRegister the rings */
-	uint32_t report_size;   /* sizeof(struct shm_report) */
-	uint64_t batch_wait_ns; /* how long to wait to fill a batch */
-	uint64_t out_size;      /* bytes of each out memfd */
-	uint32_t max_in_flight; /* most tasks gpud_worker_submit holds at once */
-	uint8_t _pad1[28];
+	uint32_t batch_size;      /* most tasks a gpud_worker_process_batch call gets */
+	uint32_t pin_memory;      /* CFG_PIN_AUTO / ON / OFF: cudaHostRegister the rings */
+	uint32_t report_size;     /* sizeof(struct shm_report) */
+	uint64_t batch_wait_ns;   /* how long to wait to fill a batch */
+	uint64_t out_size;        /* bytes of each out memfd */
+	uint32_t max_in_flight;   /* most tasks gpud_worker_submit holds at once */
+	uint32_t batch_wait_auto; /* 1: batch_wait_ns is a cap, and a GPU worker waits the
+				   * time its batch takes to fill at the rate its tasks come
+				   * (behind a CPU stage, batch_wait_ms not set), and not once
+				   * its feed is drained */
+	uint32_t isolate;         /* [job] isolate_failures: a batch that fails whole is split */
+	uint8_t _pad1[20];
 	/* line 2, host: it sleeps on the bell memfd's word */
 	_Atomic uint32_t host_sleeping;
 	uint8_t _pad2[60];
@@ -309,6 +317,7 @@ _Static_assert(sizeof(struct shm_report) == 7 * SHM_LINE + SHM_MSG_MAX, "shm_rep
 _Static_assert(sizeof(struct shm_report) <= SHM_OUT_RING_OFF, "report fits its page");
 _Static_assert(offsetof(struct shm_header, max_result_bytes) == 64, "shm_header layout");
 _Static_assert(offsetof(struct shm_header, batch_wait_ns) == 80, "shm_header layout");
+_Static_assert(offsetof(struct shm_header, batch_wait_auto) == 100, "shm_header layout");
 _Static_assert(offsetof(struct shm_header, host_sleeping) == 2 * SHM_LINE, "host line 2");
 _Static_assert(sizeof(struct shm_header) == 3 * SHM_LINE, "shm_header size");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "atomics");

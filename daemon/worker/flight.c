@@ -159,6 +159,8 @@ static void poll_flight(struct worker *w, int timeout_ms)
 	struct gpud_error err = {{0}};
 	if (timeout_ms && w->pending)
 		loop_publish(w, wait_now_ns()); /* nothing for the host waits behind the poll */
+	/* a poll that may block is measured every time: it is a long call */
+	times_user_begins(&w->tm, timeout_ms ? CPU_EACH_NS : 0);
 	int n = w->plugin.worker.poll(w->state, w->fl.done, w->fl.flight, timeout_ms, &err);
 	leave_if_forked();
 	uint64_t now = times_charge_now(&w->tm, PH_USER);

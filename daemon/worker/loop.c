@@ -5,8 +5,9 @@
  * slots reserved (loop_reserve_result) with their canaries armed (canary.h), the plugin
  * called, its results checked and written (loop_finish_result) and published in bursts
  * (loop_publish: every PUBLISH_BURST results or PUBLISH_NS, and before a call that may
- * block). Out of memory goes to fit.c; where the time goes is times.h's. This is the
- * per-task hot path: what it calls on every task is here or inline.
+ * block). Out of memory, and a call of several tasks that fails as a whole, go to fit.c; where the
+ * time goes is times.h's. This is the per-task hot path: what it calls on every task is here or
+ * inline.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -44,6 +45,13 @@ static bool more_tasks(void *ctx)
 {
 	struct worker *w = ctx;
 	return atomic_load_explicit(&w->feed->task_head, memory_order_acquire) != w->task_head;
+}
+
+/* more_tasks, or the feed drained: the automatic batch wait ends there (gather). */
+static bool more_tasks_or_drained(void *ctx)
+{
+	struct worker *w = ctx;
+	return more_tasks(ctx) || atomic_load_explicit(&w->feed->drained, memory_order_acquire);
 }
 
 static bool result_space(void *ctx)
@@ -100,13 +108,43 @@ struct shm_rec *loop_reserve_result(struct worker *w, uint64_t *head)
 	}
 }
 
-/* Gathers up to fit.batch_cap tasks from `first` on, waiting at most batch_wait_ns for more;
- * *end is the ring position after the last one (past any pad between them). */
+/* The automatic batch wait (shm_header.batch_wait_auto): four times the time the
+ * `missing` tasks take to come at the rate seen so far (a margin for a rate that varies
+ * and a stage worker that is not scheduled for a while), at least AUTO_WAIT_MIN_NS, at
+ * most batch_wait_ns; batch_wait_ns until a rate is seen. Behind a stage that is the
+ * bottleneck the GPU would idle anyway, so the wait costs latency, not throughput. */
+#define AUTO_WAIT_MIN_NS 20000000u
+static uint64_t auto_wait(const struct worker *w, uint32_t missing)
+{
+	uint64_t cap = w->hdr->batch_wait_ns;
+	if (!w->gap_ns)
+		return cap;
+	double want = 4.0 * (double)w->gap_ns * missing;
+	if (want < AUTO_WAIT_MIN_NS)
+		want = AUTO_WAIT_MIN_NS;
+	return want < (double)cap ? (uint64_t)want : cap;
+}
+
+/* k tasks came in `ns` of waiting: the average gap between arrivals follows (an eighth
+ * of the way a sample, so one slow stretch does not cut the next batch short). */
+static void arrivals(struct worker *w, uint64_t ns, uint32_t k)
+{
+	uint64_t gap = ns / k;
+	w->gap_ns = w->gap_ns ? w->gap_ns - w->gap_ns / 8 + gap / 8 : gap;
+	if (!w->gap_ns)
+		w->gap_ns = 1;
+}
+
+/* Gathers up to fit.batch_cap tasks from `first` on, waiting at most batch_wait_ns for more
+ * (with batch_wait_auto, the time the batch takes to fill at the rate tasks come, and
+ * never once the feed is drained: the last batch goes at once); *end is the ring
+ * position after the last one (past any pad between them). */
 static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 {
 	uint32_t n = 0;
 	uint64_t pos = w->task_tail;
-	uint64_t deadline = 0;
+	uint64_t deadline = 0, waited_from = 0;
+	bool autow = w->hdr->batch_wait_auto && !w->cpu_stage;
 	w->in[n++] = first;
 	pos += ring_span(first->size);
 	while (n < w->fit.batch_cap) {
@@ -119,19 +157,46 @@ static uint32_t gather(struct worker *w, struct shm_rec *first, uint64_t *end)
 			if (!w->hdr->batch_wait_ns ||
 			    atomic_load_explicit(&w->feed->stop, memory_order_acquire))
 				break;
+			if (autow &&
+			    atomic_load_explicit(&w->feed->drained, memory_order_acquire)) {
+				/* What was published before the feed was drained: taken, then
+				 * the call goes. */
+				w->task_head = atomic_load_explicit(&w->feed->task_head,
+								    memory_order_acquire);
+				if (w->task_head != pos)
+					continue;
+				break;
+			}
 			uint64_t now = wait_now_ns();
 			if (!deadline)
-				deadline = now + w->hdr->batch_wait_ns;
+				deadline = now + (autow ? auto_wait(w, w->fit.batch_cap - n)
+							: w->hdr->batch_wait_ns);
 			if (now >= deadline)
 				break;
 			if (w->pending)
 				loop_publish(w, now);
 			w->waited = true;
 			times_charge(&w->tm, w->clk.tiny ? PH_USER : PH_UNPACK, now);
-			wait_until(w->my_bell, more_tasks, w, deadline);
-			times_charge_now(&w->tm, PH_WAIT);
+			if (!waited_from)
+				waited_from = now;
+			wait_until(w->my_bell, autow ? more_tasks_or_drained : more_tasks, w,
+				   deadline);
+			uint64_t woke = times_charge_now(&w->tm, PH_WAIT);
 			w->task_head =
 				atomic_load_explicit(&w->feed->task_head, memory_order_acquire);
+			if (autow && w->task_head != pos) {
+				uint32_t k = 0;
+				for (uint64_t q = pos; k < w->fit.batch_cap - n;) {
+					struct shm_rec *r = ring_peek(&w->tasks, &q, w->task_head);
+					if (!r)
+						break;
+					q += ring_span(r->size);
+					k++;
+				}
+				if (k)
+					arrivals(w, wait_since(woke, waited_from), k);
+				waited_from = woke;
+			}
 			continue;
 		}
 		w->in[n++] = t;
@@ -250,6 +315,7 @@ void loop_run(struct worker *w)
 {
 	uint64_t now = clock_restart(&w->clk);
 	uint32_t cap = w->hdr->max_result_bytes;
+	uint64_t last_call_ns = 0; /* the last call's time (times_user_begins) */
 
 	for (;;) {
 		struct shm_rec *first = loop_next_task(w, &now);
@@ -276,8 +342,10 @@ void loop_run(struct worker *w)
 			now = clock_restart(&w->clk);
 			w->waited = false;
 			times_charge(&w->tm, PH_UNPACK, now);
+			times_user_begins(&w->tm, last_call_ns);
 		} else if (!w->clk.tiny) {
 			times_charge_now(&w->tm, PH_UNPACK);
+			times_user_begins(&w->tm, last_call_ns);
 		}
 		atomic_store_explicit(&w->rep->cur_task, first->task_id, memory_order_relaxed);
 		atomic_store_explicit(&w->rep->busy_since_ns, now, memory_order_relaxed);
@@ -292,7 +360,7 @@ void loop_run(struct worker *w)
 		leave_if_forked();
 		call_ends(w);
 		times_count_call(&w->tm, n, w->t);
-		if (slots && w->fit.oom_abi && !w->cut && fit_any_oom(w->t, n, rc))
+		if (slots && !w->cut && fit_again(&w->fit, w->t, n, rc))
 			rc = fit_refit(w, n, rc);
 		else if (slots && w->fit.shown < w->fit.batch && fit_grow(&w->fit, n))
 			fit_publish(&w->fit, w->rep);
@@ -300,6 +368,7 @@ void loop_run(struct worker *w)
 		uint64_t end = clock_after(&w->clk, n, now, &each);
 		if (w->clk.untimed == 0) /* the clock was read: the call (or stretch) ends here */
 			times_charge(&w->tm, PH_USER, end);
+		last_call_ns = (uint64_t)(each * 1e9) * n;
 
 		uint64_t used = 0;
 		for (uint32_t i = 0; i < n; i++)

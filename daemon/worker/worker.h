@@ -62,6 +62,8 @@ struct worker {
 	_Atomic uint64_t interrupted;
 	_Alignas(64) char committed_end;
 	bool waited;           /* the clock read last is stale: we waited since */
+	uint64_t gap_ns;       /* tasks' arrivals while gathering a batch: the time between
+				* two, averaged (0 until seen); the automatic batch wait */
 	bool interrupts;       /* the plugin ends a call past task_timeout itself */
 	bool cut;              /* the call (or one of its split parts) was interrupted */
 	uint64_t interrupt_ns; /* when: task_timeout plus one coarse tick (as the host) */

@@ -70,7 +70,7 @@ enum gpud_exit {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 4
+#define GPUD_API_MINOR 5
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -168,6 +168,10 @@ struct gpud_generator_ops {
  *  MB: copying it for every outcome that waits cost the calling process as much CPU as
  *  writing it into the ring). */
 #define GPUD_SINK_NO_INPUT (1u << 1)
+/** (API 1.5) The sink reads gpud_event.name (plugin.h, ABI 1.9: the name the generator
+ *  gave the task, a sample's key): its task events carry it. Without the flag, name
+ *  stays NULL (a sink built before it knew the field as reserved[0]). */
+#define GPUD_SINK_NAMES (1u << 2)
 
 /** An in-process sink: the sink plugin's contract (plugin.h), with the caller's ctx. */
 struct gpud_sink_ops {
@@ -324,6 +328,14 @@ struct gpud_check_report {
 	size_t n_gpus;            /* GPUs (or GPU groups' members) the job names */
 	unsigned workers_per_gpu; /* worker processes per GPU (per group) */
 	unsigned rank, ranks;     /* this process's rank of ranks (0 of 1 alone) */
+	/* (API 1.5) The shared memory the run would map, in bytes, as the text's
+	 * "shared memory:" lines say it (0 when not ok): in all (the run memfd, a result
+	 * memfd per worker, a bell page); the run memfd (header, feeds, config, every
+	 * worker's task ring); each worker's result memfd (its report block and result
+	 * ring); each worker's task ring and result ring; and the workers, every stage's and
+	 * the GPU workers. */
+	uint64_t shm_total, shm_run_memfd, shm_result_memfd, shm_task_ring, shm_result_ring;
+	unsigned shm_workers;
 };
 /** After gpud_job_check: its report, or NULL when the job was not checked (or the
  *  check was refused as misuse). */

@@ -14,7 +14,10 @@
  * worker ends a call that ran past task_timeout itself and keeps its state; 1.6 added
  * gpud_sink_tasks and GPUD_SINK_TASK_FAILED; 1.7 added GPUD_GENERATOR_TASK_FAILED, with
  * which a generator fails one task and goes on; 1.8 added gpud_sink_job and struct
- * gpud_job_info, the job's identity over its ranks).
+ * gpud_job_info, the job's identity over its ranks; 1.9 added gpud_generator_name, a
+ * task's name (a WebDataset sample's key) given by its generator, and
+ * gpud_event.name, which carries it to the sink; and the framing of a whole sample,
+ * GPUD_SAMPLE_MAGIC with gpud_sample_open/next/find, helpers any minor may use).
  *
  * This is the only header a gpud plugin needs. It is self-contained (libc only) and
  * there is no host library to link: every helper below is `static inline`.
@@ -67,7 +70,7 @@ extern "C" {
 /** The ABI this header describes. The host refuses a plugin built for another major,
  *  and one built for a newer minor than its own. */
 #define GPUD_ABI_MAJOR 1
-#define GPUD_ABI_MINOR 8
+#define GPUD_ABI_MINOR 9
 
 /** Gives a symbol default visibility, so plugins may build with -fvisibility=hidden. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -426,8 +429,12 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
 /** Optional. Processes n tasks at once (1 <= n <= info->batch_size; `[job] batch_size`,
  *  `batch_wait_ms`). Each task has its own input and its own result buffer; mark
- *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 fails
- *  every task of the call; (ABI 1.4) returning GPUD_OOM, or marking tasks with
+ *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 (any
+ *  error but GPUD_OOM) fails the call as a whole: with `[job] isolate_failures` (the
+ *  default) its tasks not rejected, fatal or timed out run again in halves, down to
+ *  single tasks, so that only those that fail alone fail (so the same tasks may be
+ *  given again in smaller calls); without it every task of the call fails. (ABI 1.4)
+ *  returning GPUD_OOM, or marking tasks with
  *  gpud_task_oom(), runs them again in smaller calls. n may then be below the
  *  worker's batch_size for a while (the batch size adapts). When exported it is called instead of
  * gpud_worker_process, also with n = 1. */
@@ -517,6 +524,132 @@ GPUD_EXPORT void gpud_worker_interrupt(void *state);
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err);
 
 /* ---------------------------------------------------------------------------------- */
+/* Whole samples (the framing: any ABI minor may use these helpers; 1.9 documented it)  */
+/* ---------------------------------------------------------------------------------- */
+
+/*
+ * A whole sample as one task's bytes: its key and its members (a WebDataset sample's
+ * files: "jpg", "cls", "json"...), as the `tar` generator gives it with `members`, and
+ * as the `jpeg` stage passes it on. Native byte order (little-endian on every platform
+ * gpud runs on); every offset is from the sample's first byte:
+ *
+ *   0   uint32 magic      GPUD_SAMPLE_MAGIC (the bytes "GPDS")
+ *   4   uint32 count      members
+ *   8   uint32 key_len    bytes of the key (no NUL)
+ *   12  uint32 reserved   0
+ *   16  the key
+ *   then per member, its header at the next multiple of 8:
+ *       uint32 name_len, uint32 reserved (0), uint64 data_len, the name (no NUL),
+ *       then its data at the next multiple of GPUD_SAMPLE_ALIGN (64)
+ *
+ * The sample ends with its last member's data. A task's input is 64-byte aligned, so a
+ * member's data is too: an image member can be handed to a decoder or a DMA in place.
+ * Names are a member's extension as the shard names it (after the first dot of its file
+ * name: "jpg", "seg.png"). Treat a sample as hostile: the helpers check every length
+ * against the bytes given and never read past them.
+ */
+#define GPUD_SAMPLE_MAGIC UINT32_C(0x53445047) /* "GPDS" in memory */
+#define GPUD_SAMPLE_ALIGN 64
+#define GPUD_SAMPLE_HEADER 16        /* bytes before the key */
+#define GPUD_SAMPLE_MEMBER_HEADER 16 /* bytes before a member's name */
+
+/** One member of a sample: pointers into the sample's bytes (valid as long as they are). */
+struct gpud_sample_member {
+	const char *name; /* not NUL-terminated: name_len bytes */
+	size_t name_len;
+	const void *data;
+	size_t size;
+};
+
+/** A sample being walked: gpud_sample_open, then gpud_sample_next until it returns 0. */
+struct gpud_sample {
+	const char *key; /* not NUL-terminated: key_len bytes */
+	size_t key_len;
+	uint32_t count; /* members */
+	uint32_t index; /* members walked so far */
+	const unsigned char *base;
+	size_t size;
+	size_t at; /* the next member's header */
+};
+
+/** Whether `data` (size bytes) begins as a sample does (its magic). */
+static inline int gpud_sample_is(const void *data, size_t size)
+{
+	uint32_t magic;
+	if (!data || size < GPUD_SAMPLE_HEADER)
+		return 0;
+	memcpy(&magic, data, sizeof magic);
+	return magic == GPUD_SAMPLE_MAGIC;
+}
+
+/** Starts walking the sample in `data`: 0, or -1 when it is not one (too short, another
+ *  magic, a key past its end). */
+static inline int gpud_sample_open(struct gpud_sample *s, const void *data, size_t size)
+{
+	uint32_t h[4];
+	if (!gpud_sample_is(data, size))
+		return -1;
+	memcpy(h, data, sizeof h);
+	if (h[2] > size - GPUD_SAMPLE_HEADER)
+		return -1;
+	s->base = (const unsigned char *)data;
+	s->size = size;
+	s->count = h[1];
+	s->key = (const char *)s->base + GPUD_SAMPLE_HEADER;
+	s->key_len = h[2];
+	s->index = 0;
+	s->at = GPUD_SAMPLE_HEADER + (size_t)h[2];
+	return 0;
+}
+
+/** The next member into *m: 1, 0 after the last, -1 when the sample is damaged (a length
+ *  past its end, fewer members than its count). */
+static inline int gpud_sample_next(struct gpud_sample *s, struct gpud_sample_member *m)
+{
+	uint32_t name_len, pad;
+	uint64_t len;
+	size_t at = (s->at + 7) & ~(size_t)7, data;
+	if (s->index >= s->count)
+		return 0;
+	if (at < s->at || at > s->size || s->size - at < GPUD_SAMPLE_MEMBER_HEADER)
+		return -1;
+	memcpy(&name_len, s->base + at, 4);
+	memcpy(&pad, s->base + at + 4, 4);
+	memcpy(&len, s->base + at + 8, 8);
+	at += GPUD_SAMPLE_MEMBER_HEADER;
+	if (name_len > s->size - at)
+		return -1;
+	m->name = (const char *)s->base + at;
+	m->name_len = name_len;
+	at += name_len;
+	data = (at + GPUD_SAMPLE_ALIGN - 1) & ~(size_t)(GPUD_SAMPLE_ALIGN - 1);
+	if (data < at || data > s->size || len > s->size - data)
+		return -1;
+	(void)pad;
+	m->data = s->base + data;
+	m->size = (size_t)len;
+	s->at = data + (size_t)len;
+	s->index++;
+	return 1;
+}
+
+/** The member named `name` (the first of that name) of the sample in `data` into *m: 1,
+ *  0 when it has none, -1 when `data` is no sample or a damaged one. */
+static inline int gpud_sample_find(const void *data, size_t size, const char *name,
+				   struct gpud_sample_member *m)
+{
+	struct gpud_sample s;
+	size_t n = strlen(name);
+	int rc;
+	if (gpud_sample_open(&s, data, size) < 0)
+		return -1;
+	while ((rc = gpud_sample_next(&s, m)) == 1)
+		if (m->name_len == n && memcmp(m->name, name, n) == 0)
+			return 1;
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* Generator plugins                                                                    */
 /* ---------------------------------------------------------------------------------- */
 
@@ -537,6 +670,16 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err);
 /** (ABI 1.7) Returned by gpud_generator_next: this item's task fails with err's message. */
 #define GPUD_GENERATOR_TASK_FAILED 2
+/** Optional (ABI 1.9). The name of the item the last gpud_generator_next call gave (it
+ *  returned 1 or GPUD_GENERATOR_TASK_FAILED): a sample's key, a file's path; NULL for
+ *  none. Called right after that call, on the same thread; the string (NUL-terminated,
+ *  at most GPUD_NAME_MAX bytes are kept) is the generator's, valid until its next call:
+ *  the host copies it. The host keeps it while the task runs and gives it to the sink in
+ *  every event of the task (gpud_event.name); it is not journaled, so a task run again
+ *  by --resume gets the name its generator gives then. */
+GPUD_EXPORT const char *gpud_generator_name(void *state);
+/** The longest task name kept, in bytes (a longer one is cut at a character's start). */
+#define GPUD_NAME_MAX 4096
 /** Optional. Frees the state; called once after the last next(). Not called when the
  *  run ended while a next() call had not returned (the call is left running). */
 GPUD_EXPORT void gpud_generator_close(void *state);
@@ -609,7 +752,11 @@ struct gpud_event {
 	const char *message; /* errors: the plugin's message, or the host's */
 	double seconds;      /* time spent in process(); for a timeout, the limit exceeded.
 			      * Tasks under 2 us carry an average over up to 32 of them. */
-	void *reserved[4];   /* NULL; room for later ABI minors */
+	const char *name;    /* (ABI 1.9) task events: the task's name as its generator gave
+			      * it (gpud_generator_name: a sample's key), NUL-terminated; NULL
+			      * when it gave none, for worker events, and for a sink built for
+			      * ABI 1.8 or older (it was reserved[0] there) */
+	void *reserved[3];   /* NULL; room for later ABI minors */
 };
 
 /** Final figures, given to gpud_sink_close (or gpud_sink_finish). generated = ok + failed +

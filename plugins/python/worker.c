@@ -9,7 +9,7 @@
  *   script = ./my_worker.py      ; or module = my_package.my_worker (found on sys.path)
  *   class = InferenceWorker
  *   python_path = ./src:./vendor ; optional, prepended to sys.path
- *   input = memoryview           ; memoryview (default) | bytes | str | json
+ *   input = memoryview           ; memoryview (default) | bytes | str | json | sample
  *   result = auto                ; auto (default) | pickle | json | bytes
  *   model_path = ./model.bin     ; every other key reaches setup() as a keyword (a str)
  *
@@ -32,7 +32,9 @@
  * Input: a read-only memoryview straight over the task's bytes in shared memory. It is
  * made from a small exporter that counts the buffers taken from it, so a view kept past
  * the call (np.frombuffer(data) stored on self) is caught: the task fails saying so and
- * the worker is replaced, since that view would see later tasks' bytes.
+ * the worker is replaced, since that view would see later tasks' bytes. With `input =
+ * sample`, a whole sample (the tar generator's `members`, framed as gpud/plugin.h says)
+ * as a dict: {"__key__": key, "jpg": bytes, "cls": bytes, ...}, as WebDataset gives it.
  * Result, by `result`: auto, a buffer (bytes, bytearray, memoryview, NumPy array...) as
  * is, str as UTF-8, None as empty, anything else as JSON text; json, every result as JSON
  * text; bytes, buffers, str and None only (or a list of buffers, written one after
@@ -163,7 +165,7 @@ GPUD_EXPORT void gpud_worker_interrupt(void *state)
 /* script/module, class, python_path and input are ours; every other key is the class's
  * (setup's keywords), so none can be refused here. */
 
-enum input_mode { IN_MEMORYVIEW, IN_BYTES, IN_STR, IN_JSON };
+enum input_mode { IN_MEMORYVIEW, IN_BYTES, IN_STR, IN_JSON, IN_SAMPLE };
 enum result_mode { RES_AUTO, RES_JSON, RES_BYTES, RES_PICKLE };
 static const char *const result_names[] = {"auto", "json", "bytes", "pickle", NULL};
 
@@ -384,10 +386,14 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 		pw->input = IN_STR;
 	else if (!strcmp(in, "json"))
 		pw->input = IN_JSON;
+	else if (!strcmp(in, "sample"))
+		pw->input = IN_SAMPLE;
 	else {
 		free(pw);
 		return gpud_fail(
-			err, "python: input = '%s': expected memoryview, bytes, str or json", in);
+			err,
+			"python: input = '%s': expected memoryview, bytes, str, json or sample",
+			in);
 	}
 	const char *res = gpud_arg(a, "result", "auto");
 	int rm = 0;
@@ -494,6 +500,55 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 
 /* ---- one task ---- */
 
+/* `input = sample`: the task's whole sample as a dict, {"__key__": key, name: bytes...}
+ * (names and key as str, bytes that are not UTF-8 kept as surrogates); NULL with the
+ * task failed: rejected when its bytes are no sample or a damaged one. */
+static PyObject *make_sample(struct gpud_task *t)
+{
+	struct gpud_sample s;
+	struct gpud_sample_member m;
+	char why[900];
+	int rc;
+	if (gpud_sample_open(&s, t->input, t->input_size) < 0) {
+		gpud_task_reject(t,
+				 "python: input = sample, but this task's %zu bytes are not a "
+				 "whole sample (the tar generator gives one with `members`)",
+				 t->input_size);
+		return NULL;
+	}
+	PyObject *d = PyDict_New();
+	PyObject *k =
+		d ? PyUnicode_DecodeUTF8(s.key, (Py_ssize_t)s.key_len, "surrogateescape") : NULL;
+	if (!k || PyDict_SetItemString(d, "__key__", k) < 0)
+		goto fail;
+	Py_CLEAR(k);
+	while ((rc = gpud_sample_next(&s, &m)) == 1) {
+		PyObject *n =
+			PyUnicode_DecodeUTF8(m.name, (Py_ssize_t)m.name_len, "surrogateescape");
+		PyObject *v = n ? PyBytes_FromStringAndSize(m.data, (Py_ssize_t)m.size) : NULL;
+		int set = v ? PyDict_SetItem(d, n, v) : -1;
+		Py_XDECREF(n);
+		Py_XDECREF(v);
+		if (set < 0)
+			goto fail;
+	}
+	if (rc < 0) {
+		Py_DECREF(d);
+		gpud_task_reject(t,
+				 "python: input = sample: sample '%.*s' is damaged (%zu bytes): a "
+				 "member's length runs past its end",
+				 (int)(s.key_len > 200 ? 200 : s.key_len), s.key, t->input_size);
+		return NULL;
+	}
+	return d;
+fail:
+	Py_XDECREF(k);
+	Py_XDECREF(d);
+	Py_XDECREF(py_take_error(why, sizeof why));
+	gpud_task_fail(t, "python: cannot make the sample's dict: %s", why);
+	return NULL;
+}
+
 /* The Python object for a task's input; NULL with the task failed. *exporter gets the
  * exporter behind a memoryview (a new reference), to be checked after the call. */
 static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj **exporter)
@@ -541,6 +596,8 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 		}
 		return v;
 	}
+	case IN_SAMPLE:
+		return make_sample(t);
 	}
 	Py_XDECREF(py_take_error(why, sizeof why));
 	gpud_task_fail(t, "python: cannot make the input: %s", why);
@@ -890,11 +947,13 @@ static void take_python_times(struct gpud_call_times *ct)
 }
 
 /* process_batch(items): a list in, a list of as many results out; an exception object
- * in a result's place fails that task alone. The call's account (gpud_call_times):
+ * in a result's place fails that task alone. -1 when it raised (every item marked with
+ * its error): the call failed as a whole. The call's account (gpud_call_times):
  * making the items is unpacking, writing the results packing, and what Python code
  * in between says of its own (gpud._times). */
-static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
+static int run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 {
+	int rc = 0;
 	struct gpud_call_times *ct = &pw->times;
 	*ct = (struct gpud_call_times){0};
 	uint64_t t0 = now_ns(), t1 = t0, t2 = t0;
@@ -946,6 +1005,10 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 				else
 					gpud_task_fail(&t[i], "%s", why);
 			}
+		/* It raised: a failure of the call as a whole, which gpud-worker splits to
+		 * find the items that fail alone ([job] isolate_failures). */
+		if (!oom && !timeout && !fatal)
+			rc = -1;
 	} else if (!PySequence_Check(r) || PySequence_Size(r) != (Py_ssize_t)n) {
 		PyErr_Clear();
 		for (size_t i = 0; i < n; i++)
@@ -987,15 +1050,17 @@ out:
 	ct->pack_ns += now_ns() - t2;
 	take_python_times(ct);
 	gpud_call_times_set(&t[0], ct);
+	return rc;
 }
 
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n)
 {
 	struct py_worker *pw = state;
+	int rc = 0;
 	PyEval_RestoreThread(pw->ts);
 	atomic_fetch_add(&calls, 1);
 	if (pw->process_batch && (n > 1 || !pw->process))
-		run_batch(pw, tasks, n);
+		rc = run_batch(pw, tasks, n);
 	else
 		for (size_t i = 0; i < n; i++) {
 			if (call_cut()) /* the call ran past task_timeout: the rest too */
@@ -1005,7 +1070,7 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, 
 				run_one(pw, &tasks[i]);
 		}
 	pw->ts = PyEval_SaveThread();
-	return 0;
+	return rc;
 }
 
 /* ---- tasks in flight (max_in_flight > 1) ---- */

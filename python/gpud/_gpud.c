@@ -346,6 +346,11 @@ static int told_failure(struct run_ctx *c, struct gpud_error *err)
 	return gpud_fail(err, "%s", c->stop_msg);
 }
 
+/* The name of the task whose callback runs now (GPUD_SINK_NAMES: a sample's key from
+ * the tar generator), or NULL: what task_key() answers. Only the calling thread, under
+ * the GIL, sets and reads it (one run at a time per process). */
+static const char *current_key;
+
 /* Called on the calling thread only (GPUD_SINK_CALLING_THREAD). */
 static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
 {
@@ -353,8 +358,10 @@ static int sink_event(void *ctx, const struct gpud_event *ev, struct gpud_error 
 	if (atomic_load(&c->cb_failed)) /* stop_msg is written before the flag is set */
 		return told_failure(c, err);
 	PyGILState_STATE g = PyGILState_Ensure();
+	current_key = ev->name;
 	deliver(c, ev->kind, ev->task_id, ev->gpu_id, ev->seconds, ev->message, ev->result,
 		ev->kind == GPUD_TASK_OK ? ev->result_size : 0);
+	current_key = NULL;
 	PyGILState_Release(g);
 	/* This event's callback raised: the sink fails, and libgpud does not journal this
 	 * outcome (nor any after it) as done. */
@@ -782,19 +789,42 @@ PyDoc_STRVAR(run_doc,
 	     "status, -1 when the run could not start), error (str or None), stats_json,\n"
 	     "signal (a stop signal caught, 0 if none), exception (a callback's or the\n"
 	     "iterator's, or None), setup_failed (workers whose setup failed),\n"
-	     "first_setup_error (the first one's text, or None).");
+	     "first_setup_error (the first one's text, or None), summary (with summary=True:\n"
+	     "gpud's summary line, kept from standard error for the caller to say, or None).");
+
+/* summary=True: every engine line goes to standard error as gpud writes it, but the
+ * summary line ("N tasks: ..."), which the Dispatcher says itself in items. */
+struct kept_summary {
+	char line[512];
+	bool kept;
+};
+
+static void keep_summary(void *data, int level, const char *message)
+{
+	struct kept_summary *k = data;
+	const char *p = message;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (level == GPUD_LOG_INFO && !k->kept && p != message && strncmp(p, " tasks: ", 8) == 0) {
+		snprintf(k->line, sizeof k->line, "%s", message);
+		k->kept = true;
+		return;
+	}
+	fprintf(stderr, "gpud: %s\n", message);
+}
 
 /* run()'s result: a types.SimpleNamespace with these attributes. */
 static PyObject *run_result(int status, const char *error, const char *stats_json, int sig,
-			    PyObject *exc, unsigned setup_failed, PyObject *first)
+			    PyObject *exc, unsigned setup_failed, PyObject *first,
+			    const char *summary)
 {
 	PyObject *types = PyImport_ImportModule("types");
 	PyObject *ns = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
-	PyObject *kw =
-		ns ? Py_BuildValue("{s:i,s:z,s:z,s:i,s:O,s:I,s:O}", "status", status, "error",
-				   error, "stats_json", stats_json, "signal", sig, "exception", exc,
-				   "setup_failed", setup_failed, "first_setup_error", first)
-		   : NULL;
+	PyObject *kw = ns ? Py_BuildValue("{s:i,s:z,s:z,s:i,s:O,s:I,s:O,s:z}", "status", status,
+					  "error", error, "stats_json", stats_json, "signal", sig,
+					  "exception", exc, "setup_failed", setup_failed,
+					  "first_setup_error", first, "summary", summary)
+			  : NULL;
 	PyObject *empty = kw ? PyTuple_New(0) : NULL;
 	PyObject *r = empty ? PyObject_Call(ns, empty, kw) : NULL;
 	Py_XDECREF(empty);
@@ -809,18 +839,19 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	(void)self;
 	static char *names[] = {"job_file",   "keys",     "iterable", "total", "codec",
 				"callbacks",  "prefetch", "ui",       "flags", "tty",
-				"stats_json", "helpers",  NULL};
+				"stats_json", "helpers",  "summary",  NULL};
 	/* Optional: job_file, tty, stats_json (None), total (-1: unknown), prefetch,
 	 * ui (off), flags (0). */
 	const char *job_file = NULL, *tty = NULL, *stats_json = NULL;
 	PyObject *keys = NULL, *iterable = NULL, *cbs = NULL, *helpers = NULL;
 	long long total = -1;
-	int codec = -1, ui = GPUD_UI_OFF, flags = 0;
+	int codec = -1, ui = GPUD_UI_OFF, flags = 0, summary = 0;
 	Py_ssize_t prefetch = 256;
+	static struct kept_summary kept; /* one run at a time per process */
 	/* Keyword-only arguments are optional ones to PyArg_ParseTupleAndKeywords. */
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzO", names, &job_file, &keys,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzOp", names, &job_file, &keys,
 					 &iterable, &total, &codec, &PyDict_Type, &cbs, &prefetch,
-					 &ui, &flags, &tty, &stats_json, &helpers))
+					 &ui, &flags, &tty, &stats_json, &helpers, &summary))
 		return NULL;
 	if (!keys || !iterable || !cbs || !helpers || codec < CODEC_RAW ||
 	    codec > CODEC_PICKLE_RAW) {
@@ -881,7 +912,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 					  .close = sink_close,
 					  .events = sink_events,
 					  .resume = c.on_resume ? sink_resume : NULL,
-					  .flags = GPUD_SINK_CALLING_THREAD | GPUD_SINK_NO_INPUT};
+					  .flags = GPUD_SINK_CALLING_THREAD | GPUD_SINK_NO_INPUT |
+						   GPUD_SINK_NAMES};
 		if (gpud_job_set_sink(c.job, &s, &c) < 0) {
 			PyErr_SetString(PyExc_RuntimeError, gpud_job_error(c.job));
 			goto out;
@@ -893,6 +925,11 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 				     .tty = tty,
 				     .flags = (unsigned)flags | GPUD_RUN_KEEP_SIGNALS,
 				     .stats_json = stats_json};
+	kept = (struct kept_summary){0};
+	if (summary) {
+		o.log = keep_summary;
+		o.log_data = &kept;
+	}
 	/* On the main thread, Python's own SIGINT handler (KeyboardInterrupt) for the run:
 	 * gen_interrupt trips it to bring a blocked iterator back. The signal itself is
 	 * on_stop_signal's meanwhile. */
@@ -942,7 +979,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
 	result = run_result(status, gpud_job_error(c.job), json, (int)caught_signal, exc,
-			    c.setup_failed, c.first_setup_error ? c.first_setup_error : Py_None);
+			    c.setup_failed, c.first_setup_error ? c.first_setup_error : Py_None,
+			    kept.kept ? kept.line : NULL);
 out:
 	if (old_int && old_int != Py_None) {
 		/* The program's handler back (None: not one set from Python). */
@@ -988,10 +1026,97 @@ static PyObject *py_versions(PyObject *self, PyObject *unused)
 			     GPUD_API_MINOR);
 }
 
+static PyObject *py_task_key(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	if (!current_key)
+		Py_RETURN_NONE;
+	return PyUnicode_DecodeUTF8(current_key, (Py_ssize_t)strlen(current_key),
+				    "surrogateescape");
+}
+
+/* check()'s generator: the program's items are not read by a check (never called). */
+static int gen_none(void *ctx, struct gpud_buf *item, struct gpud_error *err)
+{
+	(void)ctx;
+	(void)item;
+	(void)err;
+	return 0;
+}
+
+PyDoc_STRVAR(check_doc,
+	     "check(*, job_file=None, keys, items=False) -> dict\n"
+	     "gpud check on the job the keys make (gpud.Dispatcher.check calls it): ok, text\n"
+	     "(what `gpud check` prints), error, and the shared memory the run would map in\n"
+	     "bytes (total, run_memfd, result_memfd, task_ring, result_ring, workers). items:\n"
+	     "the program gives the items (a generator that is never read stands for it).");
+
+static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+	(void)self;
+	static char *names[] = {"job_file", "keys", "items", NULL};
+	const char *job_file = NULL;
+	PyObject *keys = NULL;
+	int items = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOp", names, &job_file, &keys, &items))
+		return NULL;
+	if (!keys) {
+		PyErr_SetString(PyExc_TypeError, "gpud._gpud.check(): keys is required");
+		return NULL;
+	}
+	if (active) {
+		PyErr_SetString(
+			PyExc_RuntimeError,
+			"gpud: a run is already in progress in this process (one at a time)");
+		return NULL;
+	}
+	PyObject *result = NULL;
+	gpud_job *job = gpud_job_new();
+	if (!job)
+		return PyErr_NoMemory();
+	if (job_file && gpud_job_load(job, job_file) < 0) {
+		PyErr_SetString(PyExc_ValueError, gpud_job_error(job));
+		goto out;
+	}
+	if (set_keys(job, keys) < 0)
+		goto out;
+	struct gpud_generator_ops g = {.size = sizeof g, .next = gen_none};
+	if (items && gpud_job_set_generator(job, &g, NULL) < 0) {
+		PyErr_SetString(PyExc_RuntimeError, gpud_job_error(job));
+		goto out;
+	}
+	struct gpud_run_options o = {.size = sizeof o, .ui = GPUD_UI_OFF};
+	int status;
+	PyThreadState *ts = PyEval_SaveThread();
+	status = gpud_job_check(job, &o);
+	PyEval_RestoreThread(ts);
+	const struct gpud_check_report *r = gpud_job_check_report(job);
+	if (!r) {
+		PyErr_SetString(PyExc_RuntimeError, gpud_job_error(job));
+		goto out;
+	}
+	result = Py_BuildValue("{s:O,s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:i}", "ok",
+			       r->ok ? Py_True : Py_False, "text", r->text ? r->text : "", "error",
+			       r->error ? r->error : "", "total", (unsigned long long)r->shm_total,
+			       "run_memfd", (unsigned long long)r->shm_run_memfd, "result_memfd",
+			       (unsigned long long)r->shm_result_memfd, "task_ring",
+			       (unsigned long long)r->shm_task_ring, "result_ring",
+			       (unsigned long long)r->shm_result_ring, "workers", r->shm_workers,
+			       "status", status);
+out:
+	gpud_job_free(job);
+	return result;
+}
+
 static PyMethodDef methods[] = {
+	{"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
 	{"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, run_doc},
 	{"versions", py_versions, METH_NOARGS,
 	 "versions() -> (gpud release, libgpud API (major, minor), the API built against)"},
+	{"task_key", py_task_key, METH_NOARGS,
+	 "task_key() -> the name of the task whose callback runs now (a sample's key), or "
+	 "None"},
 	{NULL, NULL, 0, NULL},
 };
 

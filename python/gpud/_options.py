@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Dispatcher's keywords: the options it knows, their job keys, values written as gpud
 reads them, and run()'s callbacks checked."""
+import inspect
 
 # Dispatcher keyword -> gpud job key (values written as gpud reads them).
 OPTION_KEYS = {
@@ -11,6 +12,7 @@ OPTION_KEYS = {
     "retry_on": "job.retry_on",
     "batch_size": "job.batch_size",
     "batch_wait_ms": "job.batch_wait_ms",
+    "isolate_failures": "job.isolate_failures",
     "setup_timeout": "job.setup_timeout",
     "cleanup_timeout": "job.cleanup_timeout",
     "timeout_grace": "job.timeout_grace",
@@ -58,3 +60,25 @@ def check_callbacks(o, on_success, on_error, on_timeout, on_setup_fail, on_task_
                      ("on_resume", on_resume)):
         if fn is not None and not callable(fn):
             raise TypeError(f"Dispatcher.run(): {name}={fn!r} is not callable")
+
+
+def with_key(fn, n_args, task_key):
+    """fn itself; or, when it has a `key` parameter after its n_args positional ones
+    (on_success(task_id, result, worker_id, key=None)), fn called with key= the task's
+    key: its name from the generator (the tar generator's sample key), None without
+    one. task_key() answers it during the callback (gpud._gpud.task_key)."""
+    if fn is None:
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return fn
+    at = next((i for i, p in enumerate(params) if p.name == "key"), None)
+    if at is None or at < n_args or params[at].kind not in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+        return fn
+
+    def keyed(*args):
+        return fn(*args, key=task_key())
+
+    return keyed

@@ -78,8 +78,10 @@ class Stage:
     def python(self):
         return isinstance(self.what, type)
 
-    def gives(self):
-        """What the next stage or the worker gets from this one (its input kind)."""
+    def gives(self, given="bytes"):
+        """What the next stage or the worker gets from this one (its input kind), given
+        what it gets: a whole sample stays one through the jpeg stage, its image member
+        decoded."""
         if self.python:
             return "result"
         if _plugin_name(os.fspath(self.what)) == "jpeg":
@@ -91,8 +93,12 @@ class Stage:
                 return "bytes"  # resize alone: the size follows the image (or bad keys,
                 # which the stage's setup names)
             if str(k.get("output", "uint8")) == "float32":
-                return f"array:float32:3,{h},{w}"
-            return f"array:uint8:{h},{w},3"
+                pixels = f"array:float32:3,{h},{w}"
+            else:
+                pixels = f"array:uint8:{h},{w},3"
+            if given == "sample":
+                return f"sample:{pixels}:{self.keys.get('image_member') or ''}"
+            return pixels
         return "bytes"
 
     @classmethod
@@ -150,7 +156,8 @@ def keys(stages, worker_keys, worker_script, value, first_input, worker_python):
     worker_keys(cls, setup_kwargs): the gpud_* keys that load a Python class in a
     worker (Dispatcher._worker_keys, as "worker.KEY" pairs); value(v): a key's text;
     first_input: what the first stage gets ("pickle": the program's items, pickled;
-    "bytes": a generator plugin's, or the program's given raw to a C stage);
+    "bytes": a generator plugin's, or the program's given raw to a C stage; "sample":
+    the tar generator's whole samples, `members`);
     worker_python: whether the worker is a Python class. A Python stage in front of a
     C stage or a C worker gives its results as bytes (gpud_output = raw)."""
     out = []
@@ -176,7 +183,7 @@ def keys(stages, worker_keys, worker_script, value, first_input, worker_python):
                 out.append((p + k, value(v)))
         for k, v in st.own.items():
             out.append((p + k, value(v)))
-        given = st.gives() if not (st.python and not nxt_python) else "bytes"
+        given = st.gives(given) if not (st.python and not nxt_python) else "bytes"
     return out, given
 
 

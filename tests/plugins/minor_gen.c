@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Fixture: a generator declared for ABI 1.FIXTURE_MINOR that exports every generator
- * entry point, the 1.2 ones included, and gpud_plugin_keys; with FIXTURE_NO_NEXT, one
- * without gpud_generator_next. The loader's table must hold only what its minor has. */
+ * entry point, the 1.2 ones and 1.9's gpud_generator_name included, and gpud_plugin_keys; with
+ * FIXTURE_NO_NEXT, one without gpud_generator_next. The loader's table must hold only what its
+ * minor has. */
 #include <gpud/plugin.h>
 
 GPUD_EXPORT const struct gpud_plugin_info gpud_plugin_info = {GPUD_ABI_MAJOR, FIXTURE_MINOR,
@@ -39,4 +40,9 @@ GPUD_EXPORT int gpud_generator_check(const struct gpud_args *a, struct gpud_erro
 {
 	(void)a, (void)e;
 	return 0;
+}
+GPUD_EXPORT const char *gpud_generator_name(void *s)
+{
+	(void)s;
+	return "a name";
 }

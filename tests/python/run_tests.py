@@ -184,8 +184,9 @@ def main():
                 e = dict(env, GPUD_TEST_FAKECUDA=cuda, LD_LIBRARY_PATH=os.pathsep.join(
                     x for x in (cuda, os.environ.get("LD_LIBRARY_PATH")) if x))
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], e)
-        # Each item its own outcome: bad results and crashing items among others.
-        for mode in ("results", "crashes"):
+        # Each item its own outcome: bad results, crashing items and items that make a
+        # process_batch raise among others.
+        for mode in ("results", "crashes", "raising"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
         # Items as they were yielded (a refilled buffer), in any layout, aligned; a
         # death's error naming each item's own task id.
@@ -197,13 +198,18 @@ def main():
         if subprocess.run(["/usr/bin/python3", "-c", "import numpy, PIL"], env=BASE_ENV,
                           capture_output=True).returncode == 0 and os.path.exists(
                               os.path.join(BUILD, "plugins", "worker-jpeg.so")):
-            stage_modes.insert(0, "jpeg")
+            stage_modes[:0] = ["jpeg", "samples"]
         else:
             log("SKIP debian: stages.py jpeg (needs NumPy and Pillow in /usr/bin/python3: "
                 "python3-numpy, python3-pil; and the jpeg plugin: libjpeg62-turbo-dev)")
         for mode in stage_modes:
             run(f"debian: stages.py {mode}", "/usr/bin/python3", ["stages.py", mode], env,
                 f"PASS {mode}")
+        if "jpeg" in stage_modes:
+            # The shared memory sized from the items and the jpeg stage's results,
+            # Dispatcher.check() against gpud check, the warning, a larger item.
+            run("debian: memplan.py", "/usr/bin/python3", ["memplan.py"],
+                dict(env, GPUD=os.path.join(BUILD, "daemon", "gpud")), "PASS memplan")
         run("debian: the workers' sys.argv is the program's", "/usr/bin/python3",
             ["launch.py", "argv", "--input", "x y.txt", "7"], env)
         run("debian: launcher variables refused with JobError", "/usr/bin/python3",

@@ -11,6 +11,10 @@ jpeg: JPEGs made with Pillow through the built-in jpeg stage to a Python class t
 python: Python stage classes: pickled objects through a stage to the worker class,
   two stages in a row, a Python stage after the jpeg stage, a Python stage in front of
   a C worker plugin (its results as bytes), a stage's error failing its item alone.
+samples: whole WebDataset samples (jpg, cls, json) from the tar generator's members:
+  the class gets each as a dict with __key__ and its label, through the jpeg stage its
+  jpg as the decoded array; the callbacks that take `key` get each task's sample key
+  (a corrupt image's on_error too), 3-argument callbacks work as before.
 plugins: a generator plugin and a sink plugin by name with their keys around stages
   and a Python class (range -> a Python stage -> the class -> jsonl), the class's
   results written as their bytes; bad stage specs refused in one line."""
@@ -222,6 +226,73 @@ def mode_jpeg_exact():
         check("width is required" in str(e), f"height alone refused: {e}")
 
 
+class Labelled:
+    """Gets whole samples: its key, its label and its image's mean back."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, sample):
+        import numpy as np
+
+        img = sample["jpg"]
+        mean = (img.reshape(-1, 3).mean(0).astype(np.float32) if isinstance(img, np.ndarray)
+                else len(img))
+        return (sample["__key__"], int(sample["cls"]), json.loads(sample["json"])["i"],
+                sorted(sample), mean)
+
+
+def mode_samples():
+    import tarfile
+
+    import numpy as np
+
+    items = jpegs(10)
+    items[4] = b"\xff\xd8\xff\xe0 this is no JPEG"
+    d = os.environ.get("GPUD_TEST_TMP") or "/tmp"
+    path = os.path.join(d, f"samples-{os.getpid()}.tar")
+    keys = [f"dir/{i:04d}" for i in range(len(items))]
+    with tarfile.open(path, "w") as t:
+        for i, (key, data) in enumerate(zip(keys, items)):
+            for ext, b in (("jpg", data), ("cls", str(i % 3).encode()),
+                           ("json", json.dumps({"i": i}).encode())):
+                ti = tarfile.TarInfo(f"{key}.{ext}")
+                ti.size = len(b)
+                t.addfile(ti, io.BytesIO(b))
+    got, errors = {}, {}
+
+    def on_success(task_id, result, worker_id, key=None):
+        got[task_id] = (key, result)
+
+    def on_error(task_id, error, worker_id, key=None):
+        errors[task_id] = (key, error)
+
+    gen = {"plugin": "tar", "path": path, "members": "jpg,cls,json"}
+    stats = Dispatcher(Labelled, GPUS, generator=gen,
+                       stages=[Stage("jpeg", height=H, width=W)]).run(None, on_success,
+                                                                      on_error=on_error)
+    check(sorted(got) == [i for i in range(10) if i != 4] and stats["failed"] == 1,
+          f"every good sample once through the jpeg stage: {sorted(got)}, {stats}")
+    check(list(errors) == [4] and errors[4][0] == keys[4] and "sample 'dir/0004', member "
+          "'jpg'" in errors[4][1], f"the corrupt image fails its sample alone, key given: {errors}")
+    worst = 0.0
+    for t, (key, (k, label, i, names, mean)) in got.items():
+        check(key == keys[t] and k == keys[t] and label == t % 3 and i == t and
+              names == ["__key__", "cls", "jpg", "json"],
+              f"task {t}: the callback's key {key!r} and the class's sample {k!r} {label} {i} "
+              f"{names}")
+        worst = max(worst, float(np.abs(mean - pillow_mean(items[t])).max()))
+    check(worst <= 0.01 * 255, f"the decoded jpg's means within 1% of 255 of Pillow's: {worst:.3f}")
+    # No stage: the members as bytes; 3-argument callbacks as before.
+    plain = {}
+    Dispatcher(Labelled, GPUS, generator=dict(gen, members="*")).run(
+        None, lambda t, r, g: plain.__setitem__(t, r))
+    check(sorted(plain) == list(range(10)) and all(
+        plain[t] == (keys[t], t % 3, t, ["__key__", "cls", "jpg", "json"], len(items[t]))
+        for t in plain), f"members = * without a stage: bytes, 3-argument callbacks: {plain}")
+    os.unlink(path)
+
+
 def mode_python():
     import numpy as np
 
@@ -320,7 +391,7 @@ def mode_plugins():
 if __name__ == "__main__":
     mode = sys.argv[1]
     {"jpeg": lambda: (mode_jpeg(), mode_jpeg_exact()), "python": mode_python,
-     "plugins": mode_plugins}[mode]()
+     "plugins": mode_plugins, "samples": mode_samples}[mode]()
     if FAILED:
         print(f"{len(FAILED)} checks failed", flush=True)
         sys.exit(1)

@@ -87,8 +87,11 @@ struct cfg {
 	unsigned max_worker_restarts; /* per GPU */
 	bool ordered;                 /* deliver outcomes to the sink in task-id order */
 	unsigned batch_size;          /* most tasks per gpud_worker_process_batch call */
-	double batch_wait_ms;         /* how long a worker waits to fill a batch */
+	double batch_wait_ms;         /* how long a worker waits to fill a batch; -1 not set
+				       * (cfg_batch_wait_ms) */
 	unsigned max_in_flight;       /* most tasks gpud_worker_submit holds at once */
+	bool isolate_failures;        /* a batch that fails whole runs again split, to fail
+				       * only the tasks that fail alone */
 	int pin_memory;               /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
 	char *log_dir;                /* where the dashboard puts worker output; NULL = a default */
 	char *journal;                /* the journal of finished tasks; NULL with journal_off */
@@ -149,5 +152,20 @@ int cfg_load(struct cfg *c, const char *path, char *const *sets, size_t n_sets, 
 int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_sets, char *err,
 		size_t errlen, long *at);
 void cfg_free(struct cfg *c);
+
+/* The longest wait to fill a batch when batch_wait_ms is not set, behind a CPU stage:
+ * a cap. The wait itself is the time the batch takes to fill at the rate tasks come
+ * (the stage's), so a stage that is the bottleneck gives its GPU workers whole batches
+ * (the GPU would idle anyway), while one that keeps up costs no wait. */
+#define CFG_BATCH_WAIT_AUTO_MS 500
+
+/* How long a worker waits to fill a batch, in ms: batch_wait_ms when set; else
+ * CFG_BATCH_WAIT_AUTO_MS for a batching worker behind a CPU stage, 0 otherwise. */
+static inline double cfg_batch_wait_ms(const struct cfg *c)
+{
+	if (c->batch_wait_ms >= 0)
+		return c->batch_wait_ms;
+	return c->n_stages && c->batch_size > 1 ? CFG_BATCH_WAIT_AUTO_MS : 0;
+}
 
 #endif /* GPUD_CONFIG_H */

@@ -16,16 +16,24 @@
 
 struct cfg;
 
-/* GPU workers counted as one core when stage workers are counted by default. */
-#define STAGES_GPU_WORKERS_PER_CORE 4
+/* GPUs (groups of gpus_per_worker) counted as one core when stage workers are counted by
+ * default. */
+#define STAGES_GPUS_PER_CORE 4
 
-/* Workers of each stage (per[i], CFG_MAX_STAGES of them) for a job whose GPU workers
- * number `gpu_workers`; returns their sum (0 without stages). The stages without
- * `workers` share, at least 1 each, the cores this process may run on (its CPU
- * affinity: a batch system's share) less the workers of the stages that name their
- * count and a core per STAGES_GPU_WORKERS_PER_CORE GPU workers (rounded down: a GPU
- * worker mostly waits for its GPU). */
-unsigned stagecfg_workers(const struct cfg *c, unsigned gpu_workers, unsigned *per);
+/* The cores this process may run on: its CPU affinity (a batch system's share), else
+ * those online; at least 1. */
+unsigned stagecfg_cores(void);
+
+/* Workers of each stage (per[i], CFG_MAX_STAGES of them); returns their sum (0 without
+ * stages). A stage's `workers` is kept as it is. The stages without it share, at least
+ * 1 each, the cores this process may run on (stagecfg_cores) less the workers of the
+ * stages that name their count and a core per STAGES_GPUS_PER_CORE GPUs (or groups;
+ * rounded down, at most a quarter of the cores left): a GPU worker mostly waits for
+ * its GPU, and workers_per_gpu does not change how much CPU work a GPU needs. */
+unsigned stagecfg_workers(const struct cfg *c, unsigned *per);
+/* Why `stage` gets the workers stagecfg_workers gives it, for `gpud check` and the run's
+ * notes: "workers = 3", or how the cores made its count. Returns buf. */
+const char *stagecfg_workers_why(const struct cfg *c, unsigned stage, char *buf, size_t len);
 
 /* The task_timeout (seconds, 0 none) and max_retries of a worker of `stage`: the
  * stage's own when it sets them, else [job]'s. */

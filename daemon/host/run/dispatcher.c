@@ -93,6 +93,11 @@ void dispatch_first_window(struct host *h, struct host_worker *w)
 	w->flies = w->rep && atomic_load_explicit(&w->rep->flight, memory_order_relaxed) != 0;
 	if (h->cfg->max_in_flight > 1 && w->flies)
 		want = IN_FLIGHT_WINDOW * h->cfg->max_in_flight;
+	/* A batching GPU worker's first call may be a whole batch (update_window gives it
+	 * two after its first result anyway): with one task, a worker behind a CPU stage
+	 * began with a call of 1. */
+	if (h->cfg->batch_size > 1 && w->stage == h->pool.n_stages)
+		want = 2 * h->cfg->batch_size;
 	w->window = want < max ? want : max;
 }
 
@@ -196,6 +201,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			metrics_task(h->view.metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
+			if (__builtin_expect(r.size > h->flow.largest_result, 0))
+				h->flow.largest_result = r.size;
 			UI_ADD(w->ok, 1);
 			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
 		} else if (r.flags & REC_FLAG_TIMEOUT) {
@@ -365,7 +372,7 @@ static bool skip_other_ranks(struct host *h, struct gpud_error *err)
  * one too large, one the generator failed itself (`failed`: its message, ABI 1.7), or a
  * task for the ring (*ent). */
 static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, const char *failed,
-		      struct task_ent *ent)
+		      const char *name, struct task_ent *ent)
 {
 	const struct cfg *c = h->cfg;
 	/* Another rank's (a generator that cannot jump): dropped likewise. With dynamic
@@ -395,6 +402,10 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, 
 		return FED_DROPPED; /* progress: the loop must not sleep between slices */
 	}
 	UI_ADD(h->stats.generated, 1);
+	/* (ABI 1.9) Its name, kept for its events; a name that cannot be kept (out of
+	 * memory) leaves the task unnamed, nothing else. */
+	if (name)
+		(void)names_put(&h->out.task_names, id, name);
 	if (h->resume.on && !h->resume.first_new_ns)
 		h->resume.first_new_ns = wait_now_ns(); /* the skipping is over */
 	if (failed || item->size > c->max_task_bytes) {
@@ -418,6 +429,8 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, 
 		return FED_REFUSED;
 	}
 	*ent = (struct task_ent){.id = id, .size = (uint32_t)item->size};
+	if (__builtin_expect(item->size > h->flow.largest_task, 0))
+		h->flow.largest_task = (uint32_t)item->size;
 	return FED_TASK;
 }
 
@@ -478,7 +491,8 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 		text_clean(err.message);
 		failed = err.message;
 	}
-	return admit(h, h->flow.next_id++, &item, failed, ent);
+	const char *name = h->out.names ? h->gen_ops->name(h->gen) : NULL;
+	return admit(h, h->flow.next_id++, &item, failed, name, ent);
 }
 
 /* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
@@ -667,6 +681,9 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		progress += feed(h, gen_ok);
 	if (__builtin_expect(h->flow.done && !h->flow.drained_told, 0))
 		tell_drained(h);
+	if (__builtin_expect(h->flow.done && h->pool.stages != NULL, 0) &&
+	    !h->pool.stages[h->pool.n_stages].drained_told)
+		stages_tell_drained(h);
 
 	if (tasks_requeued_any(h) && !requeued_may_run(h))
 		tasks_drop_requeued(h);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "run/events.h"
+#include "util/names.h"
 #include "util/abort.h"
 #include "job/stagecfg.h"
 #include "record/failures.h"
@@ -24,6 +25,8 @@ static bool is_outcome(enum gpud_event_kind kind)
  * again on --resume. */
 static void taken(struct host *h, const struct gpud_event *ev)
 {
+	if (h->out.names)
+		names_drop(&h->out.task_names, ev->task_id);
 	if (h->journal.fd < 0)
 		return;
 	if (ev->kind == GPUD_TASK_OK)
@@ -59,6 +62,13 @@ static void sink_gate_leave(struct host *h)
 static int sink_call(struct host *h, const struct gpud_event *ev, struct gpud_error *err)
 {
 	bool gated = sink_gate_enter(h, ev->kind, ev->task_id, ev->attempt);
+	struct gpud_event named;
+	if (h->out.names && ev->task_id != UINT64_MAX) {
+		/* (ABI 1.9) Its name, looked up at the call: a held event's copy has none. */
+		named = *ev;
+		named.name = names_get(&h->out.task_names, ev->task_id);
+		ev = &named;
+	}
 	int rc = h->sink_ops->event(h->sink, ev, err);
 	if (gated)
 		sink_gate_leave(h);
@@ -91,6 +101,8 @@ static void refused(struct host *h, const struct gpud_event *ev, const char *mes
 {
 	char msg[sizeof((struct gpud_error *)0)->message + 16];
 	snprintf(msg, sizeof msg, "sink: %s", message);
+	if (h->out.names)
+		names_drop(&h->out.task_names, ev->task_id);
 	if (h->stats.ok)
 		UI_SET(h->stats.ok, h->stats.ok - 1);
 	UI_ADD(h->stats.failed, 1);
@@ -119,6 +131,8 @@ static void deliver_now(struct host *h, const struct gpud_event *ev)
 	if (rc == GPUD_SINK_TASK_FAILED && ev->kind == GPUD_TASK_OK && h->sink_ops->fail_task) {
 		refused(h, ev, err.message[0] ? err.message : "the sink refused the result");
 	} else if (rc != 0) {
+		if (outcome && h->out.names)
+			names_drop(&h->out.task_names, ev->task_id);
 		h->out.open = false;
 		if (outcome)
 			h->out.lost++;

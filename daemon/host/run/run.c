@@ -204,6 +204,7 @@ static void release(struct host *h)
 	free(h->pool.w);
 	free(h->pool.restarts);
 	free(h->out.held);
+	names_free(&h->out.task_names);
 	free(h->files.log_dir);
 	free(h->pool.retired);
 	free(h->pool.bus_ids);
@@ -261,16 +262,14 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			h.gen_pl.path ? h.gen_pl.path : c->generator.plugin,
 			h.sink_pl.path ? h.sink_pl.path : c->sink.plugin);
 		unsigned per[CFG_MAX_STAGES];
-		stagecfg_workers(c, (unsigned)(groups_count(c) * c->workers_per_gpu), per);
-		for (unsigned i = 0; i < h.pool.n_stages; i++)
-			fprintf(out, "  stage %s: %u worker%s%s; %s\n", h.pool.stages[i].name,
+		stagecfg_workers(c, per);
+		for (unsigned i = 0; i < h.pool.n_stages; i++) {
+			char why[400];
+			fprintf(out, "  stage %s: %u worker%s (%s); %s\n", h.pool.stages[i].name,
 				per[i], per[i] == 1 ? "" : "s",
-				c->stages[i].workers
-					? ""
-					: " (no workers =: the cores it may use, less the "
-					  "named stages' workers and a core per 4 GPU "
-					  "workers, shared, at least 1)",
+				stagecfg_workers_why(c, i, why, sizeof why),
 				h.pool.stages[i].plugin);
+		}
 		if (c->ranks > 1 || strcmp(c->rank_source, "none (one rank)") != 0)
 			fprintf(out, "  rank %u of %u (from %s)\n", c->rank, c->ranks,
 				c->rank_source);
@@ -287,7 +286,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			python_describe(python_chosen(), py, sizeof py);
 			fprintf(out, "  python: %s\n", py);
 		}
-		capacity_describe(&h, c, out);
+		capacity_describe(&h, c, out, opts ? opts->memory : NULL);
 		fputs(notes ? notes : "", out);
 	}
 	free(notes);
@@ -448,9 +447,11 @@ static int finish_run(struct host *h)
 		claims_finished(h->claims);
 	stats_print(h, LOG_INFO);
 	stages_note_results(h, LOG_INFO);
+	capacity_note_oversized(h, LOG_INFO);
 	if (h->resume.skipped)
 		fprintf(LOG_INFO, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);
+	resume_note_nothing_left(h, LOG_INFO);
 	failures_close(h, LOG_INFO);
 	int status = exit_status(h);
 	metrics_stop(h, status);
@@ -568,6 +569,8 @@ static int open_plugins(struct host *h, struct cfg *c)
 	h->out.mask = sink->events ? sink->events(h->sink) : GPUD_EVENTS_ALL;
 	h->out.calling_thread = sink->calling_thread;
 	h->out.no_input = sink->no_input;
+	/* Names are kept only when the generator gives them and the sink takes them. */
+	h->out.names = sink->names && h->gen_ops && h->gen_ops->name;
 	err.message[0] = '\0';
 	struct gpud_job_info job = {.job_id = c->job_id, .rank = c->rank, .ranks = c->ranks};
 	if (sink->job && sink->job(h->sink, &job, &err) != 0) {
@@ -606,7 +609,7 @@ static int setup_run(struct host *h, struct cfg *c)
 	 * CPU stage worker. */
 	unsigned per[CFG_MAX_STAGES];
 	h->pool.n_gpu_workers = (unsigned)(groups_count(c) * c->workers_per_gpu);
-	unsigned staged = stagecfg_workers(c, h->pool.n_gpu_workers, per);
+	unsigned staged = stagecfg_workers(c, per);
 	h->pool.n = h->pool.n_gpu_workers + staged;
 	h->pool.w = calloc(h->pool.n, sizeof *h->pool.w);
 	h->pool.restarts = calloc(groups_count(c) + staged, sizeof *h->pool.restarts);
@@ -625,6 +628,15 @@ static int setup_run(struct host *h, struct cfg *c)
 		h->pool.w[k].pid = -1;
 	}
 	stages_assign(h);
+	/* A stage's count the cores chose, when it is not every core gpud may use: said,
+	 * with why, so that a count lower than the user expects is never silent. */
+	for (unsigned s = 0; s < c->n_stages; s++) {
+		char why[400];
+		if (!c->stages[s].workers && per[s] != stagecfg_cores())
+			fprintf(LOG_INFO, "gpud: stage %s: %u worker%s (%s)\n", c->stages[s].name,
+				per[s], per[s] == 1 ? "" : "s",
+				stagecfg_workers_why(c, s, why, sizeof why));
+	}
 	if (tasks_init(h, stages_per_worker(h)) < 0) {
 		say("out of memory for the task table");
 		return -1;

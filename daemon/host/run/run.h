@@ -10,6 +10,7 @@
 
 #include "view/ui.h"
 
+struct capacity_memory;
 struct gen_ops;
 struct sink_ops;
 
@@ -36,9 +37,10 @@ struct run_opts {
 	void *gen_state;
 	const struct sink_ops *sink_ops;
 	void *sink_state;
-	struct run_result *result; /* filled at the end when not NULL */
-	bool import_code;          /* check --import: import the python sections' code */
-	FILE *check_out;           /* where run_check writes what it found; NULL: stdout */
+	struct run_result *result;      /* filled at the end when not NULL */
+	bool import_code;               /* check --import: import the python sections' code */
+	FILE *check_out;                /* where run_check writes what it found; NULL: stdout */
+	struct capacity_memory *memory; /* check: the shared memory's figures, when not NULL */
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets

@@ -22,6 +22,7 @@
 #include "util/textio.h"
 #include "workers/memory.h"
 #include "workers/spawner.h"
+#include "workers/times.h"
 
 /* A key of [stage.NAME] that is a slip of the stage's own (`worker = 4` for `workers`):
  * refused naming it when the plugin declares its keys and has no such key, said on
@@ -105,7 +106,7 @@ void stages_assign(struct host *h)
 	unsigned per[CFG_MAX_STAGES];
 	if (!p->stages)
 		return;
-	stagecfg_workers(h->cfg, p->n_gpu_workers, per);
+	stagecfg_workers(h->cfg, per);
 	unsigned k = p->n_gpu_workers;
 	for (unsigned s = 0; s < p->n_stages; s++) {
 		p->stages[s].first = k;
@@ -258,6 +259,29 @@ unsigned stages_feed_retries(struct host *h)
 	return n;
 }
 
+void stages_tell_drained(struct host *h)
+{
+	if (!h->pool.stages || !h->flow.done || h->rq.head)
+		return;
+	for (unsigned s = 1; s <= h->pool.n_stages; s++) {
+		const struct host_stage *up = &h->pool.stages[s - 1];
+		if (up->rq && s - 1 > 0)
+			return;
+		for (unsigned i = 0; i < up->n; i++)
+			if (tasks_held(&h->pool.w[up->first + i]))
+				return;
+		struct host_stage *st = &h->pool.stages[s];
+		if (st->drained_told)
+			continue;
+		st->drained_told = true;
+		for (unsigned i = 0; i < st->n; i++) {
+			struct host_worker *w = &h->pool.w[st->first + i];
+			atomic_store_explicit(&w->feed->drained, 1, memory_order_release);
+			wait_ring_fast(shm_worker_bell(w));
+		}
+	}
+}
+
 /* Tasks w holds that it has not started (it reports how far it got; clamped). */
 static uint64_t unstarted(const struct host_worker *w, uint64_t *finished)
 {
@@ -317,7 +341,9 @@ void stages_publish(struct host *h, uint64_t now)
 		UI_SET(st->fig.ok, ok);
 		UI_SET(st->fig.failed, failed);
 		UI_SET(st->fig.timeouts, timeouts);
-		UI_SET(st->fig.busy, stages_busy(h, st->first, st->n, elapsed));
+		double busy = stages_busy(h, st->first, st->n, elapsed);
+		UI_SET(st->fig.busy, busy);
+		UI_SET(st->fig.busy_cpu, stages_busy_cpu(h, st->first, st->n, busy));
 	}
 }
 
@@ -391,10 +417,25 @@ double stages_busy(const struct host *h, unsigned first, unsigned n, double elap
 	return busy < 0 ? 0 : busy > 1 ? 1 : busy;
 }
 
+double stages_busy_cpu(const struct host *h, unsigned first, unsigned n, double busy)
+{
+	/* The workers' CPU time in their calls over their time in them (times.h: each
+	 * worker's figure clamped to its time), applied to the busy fraction. */
+	double cpu = 0, user = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct worker_times t;
+		times_of(&h->pool.w[first + i], &t);
+		cpu += (double)t.user_cpu_ns;
+		user += (double)t.phase_ns[PH_USER];
+	}
+	return user > 0 ? busy * (cpu < user ? cpu / user : 1) : 0;
+}
+
 void stages_json(const struct host *h, FILE *f, double elapsed)
 {
-	fprintf(f, ", \"gpu_busy\": %.4f, \"stages\": [",
-		stages_busy(h, 0, h->pool.n_gpu_workers, elapsed));
+	double gpu = stages_busy(h, 0, h->pool.n_gpu_workers, elapsed);
+	fprintf(f, ", \"gpu_busy\": %.4f, \"gpu_busy_cpu\": %.4f, \"stages\": [", gpu,
+		stages_busy_cpu(h, 0, h->pool.n_gpu_workers, gpu));
 	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
 		const struct host_stage *st = &h->pool.stages[s];
 		uint64_t ok = 0, failed = 0, timed_out = 0;
@@ -409,9 +450,11 @@ void stages_json(const struct host *h, FILE *f, double elapsed)
 		fprintf(f, "%s{\"name\": ", s ? ", " : "");
 		io_json_string(f, st->name);
 		fprintf(f,
-			", \"workers\": %u, \"busy\": %.4f, \"queued\": %llu, \"ok\": %llu, "
-			"\"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
+			", \"workers\": %u, \"busy\": %.4f, \"busy_cpu\": %.4f, \"queued\": %llu, "
+			"\"ok\": %llu, \"failed\": %llu, \"timed_out\": %llu, \"restarts\": %u}",
 			st->n, stages_busy(h, st->first, st->n, elapsed),
+			stages_busy_cpu(h, st->first, st->n,
+					stages_busy(h, st->first, st->n, elapsed)),
 			(unsigned long long)st->fig.queued, (unsigned long long)ok,
 			(unsigned long long)failed, (unsigned long long)timed_out, restarts);
 	}

@@ -55,6 +55,11 @@ void stages_publish_handed(struct host *h, unsigned stage);
 /* Feeds the later stages' workers from their queues of tasks to run again; returns the
  * tasks given. */
 unsigned stages_feed_retries(struct host *h);
+/* Once the generator has ended (h->flow.done), each later stage (the GPU workers too)
+ * whose stages before it hold nothing and have nothing to run again is told no new
+ * task will come (shm_feed.drained): its waits count as idle, and a batching worker
+ * sends its last batch at once instead of waiting for it to fill. */
+void stages_tell_drained(struct host *h);
 
 /* Every 100 ms (by `now`; now = 0: at once): each stage's figures for the view
  * (host_stage.fig, view/figures.h): its live workers, its queue, its counts, how busy. */
@@ -67,6 +72,11 @@ void stages_check_alive(struct host *h);
 /* The busy fraction of workers pool.w[first] to pool.w[first + n - 1] over `elapsed`
  * seconds: their time in process() over elapsed x n, 0 to 1 (any thread). */
 double stages_busy(const struct host *h, unsigned first, unsigned n, double elapsed);
+/* Of `busy` (stages_busy of the same workers), the part that was CPU time of the
+ * threads making the calls: busy times their CPU time in the calls over their time in
+ * them (0 to busy). Near busy: the calls are CPU work (Python, NumPy, a spinning
+ * synchronisation); well below it: they wait (for the GPU, I/O). */
+double stages_busy_cpu(const struct host *h, unsigned first, unsigned n, double busy);
 
 /* --stats-json's `, "gpu_busy": B, "stages": [...]` (stats.c). */
 void stages_json(const struct host *h, FILE *f, double elapsed);

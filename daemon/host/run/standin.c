@@ -182,13 +182,27 @@ static bool interrupt_generator(struct host *h)
 	return true;
 }
 
+/* STANDIN_POLL_NS, or GPUD_STANDIN_POLL_MS from the environment: the tests lengthen it so
+ * that a task left for the stand-in to hand over is told apart from one handed over at
+ * once by hundreds of milliseconds, not by a fraction of one (tests/test_stalls.c). */
+static uint64_t standin_poll_ns(void)
+{
+	const char *env = getenv("GPUD_STANDIN_POLL_MS");
+	char *end;
+	unsigned long ms = env ? strtoul(env, &end, 10) : 0;
+	if (!env || end == env || *end || ms == 0 || ms > 10000)
+		return STANDIN_POLL_NS;
+	return (uint64_t)ms * 1000000u;
+}
+
 static void *standin_main(void *arg)
 {
 	struct host *h = arg;
 	struct gate *g = &h->gate;
-	uint64_t seen = UINT64_MAX;        /* the call found running at the last look */
-	uint64_t seen_ns = 0;              /* when */
-	uint64_t period = STANDIN_POLL_NS; /* how long it may run before a take-over */
+	uint64_t seen = UINT64_MAX; /* the call found running at the last look */
+	uint64_t seen_ns = 0;       /* when */
+	const uint64_t poll_ns = standin_poll_ns();
+	uint64_t period = poll_ns; /* how long it may run before a take-over */
 	for (;;) {
 		/* The bell before `ending`: standin_stop() sets `ending` before it rings,
 		 * so either we see `ending` or the wait below sees the bell move. */
@@ -216,7 +230,7 @@ static void *standin_main(void *arg)
 			seen_ns = wait_now_ns();
 			period = atomic_load_explicit(&g->sink, memory_order_relaxed)
 					 ? STANDIN_SINK_NS
-					 : STANDIN_POLL_NS;
+					 : poll_ns;
 			continue;
 		}
 		if (wait_now_ns() - seen_ns < period)

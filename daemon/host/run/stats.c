@@ -75,9 +75,9 @@ double stats_cpu_now(void)
 
 /* Where worker w's time went (workers/times.h), as flat fields (a worker's entry has no
  * object inside): `, "time_wall": s, "time_setup": s, ... "cpu": s, "main_thread_cpu":
- * s, "calls": N, "call_min" .. "call_mean", "call_sizes": [[from, to, calls], ...]`.
- * The phases are printed to the nanosecond, so they add up to time_wall as the worker
- * counted them. */
+ * s, "user_cpu": s (of time_user), "calls": N, "call_min" .. "call_mean", "call_sizes": [[from, to,
+ * calls], ...]`. The phases are printed to the nanosecond, so they add up to time_wall as the
+ * worker counted them. */
 static void stats_worker_times(FILE *f, const struct host_worker *w)
 {
 	struct worker_times t;
@@ -86,8 +86,9 @@ static void stats_worker_times(FILE *f, const struct host_worker *w)
 	for (unsigned p = 0; p < PH_COUNT; p++)
 		fprintf(f, ", \"time_%s\": %.9f", times_phase_names[p],
 			(double)t.phase_ns[p] * 1e-9);
-	fprintf(f, ", \"cpu\": %.6f, \"main_thread_cpu\": %.6f", (double)t.cpu_ns * 1e-9,
-		(double)t.main_cpu_ns * 1e-9);
+	fprintf(f, ", \"cpu\": %.6f, \"main_thread_cpu\": %.6f, \"user_cpu\": %.6f",
+		(double)t.cpu_ns * 1e-9, (double)t.main_cpu_ns * 1e-9,
+		(double)t.user_cpu_ns * 1e-9);
 	uint32_t median;
 	uint64_t calls = times_calls(&t, &median);
 	fprintf(f,

@@ -19,6 +19,8 @@ struct stage_figures {
 	uint64_t ok, failed, timeouts; /* task runs that ended in it, by how */
 	double busy;                   /* its workers' time in process() over their time up,
 					* 0 to 1, by the last fill */
+	double busy_cpu;               /* of busy, the part that was CPU time of the calls'
+					* threads (0 to busy) */
 };
 
 #endif /* GPUD_FIGURES_H */

@@ -217,6 +217,12 @@ static void times_metrics(FILE *o, const struct host *h)
 			"%.6f\n",
 			h->pool.w[i].index, h->pool.w[i].gpu_id, (double)t[i].cpu_ns * 1e-9,
 			h->pool.w[i].index, h->pool.w[i].gpu_id, (double)t[i].main_cpu_ns * 1e-9);
+	fprintf(o, "# HELP gpud_worker_user_cpu_seconds_total Of a worker's time in the "
+		   "user's calls (phase=\"user\"), the CPU time of the thread making them.\n"
+		   "# TYPE gpud_worker_user_cpu_seconds_total counter\n");
+	for (unsigned i = 0; i < h->pool.n; i++)
+		fprintf(o, "gpud_worker_user_cpu_seconds_total{worker=\"%d\",gpu=\"%d\"} %.6f\n",
+			h->pool.w[i].index, h->pool.w[i].gpu_id, (double)t[i].user_cpu_ns * 1e-9);
 	fprintf(o, "# HELP gpud_worker_call_size Items per call of a worker's process or "
 		   "process_batch, as its calls got them.\n"
 		   "# TYPE gpud_worker_call_size histogram\n");
@@ -254,6 +260,12 @@ static void stage_metrics(const struct host *h, FILE *o)
 	for (unsigned s = 0; s <= h->pool.n_stages; s++)
 		fprintf(o, "gpud_stage_busy_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
 			UI_READ(h->pool.stages[s].fig.busy));
+	fprintf(o, "# HELP gpud_stage_busy_cpu_ratio Of gpud_stage_busy_ratio, the part that "
+		   "was CPU time of the threads making the calls (Python, NumPy: not the GPU), "
+		   "0 to the busy ratio.\n# TYPE gpud_stage_busy_cpu_ratio gauge\n");
+	for (unsigned s = 0; s <= h->pool.n_stages; s++)
+		fprintf(o, "gpud_stage_busy_cpu_ratio{stage=\"%s\"} %.4f\n", h->pool.stages[s].name,
+			UI_READ(h->pool.stages[s].fig.busy_cpu));
 	fprintf(o, "# HELP gpud_stage_queued Tasks waiting in front of the stage.\n"
 		   "# TYPE gpud_stage_queued gauge\n");
 	for (unsigned s = 0; s <= h->pool.n_stages; s++)

@@ -604,15 +604,17 @@ static void dash_write(struct ui *u, const struct frame *fr, bool final)
 }
 
 /* Stage s's line for the dashboard and plain progress, from its figures (figures.h):
- * its workers, busy fraction, queue and counts; s = n_stages is the GPU workers'. */
+ * its workers, busy fraction (time in the user's calls) and the CPU part of it, queue
+ * and counts; s = n_stages is the GPU workers'. */
 static void stage_line(const struct host *h, unsigned s, char *buf, size_t len)
 {
 	struct host_stage *st = &h->pool.stages[s];
 	struct stage_figures *g = &st->fig;
 	snprintf(buf, len,
-		 "%s %-12s %3u/%-3u workers  busy %3.0f%%  queued %-6llu ok %llu  failed %llu",
+		 "%s %-12s %3u/%-3u workers  busy %3.0f%% (cpu %3.0f%%)  queued %-6llu ok %llu  "
+		 "failed %llu",
 		 s < h->pool.n_stages ? "stage" : "     ", st->name, UI_READ(g->alive),
-		 UI_READ(g->workers), 100 * UI_READ(g->busy),
+		 UI_READ(g->workers), 100 * UI_READ(g->busy), 100 * UI_READ(g->busy_cpu),
 		 (unsigned long long)UI_READ(g->queued), (unsigned long long)UI_READ(g->ok),
 		 (unsigned long long)(UI_READ(g->failed) + UI_READ(g->timeouts)));
 }

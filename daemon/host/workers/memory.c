@@ -157,14 +157,19 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 
 int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 {
+	return shm_plan_for(h, n, h->cfg->max_task_bytes, h->cfg->max_result_bytes, p);
+}
+
+int shm_plan_for(const struct host *h, unsigned n, uint64_t max_task, uint64_t max_result,
+		 struct shm_plan *p)
+{
 	const struct cfg *c = h->cfg;
-	uint64_t res_payload =
-		c->max_result_bytes > SHM_MSG_MAX ? c->max_result_bytes : SHM_MSG_MAX;
+	uint64_t res_payload = max_result > SHM_MSG_MAX ? max_result : SHM_MSG_MAX;
 	uint64_t per_worker_queue = (c->queue_size + n - 1) / n;
 	uint64_t small_tasks = 2 * SHM_REC_HDR * per_worker_queue;
 	uint64_t small_results = (2 * SHM_REC_HDR + SHM_SLOT_GAP) * per_worker_queue;
 
-	*p = (struct shm_plan){.task_need = ring_span(c->max_task_bytes)};
+	*p = (struct shm_plan){.task_need = ring_span(max_task)};
 	/* A batching worker holds a whole batch of tasks, and reserves a full result slot
 	 * (with its gap) for each before the call; one with tasks in flight, as many as
 	 * max_in_flight. The limits of the keys keep these far from overflowing, and the
@@ -280,9 +285,11 @@ static void write_header(struct host *h, const struct shm_plan *plan)
 		.max_result_bytes = c->max_result_bytes,
 		.batch_size = c->batch_size,
 		.max_in_flight = c->max_in_flight,
+		.isolate = c->isolate_failures,
 		.pin_memory = (uint32_t)c->pin_memory,
 		.report_size = sizeof(struct shm_report),
-		.batch_wait_ns = (uint64_t)(c->batch_wait_ms * 1e6),
+		.batch_wait_ns = (uint64_t)(cfg_batch_wait_ms(c) * 1e6),
+		.batch_wait_auto = c->batch_wait_ms < 0 && cfg_batch_wait_ms(c) > 0,
 		.out_size = h->shm.out_size,
 	};
 	h->shm.bell = (struct wait_bell){.bell = h->shm.host_bell,

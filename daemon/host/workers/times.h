@@ -38,6 +38,10 @@ static inline void times_of_report(const struct shm_report *rep, struct worker_t
 	t->items = atomic_load_explicit(&s->items, memory_order_relaxed);
 	t->cpu_ns = atomic_load_explicit(&s->cpu_ns, memory_order_relaxed);
 	t->main_cpu_ns = atomic_load_explicit(&s->main_cpu_ns, memory_order_relaxed);
+	/* the worker's word: never more than the user's time it is part of */
+	t->user_cpu_ns = atomic_load_explicit(&s->user_cpu_ns, memory_order_relaxed);
+	if (t->user_cpu_ns > t->phase_ns[PH_USER])
+		t->user_cpu_ns = t->phase_ns[PH_USER];
 }
 
 /* a += b */
@@ -55,6 +59,7 @@ static inline void times_add(struct worker_times *a, const struct worker_times *
 	a->items += b->items;
 	a->cpu_ns += b->cpu_ns;
 	a->main_cpu_ns += b->main_cpu_ns;
+	a->user_cpu_ns += b->user_cpu_ns;
 }
 
 /* Worker w's figures: its earlier processes' and the current one's. */
@@ -73,6 +78,7 @@ static inline void times_of(const struct host_worker *w, struct worker_times *t)
 	t->items = __atomic_load_n(&p->items, __ATOMIC_RELAXED);
 	t->cpu_ns = __atomic_load_n(&p->cpu_ns, __ATOMIC_RELAXED);
 	t->main_cpu_ns = __atomic_load_n(&p->main_cpu_ns, __ATOMIC_RELAXED);
+	t->user_cpu_ns = __atomic_load_n(&p->user_cpu_ns, __ATOMIC_RELAXED);
 	times_of_report(__atomic_load_n(&w->rep, __ATOMIC_RELAXED), &now);
 	times_add(t, &now);
 }
@@ -112,6 +118,7 @@ static inline void times_worker_ends(struct host_worker *w)
 	UI_ADD(p->items, now.items);
 	UI_ADD(p->cpu_ns, now.cpu_ns);
 	UI_ADD(p->main_cpu_ns, now.main_cpu_ns);
+	UI_ADD(p->user_cpu_ns, now.user_cpu_ns);
 	for (unsigned k = 0; k < SHM_CALL_BUCKETS; k++)
 		UI_ADD(p->calls[k], now.calls[k]);
 	if (now.call_min && (!p->call_min || now.call_min < p->call_min))
