@@ -9,7 +9,7 @@ all of it becomes resident. With the keys left at 1 MiB, a batch of 64 images of
 150 KB maps 256 MiB a ring. Here, when the program leaves max_task_bytes and
 max_result_bytes unset, they are sized from what the rings will carry: the first
 items the program yields (with room for larger ones) and the declared outputs of the
-stages (the jpeg stage's height x width x 3 pixels); then raised to the most the ring
+stages (the jpeg stage's height x width x 3 pixels), where there are stages; then raised to the most the ring
 that size needs anyway can carry (a power of two has room to spare: larger items cost
 nothing up to it). The ring arithmetic mirrors daemon/shared/ring.h and
 daemon/host/workers/memory.c; Dispatcher.check() reports libgpud's own figures, and
@@ -23,7 +23,7 @@ MSG_MAX = 1024       # SHM_MSG_MAX: a result slot holds at least a failure's mes
 MIN_RING = 64 << 10  # memory.c's MIN_RING
 MAX_BYTES = 1 << 30  # the largest max_task_bytes / max_result_bytes gpud takes
 SAMPLE = 16          # the most items check() reads of those it is given (run(): 1)
-ITEM_ROOM = 1.5      # a later item may be this much larger than the largest first one
+ITEM_ROOM = 3        # a later item may be this much larger than the largest first one
 RESULT_FLOOR = 64 << 10  # results of the worker after sized stages: at least this room
 WARN_RATIO = 4       # a plan this many times what the items need is said
 RING_FLOOR = 4 << 20  # a sized ring is never smaller (batch_size 1 with 1 MiB keys)
@@ -141,7 +141,12 @@ def plan_keys(stages, sizes, batch):
     outs = [declared(st.gives()) for st in stages]
     keys, why = [], {}
     known = all(o is not None for o in outs)
-    if sizes and known:
+    # Without stages the items alone would decide, and the first item says little of
+    # the rest (a 3-byte first item, then 200 KB ones): the 1 MiB default is kept, as
+    # before the Dispatcher sized anything. With stages, what the GPU workers get is
+    # the stages' declared results, and the items have room for ITEM_ROOM times the
+    # largest first one (photos vary).
+    if sizes and known and outs:
         # The program's items (with room for larger ones) and each stage's results,
         # which are the next stage's (or the GPU workers') tasks.
         need = max([int(max(sizes) * ITEM_ROOM) + 1] + outs)

@@ -4,7 +4,7 @@ memplan.py, printing PASS memplan. Needs NumPy and Pillow (the jpeg stage's item
 
 - plan: a Dispatcher with the jpeg stage and small JPEGs (about 3 KB, to 32 x 32,
   batch_size 8) plans rings within a bound derived from its items: each ring at most
-  four times two batches of them (a task: 1.5 times the largest item; a result: the
+  four times two batches of them (a task: 3 times the largest item; a result: the
   stage's 3072 bytes, or 64 KiB), or 4 MiB; with the 1 MiB defaults each task ring
   took 32 MiB.
 - figures: Dispatcher.check() returns the figures `gpud check` prints for the same
@@ -15,6 +15,9 @@ memplan.py, printing PASS memplan. Needs NumPy and Pillow (the jpeg stage's item
 - larger: an item larger than the size derived from the first ones fails alone, its
   error naming max_task_bytes, what it was sized from and the option to raise it; the
   rest succeed.
+- nostage: without stages the first item sizes nothing: a 3-byte first item, then
+  items of 200 KB, one a task in batches of 64, all succeed (sized from the first
+  item, every later one failed).
 """
 import io
 import os
@@ -68,7 +71,7 @@ def mode_plan(items):
     largest = max(len(x) for x in items)
     # Two batches of the items in a task ring, of the stage's results in a result
     # ring: a ring may be four times that (a power of two, room for larger items).
-    task_bound = max(FLOOR, 4 * 2 * BATCH * (64 + int(largest * 1.5) + 64))
+    task_bound = max(FLOOR, 4 * 2 * BATCH * (64 + int(largest * 3) + 64))
     result_bound = max(FLOOR, 4 * 2 * BATCH * (64 + max(H * W * 3, 64 << 10) + 256))
     check(p["task_ring"] <= task_bound,
           f"task ring {p['task_ring']} over {task_bound} for items of {largest} bytes")
@@ -162,6 +165,28 @@ def mode_larger(items):
     check(stats.get("failed") == 1, f"stats {stats}")
 
 
+class Echo(gpud.BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process_batch(self, items):
+        return [len(x) for x in items]
+
+
+def mode_nostage():
+    order = [b"abc"] + [bytes([i]) * 200000 for i in range(50)]
+    ok, errs = {}, {}
+    Dispatcher(Echo, [0], batch_size=64, chunksize=1).run(
+        order, lambda t, r, w: ok.__setitem__(t, r),
+        on_error=lambda t, e, w: errs.__setitem__(t, e))
+    check(not errs and ok == {i: len(x) for i, x in enumerate(order)},
+          f"without stages: {len(ok)} ok, {len(errs)} failed: {list(errs.values())[:1]}")
+    p = Dispatcher(Echo, [0], batch_size=64, chunksize=1).check(order)
+    check(p["max_task_bytes"] == 1 << 20 and "max_task_bytes" not in p["sized"],
+          f"without stages max_task_bytes is the default: {p['max_task_bytes']}, "
+          f"sized {p['sized']}")
+
+
 def main():
     gpud_exe = os.environ.get("GPUD") or os.path.join(
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(gpud.__file__)))),
@@ -171,6 +196,7 @@ def main():
     mode_figures(items, gpud_exe)
     mode_warning(items)
     mode_larger(items)
+    mode_nostage()
     if FAILED:
         sys.exit(1)
     print("PASS memplan", flush=True)
