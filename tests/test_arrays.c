@@ -410,6 +410,28 @@ Test(arrays, npy_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .ti
 		       "n = 10 + b[8] + 256 * b[9] + 300; open(p, 'wb').write(b[:n])\"");
 }
 
+/* The output named as a shard's done record (out-0.npy.done, which the merge reads):
+ * refused, the record unchanged (it was written over by the merged array). */
+Test(arrays, npy_merge_refuses_a_shards_done_record_as_its_output, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\n[worker]\nplugin = rows\n[generator]\nplugin = range\n"
+		    "stop = 40\n[sink]\nplugin = npy\npath = out-{rank}.npy\ndtype = float32\n"
+		    "shape = 3\n");
+	t_sh(dir, "for r in 0 1; do \"$GPUD\" run job.ini --ui off --rank $r/2 2>e$r; "
+		  "echo $? >> rc; done\n"
+		  "cp out-0.npy.done keep\n"
+		  "\"$GPUD\" merge-arrays out-0.npy.done out-0.npy out-1.npy 2>m; echo $? >> rc\n"
+		  "cmp -s keep out-0.npy.done || echo changed > changed\n"
+		  "\"$GPUD\" merge-arrays all.npy out-0.npy out-1.npy 2>m2; echo $? >> rc\n");
+	cr_expect_str_eq(t_read_in(dir, "rc"), "0\n0\n2\n0\n", "%s\n%s", t_read_in(dir, "m"),
+			 t_read_in(dir, "m2"));
+	cr_expect(strstr(t_read_in(dir, "m"), "out-0.npy.done is the output and the done record "
+					      "of the shard out-0.npy"),
+		  "%s", t_read_in(dir, "m"));
+	cr_expect_null(t_read_in(dir, "changed"), "the done record was written over");
+}
+
 Test(arrays, hdf5_merge_refuses_its_output_as_a_shard_and_shards_of_two_jobs, .timeout = 120)
 {
 	if (!have_hdf5())

@@ -86,6 +86,22 @@ int merge_arrays(const struct merge_format *fmt, struct gpud_array_merge_call *c
 			    out_path, shards[i]);
 			goto out;
 		}
+		/* Nor a shard's done record (an npy shard's PATH.done), which the merge
+		 * reads: written over, the shard's rows would be lost. */
+		char *done = arr_done_path(shards[i]);
+		if (!done)
+			goto oom;
+		struct stat sd;
+		bool hit = out_exists && stat(done, &sd) == 0 && sd.st_dev == so.st_dev &&
+			   sd.st_ino == so.st_ino;
+		free(done);
+		if (hit) {
+			say(call, 0,
+			    "%s is the output and the done record of the shard %s: name another "
+			    "output; nothing written",
+			    out_path, shards[i]);
+			goto out;
+		}
 		for (size_t k = 0; k < i; k++)
 			if (st[i].st_dev == st[k].st_dev && st[i].st_ino == st[k].st_ino) {
 				say(call, 0, "%s and %s are the same file", shards[k], shards[i]);
