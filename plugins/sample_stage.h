@@ -4,7 +4,9 @@
  * and passes the others on: the `jpeg` stage given a sample instead of an image file.
  *
  * The image member is the one named by the stage's `image_member` key, else the first
- * whose name is jpg, jpeg or png (or ends in .jpg, .jpeg, .png: "left.jpg"). The result
+ * whose name is jpg (or ends in .jpg: "left.jpg"), else the first jpeg, else the first
+ * png: a sample's photo is its jpg, a png beside it (a depth map, a mask) is passed on,
+ * wherever it sorts in the shard. The result
  * is the same sample (key, members, order) with that member's bytes replaced by what
  * the stage's own decode makes of them, written in place in the result (no copy of the
  * pixels); every other member's bytes are copied as they came. The sample is the
@@ -21,18 +23,19 @@
 
 #include "sample.h"
 
-/* Whether member name n (len bytes) is an image by its extension. */
-static inline bool sample_stage_is_image(const char *n, size_t len)
+/* Member name n (len bytes) as an image by its extension: 1 jpg, 2 jpeg, 3 png (the
+ * lower taken first), 0 not an image. */
+static inline int sample_stage_image_rank(const char *n, size_t len)
 {
 	static const char *const ext[] = {"jpg", "jpeg", "png"};
 	for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
 		size_t e = strlen(ext[i]);
 		if (len == e && !memcmp(n, ext[i], e))
-			return true;
+			return (int)i + 1;
 		if (len > e && n[len - e - 1] == '.' && !memcmp(n + len - e, ext[i], e))
-			return true;
+			return (int)i + 1;
 	}
-	return false;
+	return 0;
 }
 
 /* The task's failure message, naming the sample and member it came from. */
@@ -67,13 +70,17 @@ static inline int sample_stage_run(struct gpud_task *task, const char *image_mem
 					task->input_size);
 	walk = s;
 	size_t want = image_member ? strlen(image_member) : 0;
-	for (uint32_t i = 0; (rc = gpud_sample_next(&walk, &m)) == 1; i++)
-		if (at == UINT32_MAX &&
-		    (want ? m.name_len == want && !memcmp(m.name, image_member, want)
-			  : sample_stage_is_image(m.name, m.name_len))) {
+	int best = 4; /* the image rank of the member taken (sample_stage_image_rank) */
+	for (uint32_t i = 0; (rc = gpud_sample_next(&walk, &m)) == 1; i++) {
+		int rank =
+			want ? (m.name_len == want && !memcmp(m.name, image_member, want) ? 1 : 0)
+			     : sample_stage_image_rank(m.name, m.name_len);
+		if (rank && rank < best) {
+			best = rank;
 			at = i;
 			img = m;
 		}
+	}
 	if (rc < 0)
 		return gpud_task_reject(task,
 					"sample: sample '%.*s' is damaged (%zu bytes): a member's "

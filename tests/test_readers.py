@@ -918,6 +918,41 @@ def test_tar_members_jpeg_stage(d):
           f"{r.returncode}: {r.stderr.strip()[-300:]})")
 
 
+def test_tar_members_jpg_before_png(d):
+    """members = *: a sample's jpg is its image wherever a png sorts beside it (a depth
+    map 'depth.png' before 'jpg'): the jpg decoded, the png passed on as it came."""
+    import tarfile
+    from PIL import Image
+
+    def enc(fmt, size, colour):
+        buf = io.BytesIO()
+        Image.new("RGB", size, colour).save(buf, fmt)
+        return buf.getvalue()
+
+    jpg, png = enc("JPEG", (20, 20), (200, 30, 30)), enc("PNG", (4, 4), (0, 0, 255))
+    with tarfile.open(os.path.join(d, "s.tar"), "w") as t:
+        for name, data in (("c.depth.png", png), ("c.jpg", jpg), ("c.cls", b"3")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    write_job(d, "plugin = tar\npath = s.tar\nmembers = *\n")
+    with open(os.path.join(d, "job.ini")) as f:
+        text = f.read().replace("[worker]\nplugin = echo\n",
+                                "[stage.decode]\nplugin = jpeg\nheight = 8\nwidth = 8\n"
+                                "[worker]\nplugin = echo\n")
+    with open(os.path.join(d, "job.ini"), "w") as f:
+        f.write(text)
+    r = run(d, "run", "job.ini", "--ui", "off")
+    rows = list(jsonl_rows(os.path.join(d, "out.jsonl")))
+    members = dict(parse_sample(row_bytes(rows[0]))[1]) if rows and rows[0].get(
+        "status") == "ok" else {}
+    px = np.frombuffer(members.get("jpg", b""), np.uint8)
+    check(r.returncode == 0 and members.get("depth.png") == png and px.size == 8 * 8 * 3
+          and abs(int(px[0]) - 200) <= 3,
+          f"members = *: the jpg decoded, the png before it passed on (exit {r.returncode}, "
+          f"{rows[:1]}, {sorted(members)}: {r.stderr.strip()[-300:]})")
+
+
 # ---- the image pipeline: tar -> jpeg stage -> a worker -> npy ----
 
 def make_jpeg_shards(d, n_shards, per_shard, corrupt=()):
@@ -1151,7 +1186,7 @@ def main():
     elif subprocess.run([sys.executable, "-c", "import PIL"], capture_output=True).returncode:
         print("SKIP: the image pipeline: this Python has no Pillow (Debian: python3-pil)")
     else:
-        parts += [test_image_pipeline, test_tar_members_jpeg_stage]
+        parts += [test_image_pipeline, test_tar_members_jpeg_stage, test_tar_members_jpg_before_png]
         if os.environ.get("HAVE_PYTHON", "1") == "1":
             parts.append(test_images_example)
         else:
