@@ -447,7 +447,8 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 	 * while it works.) */
 	if (w->task_head != *head0 &&
 	    (h->flow.check_mask == 0 ||
-	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
+	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed)) &&
+	    w->state != HW_STARTING) { /* one starting takes its first batch whole */
 		publish_tasks(w);
 		*head0 = w->task_head;
 	}
@@ -491,17 +492,18 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 	return admit(h, h->flow.next_id++, &item, failed, name, ent);
 }
 
-/* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
- * tasks given (and those dropped as done before: progress too); *slice_end is set when
- * the pass ran out of time. */
+/* Fills `w`'s ring from the requeued tasks first, then from the generator, up to its
+ * window and to `upto` tasks held. Returns the tasks given (and those dropped as done
+ * before: progress too); *slice_end is set when the pass ran out of time. */
 static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uint64_t *clock,
-			 bool *slice_end)
+			 bool *slice_end, uint32_t upto)
 {
 	const struct cfg *c = h->cfg;
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
+	uint32_t limit = upto < w->window ? upto : w->window;
 
-	while (h->flow.in_flight < c->queue_size && tasks_held(w) < w->window &&
+	while (h->flow.in_flight < c->queue_size && tasks_held(w) < limit &&
 	       tasks_may_hold(w, false)) {
 		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
 		/* A task that runs alone (tasks.h) waits for a worker that holds nothing,
@@ -543,9 +545,22 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		if (*slice_end || ent.alone)
 			break;
 	}
-	if (w->task_head != head0)
+	if (w->task_head != head0) {
 		publish_tasks(w);
+		if (__builtin_expect(!h->startup.first_window_ns, 0))
+			h->startup.first_window_ns = wait_now_ns();
+	}
 	return n;
+}
+
+/* Whether the generator may feed w: a worker that runs, or one still starting (its
+ * rings exist from its spawn: its first tasks are written while it sets up, and taken
+ * back without blame if its setup fails, workers/lifecycle.c). */
+static inline bool feedable(const struct host *h, const struct host_worker *w, bool gen_ok)
+{
+	/* The stand-in leaves alone the ring the stuck call writes into. */
+	return (w->state == HW_READY || w->state == HW_STARTING) &&
+	       (gen_ok || w != h->gate.filling);
 }
 
 static unsigned feed(struct host *h, bool gen_ok)
@@ -559,11 +574,19 @@ static unsigned feed(struct host *h, bool gen_ok)
 		lo = h->pool.stages[0].first;
 		cnt = h->pool.stages[0].n;
 	}
+	/* First, round the workers, one batch (a task without batches) to each that holds
+	 * less, so that no worker's first or next batch waits behind another's whole
+	 * window (two workers start together); then every window filled. */
+	uint32_t unit = h->cfg->batch_size > 1 && !h->pool.stages ? h->cfg->batch_size : 1;
 	for (unsigned i = 0; i < cnt && !slice_end; i++) {
 		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
-		/* The stand-in leaves alone the ring the stuck call writes into. */
-		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
-			n += feed_one(h, w, gen_ok, &clock, &slice_end);
+		if (tasks_held(w) < unit && feedable(h, w, gen_ok))
+			n += feed_one(h, w, gen_ok, &clock, &slice_end, unit);
+	}
+	for (unsigned i = 0; i < cnt && !slice_end; i++) {
+		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
+		if (feedable(h, w, gen_ok))
+			n += feed_one(h, w, gen_ok, &clock, &slice_end, UINT32_MAX);
 	}
 	h->flow.rr++;
 	return n;

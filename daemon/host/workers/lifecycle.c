@@ -66,6 +66,9 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
+	/* Tasks written while it set up run elsewhere, without blame: none of them ran. */
+	if (tasks_held(w))
+		lifecycle_take_back(h, w);
 	ui_say(h, UI_EVENT, "worker %d (%s) setup failed: %s", w->index, WHERE_OF(h, w), why);
 	h->pool.up->worker_event(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
