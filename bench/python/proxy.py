@@ -14,7 +14,9 @@ exact in float32, so every configuration's answers must equal the loop's), and s
 4 ms x (1 + n/64) for a call of n items: 20 ms for 256, 12,800 images/s at most. Its
 setup (the "model": weights built, NumPy imported) is timed apart on both sides.
 
-The configurations, alternated within each round so that all see the same load:
+The configurations, each run in a process of its own (a user's program: its imports
+included), alternated within each round so that all see the same load; with
+--gpud old=PATH,new=PATH every gpud row runs with each of those packages:
 
   loop       a plain loop in this process: setup, then batches of 256 as they come
   gpud 1     gpud.Dispatcher(batch_size=256), one worker
@@ -30,8 +32,10 @@ gpud rows, the stats' breakdown of the time before the first result (last round)
 The load average is printed with the figures: on a busy machine say so.
 """
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -122,21 +126,21 @@ def run_loop(n):
         if at10 is None:
             at10 = (now, k)
     end = time.perf_counter()
-    return figures(n, t0, end, setup, first, at10), answers
+    return figures(n, t0, end, setup, first, at10, now), answers
 
 
 def run_gpud(n, workers):
     from gpud import Dispatcher
 
     answers = {}
-    state = {"first": None, "at10": None}
+    state = {"first": None, "at10": None, "last": None}
     mark = max(1, n // 10)
 
     def on_success(i, r, worker_id):
         if i in answers:
             raise AssertionError(f"item {i} delivered twice")
         answers[i] = r
-        now = time.perf_counter()
+        now = state["last"] = time.perf_counter()
         if state["first"] is None:
             state["first"] = now
         if state["at10"] is None and len(answers) >= mark:
@@ -147,8 +151,8 @@ def run_gpud(n, workers):
                        workers_per_gpu=workers).run(images(n), on_success)
     end = time.perf_counter()
     setup = max((w.get("time_setup", 0.0) for w in stats.get("workers", [])), default=0.0)
-    f = figures(n, t0, end, setup, state["first"], state["at10"])
-    f["stats"] = stats
+    f = figures(n, t0, end, setup, state["first"], state["at10"], state["last"])
+    f["stats"] = {k: stats.get(k) for k in ("first_result", "workers")}
     return f, answers
 
 
@@ -157,7 +161,7 @@ def run_pool_second(n):
     return None, None
 
 
-def figures(n, t0, end, setup, first, at10):
+def figures(n, t0, end, setup, first, at10, last=None):
     wall = end - t0
     steady = (n - at10[1]) / max(end - at10[0], 1e-9) if at10 and at10[1] < n else 0.0
     return {
@@ -167,6 +171,7 @@ def figures(n, t0, end, setup, first, at10):
         "steady": steady,
         "first": (first - t0) if first else float("nan"),
         "first_after_setup": (first - t0 - setup) if first else float("nan"),
+        "tail": (end - last) if last else 0.0,
     }
 
 
@@ -188,63 +193,106 @@ def start_breakdown(stats):
             f"the call (worker {s.get('worker')}): {parts} (ms)")
 
 
+def one(key, n):
+    """--role: one configuration in this fresh process; its figures and answers as JSON."""
+    fn = {k: f for k, _, f in CONFIGS}[key]
+    f, answers = fn(n)
+    if f is None:
+        return {"figures": None}
+    return {"figures": f, "answers": [answers.get(i) for i in range(n)],
+            "count": len(answers)}
+
+
+def spawn(key, n, path):
+    """Runs one configuration in a process of its own (a user's program: its imports and
+    setup included), with `path` (a gpud package's folder) first on PYTHONPATH."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--role", key,
+                        "--items", str(n)], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{key} at {n} items failed (exit {r.returncode}): {r.stderr}")
+    return json.loads(r.stdout.splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--items", default="2048,8192", help="item counts, comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", help="comma-separated configurations (loop always runs)")
+    ap.add_argument("--gpud", help="NAME=PATH,...: gpud packages to compare (each PATH a "
+                    "folder holding gpud/), every gpud row run with each; default: the "
+                    "gpud this Python imports")
+    ap.add_argument("--role", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.role:
+        print(json.dumps(one(a.role, int(a.items))))
+        return 0
     counts = [int(x) for x in a.items.split(",")]
-    configs = CONFIGS
-    if a.only:
-        keep = set(a.only.split(",")) | {"loop"}
-        configs = [c for c in configs if c[0] in keep]
+    builds = [("", None)]
+    if a.gpud:
+        builds = [tuple(x.split("=", 1)) for x in a.gpud.split(",")]
+        builds = [(name, os.path.abspath(path)) for name, path in builds]
+    rows = []  # (label, key, text, path)
+    for key, text, _ in CONFIGS:
+        if a.only and key != "loop" and key not in a.only.split(","):
+            continue
+        if key == "loop":
+            rows.append(("loop", key, text, None))
+            continue
+        for name, path in builds:
+            label = f"{key} {name}".strip()
+            rows.append((label, key, f"{text}{f' ({name})' if name else ''}", path))
     load0 = os.getloadavg()
-    print(f"proxy: items {counts}, {a.rounds} rounds alternated, {os.cpu_count()} CPUs, "
-          f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; {sys.executable}",
-          flush=True)
-    got = {(n, key): [] for n in counts for key, _, _ in configs}
-    wrong = []
-    for r in range(a.rounds):
+    print(f"proxy: items {counts}, {a.rounds} rounds alternated, each run a process of its "
+          f"own, {os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} "
+          f"{load0[2]:.2f}; {sys.executable}", flush=True)
+    got = {(n, r[0]): [] for n in counts for r in rows}
+    wrong, loads = [], [load0[0]]
+    for rnd in range(a.rounds):
         for n in counts:
             want = None
-            for key, _, fn in configs:
-                f, answers = fn(n)
+            for label, key, _, path in rows:
+                out = spawn(key, n, path)
+                f = out["figures"]
                 if f is None:
                     continue
-                got[(n, key)].append(f)
+                got[(n, label)].append(f)
                 if key == "loop":
-                    want = answers
-                elif sorted(answers) != list(range(n)) or any(
-                        answers[i] != want[i] for i in answers):
-                    wrong.append(f"{key} at {n} items, round {r + 1}")
-                print(f"  round {r + 1}, {n} items: {key:8s} {f['rate']:8.0f} images/s, "
+                    want = out["answers"]
+                elif out["count"] != n or out["answers"] != want:
+                    wrong.append(f"{label} at {n} items, round {rnd + 1}")
+                print(f"  round {rnd + 1}, {n} items: {label:12s} {f['rate']:8.0f} images/s, "
                       f"first result {f['first']:.3f} s", flush=True)
+        loads.append(os.getloadavg()[0])
     load1 = os.getloadavg()
-    print(f"\nload average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print(f"\nload average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; "
+          f"1-minute load over the rounds {min(loads):.2f} to {max(loads):.2f}")
     print()
     print("| items | configuration | images/s, wall | without setup | steady (10% to the "
-          "last) | first result (from the call / after setup) | setup |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "last) | first result (from the call / after setup) | setup | tail |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for n in counts:
         loop = {k: statistics.median(f[k] for f in got[(n, "loop")])
                 for k in ("rate", "rate_no_setup", "steady")}
-        for key, text, _ in configs:
-            fs = got[(n, key)]
+        for label, _, text, _ in rows:
+            fs = got[(n, label)]
             if not fs:
-                print(f"| {n} | {text} | not measured yet | | | | |")
+                print(f"| {n} | {text} | not measured yet | | | | | |")
                 continue
             m = {k: statistics.median(f[k] for f in fs) for k in fs[0] if k != "stats"}
-            print(f"| {n} | {text} | {m['rate']:,.0f} ({m['rate'] / loop['rate']:.2f}x) | "
+            print(f"| {n:,} | {text} | {m['rate']:,.0f} ({m['rate'] / loop['rate']:.2f}x) | "
                   f"{m['rate_no_setup']:,.0f} ({m['rate_no_setup'] / loop['rate_no_setup']:.2f}x)"
                   f" | {m['steady']:,.0f} ({m['steady'] / loop['steady']:.2f}x) | "
-                  f"{m['first']:.3f} / {m['first_after_setup']:.3f} s | {m['setup']:.3f} s |")
+                  f"{m['first']:.3f} / {m['first_after_setup']:.3f} s | {m['setup']:.3f} s | "
+                  f"{1e3 * m['tail']:.0f} ms |")
     print()
     for n in counts:
-        for key, _, _ in configs:
-            fs = got[(n, key)]
+        for label, _, _, _ in rows:
+            fs = got[(n, label)]
             if fs and "stats" in fs[-1]:
-                print(f"before the first result, {key} at {n} items (last round):")
+                print(f"before the first result, {label} at {n} items (last round):")
                 print(start_breakdown(fs[-1]["stats"]))
     print()
     if wrong:
