@@ -87,6 +87,12 @@ static uint32_t window_max(const struct host *h, const struct host_worker *w)
  * share of queue_size). */
 #define IN_FLIGHT_WINDOW 3
 
+static void publish_tasks(struct host_worker *w)
+{
+	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+	wait_ring_fast(shm_worker_bell(w));
+}
+
 void dispatch_first_window(struct host *h, struct host_worker *w)
 {
 	uint32_t max = window_max(h, w), want = 1;
@@ -99,6 +105,10 @@ void dispatch_first_window(struct host *h, struct host_worker *w)
 	if (h->cfg->batch_size > 1 && w->stage == h->pool.n_stages)
 		want = 2 * h->cfg->batch_size;
 	w->window = want < max ? want : max;
+	/* What was written while it set up (its first batch whole, if the generator had
+	 * it): handed over now. */
+	if (atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head)
+		publish_tasks(w);
 }
 
 static void update_window(struct host *h, struct host_worker *w)
@@ -264,11 +274,6 @@ enum fed {
 };
 
 /* Publishes what `w`'s ring holds and rings its bell. */
-static void publish_tasks(struct host_worker *w)
-{
-	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
-	wait_ring_fast(shm_worker_bell(w));
-}
 
 /* The generator has ended: the workers it fed (the first stage's, or the GPU workers
  * without stages) are told, so that their waits for tasks from now on count as idle,
@@ -505,7 +510,9 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 
 	while (h->flow.in_flight < c->queue_size && tasks_held(w) < limit &&
 	       tasks_may_hold(w, false)) {
-		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
+		/* Tasks to run again wait for a worker that is set up (a task taken back
+		 * from one still starting is not given to another such). */
+		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h) && w->state == HW_READY;
 		/* A task that runs alone (tasks.h) waits for a worker that holds nothing,
 		 * and the generator's tasks wait for it, so that one comes free. */
 		if (__builtin_expect(tasks_requeued_alone(h), 0) && requeued_may_run(h) &&
@@ -546,11 +553,28 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 			break;
 	}
 	if (w->task_head != head0) {
-		publish_tasks(w);
 		if (__builtin_expect(!h->startup.first_window_ns, 0))
 			h->startup.first_window_ns = wait_now_ns();
+		/* A worker still starting is handed its tasks when it is ready
+		 * (dispatch_first_window): until then they may be taken back. */
+		if (__builtin_expect(w->state != HW_STARTING, 1))
+			publish_tasks(w);
 	}
 	return n;
+}
+
+/* Tasks written for workers still starting go back to the queue when a set-up worker
+ * has nothing to run: a setup that takes long (or hangs) holds back no task. They were
+ * never published, so the worker cannot have seen them (workers/lifecycle.c
+ * lifecycle_take_back moves its ring back to what it was handed). */
+static void take_back_from_starting(struct host *h, unsigned lo, unsigned cnt, bool gen_ok)
+{
+	for (unsigned i = 0; i < cnt; i++) {
+		struct host_worker *w = &h->pool.w[lo + i];
+		/* The stand-in leaves alone the ring the stuck call writes into. */
+		if (w->state == HW_STARTING && tasks_held(w) && (gen_ok || w != h->gate.filling))
+			lifecycle_take_back(h, w);
+	}
 }
 
 /* Whether the generator may feed w: a worker that runs, or one still starting (its
@@ -583,11 +607,16 @@ static unsigned feed(struct host *h, bool gen_ok)
 		if (tasks_held(w) < unit && feedable(h, w, gen_ok))
 			n += feed_one(h, w, gen_ok, &clock, &slice_end, unit);
 	}
+	bool starving = false;
 	for (unsigned i = 0; i < cnt && !slice_end; i++) {
 		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
-		if (feedable(h, w, gen_ok))
+		if (feedable(h, w, gen_ok)) {
 			n += feed_one(h, w, gen_ok, &clock, &slice_end, UINT32_MAX);
+			starving |= w->state == HW_READY && !tasks_held(w);
+		}
 	}
+	if (__builtin_expect(starving, 0))
+		take_back_from_starting(h, lo, cnt, gen_ok);
 	h->flow.rr++;
 	return n;
 }

@@ -286,6 +286,10 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
+	/* Tasks written but never handed over (a worker still starting) were never seen:
+	 * the ring goes back to what it was handed, so that no hole is left for its
+	 * process, or its successor, to read as tasks. */
+	w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	w->task_free = w->task_head;
 }
 
