@@ -535,3 +535,81 @@ Test(run, a_restarted_workers_time_keeps_its_crashed_process, .timeout = 120)
 		     t_read_in(dir, "check.out"));
 	free(path);
 }
+
+/* Runs a batcher job (batch_size 8, `workers` workers on GPU 0, range 0..stop) with
+ * --stats-json, then check.py (CHECK) over its `out` and `s.json`. */
+static void startup_job(int workers, int stop, const char *check)
+{
+	const char *dir = t_tmpdir();
+	char *text;
+	cr_assert(asprintf(&text,
+			   "[job]\ngpus = 0\nworkers_per_gpu = %d\nbatch_size = 8\n"
+			   "[worker]\nplugin = batcher\nsleep_us = 2000\n"
+			   "[generator]\nplugin = range\nstop = %d\n"
+			   "[sink]\nplugin = jsonl\n",
+			   workers, stop) > 0);
+	char *path = t_write(dir, "job.ini", text);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0, "%s",
+		     t_read_in(dir, "err"));
+	t_write(dir, "check.py", check);
+	cr_expect_eq(t_sh(dir, "/usr/bin/python3 check.py >check.out 2>&1"), 0, "%s",
+		     t_read_in(dir, "check.out"));
+	free(text);
+	free(path);
+}
+
+/* The stats' first_result: each part >= 0, the four in a row adding up to its seconds,
+ * the two side by side inside it, the worker one of the run's. */
+Test(run, first_result_says_where_the_time_before_it_went, .timeout = 60)
+{
+	startup_job(
+		2, 64,
+		"import json\n"
+		"s = json.load(open('s.json'))\n"
+		"f = s['first_result']\n"
+		"parts = ['host', 'spawn', 'before_call', 'first_call']\n"
+		"for k in parts + ['seconds', 'worker_start', 'first_window']:\n"
+		"    assert f[k] >= 0, (k, f)\n"
+		"assert f['seconds'] > 0, f\n"
+		"assert abs(sum(f[k] for k in parts) - f['seconds']) <= 5e-6, f\n"
+		"assert f['worker_start'] <= f['seconds'] and f['first_window'] <= f['seconds'], f\n"
+		"# elapsed counts from after the plugins opened, inside host\n"
+		"assert f['seconds'] - f['host'] <= s['elapsed'], (f, s['elapsed'])\n"
+		"assert f['worker'] in [w['worker_id'] for w in s['workers']], f\n"
+		"print('CHECKED')\n");
+}
+
+/* A batching worker's first call is a whole batch when the generator has that many
+ * items: written while the worker sets up and handed over whole (every call's size is
+ * in its results and the stats). */
+Test(run, a_batching_workers_first_call_is_a_whole_batch, .timeout = 60)
+{
+	startup_job(1, 64,
+		    "import json\n"
+		    "s = json.load(open('s.json'))\n"
+		    "first = None\n"
+		    "for line in open('out'):\n"
+		    "    r = json.loads(line)\n"
+		    "    if r['task_id'] == 0:\n"
+		    "        first = int(r['result'].split('n=')[1])\n"
+		    "assert first == 8, ('task 0 came in a call of', first)\n"
+		    "w = s['workers'][0]\n"
+		    "assert w['call_sizes'] == [[5, 8, 8]], w['call_sizes']\n"
+		    "print('CHECKED')\n");
+}
+
+/* Two workers: each one's first batch is handed out before either's second (task ids
+ * are given in the order tasks are generated), so neither starts behind the other. */
+Test(run, two_workers_get_their_first_batches_before_either_gets_a_second, .timeout = 60)
+{
+	startup_job(2, 64,
+		    "import json\n"
+		    "got = {}\n"
+		    "for line in open('out'):\n"
+		    "    r = json.loads(line)\n"
+		    "    got.setdefault(r['worker_id'], []).append(r['task_id'])\n"
+		    "assert len(got) == 2, got\n"
+		    "firsts = sorted(sorted(ids)[:8] for ids in got.values())\n"
+		    "assert sorted(firsts[0] + firsts[1]) == list(range(16)), firsts\n"
+		    "print('CHECKED')\n");
+}

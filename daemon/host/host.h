@@ -334,6 +334,20 @@ struct host_view {
 	struct metrics_srv *srv;
 };
 
+/* Where the time before the first result went (the stats JSON's `first_result`): clock
+ * readings (wait_now_ns), 0 until reached. run.c stamps the start and the spawns, the
+ * loop the first window written (run/dispatcher.c) and events.c the first outcome. */
+struct host_startup {
+	uint64_t enter_ns;        /* run_job entered */
+	uint64_t spawn_from_ns;   /* the first worker being spawned */
+	uint64_t spawn_to_ns;     /* every worker spawned */
+	uint64_t first_window_ns; /* the first worker's first tasks written and published */
+	uint64_t first_result_ns; /* the first outcome taken in */
+	int first_worker;         /* whose outcome it was (its index), -1 none */
+	uint64_t spawned_ns;      /* that worker's process started */
+	uint64_t ready_ns;        /* that worker seen ready by the loop */
+};
+
 /* One run: a local of run_job (run/run.c), one at a time per process. */
 struct host {
 	const struct cfg *cfg;
@@ -364,13 +378,14 @@ struct host {
 	struct host_resume resume;
 	struct host_files files;
 	struct host_view view;
+	struct host_startup startup;
 };
 
 /* A host before anything is opened: every descriptor -1. */
 #define HOST_INIT(c)                                                                               \
 	{                                                                                          \
 		.cfg = (c), .shm = {.fd = -1, .ro_fd = -1, .bell_fd = -1, .pipe = {-1, -1}},       \
-		.flow = {.total = -1}, .journal = {                                                \
+		.flow = {.total = -1}, .startup = {.first_worker = -1}, .journal = {               \
 			.fd = -1                                                                   \
 		}                                                                                  \
 	}

@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
@@ -252,6 +253,7 @@ class Dispatcher:
         yielded before ran); JobError when the job cannot start."""
         import gpud
 
+        called = time.monotonic()
         if getattr(gpud, "_in_worker", False):
             raise StopScript()
         from . import _gpud, _worker
@@ -267,7 +269,7 @@ class Dispatcher:
                                      on_setup_fail=on_setup_fail,
                                      on_task_start=with_key(on_task_start, 2, key),
                                      on_resume=on_resume),
-                                base_seed, task_timeout, setup_kwargs)
+                                base_seed, task_timeout, setup_kwargs, called)
         finally:
             if on_exit is not None:
                 on_exit()
@@ -475,7 +477,8 @@ class Dispatcher:
             warnings.warn(warn, MemoryWarning, stacklevel=2)
         return out
 
-    def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
+    def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs,
+             called=None):
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
         o = self.options
@@ -516,7 +519,7 @@ class Dispatcher:
             raise JobError(str(e)) from None
         status, error, sig, exc = r.status, r.error, r.signal, r.exception
         setup_failed, first = r.setup_failed, r.first_setup_error
-        self.stats = stats = library_stats(r.stats_json, status)
+        self.stats = stats = library_stats(r.stats_json, status, called)
         if chunk is not None:
             chunk.fix_stats(stats)
             if r.summary is not None:  # gpud's line counts chunks: said in items

@@ -92,6 +92,11 @@ def closures():
     check(state["exits"] == 1, "on_exit once")
     check(stats["completed"] == 300 and stats["failed"] == 0, f"stats {stats}")
     check(set(stats["gpu_status"]) == set(GPUS), "gpu_status per GPU")
+    # The time before the first result: the Python side's part added to gpud's.
+    first = stats.get("first_result") or {}
+    check(first.get("seconds", 0) > 0 and first.get("python", -1) >= 0
+          and abs(first.get("from_call", 0) - first["python"] - first["seconds"]) < 1e-9,
+          f"first_result with its python part: {first}")
     check(not os.path.exists(MARKER), "the script's __main__ block did not run in a worker")
 
 

@@ -87,6 +87,12 @@ static uint32_t window_max(const struct host *h, const struct host_worker *w)
  * share of queue_size). */
 #define IN_FLIGHT_WINDOW 3
 
+static void publish_tasks(struct host_worker *w)
+{
+	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
+	wait_ring_fast(shm_worker_bell(w));
+}
+
 void dispatch_first_window(struct host *h, struct host_worker *w)
 {
 	uint32_t max = window_max(h, w), want = 1;
@@ -99,6 +105,10 @@ void dispatch_first_window(struct host *h, struct host_worker *w)
 	if (h->cfg->batch_size > 1 && w->stage == h->pool.n_stages)
 		want = 2 * h->cfg->batch_size;
 	w->window = want < max ? want : max;
+	/* What was written while it set up (its first batch whole, if the generator had
+	 * it): handed over now. */
+	if (atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head)
+		publish_tasks(w);
 }
 
 static void update_window(struct host *h, struct host_worker *w)
@@ -266,11 +276,6 @@ enum fed {
 };
 
 /* Publishes what `w`'s ring holds and rings its bell. */
-static void publish_tasks(struct host_worker *w)
-{
-	atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
-	wait_ring_fast(shm_worker_bell(w));
-}
 
 /* The generator has ended: the workers it fed (the first stage's, or the GPU workers
  * without stages) are told, so that their waits for tasks from now on count as idle,
@@ -451,7 +456,8 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 	 * while it works.) */
 	if (w->task_head != *head0 &&
 	    (h->flow.check_mask == 0 ||
-	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed))) {
+	     atomic_load_explicit(&w->rep->sleeping, memory_order_relaxed)) &&
+	    w->state != HW_STARTING) { /* one starting takes its first batch whole */
 		publish_tasks(w);
 		*head0 = w->task_head;
 	}
@@ -495,19 +501,22 @@ generate(struct host *h, struct host_worker *w, struct shm_rec *t, uint64_t *hea
 	return admit(h, h->flow.next_id++, &item, failed, name, ent);
 }
 
-/* Fills `w`'s ring from the requeued tasks first, then from the generator. Returns the
- * tasks given (and those dropped as done before: progress too); *slice_end is set when
- * the pass ran out of time. */
+/* Fills `w`'s ring from the requeued tasks first, then from the generator, up to its
+ * window and to `upto` tasks held. Returns the tasks given (and those dropped as done
+ * before: progress too); *slice_end is set when the pass ran out of time. */
 static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uint64_t *clock,
-			 bool *slice_end)
+			 bool *slice_end, uint32_t upto)
 {
 	const struct cfg *c = h->cfg;
 	uint64_t head0 = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	unsigned n = 0;
+	uint32_t limit = upto < w->window ? upto : w->window;
 
-	while (h->flow.in_flight < c->queue_size && tasks_held(w) < w->window &&
+	while (h->flow.in_flight < c->queue_size && tasks_held(w) < limit &&
 	       tasks_may_hold(w, false)) {
-		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h);
+		/* Tasks to run again wait for a worker that is set up (a task taken back
+		 * from one still starting is not given to another such). */
+		bool rq = tasks_requeued_for(h, w) && requeued_may_run(h) && w->state == HW_READY;
 		/* A task that runs alone (tasks.h) waits for a worker that holds nothing,
 		 * and the generator's tasks wait for it, so that one comes free. */
 		if (__builtin_expect(tasks_requeued_alone(h), 0) && requeued_may_run(h) &&
@@ -547,9 +556,39 @@ static unsigned feed_one(struct host *h, struct host_worker *w, bool gen_ok, uin
 		if (*slice_end || ent.alone)
 			break;
 	}
-	if (w->task_head != head0)
-		publish_tasks(w);
+	if (w->task_head != head0) {
+		if (__builtin_expect(!h->startup.first_window_ns, 0))
+			h->startup.first_window_ns = wait_now_ns();
+		/* A worker still starting is handed its tasks when it is ready
+		 * (dispatch_first_window): until then they may be taken back. */
+		if (__builtin_expect(w->state != HW_STARTING, 1))
+			publish_tasks(w);
+	}
 	return n;
+}
+
+/* Tasks written for workers still starting go back to the queue when a set-up worker
+ * has nothing to run: a setup that takes long (or hangs) holds back no task. They were
+ * never published, so the worker cannot have seen them (workers/lifecycle.c
+ * lifecycle_take_back moves its ring back to what it was handed). */
+static void take_back_from_starting(struct host *h, unsigned lo, unsigned cnt, bool gen_ok)
+{
+	for (unsigned i = 0; i < cnt; i++) {
+		struct host_worker *w = &h->pool.w[lo + i];
+		/* The stand-in leaves alone the ring the stuck call writes into. */
+		if (w->state == HW_STARTING && tasks_held(w) && (gen_ok || w != h->gate.filling))
+			lifecycle_take_back(h, w);
+	}
+}
+
+/* Whether the generator may feed w: a worker that runs, or one still starting (its
+ * rings exist from its spawn: its first tasks are written while it sets up, and taken
+ * back without blame if its setup fails, workers/lifecycle.c). */
+static inline bool feedable(const struct host *h, const struct host_worker *w, bool gen_ok)
+{
+	/* The stand-in leaves alone the ring the stuck call writes into. */
+	return (w->state == HW_READY || w->state == HW_STARTING) &&
+	       (gen_ok || w != h->gate.filling);
 }
 
 static unsigned feed(struct host *h, bool gen_ok)
@@ -563,12 +602,25 @@ static unsigned feed(struct host *h, bool gen_ok)
 		lo = h->pool.stages[0].first;
 		cnt = h->pool.stages[0].n;
 	}
+	/* First, round the workers, one batch (a task without batches) to each that holds
+	 * less, so that no worker's first or next batch waits behind another's whole
+	 * window (two workers start together); then every window filled. */
+	uint32_t unit = h->cfg->batch_size > 1 && !h->pool.stages ? h->cfg->batch_size : 1;
 	for (unsigned i = 0; i < cnt && !slice_end; i++) {
 		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
-		/* The stand-in leaves alone the ring the stuck call writes into. */
-		if (w->state == HW_READY && (gen_ok || w != h->gate.filling))
-			n += feed_one(h, w, gen_ok, &clock, &slice_end);
+		if (tasks_held(w) < unit && feedable(h, w, gen_ok))
+			n += feed_one(h, w, gen_ok, &clock, &slice_end, unit);
 	}
+	bool starving = false;
+	for (unsigned i = 0; i < cnt && !slice_end; i++) {
+		struct host_worker *w = &h->pool.w[lo + (h->flow.rr + i) % cnt];
+		if (feedable(h, w, gen_ok)) {
+			n += feed_one(h, w, gen_ok, &clock, &slice_end, UINT32_MAX);
+			starving |= w->state == HW_READY && !tasks_held(w);
+		}
+	}
+	if (__builtin_expect(starving, 0))
+		take_back_from_starting(h, lo, cnt, gen_ok);
 	h->flow.rr++;
 	return n;
 }

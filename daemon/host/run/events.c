@@ -308,6 +308,15 @@ static bool retried(const struct host *h, enum cause cause)
 	}
 }
 
+/* The first outcome of the run: when, and the worker's own start (host.h startup). */
+static void events_first_result(struct host *h, const struct host_worker *w)
+{
+	h->startup.first_result_ns = wait_now_ns();
+	h->startup.first_worker = w->index;
+	h->startup.spawned_ns = w->spawned_ns;
+	h->startup.ready_ns = w->ready_ns;
+}
+
 void events_outcome(struct host *h, const struct host_worker *w, const struct task_ent *t,
 		    const void *input, enum cause cause, const void *result, size_t result_size,
 		    const char *message, double seconds)
@@ -315,6 +324,8 @@ void events_outcome(struct host *h, const struct host_worker *w, const struct ta
 	enum gpud_event_kind kind = cause == CAUSE_OK        ? GPUD_TASK_OK
 				    : cause == CAUSE_TIMEOUT ? GPUD_TASK_TIMEOUT
 							     : GPUD_TASK_ERROR;
+	if (__builtin_expect(!h->startup.first_result_ns, 0) && w)
+		events_first_result(h, w);
 	/* A CPU stage's failure says which stage (failures list, notes, the sink). */
 	char staged[SHM_MSG_MAX + 256];
 	if (__builtin_expect(w && w->stage < h->pool.n_stages, 0) && message) {

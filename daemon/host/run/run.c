@@ -688,6 +688,7 @@ static int run_loop(struct host *h)
 		 * be found and ended with the run. */
 		prctl(PR_SET_CHILD_SUBREAPER, 1);
 		h->view.ui = ui_start(h);
+		h->startup.spawn_from_ns = wait_now_ns();
 		for (unsigned k = 0; k < h->pool.n; k++) {
 			int e = spawn_worker(h, &h->pool.w[k]);
 			if (e < 0) {
@@ -696,6 +697,7 @@ static int run_loop(struct host *h)
 				UI_SET(h->pool.w[k].state, HW_GONE);
 			}
 		}
+		h->startup.spawn_to_ns = wait_now_ns();
 		dispatch(h, finish_run);
 	}
 	int rc = finish_run(h);
@@ -709,6 +711,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
 	h.pool.up = &run_up;
+	h.startup.enter_ns = wait_now_ns();
 	int rc = 2;
 
 	h.opts = opts;

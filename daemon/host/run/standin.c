@@ -41,7 +41,8 @@ static void heavy_barrier(const struct gate *g)
 static void publish_filled(struct host *h)
 {
 	struct host_worker *w = h->gate.filling;
-	if (w && w->rep &&
+	/* One still starting is handed its tasks when ready (run/dispatcher.c). */
+	if (w && w->rep && w->state != HW_STARTING &&
 	    atomic_load_explicit(&w->feed->task_head, memory_order_relaxed) != w->task_head) {
 		atomic_store_explicit(&w->feed->task_head, w->task_head, memory_order_release);
 		wait_ring(shm_worker_bell(w));

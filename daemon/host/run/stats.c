@@ -108,6 +108,43 @@ static void stats_worker_times(FILE *f, const struct host_worker *w)
 	fprintf(f, "]");
 }
 
+static double span_s(uint64_t from, uint64_t to)
+{
+	return from && to > from ? (double)(to - from) * 1e-9 : 0.0;
+}
+
+/* `"first_result": {...}`: where the time from run_job's start to the first outcome
+ * went (host.h struct host_startup). host, spawn, before_call and first_call follow
+ * each other and add up to seconds; worker_start (the first result's worker: spawned
+ * to seen ready) and first_window (every worker spawned to the first tasks written) run
+ * side by side inside before_call, which ends when both have. All 0 without a result. */
+static void stats_first_result(const struct host *h, FILE *f)
+{
+	const struct host_startup *st = &h->startup;
+	uint64_t end = st->first_result_ns;
+	if (!end || !st->spawn_to_ns) {
+		fprintf(f, ", \"first_result\": {\"seconds\": 0, \"host\": 0, \"spawn\": 0, "
+			   "\"before_call\": 0, \"first_call\": 0, \"worker_start\": 0, "
+			   "\"first_window\": 0, \"worker\": -1}");
+		return;
+	}
+	uint64_t ready = st->ready_ns ? st->ready_ns : st->spawn_to_ns;
+	uint64_t call = ready > st->first_window_ns ? ready : st->first_window_ns;
+	if (call < st->spawn_to_ns)
+		call = st->spawn_to_ns;
+	if (call > end)
+		call = end;
+	fprintf(f,
+		", \"first_result\": {\"seconds\": %.6f, \"host\": %.6f, \"spawn\": %.6f, "
+		"\"before_call\": %.6f, \"first_call\": %.6f, \"worker_start\": %.6f, "
+		"\"first_window\": %.6f, \"worker\": %d, \"started_monotonic\": %.6f}",
+		span_s(st->enter_ns, end), span_s(st->enter_ns, st->spawn_from_ns),
+		span_s(st->spawn_from_ns, st->spawn_to_ns), span_s(st->spawn_to_ns, call),
+		span_s(call, end), span_s(st->spawned_ns, st->ready_ns),
+		span_s(st->spawn_to_ns, st->first_window_ns), st->first_worker,
+		(double)st->enter_ns * 1e-9);
+}
+
 void stats_json(const struct host *h, FILE *f, int exit_status)
 {
 	const struct gpud_stats *s = &h->stats;
@@ -169,6 +206,7 @@ void stats_json(const struct host *h, FILE *f, int exit_status)
 	/* Which share of which job: `gpud merge` refuses duplicates and other jobs, and
 	 * names the ranks it was not given. */
 	fprintf(f, "]");
+	stats_first_result(h, f);
 	stages_json(h, f, s->elapsed);
 	fprintf(f, ", \"rank\": %u, \"ranks\": %u, \"job_id\": \"%016llx\"", h->cfg->rank,
 		h->cfg->ranks, (unsigned long long)h->cfg->job_id);

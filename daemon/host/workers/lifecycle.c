@@ -66,6 +66,9 @@ static const char *worker_message(const struct host_worker *w, char *buf, size_t
 static void setup_failed(struct host *h, struct host_worker *w, const char *why)
 {
 	UI_ADD(h->stats.setup_failures, 1);
+	/* Tasks written while it set up run elsewhere, without blame: none of them ran. */
+	if (tasks_held(w))
+		lifecycle_take_back(h, w);
 	ui_say(h, UI_EVENT, "worker %d (%s) setup failed: %s", w->index, WHERE_OF(h, w), why);
 	h->pool.up->worker_event(h, GPUD_SETUP_FAILED, w, why);
 	UI_SET(w->end, END_ERROR);
@@ -283,6 +286,10 @@ void lifecycle_take_back(struct host *h, struct host_worker *w)
 		tasks_pop(w);
 		UI_SET(h->flow.in_flight, h->flow.in_flight - 1);
 	}
+	/* Tasks written but never handed over (a worker still starting) were never seen:
+	 * the ring goes back to what it was handed, so that no hole is left for its
+	 * process, or its successor, to read as tasks. */
+	w->task_head = atomic_load_explicit(&w->feed->task_head, memory_order_relaxed);
 	w->task_free = w->task_head;
 }
 

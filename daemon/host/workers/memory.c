@@ -139,7 +139,9 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 	f->incarnation++;
 	atomic_store(&f->result_tail, 0);
 	atomic_store(&f->stop, 0);
-	w->window = 1;
+	/* Its first tasks are written while it starts: a whole batch for a batching GPU
+	 * worker (its first call), one task otherwise (run/dispatcher.c). */
+	w->window = h->cfg->batch_size > 1 && w->stage == h->pool.n_stages ? h->cfg->batch_size : 1;
 	w->task_seconds = 0;
 	UI_SET(w->state, HW_STARTING);
 	w->timed_out = false;
