@@ -42,6 +42,10 @@ static inline void times_of_report(const struct shm_report *rep, struct worker_t
 	t->user_cpu_ns = atomic_load_explicit(&s->user_cpu_ns, memory_order_relaxed);
 	if (t->user_cpu_ns > t->phase_ns[PH_USER])
 		t->user_cpu_ns = t->phase_ns[PH_USER];
+	/* nor more than its thread's CPU time: that one is read every 10 ms, the calls'
+	 * share on each call, and the share is an estimate (sampled calls) */
+	if (t->main_cpu_ns && t->user_cpu_ns > t->main_cpu_ns)
+		t->user_cpu_ns = t->main_cpu_ns;
 }
 
 /* a += b */
