@@ -906,9 +906,11 @@ def read_ahead():
 class Sleeper(BaseWorker):
     """timeouts(): setup() writes a line per run (a model load); process(x) sleeps x
     seconds, or, for "stuck", as C code that never gives Python a turn would: every
-    signal blocked."""
+    signal blocked, 30 s; a stuck call that comes to its end says so in the file
+    setups + ".returned"."""
 
     def setup(self, gpu_id, seed, setups):
+        self.returned = setups + ".returned"
         with open(setups, "a") as f:
             f.write(f"{os.getpid()}\n")
 
@@ -920,6 +922,7 @@ class Sleeper(BaseWorker):
                 time.sleep(30)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, every)
+            open(self.returned, "w").close()
             return x
         time.sleep(x)
         return x
@@ -952,7 +955,9 @@ def timeouts():
     check(len(open(setups).read().split()) == 1, "setup() ran once")
     # A call that does not return (signals blocked, as in C code that never gives Python
     # a turn): killed timeout_grace after task_timeout and replaced, as before; the
-    # items after it run on the fresh worker.
+    # items after it run on the fresh worker. Not before the grace (the run took at
+    # least task_timeout + timeout_grace), and before the call's end: the call never
+    # said it came to its end (its 30 s), whatever the machine's speed.
     os.unlink(setups)
     timed, ok = [], []
     t0 = time.monotonic()
@@ -963,7 +968,9 @@ def timeouts():
     check(timed == [0] and sorted(ok) == [1, 2], f"timed {timed} ok {ok}")
     check(len(open(setups).read().split()) == 2, "setup() ran again in the fresh worker")
     check(stats["worker_restarts"] == 1, f"stats: {stats}")
-    check(took < 15, f"killed after the grace, not at the call's end: {took:.1f} s")
+    check(took >= 0.5 + 0.5, f"killed before task_timeout and its grace: {took:.2f} s")
+    check(not os.path.exists(setups + ".returned"),
+          f"killed after the grace, not at the call's end ({took:.1f} s)")
     os.unlink(setups)
     # A class that catches TaskTimeout and returns something else: still a timeout
     # (on_timeout called, counted, the result dropped), and the worker goes on.
