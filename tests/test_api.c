@@ -736,18 +736,40 @@ static const struct gpud_sink_ops placed_ops = {
 struct live_stopper {
 	gpud_job *job;
 	struct live *l;
+	const char *ran; /* the probe's PROBE_COUNT_FILE: a line a task done */
 };
 
-/* Stops the run once the generator has blocked and the workers had time to finish
- * what it gave (their results come while it blocks). */
+/* Lines in the file at path so far (0 before it exists). */
+static unsigned lines_in(const char *path)
+{
+	unsigned n = 0;
+	FILE *f = fopen(path, "r");
+	for (int c; f && (c = getc(f)) != EOF;)
+		n += c == '\n';
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Stops the run once the generator has blocked and the workers have finished what it
+ * gave (their results come while it blocks): waited for, not timed. */
 static void *stop_once_blocked(void *arg)
 {
 	struct live_stopper *s = arg;
-	while (!atomic_load(&s->l->blocked))
+	while (!atomic_load(&s->l->blocked) || lines_in(s->ran) < s->l->n)
 		usleep(1000);
-	usleep(300000);
 	gpud_job_stop(s->job);
 	return NULL;
+}
+
+/* The probe workers started from now on append each task's id to dir/ran (through
+ * their environment: PROBE_COUNT_FILE); its path. */
+static const char *count_into(const char *dir)
+{
+	static char path[4200];
+	snprintf(path, sizeof path, "%s/ran", dir);
+	cr_assert_eq(setenv("PROBE_COUNT_FILE", path, 1), 0);
+	return path;
 }
 
 static gpud_job *live_job(const char *dir, struct live *l, struct placed *p, bool interrupt)
@@ -773,7 +795,7 @@ Test(api, a_calling_thread_sink_gets_every_result_when_a_blocked_generator_is_in
 	static struct live l = {.n = 100};
 	static struct placed p = {.t = {.fail_at = -1}};
 	gpud_job *job = live_job(dir, &l, &p, true);
-	struct live_stopper st = {job, &l};
+	struct live_stopper st = {job, &l, count_into(dir)};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, stop_once_blocked, &st), 0);
 	struct gpud_run_options o = {.size = sizeof o};
@@ -815,11 +837,12 @@ Test(api, results_a_calling_thread_sink_never_got_are_not_journaled)
 	cr_assert_neq(p, MAP_FAILED);
 	p->t.fail_at = -1;
 	gpud_job *job = live_job(dir, &l, p, false);
+	const char *ran = count_into(dir);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		p->caller = pthread_self();
-		struct live_stopper stopper = {job, &l};
+		struct live_stopper stopper = {job, &l, ran};
 		pthread_t th;
 		if (pthread_create(&th, NULL, stop_once_blocked, &stopper) != 0)
 			_exit(100);

@@ -156,32 +156,41 @@ Test(faults, an_interrupted_call_keeps_its_worker, .timeout = 60)
 	free(o.events);
 }
 
+/* A task that never returns, in a plugin that cannot be interrupted: the host kills its
+ * worker at task_timeout, the task times out (once, with the limit) and a fresh worker
+ * takes the slot. The host looks every TIMEOUT_POLL_NS (20 ms): the timeout comes near
+ * the limit, but a loaded machine (a sanitizer, other processes on the cores) may let
+ * gpud wait for a core. So the bound is 25 times the limit: what it catches is a
+ * timeout that waits for something else (the run's end, drain_timeout, a worker's
+ * heartbeat), not a slow machine; a timeout that never comes is the test's timeout. */
 Test(faults, host_enforced_timeout, .timeout = 60)
 {
 	struct outcome o;
 	const char *dir = t_tmpdir();
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	cr_expect_eq(run_faulty(dir, "hang_on = 50", "task_timeout = 0.2", 400, &o), 1);
-	clock_gettime(CLOCK_MONOTONIC, &b);
+	const double limit_s = 0.2;
+	char job[64];
+	snprintf(job, sizeof job, "task_timeout = %g", limit_s);
+	cr_expect_eq(run_faulty(dir, "hang_on = 50", job, 400, &o), 1);
 	exactly_once(&o, 400);
 	cr_expect_eq(o.timed_out, 1);
 	const char *tl = strstr(o.events, "timeout 50 ");
 	cr_assert(tl, "%s", o.events);
-	/* Fired within 100 ms of the limit: from the start event (which the host reports
-	 * no earlier than the task began) to the timeout event. */
+	/* From the start event (which the host reports no earlier than the task began) to
+	 * the timeout event: in that order. */
 	const char *sl = strstr(o.events, "start 50 ");
-	cr_assert(sl);
+	cr_assert(sl && sl < tl, "%s", o.events);
 	double t_start, t_out, limit;
 	int w1, w2, attempt;
 	cr_assert_eq(sscanf(sl, "start 50 %d %d %lf", &w1, &attempt, &t_start), 3);
 	cr_assert_eq(sscanf(tl, "timeout 50 %d %lf %lf", &w2, &limit, &t_out), 3);
-	cr_expect_float_eq(limit, 0.2, 1e-9, "the event carries the limit");
-	cr_expect_lt(t_out - t_start, 0.3, "the timeout came %.3f s after the start",
+	cr_expect_eq(w1, w2, "the worker that ran it timed it out");
+	cr_expect_float_eq(limit, limit_s, 1e-9, "the event carries the limit");
+	cr_log_info("the timeout came %.3f s after the start (limit %g s)", t_out - t_start,
+		    limit_s);
+	cr_expect_lt(t_out - t_start, 25 * limit_s, "the timeout came %.3f s after the start",
 		     t_out - t_start);
 	cr_expect_eq(o.restarts, 1, "a fresh worker took the slot");
-	double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-	cr_expect_lt(secs, 10, "the run ended in %.2f s", secs);
+	free(o.events);
 }
 
 Test(faults, retries_rerun_crashed_tasks, .timeout = 60)

@@ -280,13 +280,16 @@ Test(stages, stage_workers_killed_with_kill_9_mid_run_lose_no_task, .timeout = 1
 		cr_assert_fail();
 	stage_job(dir, 10000, "max_retries = 3\nmax_worker_restarts = 10", pids, "");
 	free(pids);
-	/* Each stage process writes its pid at setup: kill the first two (each is
-	 * replaced, and its successor's pid is added), then the next one. */
-	t_sh(dir, WAIT_FOR "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
-			   "w '[ $(cat pids 2>/dev/null | wc -l) -ge 2 ]'\n"
-			   "sleep 0.3; kill -9 $(sed -n 1p pids) $(sed -n 2p pids)\n"
-			   "w '[ $(wc -l < pids) -ge 4 ]'\n"
-			   "sleep 0.2; kill -9 $(sed -n 3p pids)\n"
+	/* Each stage process writes its pid at setup: kill the first two once results
+	 * come through them (each is replaced, and its successor's pid is added), then the
+	 * next one once its successor's results do too: mid-run, by what was done, not
+	 * after a fixed time. */
+	t_sh(dir, WAIT_FOR "n() { cat out.jsonl 2>/dev/null | wc -l; }\n"
+			   "\"$GPUD\" run job.ini --ui off 2>err & p=$!\n"
+			   "w '[ $(cat pids 2>/dev/null | wc -l) -ge 2 ] && [ $(n) -ge 100 ]'\n"
+			   "kill -9 $(sed -n 1p pids) $(sed -n 2p pids)\n"
+			   "w '[ $(wc -l < pids) -ge 4 ]'; m=$(( $(n) + 100 ))\n"
+			   "w '[ $(n) -ge $m ]'; kill -9 $(sed -n 3p pids)\n"
 			   "wait $p; echo $? > rc\n");
 	cr_expect_eq(t_read_long(dir, "rc"), 0);
 	char *out = read_out(dir), *err = t_read_in(dir, "err");
@@ -450,18 +453,25 @@ Test(stages, a_slow_gpu_behind_a_fast_stage_bounds_what_waits_and_the_figures_sa
 	cr_expect_eq(check_once(out, 600, NULL, false), 0);
 	free(out);
 
-	/* The figures: the GPU was the bottleneck (busy most of the time), the stage
-	 * idle; a blocked stage does not make the loop spin. */
+	/* The figures. The GPU was the bottleneck: busier than the stage. Its busy share is
+	 * its time in calls, at least the 600 x 3 ms it slept, over at most the run's
+	 * elapsed time (with room for clocks): whatever the machine's load or a sanitizer
+	 * does to the hand-overs, the share moves with the elapsed time. A blocked stage
+	 * does not make the loop spin: a loop that spins uses its core for the whole run
+	 * (a loaded machine gives it less, never more); this one waits on its doorbell
+	 * (about 0.3 of the elapsed time quiet, 0.4 under ASan, less under TSan). */
 	char *s = t_read_in(dir, "s.json");
 	cr_assert(s);
 	cr_expect(strstr(s, "\"stages\": [{\"name\": \"decode\", \"workers\": 2, "), "%s", s);
 	double elapsed = json_num(s, NULL, "elapsed"), cpu = json_num(s, NULL, "host_cpu_seconds");
 	double gpu = json_num(s, NULL, "gpu_busy"), busy = json_num(s, "\"stages\"", "busy");
-	cr_expect(gpu > 0.3 && gpu <= 1, "gpu_busy %g", gpu);
-	cr_expect(busy >= 0 && busy < 0.3, "the stage's busy %g", busy);
+	double floor = 0.9 * 600 * 3e-3 / elapsed;
+	cr_expect(gpu >= floor && gpu <= 1, "gpu_busy %g in %g s (want at least %g)", gpu, elapsed,
+		  floor);
+	cr_expect(busy >= 0 && busy < gpu, "the stage's busy %g, the GPU's %g", busy, gpu);
 	cr_expect_eq(json_num(s, "\"stages\"", "ok"), 600);
 	cr_expect_eq(json_num(s, "\"stages\"", "queued"), 0);
-	cr_expect(cpu < 0.5 * elapsed, "the host used %g s of CPU in %g s", cpu, elapsed);
+	cr_expect(cpu < 0.6 * elapsed, "the host used %g s of CPU in %g s", cpu, elapsed);
 	cr_expect(strstr(s, "\"gpu_id\": -1, \"gpu_ids\": [], \"ok\": "), "%s", s);
 	cr_expect(strstr(s, "\"stage\": \"decode\"}"), "%s", s);
 	free(s);

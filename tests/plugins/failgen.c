@@ -8,7 +8,8 @@
  * `pad = P`: item i is its number followed by i % P copies of 'x' (inputs of many sizes).
  * `exit_after = N`: the call after N items calls exit(`exit_status`) (default 0), as a
  * plugin that thinks it owns the process would. `task_fail_every = N`: every Nth item
- * fails its task (GPUD_GENERATOR_TASK_FAILED, ABI 1.7), the stream going on. */
+ * fails its task (GPUD_GENERATOR_TASK_FAILED, ABI 1.7), the stream going on.
+ * `call_us = N`: every call takes N microseconds more (a source slower than a no-op). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ GPUD_PLUGIN("generator", "failgen", "1.0");
 
 struct fg {
 	long n, fail_after, huge_every, stop, block_after, block_ms, block_every, stamp, pad;
-	long exit_after, exit_status, task_fail_every;
+	long exit_after, exit_status, task_fail_every, call_us;
 };
 
 GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
@@ -45,6 +46,7 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 	g->exit_after = gpud_arg_long(args, "exit_after", -1);
 	g->exit_status = gpud_arg_long(args, "exit_status", 0);
 	g->task_fail_every = gpud_arg_long(args, "task_fail_every", 0);
+	g->call_us = gpud_arg_long(args, "call_us", 0);
 	if (g->block_every > 0)
 		g->block_after = g->block_every;
 	*state = g;
@@ -54,6 +56,11 @@ GPUD_EXPORT int gpud_generator_open(const struct gpud_args *args, void **state,
 GPUD_EXPORT int gpud_generator_next(void *state, struct gpud_buf *item, struct gpud_error *err)
 {
 	struct fg *g = state;
+	if (g->call_us > 0) {
+		struct timespec ts = {g->call_us / 1000000, g->call_us % 1000000 * 1000};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	if (g->n == g->block_after) {
 		g->block_after = g->block_every > 0 ? g->n + g->block_every : -1;
 		if (!g->block_ms)

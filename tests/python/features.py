@@ -101,15 +101,20 @@ def closures():
 
 
 class LiveSource:
-    """A live iterator: items put by another thread, one at a time, with pauses."""
+    """A live iterator: items put by another thread, one at a time, with pauses; with
+    `until` (a threading.Event), the items from `hold_at` on wait for it (up to 60 s:
+    then `held_out` is set and they come anyway)."""
 
-    def __init__(self, n):
+    def __init__(self, n, until=None, hold_at=0):
         self.q = queue.Queue()
         self.n = n
+        self.until, self.hold_at, self.held_out = until, hold_at, False
         threading.Thread(target=self.fill, daemon=True).start()
 
     def fill(self):
         for i in range(self.n):
+            if i == self.hold_at and self.until is not None:
+                self.held_out = not self.until.wait(60)
             if i % 10 == 0:
                 time.sleep(0.05)
             self.q.put(i)
@@ -126,18 +131,21 @@ class LiveSource:
 
 
 def live():
+    # The source holds items 50 on back until a result has come: the first result came
+    # while the source was live (its items not held back for more), in that order,
+    # however slowly the workers start.
     got = {}
-    t0 = time.monotonic()
-    first = []
+    first = threading.Event()
 
     def on_success(task_id, r, worker_id):
-        if not first:
-            first.append(time.monotonic() - t0)
+        first.set()
         got[task_id] = r["twice"]
 
-    Dispatcher(Worker, GPUS).run(LiveSource(100), on_success, scale=3)
+    source = LiveSource(100, until=first, hold_at=50)
+    Dispatcher(Worker, GPUS).run(source, on_success, scale=3)
     check(got == {i: 3 * i for i in range(100)}, "every live item's result")
-    check(first[0] < 3.0, f"the first result came while the source was live ({first[0]:.2f} s)")
+    check(not source.held_out, "no result came in 60 s while the source was live (waiting "
+          "for items 50 on?)")
 
 
 def errors():
@@ -911,9 +919,11 @@ def read_ahead():
 class Sleeper(BaseWorker):
     """timeouts(): setup() writes a line per run (a model load); process(x) sleeps x
     seconds, or, for "stuck", as C code that never gives Python a turn would: every
-    signal blocked."""
+    signal blocked, 30 s; a stuck call that comes to its end says so in the file
+    setups + ".returned"."""
 
     def setup(self, gpu_id, seed, setups):
+        self.returned = setups + ".returned"
         with open(setups, "a") as f:
             f.write(f"{os.getpid()}\n")
 
@@ -925,6 +935,7 @@ class Sleeper(BaseWorker):
                 time.sleep(30)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, every)
+            open(self.returned, "w").close()
             return x
         time.sleep(x)
         return x
@@ -957,7 +968,9 @@ def timeouts():
     check(len(open(setups).read().split()) == 1, "setup() ran once")
     # A call that does not return (signals blocked, as in C code that never gives Python
     # a turn): killed timeout_grace after task_timeout and replaced, as before; the
-    # items after it run on the fresh worker.
+    # items after it run on the fresh worker. Not before the grace (the run took at
+    # least task_timeout + timeout_grace), and before the call's end: the call never
+    # said it came to its end (its 30 s), whatever the machine's speed.
     os.unlink(setups)
     timed, ok = [], []
     t0 = time.monotonic()
@@ -968,7 +981,9 @@ def timeouts():
     check(timed == [0] and sorted(ok) == [1, 2], f"timed {timed} ok {ok}")
     check(len(open(setups).read().split()) == 2, "setup() ran again in the fresh worker")
     check(stats["worker_restarts"] == 1, f"stats: {stats}")
-    check(took < 15, f"killed after the grace, not at the call's end: {took:.1f} s")
+    check(took >= 0.5 + 0.5, f"killed before task_timeout and its grace: {took:.2f} s")
+    check(not os.path.exists(setups + ".returned"),
+          f"killed after the grace, not at the call's end ({took:.1f} s)")
     os.unlink(setups)
     # A class that catches TaskTimeout and returns something else: still a timeout
     # (on_timeout called, counted, the result dropped), and the worker goes on.
