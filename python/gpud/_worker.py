@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+import weakref
 from itertools import islice
 from typing import Any, Sequence
 from time import perf_counter as _clock
@@ -285,6 +286,7 @@ class _Frozen:
 # Items that cannot change once yielded: kept as they are.
 _IMMUTABLE = frozenset([int, float, complex, str, bytes, bool, type(None)])
 _refs = sys.getrefcount
+_weakrefs = weakref.getweakrefcount
 _SOLE = 0  # _refs(x) in snapshot() for an item nothing else holds (_calibrate)
 
 
@@ -305,9 +307,9 @@ def snapshot(x):
     Chunks calls it as map(snapshot, iterator) gives the items, which _calibrate
     measured). Immutable items as they are (bytes: no copy); a bytearray, or a NumPy
     array that owns its data, as it is when nothing but this call holds it (a fresh
-    one each item), else a copy (bytes(x); the array's layout kept); a memoryview as
-    bytes (C order; one over bytes that is C-contiguous as it is); an array over bytes
-    as it is; a tuple of immutable values, or a dict or list of them that nothing else
+    one each item; a weak reference to it counts as holding it), else a copy
+    (bytes(x); the array's layout kept); a memoryview as bytes (C order; one over
+    bytes that is C-contiguous as it is); an array over bytes as it is; a tuple of immutable values, or a dict or list of them that nothing else
     holds, as it is; anything else (a tuple holding a buffer, a dict of arrays, a
     tensor) pickled now (_Frozen), its buffers copied where they could change."""
     t = type(x)
@@ -317,7 +319,7 @@ def snapshot(x):
         return x if _refs(x) <= _SOLE else bytes(x)
     np = sys.modules.get("numpy")
     if np is not None and t is np.ndarray and not x.dtype.hasobject:
-        if (x.base is None and _refs(x) <= _SOLE) or _fixed(x):
+        if (x.base is None and _refs(x) <= _SOLE and not _weakrefs(x)) or _fixed(x):
             return x
         return x.copy(order="K")
     if t is tuple and _plain(x):
@@ -431,8 +433,9 @@ def frame_one(obj, held=True):
     (frame(obj), live). live: a part is memory the program may still change (a buffer
     it refills, an array of its list, one inside a tuple), so gpud._gpud writes this
     item into the ring before it asks the iterator for the next one (instead of a
-    copy). held: whether anything but gpud._gpud holds obj (its reference count says);
-    a bytearray or an array owning its data that nothing else holds cannot change."""
+    copy). held: whether anything but gpud._gpud holds obj (its reference count says,
+    and a weak reference to it counts); a bytearray or an array owning its data that
+    nothing else holds cannot change."""
     parts = frame(obj)
     own = None if held else obj
     live = False
