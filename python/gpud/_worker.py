@@ -309,9 +309,10 @@ def snapshot(x):
     array that owns its data, as it is when nothing but this call holds it (a fresh
     one each item; a weak reference to it counts as holding it), else a copy
     (bytes(x); the array's layout kept); a memoryview as bytes (C order; one over
-    bytes that is C-contiguous as it is); an array over bytes as it is; a tuple of immutable values, or a dict or list of them that nothing else
-    holds, as it is; anything else (a tuple holding a buffer, a dict of arrays, a
-    tensor) pickled now (_Frozen), its buffers copied where they could change."""
+    bytes that is C-contiguous as it is); an array over bytes as it is; a tuple of
+    immutable values, or a dict or list of them that nothing else holds, as it is;
+    anything else (a tuple holding a buffer, a dict of arrays, a tensor) pickled now
+    (_Frozen), its buffers copied where they could change."""
     t = type(x)
     if t in _IMMUTABLE:
         return x
@@ -518,15 +519,17 @@ def _cut(exc):
     results, a retry's last error), a traceback holds the frames of the call and, through
     them, its items, views of the ring's inputs, in a cycle with the list that keeps the
     exception; the plugin would see those views still in use after the call."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
+    seen, todo = set(), [exc]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
         seen.add(id(exc))
         tb = exc.__traceback__
         if tb is not None:
             traceback.clear_frames(tb)  # the frames still running are left as they are
             exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__
-    return None
+        todo += (exc.__cause__, exc.__context__)
 
 
 class _Caught(Exception):
