@@ -197,6 +197,35 @@ Test(python, input_modes, .timeout = 120)
 	free(out);
 }
 
+/* A view that only a reference cycle holds (an exception's traceback and the frames of
+ * the call) is garbage, not a view kept: the worker collects it before it blames the
+ * call. One the program keeps is still caught. */
+Test(python, a_view_held_by_garbage_is_no_kept_view, .timeout = 120)
+{
+	need_python();
+	const char *dir = t_tmpdir();
+	py_job(dir,
+	       "class W:\n"
+	       "    def setup(self, gpu_id, seed, **kw): self.kept = []\n"
+	       "    def process(self, data):\n"
+	       "        if bytes(data) == b'3':\n"
+	       "            c = [data[0:1]]; c.append(c)\n"
+	       "        if bytes(data) == b'4': self.kept.append(data[0:1])\n"
+	       "        if bytes(data) == b'5':\n"
+	       "            v = data[0:1]\n"
+	       "            try: raise ValueError(v)\n"
+	       "            except ValueError as e: err = e\n"
+	       "        return bytes(data)\n",
+	       10, "", "");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui plain", dir), 1);
+	char *out = t_read_in(dir, "out.jsonl");
+	EXPECT_LINE(out, 3, "\"result\": \"3\"");
+	EXPECT_LINE(out, 4, "kept a view of its input past the call");
+	EXPECT_LINE(out, 5, "\"result\": \"5\"");
+	cr_expect_eq(t_count_lines(out, "{\"task_id\": "), 10);
+	free(out);
+}
+
 Test(python, a_kept_view_is_caught_and_the_worker_replaced, .timeout = 120)
 {
 	need_python();

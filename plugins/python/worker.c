@@ -604,6 +604,30 @@ static PyObject *make_input(struct py_worker *pw, struct gpud_task *t, input_obj
 	return NULL;
 }
 
+/* Releases our memoryview of an input (it fails while views taken from it live). */
+static void release_view(struct py_worker *pw, PyObject *mv)
+{
+	PyObject *r = PyObject_CallMethodObjArgs(mv, pw->release_name, NULL);
+	if (!r)
+		PyErr_Clear();
+	Py_XDECREF(r);
+}
+
+/* Runs Python's cycle collector (gc.collect(), which runs even where the program
+ * turned automatic collection off), the pending exception kept as it is. */
+static void collect_cycles(void)
+{
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyObject *gc = PyImport_ImportModule("gc");
+	PyObject *r = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+	if (!r)
+		PyErr_Clear();
+	Py_XDECREF(r);
+	Py_XDECREF(gc);
+	PyErr_Restore(type, value, tb);
+}
+
 /* Whether the call kept a view of its input; the exporter is cut off either way. */
 static bool kept_view(struct py_worker *pw, PyObject *mv, input_obj *in)
 {
@@ -611,10 +635,14 @@ static bool kept_view(struct py_worker *pw, PyObject *mv, input_obj *in)
 		return false;
 	/* Our own reference to the memoryview goes: only views taken from it by the call
 	 * (np.frombuffer, a slice stored on self) keep exports alive. */
-	PyObject *r = PyObject_CallMethodObjArgs(mv, pw->release_name, NULL);
-	if (!r)
-		PyErr_Clear();
-	Py_XDECREF(r);
+	release_view(pw, mv);
+	if (in->exports > 0) {
+		/* Views that only garbage holds (a cycle through an exception's traceback
+		 * and the frames of the call) are no view kept: collected, and looked at
+		 * again. Only here, where the call is about to be blamed. */
+		collect_cycles();
+		release_view(pw, mv);
+	}
 	bool kept = in->exports > 0;
 	in->data = NULL; /* later buffer requests fail instead of reading another task */
 	in->len = 0;

@@ -89,6 +89,7 @@ struct run_ctx {
 	/* callbacks (NULL: not wanted) */
 	PyObject *on_success, *on_error, *on_timeout, *on_setup_fail, *on_task_start;
 	PyObject *loads, *dumps, *oob_loads;
+	PyObject *weakrefs;  /* weakref.getweakrefcount */
 	PyObject *on_resume; /* what the program already holds, on a resume (or NULL) */
 	/* The run ended while the iterator blocked: libgpud's stand-in asked it to return
 	 * (gen_interrupt). The KeyboardInterrupt that brings it back is ours. */
@@ -490,8 +491,23 @@ static PyObject *encode_item(struct run_ctx *c, PyObject *item, bool *live)
 {
 	*live = false;
 	if (items_pickled(c->codec)) {
-		/* Held by anything but us: the program may change it after this call. */
+		/* Held by anything but us: the program may change it after this call. A weak
+		 * reference counts (it can give the object back to be refilled); asked only
+		 * of an object that nothing else holds, not of immutable ones. */
 		PyObject *held = Py_REFCNT(item) > 1 ? Py_True : Py_False;
+		if (held == Py_False && !PyBytes_CheckExact(item) && !PyUnicode_CheckExact(item) &&
+		    !PyLong_CheckExact(item) && !PyFloat_CheckExact(item) &&
+		    !PyTuple_CheckExact(item)) {
+			PyObject *n = PyObject_CallFunctionObjArgs(c->weakrefs, item, NULL);
+			if (!n)
+				return NULL;
+			int some = PyObject_IsTrue(n);
+			Py_DECREF(n);
+			if (some < 0)
+				return NULL;
+			if (some)
+				held = Py_True;
+		}
 		PyObject *r = PyObject_CallFunctionObjArgs(c->dumps, item, held, NULL);
 		if (!r)
 			return NULL;
@@ -874,6 +890,11 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	c.caller = pthread_self();
 	if (!PyArg_ParseTuple(helpers, "OOO", &c.loads, &c.dumps, &c.oob_loads))
 		goto out;
+	PyObject *weakref_mod = PyImport_ImportModule("weakref");
+	c.weakrefs = weakref_mod ? PyObject_GetAttrString(weakref_mod, "getweakrefcount") : NULL;
+	Py_XDECREF(weakref_mod);
+	if (!c.weakrefs)
+		goto out;
 	c.on_success = callback_or_null(cbs, "on_success");
 	c.on_error = callback_or_null(cbs, "on_error");
 	c.on_timeout = callback_or_null(cbs, "on_timeout");
@@ -1000,6 +1021,7 @@ out:
 	Py_XDECREF(old_int);
 	Py_XDECREF(sigmod);
 	Py_XDECREF(c.on_resume);
+	Py_XDECREF(c.weakrefs);
 	release_views(&c);
 	Py_XDECREF(c.batch);
 	Py_XDECREF(c.iter);

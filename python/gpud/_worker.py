@@ -17,6 +17,7 @@ import pickle
 import struct
 import sys
 import traceback
+import weakref
 from itertools import islice
 from typing import Any, Sequence
 from time import perf_counter as _clock
@@ -285,6 +286,7 @@ class _Frozen:
 # Items that cannot change once yielded: kept as they are.
 _IMMUTABLE = frozenset([int, float, complex, str, bytes, bool, type(None)])
 _refs = sys.getrefcount
+_weakrefs = weakref.getweakrefcount
 _SOLE = 0  # _refs(x) in snapshot() for an item nothing else holds (_calibrate)
 
 
@@ -305,11 +307,12 @@ def snapshot(x):
     Chunks calls it as map(snapshot, iterator) gives the items, which _calibrate
     measured). Immutable items as they are (bytes: no copy); a bytearray, or a NumPy
     array that owns its data, as it is when nothing but this call holds it (a fresh
-    one each item), else a copy (bytes(x); the array's layout kept); a memoryview as
-    bytes (C order; one over bytes that is C-contiguous as it is); an array over bytes
-    as it is; a tuple of immutable values, or a dict or list of them that nothing else
-    holds, as it is; anything else (a tuple holding a buffer, a dict of arrays, a
-    tensor) pickled now (_Frozen), its buffers copied where they could change."""
+    one each item; a weak reference to it counts as holding it), else a copy
+    (bytes(x); the array's layout kept); a memoryview as bytes (C order; one over
+    bytes that is C-contiguous as it is); an array over bytes as it is; a tuple of
+    immutable values, or a dict or list of them that nothing else holds, as it is;
+    anything else (a tuple holding a buffer, a dict of arrays, a tensor) pickled now
+    (_Frozen), its buffers copied where they could change."""
     t = type(x)
     if t in _IMMUTABLE:
         return x
@@ -317,7 +320,7 @@ def snapshot(x):
         return x if _refs(x) <= _SOLE else bytes(x)
     np = sys.modules.get("numpy")
     if np is not None and t is np.ndarray and not x.dtype.hasobject:
-        if (x.base is None and _refs(x) <= _SOLE) or _fixed(x):
+        if (x.base is None and _refs(x) <= _SOLE and not _weakrefs(x)) or _fixed(x):
             return x
         return x.copy(order="K")
     if t is tuple and _plain(x):
@@ -431,8 +434,9 @@ def frame_one(obj, held=True):
     (frame(obj), live). live: a part is memory the program may still change (a buffer
     it refills, an array of its list, one inside a tuple), so gpud._gpud writes this
     item into the ring before it asks the iterator for the next one (instead of a
-    copy). held: whether anything but gpud._gpud holds obj (its reference count says);
-    a bytearray or an array owning its data that nothing else holds cannot change."""
+    copy). held: whether anything but gpud._gpud holds obj (its reference count says,
+    and a weak reference to it counts); a bytearray or an array owning its data that
+    nothing else holds cannot change."""
     parts = frame(obj)
     own = None if held else obj
     live = False
@@ -509,6 +513,52 @@ def _traceback_text(exc):
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def _cut(exc):
+    """Drops the tracebacks of exc and of the exceptions it was raised from or while
+    handling, their frames' variables cleared: kept past the call (a failure among the
+    results, a retry's last error), a traceback holds the frames of the call and, through
+    them, its items, views of the ring's inputs, in a cycle with the list that keeps the
+    exception; the plugin would see those views still in use after the call."""
+    seen, todo = set(), [exc]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        if tb is not None:
+            traceback.clear_frames(tb)  # the frames still running are left as they are
+            exc.__traceback__ = None
+        todo += (exc.__cause__, exc.__context__)
+
+
+class _Caught(Exception):
+    """An exception of the user's code kept past its except block (_isolated, _again):
+    its traceback text (_traceback_text) taken when it was caught, the exception's
+    traceback dropped (_cut)."""
+
+    def __init__(self, text):
+        super().__init__(text)
+        self.text = text
+
+
+def _settle(exc):
+    """exc, caught in the user's code, as kept in its place: the kinds the plugin treats
+    by their kind (WorkerFatal, TaskRejected, a timeout) as they are, any other as a
+    _Caught of its traceback text; the tracebacks cut either way (_cut)."""
+    if isinstance(exc, _Caught) or _failure_kind(exc):
+        kept = exc
+    else:
+        kept = _Caught(_traceback_text(exc))
+    _cut(exc)
+    return kept
+
+
+def _text_of(exc):
+    """The traceback text of an exception, or of a _Caught."""
+    return exc.text if isinstance(exc, _Caught) else _traceback_text(exc)
+
+
 def _note(unpack_ns=0, pack_ns=0, size=None, calls=1):
     """Tells the worker where this call's time went (the plugin's gpud._times): time
     unpacking items and packing results, and a call of the user's code of `size` items
@@ -534,6 +584,7 @@ def _is_timeout(exc):
 
 def _timed_out(exc, out, n):
     """exc (a TaskTimeout) for this task and the call's n - len(out) tasks not run."""
+    _cut(exc)
     out.extend([exc] * (n - len(out)))
     return out
 
@@ -542,12 +593,22 @@ def _rejected():
     return _glue.TaskRejected if _glue is not None else ()
 
 
-def _failure(exc):
+def _failure_kind(exc):
+    """Whether the plugin treats exc by its kind (a failure given back as it is)."""
     if _glue is not None and isinstance(exc, (_glue.WorkerFatal, _glue.TaskRejected)):
+        return True
+    return _is_timeout(exc)
+
+
+def _failure(exc):
+    """exc, raised for an item, as its result: the kinds the plugin treats by their
+    kind as they are, any other as a TaskFailed of its traceback text; its tracebacks
+    cut (_cut: nothing of the call outlives it through them)."""
+    if _failure_kind(exc):
+        _cut(exc)
         return exc  # the plugin treats these by their kind
-    if _is_timeout(exc):
-        return exc
-    text = _traceback_text(exc)
+    text = _text_of(exc)
+    _cut(exc)
     if len(text) > _MAX_MESSAGE:  # the end says most: the innermost frames and the error
         text = "...\n" + text[-_MAX_MESSAGE:]
     # Its lines joined by U+2424: the host turns control characters into '?' (gpud's
@@ -746,8 +807,8 @@ class Worker:
             except BaseException as e:
                 if _is_fatal(e) or _is_timeout(e):
                     raise
-                exc = e
-        return False, _traceback_text(exc)
+                exc = _settle(e)  # not e: its traceback holds this frame, and arg
+        return False, _text_of(exc)
 
     def _batch_call(self, items):
         return _counted(list(self.user_batch(items)), len(items))
@@ -759,7 +820,8 @@ class Worker:
         raises alone (process_batch is called again on sub-batches of the same items);
         an item alone, or all of them without isolate_failures, runs again up to
         `retries` times. The results as call gives them, an exception in the place of
-        each item that failed."""
+        each item that failed (_settle: a _Caught, or one the plugin treats by its
+        kind; none keeps a traceback)."""
         if len(items) > 1 and self.isolate:
             out = []
             h = (len(items) + 1) // 2
@@ -770,6 +832,7 @@ class Worker:
                 except BaseException as e:
                     if _is_fatal(e) or _is_timeout(e):
                         raise
+                    e = _settle(e)
                     out.extend(self._isolated(call, part, e))
             return out
         for _ in range(self.retries):
@@ -780,8 +843,8 @@ class Worker:
             except BaseException as e:
                 if _is_fatal(e) or _is_timeout(e):
                     raise
-                exc = e
-        return [exc] * len(items)
+                exc = _settle(e)
+        return [_settle(exc)] * len(items)
 
     def _user_batch_isolated(self, given, exc):
         """The user's process_batch(given) raised exc: its results by _isolated, each
@@ -791,7 +854,7 @@ class Worker:
             return [_failure(exc)] * len(given)
         try:
             got = self._isolated(lambda part: _counted(self.user_batch(part), len(part)),
-                                 given, exc)
+                                 given, _settle(exc))
         except BaseException as e:
             return [_failure(e)] * len(given)
         return [_failure(r) if isinstance(r, BaseException) else r for r in got]
@@ -813,10 +876,10 @@ class Worker:
                     if _is_fatal(e) or _is_timeout(e):
                         raise
                     # The items that raise alone fail, each with its own error.
-                    got = self._isolated(self._batch_call, part, e)
+                    got = self._isolated(self._batch_call, part, _settle(e))
                 for j, r in enumerate(got):
                     if isinstance(r, BaseException):
-                        errors[at + j] = _traceback_text(r)
+                        errors[at + j] = _text_of(r)
                         got[j] = None
                     elif type(r) is memoryview:  # an item itself: its bytes
                         got[j] = r.tobytes()

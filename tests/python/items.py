@@ -4,9 +4,10 @@ death names each item's own task id: run by run_tests.py as `items.py MODE`, pri
 "PASS MODE" when every check held (NumPy's checks say SKIP in one line without it).
 
 snapshot: a generator that refills one buffer (a bytearray, a memoryview of it, a
-NumPy array, a tuple or dict holding one) and yields it each time: every item reaches
-the worker as it was when yielded, with automatic chunks, chunksize=1 and 4, and
-batch_size=4, as it reaches the C worker `echo`.
+NumPy array, a tuple or dict holding one, an array it holds only by a weak reference)
+and yields it each time: every item reaches the worker as it was when yielded, with
+automatic chunks, chunksize=1 and 4, and batch_size=4, as it reaches the C worker
+`echo`.
 layouts: memoryviews of another layout (Fortran order, strided, multi-dimensional)
 arrive as bytes(item) (C order), as `echo` gets them; NumPy arrays of any layout
 arrive equal (pickle's semantics: shape, dtype and values); an array's data lies at an
@@ -86,7 +87,21 @@ class EchoBatch(Echo):
 
 
 def refilled(kind, n=N):
-    """One buffer refilled with i and yielded each time (the readinto pattern)."""
+    """One buffer refilled with i and yielded each time (the readinto pattern); for
+    "weakref" an array the generator holds only by a weak reference, refilled through
+    it while the item it was still lives."""
+    if kind == "weakref":
+        ref = None
+        for i in range(n):
+            a = ref() if ref is not None else None
+            if a is None:
+                a = np.zeros(4)
+                ref = weakref.ref(a)
+            a[:] = i
+            box = [a]
+            del a
+            yield box.pop()  # nothing but the weak reference holds it once taken
+        return
     buf = bytearray(32)
     arr = np.zeros(4) if np is not None else None
     for i in range(n):
@@ -107,7 +122,7 @@ def as_yielded(kind, i, r):
     if kind == "tuple":  # nested: pickled in band
         return r == (("bytearray", bytearray(data)), ("int", i))
     arr = ("ndarray", np.dtype(float).str, (4,), np.full(4, i, float).tobytes())
-    if kind == "ndarray":
+    if kind in ("ndarray", "weakref"):
         return r[:4] == arr
     return r["a"][:4] == arr and r["i"] == ("int", i)
 
@@ -116,16 +131,16 @@ def no_copies():
     """What is copied to take items as they were yielded: an array or bytearray that
     nothing else holds (a fresh one each item) is not, in a chunk (by address) or one
     item a task (gpud._gpud writes an item that may change before reading on); one the
-    program holds is, in a chunk."""
+    program holds, if only by a weak reference, is, in a chunk."""
     from gpud import _worker
     from gpud._chunks import Chunks
 
     cbs = dict.fromkeys(("on_success", "on_error", "on_timeout", "on_task_start"))
-    made = []  # weak references: the generator keeps none of its arrays
+    made = []  # their addresses: the generator keeps none of its arrays
 
     def made_one(i):
         a = np.full(4096, i, np.uint8)
-        made.append(weakref.ref(a))
+        made.append(a.ctypes.data)
         return a
 
     def fresh():
@@ -146,12 +161,22 @@ def no_copies():
         parts = [np.frombuffer(p, np.uint8) for p in next(c) if len(p) == 4096]
         check([int(p[0]) for p in parts] == list(range(8)), f"a chunk of {name} arrays")
         if name == "fresh":
-            own = [r() for r in made]
-            check(all(o is not None for o in own) and [p.ctypes.data for p in parts]
-                  == [o.ctypes.data for o in own], "a chunk of fresh arrays was copied")
+            check([p.ctypes.data for p in parts] == made, "a chunk of fresh arrays was copied")
         elif name == "held":
             check(not {p.ctypes.data for p in parts} & {a.ctypes.data for a in held},
                   "a chunk of the program's arrays was not copied")
+    # An array held by nothing but a weak reference is copied (the program could take
+    # it back and refill it); one held by nothing at all is not.
+    def one(ref):
+        a = np.ones(9)
+        made[:] = [weakref.ref(a) if ref else id(a)]
+        box = [a]
+        del a
+        yield box.pop()
+    taken = list(map(_worker.snapshot, islice(one(True), 1)))[0]
+    check(made[0]() is not taken, "an array held by a weak reference was not copied")
+    taken = list(map(_worker.snapshot, islice(one(False), 1)))[0]
+    check(id(taken) == made[0], "an array nothing holds was copied")
     # Containers: a fresh one of immutable values as it is, any other pickled now.
     def containers():
         yield {"a": 1, "b": (2, "x")}
@@ -171,7 +196,7 @@ def no_copies():
 def snapshot():
     kinds = ["bytearray", "memoryview", "tuple"]
     if np is not None:
-        kinds += ["ndarray", "dict"]
+        kinds += ["ndarray", "dict", "weakref"]
     else:
         print("SKIP: no NumPy in this Python: refilled arrays are not tried", flush=True)
     for kind in kinds:

@@ -11,7 +11,12 @@ automatic chunks and in batches of 8.
 raising: a process_batch that raises on either of two bad items among 3,551 (a corrupt
 image a decoder refuses): exactly two failures, each with its own traceback, in
 automatic chunks, fixed chunks and one item a task, batch_size 64; the stats and gpud's
-summary line count items; isolate_failures=False fails the bad items' whole batches."""
+summary line count items; isolate_failures=False fails the bad items' whole batches.
+buffers: the same with items that reach the worker as views of the ring (bytes, NumPy
+arrays): a bad item among them fails with its own error and every other item ends ok
+(batch_size 8 or 64, automatic chunks and one batch a task, isolate_failures either
+way; process() with retries=1): what the failed calls leave behind (their exceptions,
+their tracebacks) holds no view of an item past the call."""
 import os
 import signal
 import sys
@@ -180,7 +185,79 @@ def raising():
               f"isolate_failures=False {opts}: the bad items' batches fail: {len(errs)}")
 
 
+class BadBytes(BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, x):
+        if bytes(x) == b"bad":
+            raise ValueError("bad item")
+        return bytes(x)
+
+    def process_batch(self, items):
+        for x in items:
+            if bytes(x) == b"bad":
+                raise ValueError("bad item")
+        return [bytes(x) for x in items]
+
+
+class BadBytesOne(BadBytes):
+    process_batch = None  # process() alone
+
+
+class BadArrays(BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process_batch(self, items):
+        for a in items:
+            if a[0] < 0:
+                raise ValueError(f"corrupt array {-int(a[0])}")
+        return [int(a.sum()) for a in items]
+
+
+def buffers():
+    def one_each(cls, items, bad, why, **opts):
+        what = f"{cls.__name__} {opts}"
+        got, errs, stats = collect(cls, items, **opts)
+        check(set(errs) == set(bad), f"{what}: {len(got)} ok, failed {sorted(errs)[:10]}, "
+              f"not {sorted(bad)} alone: {set(e.splitlines()[-1] for e in errs.values())}")
+        for t in bad:
+            check(why(t) in errs[t], f"{what}: item {t}: {errs[t]!r}")
+        print(what, f"{len(got)} ok, {len(errs)} failed", flush=True)
+        return got
+
+    items = [b"ok%d" % i for i in range(400)]
+    items[5] = items[150] = b"bad"
+    want = {i: x for i, x in enumerate(items) if x != b"bad"}
+    for opts in ({"batch_size": 8}, {"batch_size": 8, "chunksize": 1},
+                 {"batch_size": 8, "retries": 1}, {"batch_size": 8, "chunksize": 1,
+                                                   "retries": 1}):
+        got = one_each(BadBytes, items, (5, 150), lambda t: "ValueError: bad item", **opts)
+        check(got == want, f"BadBytes {opts}: results")
+    for opts in ({"retries": 1}, {"retries": 1, "chunksize": 8}, {"retries": 1, "chunksize": 1}):
+        got = one_each(BadBytesOne, items, (5, 150), lambda t: "ValueError: bad item", **opts)
+        check(got == want, f"BadBytesOne {opts}: results")
+    # Without isolation the bad items' batches fail, with the error they raised.
+    got, errs, _ = collect(BadBytes, items[:16], batch_size=8, chunksize=1,
+                           isolate_failures=False)
+    check(set(errs) == set(range(8)) and all("ValueError: bad item" in e for e in errs.values()),
+          f"isolate_failures=False: {sorted(errs)} {set(errs.values())}")
+    try:
+        import numpy as np
+    except ImportError:
+        print("SKIP: no NumPy in this Python: arrays are not tried", flush=True)
+        return
+    arrays = [np.full(16, i, np.int64) for i in range(2000)]
+    for i in (300, 1500):
+        arrays[i][0] = -i
+    for opts in ({"batch_size": 64, "chunksize": 1}, {"batch_size": 64}):
+        got = one_each(BadArrays, arrays, (300, 1500), lambda t: f"corrupt array {t}", **opts)
+        check(got == {i: int(a.sum()) for i, a in enumerate(arrays) if i not in (300, 1500)},
+              f"BadArrays {opts}: results")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    {"results": results, "crashes": crashes, "raising": raising}[mode]()
+    {"results": results, "crashes": crashes, "raising": raising, "buffers": buffers}[mode]()
     print(f"PASS {mode}", flush=True)

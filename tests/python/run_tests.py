@@ -186,7 +186,7 @@ def main():
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], e)
         # Each item its own outcome: bad results, crashing items and items that make a
         # process_batch raise among others.
-        for mode in ("results", "crashes", "raising"):
+        for mode in ("results", "crashes", "raising", "buffers"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
         # Items as they were yielded (a refilled buffer), in any layout, aligned; a
         # death's error naming each item's own task id.
