@@ -101,6 +101,52 @@ Test(gpu, batch_failures_stay_per_task, .timeout = 60)
 	free(path);
 }
 
+/* Errors per line of the jsonl text, and how many of them name `what`. */
+static size_t count_errors(const char *out, const char *what, size_t *named)
+{
+	size_t errors = 0;
+	*named = 0;
+	for (const char *p = out; (p = strstr(p, "\"status\": \"error\"")); p++) {
+		const char *eol = strchr(p, '\n');
+		const char *m = strstr(p, what);
+		errors++;
+		*named += m && (!eol || m < eol);
+	}
+	return errors;
+}
+
+/* A call that fails as a whole (process_batch returns -1, as a library that raises)
+ * is split until each bad task fails alone with its own error; every other task of it
+ * gets its result. isolate_failures = false keeps the call's failure for all of them. */
+Test(gpu, a_batch_that_fails_whole_fails_only_its_bad_tasks, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	char *path = job(dir, "gpus = 0\nbatch_size = 64\nbatch_wait_ms = 50",
+			 "plugin = batcher\nwhole_fail_on = 123,321", "plugin = range\nstop = 3551",
+			 "plugin = jsonl");
+	cr_expect_eq(t_gpud(dir, "run '%s'", path), 1);
+	char *out = t_read_in(dir, "out");
+	cr_expect_eq(t_count_lines(out, "{"), 3551);
+	size_t named;
+	cr_expect_eq(count_errors(out, "batcher: a call holding ", &named), 2, "%s", out);
+	cr_expect_eq(named, 2);
+	cr_expect(strstr(out, "{\"task_id\": 123, \"status\": \"error\"") &&
+			  strstr(out, "{\"task_id\": 321, \"status\": \"error\"") &&
+			  strstr(out, "\"error\": \"batcher: a call holding 123\"}") &&
+			  strstr(out, "\"error\": \"batcher: a call holding 321\"}"),
+		  "each fails with its own error: %s", out);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: 3551 tasks: 3549 ok, 2 failed"), "%s", err);
+	free(err);
+	free(out);
+	cr_expect_eq(t_gpud(dir, "run '%s' --force --set job.isolate_failures=false", path), 1);
+	out = t_read_in(dir, "out");
+	cr_expect_gt(count_errors(out, "batcher: a call holding ", &named), 2,
+		     "without isolation the whole calls fail");
+	free(out);
+	free(path);
+}
+
 /* A crash inside a batch: the call's tasks run again alone, and only the one that
  * crashes its worker alone is reported; every other task ends ok. */
 Test(gpu, crash_in_a_batch_blames_only_its_task, .timeout = 60)

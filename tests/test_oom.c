@@ -265,13 +265,25 @@ Test(oom, process_that_runs_out_fails_its_task, .timeout = 120)
 }
 
 /* A plugin built for ABI 1.3 that returns -12 (GPUD_OOM's value) meant a plain failure,
- * and still does: nothing runs again. */
+ * and still does: not out of memory. Such a failure of a whole call is isolated
+ * (isolate_failures): its tasks run again in halves, and those that do not fail alone
+ * end ok; without isolation nothing runs again. */
 Test(oom, a_1_3_plugin_keeps_its_meaning, .timeout = 120)
 {
 	const char *dir = t_tmpdir();
 	char *path = job(dir, "gpus = 0\nbatch_size = 16\nmax_retries = 0",
 			 "plugin = oomer13\nfit = 5", 200);
-	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 1);
+	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0);
+	char *split = t_read_in(dir, "out"), *sjs = t_read_in(dir, "s.json");
+	cr_expect_eq(count(split, "\"status\": \"ok\""), 200, "%s", split);
+	cr_expect(strstr(sjs, "\"oom_splits\": 0,"), "%s", sjs);
+	free(split);
+	free(sjs);
+	cr_assert_eq(t_gpud(dir,
+			    "run '%s' --force --set job.isolate_failures=false --stats-json "
+			    "'%s/s.json'",
+			    path, dir),
+		     1);
 	char *out = t_read_in(dir, "out"), *js = t_read_in(dir, "s.json");
 	cr_expect_eq(t_count_lines(out, "{"), 200);
 	cr_expect(strstr(out, "process_batch() returned -12 without a message"), "%s", out);

@@ -1015,13 +1015,46 @@ def test_image_pipeline(d):
           f"(exit {r.returncode}: {resumed})")
 
 
+def doc_blocks(path):
+    """The fenced code blocks of a markdown file, as (language, text), in order."""
+    import re
+
+    with open(path) as f:
+        return re.findall(r"^```(\w*)\n(.*?)^```", f.read(), re.S | re.M)
+
+
+def ini_keys(text):
+    """An ini text's sections and keys, comments and spacing left out."""
+    out = []
+    for line in text.splitlines():
+        line = line.split(";", 1)[0].strip()
+        if line:
+            out.append(" ".join(line.split()))
+    return out
+
+
 def test_images_example(d):
-    """docs/images-to-array.md's example as a user runs it: its folder copied, shards
-    made by its script, its job file checked and run, rows equal to Pillow's means."""
+    """docs/images-to-array.md's example as written there: its job file and its Python
+    program taken from the page's code blocks (the job file also the same keys as
+    docs/examples/images/embed.ini), run in a copy of the example folder on shards made
+    by its script; rows equal to Pillow's means of the decoded and resized images. The
+    job with the max_result_bytes the page once had (16K) is refused by gpud check,
+    naming the key."""
     import numpy as np
 
+    src = os.environ["SRCDIR"]
+    blocks = doc_blocks(os.path.join(src, "docs", "images-to-array.md"))
+    ini = [b for lang, b in blocks if lang == "ini"]
+    prog = [b for lang, b in blocks if lang == "python" and "gpud.Dispatcher(" in b]
+    check(len(ini) == 1 and len(prog) == 1,
+          f"the page has its job file and its program ({len(ini)} ini, {len(prog)} programs)")
     ex = os.path.join(d, "embed")
-    shutil.copytree(os.path.join(os.environ["SRCDIR"], "docs", "examples", "images"), ex)
+    shutil.copytree(os.path.join(src, "docs", "examples", "images"), ex)
+    with open(os.path.join(ex, "embed.ini")) as f:
+        check(ini_keys(f.read()) == ini_keys(ini[0]),
+              "docs/examples/images/embed.ini holds the page's job file")
+    with open(os.path.join(ex, "embed.ini"), "w") as f:
+        f.write(ini[0])
     r = subprocess.run([sys.executable, "make_shards.py", "2", "40"], cwd=ex,
                        capture_output=True, text=True)
     check(r.returncode == 0, f"make_shards.py: {r.stdout}{r.stderr}")
@@ -1030,19 +1063,65 @@ def test_images_example(d):
     check(r.returncode == 0 and "shared memory:" in r.stdout + r.stderr,
           f"gpud check embed.ini: {r.stdout[-400:]}{r.stderr[-400:]}")
     r = run(ex, "run", "embed.ini", "--ui", "off", "--set", py)
-    check(r.returncode == 0, f"gpud run embed.ini: {r.stderr[-600:]}")
+    check(r.returncode == 0 and "gpud: 80 tasks: 80 ok, 0 failed" in r.stderr,
+          f"gpud run embed.ini: {r.stderr[-600:]}")
     emb = np.load(os.path.join(ex, "embeddings-0.npy"))
     done = np.load(os.path.join(ex, "embeddings-0.npy.done"))
     check(emb.shape == (80, 3) and emb.dtype == np.float32 and (done == 1).all(),
           f"embeddings-0.npy {emb.shape} {emb.dtype}, {(done == 1).sum()} rows done")
+    side = int(ini[0].split("height = ", 1)[1].split()[0])
+    means = {}
     worst = 0.0
     with open(os.path.join(ex, "keys-0.tsv")) as f:
         for line in f:
             tid, key, shard = line.rstrip("\n").split("\t")
             with tarfile.open(shard) as t:
                 data = t.extractfile(key + ".jpg").read()
-            worst = max(worst, float(np.abs(emb[int(tid)] - pillow_means(data)).max()))
+            means[int(tid)] = pillow_means(data, side)
+            worst = max(worst, float(np.abs(emb[int(tid)] - means[int(tid)]).max()))
     check(worst <= 2.55, f"every row within 1% of 255 of Pillow's means (worst {worst:.3f})")
+    # The page's old max_result_bytes: every task would fail, and gpud check says so.
+    old = "\n".join("max_result_bytes = 16K" if x.startswith("max_result_bytes") else x
+                    for x in ini[0].splitlines())
+    with open(os.path.join(ex, "small.ini"), "w") as f:
+        f.write(old + "\n")
+    r = run(ex, "check", "small.ini", "--set", py)
+    check(r.returncode == 2 and "max_result_bytes = 16384" in r.stderr
+          and "every task would fail; raise max_result_bytes to 147K or more" in r.stderr,
+          f"gpud check refuses max_result_bytes = 16K for {side} x {side} pixels: "
+          f"{r.returncode} {r.stderr[-500:]}")
+    # The page's program, on the same shards: the workers on stand-in GPUs ("all").
+    build = os.path.dirname(os.path.dirname(GPUD))
+    package = os.path.join(build, "python")
+    if not any(x.startswith("_gpud") for x in os.listdir(os.path.join(package, "gpud"))):
+        print("SKIP: the page's Python program: the gpud package is not built")
+        return
+    cuda = os.path.join(d, "cuda")
+    os.makedirs(cuda)
+    os.symlink(os.environ["FAKECUDA"], os.path.join(cuda, "libcudart.so"))
+    with open(os.path.join(ex, "program.py"), "w") as f:
+        f.write(prog[0] + "    print(stats['completed'], stats['failed'])\n")
+    env = dict(os.environ, TMPDIR=d, PYTHONPATH=package, FAKE_CUDA_DEVICES="2",
+               LD_LIBRARY_PATH=os.pathsep.join(
+                   x for x in (cuda, os.environ.get("LD_LIBRARY_PATH")) if x))
+    # A sanitized libgpud (build-asan): Python loads the runtime first.
+    ldd = subprocess.run(["ldd", os.path.join(build, "daemon", "libgpud.so")],
+                         capture_output=True, text=True).stdout
+    preload = [x.split("=>")[1].split()[0] for x in ldd.splitlines()
+               if ("libasan" in x or "libubsan" in x) and "=>" in x]
+    if preload:
+        env.update(LD_PRELOAD=" ".join(preload),
+                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+    r = subprocess.run([sys.executable, "program.py"], cwd=ex, capture_output=True,
+                       text=True, env=env, timeout=240)
+    check(r.returncode == 0 and r.stdout.split() == ["80", "0"],
+          f"the page's program: {r.returncode} {r.stdout[-300:]} {r.stderr[-600:]}")
+    if r.returncode:
+        return
+    got = np.load(os.path.join(ex, "means.npy"))
+    check(got.shape == (80, 3) and max(float(np.abs(got[i] - m).max())
+                                       for i, m in means.items()) <= 2.55,
+          f"means.npy {got.shape}: every row Pillow's means")
 
 
 def main():

@@ -189,6 +189,43 @@ Test(resume, a_finished_run_resumes_to_nothing_and_status_says_so, .timeout = 60
 	free(err);
 }
 
+/* Every task failed: a run without --resume is refused naming --retry-failed (what
+ * runs them again) and --force; a --resume, with nothing left to run, says so and
+ * names --retry-failed; --retry-failed then runs them. */
+Test(resume, after_every_task_failed_the_messages_name_retry_failed, .timeout = 60)
+{
+	const char *dir = t_tmpdir();
+	t_jobf(dir, "[job]\ngpus = 0\nmax_retries = 0\n[worker]\nplugin = faulty\nfail_every = 1\n"
+		    "[generator]\nplugin = range\nstop = 200\n[sink]\nplugin = jsonl\n"
+		    "path = out.jsonl\n");
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 1);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off", dir), 2);
+	char *err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "holds the outcomes of 200 tasks of an earlier run of this job (it "
+			      "finished all 200)") &&
+			  strstr(err, "200 of them failed: --resume --retry-failed runs those "
+				      "again (--resume alone has nothing left to run); --force "
+				      "starts over anyway"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir, "run '%s/job.ini' --ui off --resume", dir), 1);
+	err = t_read_in(dir, "err");
+	cr_expect(strstr(err, "gpud: nothing left to run: every task already has its outcome, "
+			      "200 of them failed; --resume --retry-failed runs those again"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(t_gpud(dir,
+			    "run '%s/job.ini' --ui off --resume --retry-failed --force "
+			    "--set worker.fail_every=0",
+			    dir),
+		     0);
+	err = t_read_in(dir, "err");
+	cr_expect(!strstr(err, "nothing left to run"), "%s", err);
+	free(err);
+	t_sh(dir, "grep -c '\"status\": \"ok\"' out.jsonl > count");
+	cr_expect_eq(t_read_long(dir, "count"), 200, "every task ran again, ok");
+}
+
 /* The journal's own cut, at every byte of its last two records: 300 tasks (task 5
  * failed) end with FAILED, DONE x5 and END, the last DONE holding tasks 256..299. Cut k
  * bytes off the end and resumed: the partial record's bytes are cut (none when k is a

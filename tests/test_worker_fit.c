@@ -179,15 +179,19 @@ Test(worker_fit, alone_it_does_not_fit)
 static uint32_t fits;             /* the most tasks a call of the fake plugin fits */
 static uint32_t sizes[64], ncall; /* each call's size, in order */
 static uint64_t fatal_id = UINT64_MAX;
+static uint64_t bad_a = UINT64_MAX, bad_b = UINT64_MAX; /* a call holding one fails whole */
 
-/* process_batch(): out of memory over `fits` tasks; finishes each task otherwise,
- * its result its id. */
+/* process_batch(): out of memory over `fits` tasks; -1 for a call holding bad_a or
+ * bad_b (nothing marked); finishes each task otherwise, its result its id. */
 static int fake_batch(void *state, struct gpud_task *t, size_t n)
 {
 	(void)state;
 	sizes[ncall++] = (uint32_t)n;
 	if (n > fits)
 		return GPUD_OOM;
+	for (size_t i = 0; i < n; i++)
+		if (t[i].id == bad_a || t[i].id == bad_b)
+			return -1;
 	for (size_t i = 0; i < n; i++) {
 		memcpy(t[i].result.data, &t[i].id, sizeof t[i].id);
 		t[i].result.size = sizeof t[i].id;
@@ -231,7 +235,7 @@ static void worker_after_oom_call(uint32_t fit_most)
 		arm(out[i], CAP);
 		loop_task_init(&w, i);
 	}
-	cr_assert_eq(fake_batch(NULL, t, N), GPUD_OOM);
+	cr_assert_eq(fake_batch(NULL, t, N), fit_most < N ? GPUD_OOM : -1);
 	ncall = 0;
 }
 
@@ -287,4 +291,48 @@ Test(worker_fit, tasks_left_when_another_ends_the_worker_are_not_run_again)
 		cr_assert_eq(t[i].failed, 1, "task %u", i);
 		cr_assert(strstr(err[i].message, "another task of the call ended this worker"));
 	}
+}
+
+/* A call that failed as a whole, with failures isolated: halves, a half that fails
+ * halved again, so each task that fails does so alone; the batch size stays. */
+Test(worker_fit, a_call_that_failed_whole_finds_its_bad_tasks_by_halves)
+{
+	bad_a = 102;
+	bad_b = 106;
+	worker_after_oom_call(N); /* fits, but holds the bad tasks: -1 */
+	w.fit.isolate = true;
+	cr_assert(fit_again(&w.fit, t, N, -1));
+	cr_assert_eq(fit_refit(&w, N, -1), 0);
+	bad_a = bad_b = UINT64_MAX;
+	/* 4 fails: 2 fits, 2 fails: 1 fails, 1 fits; the same in the other half. */
+	uint32_t want[] = {4, 2, 2, 1, 1, 4, 2, 2, 1, 1};
+	cr_assert_eq(ncall, 10);
+	for (uint32_t k = 0; k < ncall; k++)
+		cr_assert_eq(sizes[k], want[k], "call %u: %u tasks, not %u", k, sizes[k], want[k]);
+	for (uint32_t i = 0; i < N; i++) {
+		if (i == 2 || i == 6) {
+			cr_assert_eq(t[i].failed, 1, "task %u", i);
+			cr_assert_str_eq(err[i].message,
+					 "process_batch() returned -1 without a message");
+			continue;
+		}
+		cr_assert_eq(t[i].failed, 0, "task %u finished", i);
+		uint64_t id;
+		memcpy(&id, t[i].result.data, sizeof id);
+		cr_assert_eq(id, 100 + i, "task %u's result in its own slot", i);
+	}
+	cr_assert_eq(w.fit.oom_splits, 0);
+	cr_assert_eq(w.fit.batch_cap, N, "a failure does not lower the batch size");
+}
+
+/* Without isolation a call that failed as a whole is not run again. */
+Test(worker_fit, without_isolation_a_failed_call_is_not_run_again)
+{
+	bad_a = 103;
+	worker_after_oom_call(N);
+	w.fit.isolate = false;
+	cr_assert_not(fit_again(&w.fit, t, N, -1));
+	w.fit.isolate = true;
+	cr_assert_not(fit_again(&w.fit, t, 1, -1), "a call of one task has nothing to split");
+	bad_a = UINT64_MAX;
 }

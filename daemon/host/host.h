@@ -299,11 +299,12 @@ struct host_files {
 
 /* Resuming an earlier run: record/resume.c (the journal itself is record/journal.c's). */
 struct host_resume {
-	bool asked;          /* --resume was given */
-	bool on;             /* --resume with a journal: done tasks are skipped */
-	bool input_changed;  /* a sampled input differs from the journaled run's */
-	bool journal_failed; /* a journal write failed (said once) */
-	uint64_t skipped;    /* tasks skipped because an earlier run finished them */
+	bool asked;             /* --resume was given */
+	bool on;                /* --resume with a journal: done tasks are skipped */
+	bool input_changed;     /* a sampled input differs from the journaled run's */
+	bool journal_failed;    /* a journal write failed (said once) */
+	uint64_t skipped;       /* tasks skipped because an earlier run finished them */
+	uint64_t failed_before; /* of the journal's outcomes, failures (not --retry-failed) */
 	/* Entries of the sink's output that name no task of this job, and tasks it holds
 	 * that the journal had no memory for; the first of each, to name it */
 	uint64_t strays, stray_eg, unheld, unheld_eg;

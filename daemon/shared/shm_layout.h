@@ -272,7 +272,8 @@ struct shm_header {
 				   * time its batch takes to fill at the rate its tasks come
 				   * (behind a CPU stage, batch_wait_ms not set), and not once
 				   * its feed is drained */
-	uint8_t _pad1[24];
+	uint32_t isolate;         /* [job] isolate_failures: a batch that fails whole is split */
+	uint8_t _pad1[20];
 	/* line 2, host: it sleeps on the bell memfd's word */
 	_Atomic uint32_t host_sleeping;
 	uint8_t _pad2[60];

@@ -94,7 +94,7 @@ static void oom_alone(struct worker *w, uint32_t i)
 /* Task i's failure when its call returned rc (other than GPUD_OOM) and did not mark it. */
 static void settle(struct worker *w, uint32_t i, int rc)
 {
-	if (rc == 0 || rc == GPUD_OOM || w->t[i].failed)
+	if (!fit_call_failed(&w->fit, rc) || w->t[i].failed)
 		return;
 	w->t[i].failed = 1;
 	if (!w->err[i].message[0])
@@ -103,26 +103,38 @@ static void settle(struct worker *w, uint32_t i, int rc)
 }
 
 /* After a call over the tasks idx[from, from + m) returned rc: settles those it
- * finished and moves those that ran out of memory, in order, to the end of the range;
- * returns how many did. A task whose canary the call overwrote is finished (its record
- * says so), and *stop is set when the process is to be replaced (a write before a result
- * buffer, gpud_task_fatal): nothing more runs in it. */
-static uint32_t sort_out(struct worker *w, uint32_t from, uint32_t m, int rc, bool *stop)
+ * finished and moves those to run again, in order, to the end of the range; returns how
+ * many. A task runs again when it ran out of memory (*ran_out is then set), or when the
+ * call of several tasks failed as a whole while failures are isolated and the call did
+ * not mark it otherwise (rejected, fatal, timed out). A task whose canary the call
+ * overwrote is finished (its record says so), and *stop is set when the process is to
+ * be replaced (a write before a result buffer, gpud_task_fatal): nothing more runs in
+ * it, and a call that failed as a whole then fails its tasks as it said. */
+static uint32_t sort_out(struct worker *w, uint32_t from, uint32_t m, int rc, bool *stop,
+			 bool *ran_out)
 {
-	uint32_t *idx = w->fit.idx + from, *oom = w->fit.idx + w->fit.batch, kept = 0, o = 0;
+	uint32_t *idx = w->fit.idx + from, *again = w->fit.idx + w->fit.batch, kept = 0, o = 0;
 	for (uint32_t j = 0; j < m; j++) {
 		uint32_t i = idx[j];
-		enum breach b = disarm(w->out[i], w->hdr->max_result_bytes);
-		if (b == BREACH_BEFORE || w->t[i].failed == GPUD_TASK_FATAL)
+		if (disarm(w->out[i], w->hdr->max_result_bytes) == BREACH_BEFORE ||
+		    w->t[i].failed == GPUD_TASK_FATAL)
 			*stop = true;
-		if (b == BREACH_NONE && fit_task_oom(w->t[i].failed, rc)) {
-			oom[o++] = i;
+	}
+	bool whole = w->fit.isolate && m > 1 && fit_call_failed(&w->fit, rc) && !*stop;
+	for (uint32_t j = 0; j < m; j++) {
+		uint32_t i = idx[j];
+		int failed = w->t[i].failed;
+		bool intact = disarm(w->out[i], w->hdr->max_result_bytes) == BREACH_NONE;
+		bool oom = intact && w->fit.oom_abi && fit_task_oom(failed, rc);
+		if (oom || (intact && whole && (failed == 0 || failed == GPUD_TASK_FAILED))) {
+			*ran_out |= oom;
+			again[o++] = i;
 		} else {
 			settle(w, i, rc);
 			idx[kept++] = i;
 		}
 	}
-	memcpy(idx + kept, oom, o * sizeof *oom);
+	memcpy(idx + kept, again, o * sizeof *again);
 	return o;
 }
 
@@ -153,56 +165,113 @@ static int call_part(struct worker *w, uint32_t from, uint32_t m)
 	return rc;
 }
 
-/* The tasks idx[from, from + left) ran out of memory, and another task of their call of
- * n ended this worker: they fail without running again. */
-static void fail_left(struct worker *w, uint32_t from, uint32_t left, uint32_t n)
+/* The tasks idx[from, from + left) were to run again (`why`), and another task of their
+ * call of n ended this worker: they fail without running again. */
+static void fail_left(struct worker *w, uint32_t from, uint32_t left, uint32_t n, const char *why)
 {
 	for (uint32_t j = from; j < from + left; j++) {
 		uint32_t i = w->fit.idx[j];
 		w->t[i].failed = 1;
 		snprintf(w->err[i].message, sizeof w->err[i].message,
-			 "out of memory in a call of %u tasks, and not run again: "
+			 "%s in a call of %u tasks, and not run again: "
 			 "another task of the call ended this worker",
-			 n);
+			 why, n);
 	}
+}
+
+/* One call's parts run again: the call's size, the largest part that fitted, the
+ * smallest that ran out, whether any did, and whether the process is to be replaced. */
+struct refit {
+	uint32_t n, fit, bad;
+	bool ran_out, stop;
+};
+
+static void isolate_part(struct worker *w, struct refit *r, uint32_t from, uint32_t m);
+
+/* The tasks idx[from, from + m) are to run again after their call failed as a whole
+ * (or, in such a part, ran out of memory): in two halves, each split again while it
+ * fails, so a task that fails does so alone, with its own error. */
+static void isolate(struct worker *w, struct refit *r, uint32_t from, uint32_t m)
+{
+	if (m == 1) {
+		isolate_part(w, r, from, 1);
+		return;
+	}
+	uint32_t half = (m + 1) / 2;
+	isolate_part(w, r, from, half);
+	isolate_part(w, r, from + half, m - half);
+}
+
+static void isolate_part(struct worker *w, struct refit *r, uint32_t from, uint32_t m)
+{
+	if (r->stop) {
+		fail_left(w, from, m, r->n, "failed as a whole");
+		return;
+	}
+	bool ran_out = false;
+	uint32_t o = sort_out(w, from, m, call_part(w, from, m), &r->stop, &ran_out);
+	if (!o) {
+		r->fit = m > r->fit ? m : r->fit;
+		return;
+	}
+	if (m == 1) { /* alone, only running out of memory runs it again */
+		oom_alone(w, w->fit.idx[from]);
+		r->ran_out = true;
+		return;
+	}
+	if (ran_out) {
+		r->ran_out = true;
+		count_split(&w->fit, w->rep);
+		r->bad = m < r->bad ? m : r->bad;
+	}
+	isolate(w, r, from + m - o, o);
 }
 
 int fit_refit(struct worker *w, uint32_t n, int rc)
 {
 	struct fit *f = &w->fit;
-	bool stop = false;
+	struct refit r = {.n = n, .bad = n};
 	for (uint32_t i = 0; i < n; i++)
 		f->idx[i] = i;
-	uint32_t left = sort_out(w, 0, n, rc, &stop), from = n - left;
-	uint32_t fit = 0, bad = n, part = (n + 1) / 2;
-	if (n == 1 && left) {
+	uint32_t left = sort_out(w, 0, n, rc, &r.stop, &r.ran_out), from = n - left;
+	uint32_t part = (n + 1) / 2;
+	if (!r.ran_out) { /* failed as a whole */
+		if (left)
+			isolate(w, &r, from, left);
+		left = 0;
+	} else if (n == 1 && left) {
 		oom_alone(w, f->idx[from++]);
 		left--;
 	} else if (left) {
 		count_split(f, w->rep);
 	}
 	while (left) {
-		if (stop) {
-			fail_left(w, from, left, n);
+		if (r.stop) {
+			fail_left(w, from, left, n, "out of memory");
 			break;
 		}
 		uint32_t m = left < part ? left : part;
-		uint32_t o = sort_out(w, from, m, call_part(w, from, m), &stop);
+		bool ran_out = false;
+		uint32_t o = sort_out(w, from, m, call_part(w, from, m), &r.stop, &ran_out);
 		from += m - o;
 		left -= m - o;
 		if (!o) {
-			fit = m > fit ? m : fit;
+			r.fit = m > r.fit ? m : r.fit;
+		} else if (!ran_out) { /* this part failed as a whole: its failures alone */
+			isolate(w, &r, from, o);
+			from += o;
+			left -= o;
 		} else if (m == 1) {
 			oom_alone(w, f->idx[from++]);
 			left--;
 		} else {
 			count_split(f, w->rep);
-			bad = m < bad ? m : bad;
+			r.bad = m < r.bad ? m : r.bad;
 			part = (m + 1) / 2;
 		}
 	}
-	if (n > 1) {
-		fit_shrink(f, fit, bad);
+	if (r.ran_out && n > 1) {
+		fit_shrink(f, r.fit, r.bad);
 		fit_publish(f, w->rep);
 	}
 	return 0;

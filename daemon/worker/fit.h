@@ -16,6 +16,14 @@
  * FIT_GROW_AFTER once a size that ran out has fitted grow_after times. Only this path
  * pays: a call that fits costs a look at each task's mark.
  *
+ * A call of several tasks that fails as a whole (process_batch returned an error other
+ * than GPUD_OOM: a Python process_batch that raised) is split the same way, when the
+ * job isolates failures ([job] isolate_failures, the default): its tasks run again in
+ * two halves, a half that fails whole in two halves again, down to single tasks, so
+ * that a task that fails alone fails with its own error and every other one gets its
+ * result; this does not change the batch size. A task the call marked rejected, fatal
+ * or timed out keeps that outcome and is not run again.
+ *
  * The sizing (fit_init, fit_grow, fit_shrink) works on a struct fit alone (unit test:
  * tests/test_worker_fit.c); fit_refit runs the parts, so it takes the worker.
  */
@@ -37,6 +45,7 @@ struct fit {
 	uint32_t batch;         /* the most tasks a call may get: batch_size (1 without
 				 * process_batch) */
 	bool oom_abi;           /* the plugin is 1.4 or newer: GPUD_OOM means out of memory */
+	bool isolate;           /* a call that fails whole is split ([job] isolate_failures) */
 	uint32_t batch_cap;     /* the most tasks the next call gets: 1..batch */
 	uint32_t shown;         /* the batch size the host is told: batch_cap once a call of
 				 * that many fitted (a step up is tried before it is said) */
@@ -86,8 +95,23 @@ static inline bool fit_any_oom(const struct gpud_task *t, uint32_t n, int rc)
 	return oom;
 }
 
-/* The first n tasks' call returned rc and ran out of memory: see above. Every task has
- * its outcome in w->t when it returns 0 (for loop_finish_result). */
+/* Whether a call that returned rc failed as a whole (not out of memory). */
+static inline bool fit_call_failed(const struct fit *f, int rc)
+{
+	return rc != 0 && !(f->oom_abi && rc == GPUD_OOM);
+}
+
+/* Whether a call of n tasks that returned rc is to run again in parts: it ran out of
+ * memory for some task, or failed as a whole while failures are isolated. */
+static inline bool fit_again(const struct fit *f, const struct gpud_task *t, uint32_t n, int rc)
+{
+	return (f->oom_abi && fit_any_oom(t, n, rc)) ||
+	       (f->isolate && n > 1 && fit_call_failed(f, rc));
+}
+
+/* The first n tasks' call returned rc and ran out of memory, or failed as a whole
+ * (fit_again): see above. Every task has its outcome in w->t when it returns 0 (for
+ * loop_finish_result). */
 int fit_refit(struct worker *w, uint32_t n, int rc);
 
 #endif

@@ -5,8 +5,9 @@
  * slots reserved (loop_reserve_result) with their canaries armed (canary.h), the plugin
  * called, its results checked and written (loop_finish_result) and published in bursts
  * (loop_publish: every PUBLISH_BURST results or PUBLISH_NS, and before a call that may
- * block). Out of memory goes to fit.c; where the time goes is times.h's. This is the
- * per-task hot path: what it calls on every task is here or inline.
+ * block). Out of memory, and a call of several tasks that fails as a whole, go to fit.c; where the
+ * time goes is times.h's. This is the per-task hot path: what it calls on every task is here or
+ * inline.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -359,7 +360,7 @@ void loop_run(struct worker *w)
 		leave_if_forked();
 		call_ends(w);
 		times_count_call(&w->tm, n, w->t);
-		if (slots && w->fit.oom_abi && !w->cut && fit_any_oom(w->t, n, rc))
+		if (slots && !w->cut && fit_again(&w->fit, w->t, n, rc))
 			rc = fit_refit(w, n, rc);
 		else if (slots && w->fit.shown < w->fit.batch && fit_grow(&w->fit, n))
 			fit_publish(&w->fit, w->rep);

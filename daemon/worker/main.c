@@ -59,6 +59,7 @@ static void load_plugin(struct worker *w, const char *plugin_path)
 		batch = 1;
 	}
 	fit_init(&w->fit, batch, w->plugin.info->abi_minor >= 4);
+	w->fit.isolate = w->hdr->isolate != 0;
 	uint32_t n = w->fl.held > batch ? w->fl.held : batch;
 	w->t = calloc(n, sizeof *w->t);
 	w->in = calloc(n, sizeof *w->in);

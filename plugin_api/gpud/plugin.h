@@ -429,8 +429,12 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task);
 /** Optional. Processes n tasks at once (1 <= n <= info->batch_size; `[job] batch_size`,
  *  `batch_wait_ms`). Each task has its own input and its own result buffer; mark
- *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 fails
- *  every task of the call; (ABI 1.4) returning GPUD_OOM, or marking tasks with
+ *  failures per task (gpud_task_fail, gpud_task_fatal) and return 0. Returning -1 (any
+ *  error but GPUD_OOM) fails the call as a whole: with `[job] isolate_failures` (the
+ *  default) its tasks not rejected, fatal or timed out run again in halves, down to
+ *  single tasks, so that only those that fail alone fail (so the same tasks may be
+ *  given again in smaller calls); without it every task of the call fails. (ABI 1.4)
+ *  returning GPUD_OOM, or marking tasks with
  *  gpud_task_oom(), runs them again in smaller calls. n may then be below the
  *  worker's batch_size for a while (the batch size adapts). When exported it is called instead of
  * gpud_worker_process, also with n = 1. */

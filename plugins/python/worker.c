@@ -947,11 +947,13 @@ static void take_python_times(struct gpud_call_times *ct)
 }
 
 /* process_batch(items): a list in, a list of as many results out; an exception object
- * in a result's place fails that task alone. The call's account (gpud_call_times):
+ * in a result's place fails that task alone. -1 when it raised (every item marked with
+ * its error): the call failed as a whole. The call's account (gpud_call_times):
  * making the items is unpacking, writing the results packing, and what Python code
  * in between says of its own (gpud._times). */
-static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
+static int run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 {
+	int rc = 0;
 	struct gpud_call_times *ct = &pw->times;
 	*ct = (struct gpud_call_times){0};
 	uint64_t t0 = now_ns(), t1 = t0, t2 = t0;
@@ -1003,6 +1005,10 @@ static void run_batch(struct py_worker *pw, struct gpud_task *t, size_t n)
 				else
 					gpud_task_fail(&t[i], "%s", why);
 			}
+		/* It raised: a failure of the call as a whole, which gpud-worker splits to
+		 * find the items that fail alone ([job] isolate_failures). */
+		if (!oom && !timeout && !fatal)
+			rc = -1;
 	} else if (!PySequence_Check(r) || PySequence_Size(r) != (Py_ssize_t)n) {
 		PyErr_Clear();
 		for (size_t i = 0; i < n; i++)
@@ -1044,15 +1050,17 @@ out:
 	ct->pack_ns += now_ns() - t2;
 	take_python_times(ct);
 	gpud_call_times_set(&t[0], ct);
+	return rc;
 }
 
 GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, size_t n)
 {
 	struct py_worker *pw = state;
+	int rc = 0;
 	PyEval_RestoreThread(pw->ts);
 	atomic_fetch_add(&calls, 1);
 	if (pw->process_batch && (n > 1 || !pw->process))
-		run_batch(pw, tasks, n);
+		rc = run_batch(pw, tasks, n);
 	else
 		for (size_t i = 0; i < n; i++) {
 			if (call_cut()) /* the call ran past task_timeout: the rest too */
@@ -1062,7 +1070,7 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *tasks, 
 				run_one(pw, &tasks[i]);
 		}
 	pw->ts = PyEval_SaveThread();
-	return 0;
+	return rc;
 }
 
 /* ---- tasks in flight (max_in_flight > 1) ---- */

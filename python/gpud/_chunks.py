@@ -5,6 +5,7 @@ times (automatic) or fixed (chunksize=K); and the byte sizes gpud's keys take.""
 from array import array
 from itertools import islice as _islice
 from pickle import dumps as _dumps, loads as _loads
+import re
 import sys
 from time import perf_counter as _clock, sleep as _sleep
 
@@ -417,3 +418,17 @@ class Chunks:
         for gpu, st in stats["gpu_status"].items():
             v = self.per_gpu.get(gpu, [0, 0, 0])
             st.update(completed=v[0], failed=v[1], timeouts=v[2])
+
+    def summary(self, stats, line):
+        """gpud's summary line ("N tasks: ...", its tasks being chunks) said in items, the
+        chunks named after them; `stats` as fix_stats left them."""
+        m = re.search(r" in ([0-9.]+) s \(", line)
+        seconds = float(m.group(1)) if m else 0.0
+        done = stats["completed"] + stats["failed"] + stats["timeouts"]
+        rest = re.search(r" not run(, .*?)? in [0-9.]+ s \(", line)
+        extra = rest.group(1) or "" if rest else ""
+        rate = done / seconds if seconds > 0 else 0.0
+        return (f"{stats['total']} items: {stats['completed']} ok, {stats['failed']} failed, "
+                f"{stats['timeouts']} timed out, {max(0, stats['total'] - done)} not run{extra} "
+                f"in {seconds:.3f} s ({rate:.0f} items/s; in {stats['chunk_total']} tasks of up "
+                f"to {self.largest} items)")

@@ -789,19 +789,42 @@ PyDoc_STRVAR(run_doc,
 	     "status, -1 when the run could not start), error (str or None), stats_json,\n"
 	     "signal (a stop signal caught, 0 if none), exception (a callback's or the\n"
 	     "iterator's, or None), setup_failed (workers whose setup failed),\n"
-	     "first_setup_error (the first one's text, or None).");
+	     "first_setup_error (the first one's text, or None), summary (with summary=True:\n"
+	     "gpud's summary line, kept from standard error for the caller to say, or None).");
+
+/* summary=True: every engine line goes to standard error as gpud writes it, but the
+ * summary line ("N tasks: ..."), which the Dispatcher says itself in items. */
+struct kept_summary {
+	char line[512];
+	bool kept;
+};
+
+static void keep_summary(void *data, int level, const char *message)
+{
+	struct kept_summary *k = data;
+	const char *p = message;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (level == GPUD_LOG_INFO && !k->kept && p != message && strncmp(p, " tasks: ", 8) == 0) {
+		snprintf(k->line, sizeof k->line, "%s", message);
+		k->kept = true;
+		return;
+	}
+	fprintf(stderr, "gpud: %s\n", message);
+}
 
 /* run()'s result: a types.SimpleNamespace with these attributes. */
 static PyObject *run_result(int status, const char *error, const char *stats_json, int sig,
-			    PyObject *exc, unsigned setup_failed, PyObject *first)
+			    PyObject *exc, unsigned setup_failed, PyObject *first,
+			    const char *summary)
 {
 	PyObject *types = PyImport_ImportModule("types");
 	PyObject *ns = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
-	PyObject *kw =
-		ns ? Py_BuildValue("{s:i,s:z,s:z,s:i,s:O,s:I,s:O}", "status", status, "error",
-				   error, "stats_json", stats_json, "signal", sig, "exception", exc,
-				   "setup_failed", setup_failed, "first_setup_error", first)
-		   : NULL;
+	PyObject *kw = ns ? Py_BuildValue("{s:i,s:z,s:z,s:i,s:O,s:I,s:O,s:z}", "status", status,
+					  "error", error, "stats_json", stats_json, "signal", sig,
+					  "exception", exc, "setup_failed", setup_failed,
+					  "first_setup_error", first, "summary", summary)
+			  : NULL;
 	PyObject *empty = kw ? PyTuple_New(0) : NULL;
 	PyObject *r = empty ? PyObject_Call(ns, empty, kw) : NULL;
 	Py_XDECREF(empty);
@@ -816,18 +839,19 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	(void)self;
 	static char *names[] = {"job_file",   "keys",     "iterable", "total", "codec",
 				"callbacks",  "prefetch", "ui",       "flags", "tty",
-				"stats_json", "helpers",  NULL};
+				"stats_json", "helpers",  "summary",  NULL};
 	/* Optional: job_file, tty, stats_json (None), total (-1: unknown), prefetch,
 	 * ui (off), flags (0). */
 	const char *job_file = NULL, *tty = NULL, *stats_json = NULL;
 	PyObject *keys = NULL, *iterable = NULL, *cbs = NULL, *helpers = NULL;
 	long long total = -1;
-	int codec = -1, ui = GPUD_UI_OFF, flags = 0;
+	int codec = -1, ui = GPUD_UI_OFF, flags = 0, summary = 0;
 	Py_ssize_t prefetch = 256;
+	static struct kept_summary kept; /* one run at a time per process */
 	/* Keyword-only arguments are optional ones to PyArg_ParseTupleAndKeywords. */
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzO", names, &job_file, &keys,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzOp", names, &job_file, &keys,
 					 &iterable, &total, &codec, &PyDict_Type, &cbs, &prefetch,
-					 &ui, &flags, &tty, &stats_json, &helpers))
+					 &ui, &flags, &tty, &stats_json, &helpers, &summary))
 		return NULL;
 	if (!keys || !iterable || !cbs || !helpers || codec < CODEC_RAW ||
 	    codec > CODEC_PICKLE_RAW) {
@@ -901,6 +925,11 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 				     .tty = tty,
 				     .flags = (unsigned)flags | GPUD_RUN_KEEP_SIGNALS,
 				     .stats_json = stats_json};
+	kept = (struct kept_summary){0};
+	if (summary) {
+		o.log = keep_summary;
+		o.log_data = &kept;
+	}
 	/* On the main thread, Python's own SIGINT handler (KeyboardInterrupt) for the run:
 	 * gen_interrupt trips it to bring a blocked iterator back. The signal itself is
 	 * on_stop_signal's meanwhile. */
@@ -950,7 +979,8 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	const char *json = gpud_job_stats_json(c.job);
 	PyObject *exc = c.exc ? c.exc : Py_None;
 	result = run_result(status, gpud_job_error(c.job), json, (int)caught_signal, exc,
-			    c.setup_failed, c.first_setup_error ? c.first_setup_error : Py_None);
+			    c.setup_failed, c.first_setup_error ? c.first_setup_error : Py_None,
+			    kept.kept ? kept.line : NULL);
 out:
 	if (old_int && old_int != Py_None) {
 		/* The program's handler back (None: not one set from Python). */

@@ -12,6 +12,7 @@ OPTION_KEYS = {
     "retry_on": "job.retry_on",
     "batch_size": "job.batch_size",
     "batch_wait_ms": "job.batch_wait_ms",
+    "isolate_failures": "job.isolate_failures",
     "setup_timeout": "job.setup_timeout",
     "cleanup_timeout": "job.cleanup_timeout",
     "timeout_grace": "job.timeout_grace",

@@ -713,7 +713,7 @@ class Worker:
     def _setup(self, gpu_id, seed, gpud_target, gpud_main="", gpud_path="", gpud_setup="",
               gpud_seed="42", gpud_input="pickle", gpud_chunked="", gpud_batch="1",
               gpud_retries="0", gpud_result_max="1048576", gpud_argv="", gpud_output="pickle",
-              **unused):
+              gpud_isolate="1", **unused):
         if gpud_argv:  # before the script is loaded: its top level may read sys.argv
             sys.argv = pickle.loads(base64.b64decode(gpud_argv))
         for p in reversed([p for p in gpud_path.split(os.pathsep) if p]):
@@ -728,6 +728,7 @@ class Worker:
         self.raw = gpud_output == "raw"
         self.batch = max(1, int(gpud_batch))
         self.retries = int(gpud_retries)
+        self.isolate = gpud_isolate != "0"
         self.result_max = int(gpud_result_max)
         self.worker = cls()
         self.worker.setup(gpu_id, int(gpud_seed) + gpu_id, **kwargs)
@@ -751,6 +752,50 @@ class Worker:
     def _batch_call(self, items):
         return _counted(list(self.user_batch(items)), len(items))
 
+    def _isolated(self, call, items, exc):
+        """call(items), the user's process_batch, raised exc (neither fatal nor a
+        timeout). With isolate_failures and several items: the items again in two
+        halves, a half that raises split again, so that an item fails only when it
+        raises alone (process_batch is called again on sub-batches of the same items);
+        an item alone, or all of them without isolate_failures, runs again up to
+        `retries` times. The results as call gives them, an exception in the place of
+        each item that failed."""
+        if len(items) > 1 and self.isolate:
+            out = []
+            h = (len(items) + 1) // 2
+            for part in (items[:h], items[h:]):
+                _note(size=len(part))
+                try:
+                    out.extend(call(part))
+                except BaseException as e:
+                    if _is_fatal(e) or _is_timeout(e):
+                        raise
+                    out.extend(self._isolated(call, part, e))
+            return out
+        for _ in range(self.retries):
+            if isinstance(exc, _rejected()):
+                break
+            try:
+                return call(items)
+            except BaseException as e:
+                if _is_fatal(e) or _is_timeout(e):
+                    raise
+                exc = e
+        return [exc] * len(items)
+
+    def _user_batch_isolated(self, given, exc):
+        """The user's process_batch(given) raised exc: its results by _isolated, each
+        item that failed its own failure (_failure); without isolation, or on a fatal
+        error or a timeout meanwhile, every item the failure."""
+        if not self.isolate or len(given) < 2 or _is_fatal(exc) or _is_timeout(exc):
+            return [_failure(exc)] * len(given)
+        try:
+            got = self._isolated(lambda part: _counted(self.user_batch(part), len(part)),
+                                 given, exc)
+        except BaseException as e:
+            return [_failure(e)] * len(given)
+        return [_failure(r) if isinstance(r, BaseException) else r for r in got]
+
     def run_chunk(self, items):
         """One task holding a list of items (Dispatcher's chunks): their results,
         {index: traceback text} for the items that raised, and the seconds process()
@@ -767,10 +812,8 @@ class Worker:
                 except BaseException as e:
                     if _is_fatal(e) or _is_timeout(e):
                         raise
-                    ok, got = self._again(self._batch_call, part, e)
-                    if not ok:
-                        errors.update(dict.fromkeys(range(at, at + len(part)), got))
-                        got = [None] * len(part)
+                    # The items that raise alone fail, each with its own error.
+                    got = self._isolated(self._batch_call, part, e)
                 for j, r in enumerate(got):
                     if isinstance(r, BaseException):
                         errors[at + j] = _traceback_text(r)
@@ -847,14 +890,18 @@ class Worker:
         loads = self.loads
         results = None
         if self.user_batch is not None:
+            given = None
             try:
-                results = _counted(self.user_batch([loads(x) for x in items]), len(items))
+                given = [loads(x) for x in items]
+                results = _counted(self.user_batch(given), len(items))
             except BaseException as e:
                 if _is_fatal(e):
                     raise
                 if _is_timeout(e):
                     return _timed_out(e, [], len(items))
-                return [_failure(e)] * len(items)
+                if given is None:
+                    return [_failure(e)] * len(items)
+                results = self._user_batch_isolated(given, e)
         out = []
         for j, x in enumerate(items):
             try:
@@ -889,13 +936,16 @@ class Worker:
                     out.append(_failure(e))
             return out
         if self.user_batch is not None:
+            given = None
             try:
                 t0 = _ns()
                 given = [loads(x) for x in items]
                 _note(_ns() - t0, size=len(given))
                 results = _counted(self.user_batch(given), len(items))
             except BaseException as e:
-                return [_failure(e)] * len(items)
+                if given is None:
+                    return [_failure(e)] * len(items)
+                results = self._user_batch_isolated(given, e)
             t0 = _ns()
             out = []
             for r in results:  # a result that cannot be pickled fails its item alone

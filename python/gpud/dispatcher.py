@@ -134,6 +134,8 @@ class Dispatcher:
             keys.append(("worker.class", getattr(cls, "__name__", "Worker")))
             keys.append(("worker.result", "bytes"))  # gpud._worker pickles the results itself
             keys.extend(worker_keys(cls, base_seed, setup_kwargs))
+            if o.get("isolate_failures") is not None:  # the class's batches split in Python
+                keys.append(("worker.gpud_isolate", "1" if o["isolate_failures"] else "0"))
             # A generator plugin's items are its bytes, this program's are pickled.
             keys.append(("worker.gpud_input", "pickle" if python_items else self._plugin_input()))
             if self._sink_plugin():
@@ -402,7 +404,8 @@ class Dispatcher:
                 iterable=generator, total=total, codec=codec, callbacks=callbacks,
                 prefetch=prefetch, ui=UI_MODES[ui], flags=flags, tty=o.get("tty"),
                 stats_json=os.fspath(o["stats_json"]) if o.get("stats_json") else None,
-                helpers=(pickle.loads, _worker.frame_one, _worker.loads_framed))
+                helpers=(pickle.loads, _worker.frame_one, _worker.loads_framed),
+                summary=chunk is not None)
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
         status, error, sig, exc = r.status, r.error, r.signal, r.exception
@@ -410,6 +413,8 @@ class Dispatcher:
         self.stats = stats = library_stats(r.stats_json, status)
         if chunk is not None:
             chunk.fix_stats(stats)
+            if r.summary is not None:  # gpud's line counts chunks: said in items
+                print("gpud: " + chunk.summary(stats, r.summary), file=sys.stderr, flush=True)
 
         def outcome():
             if exc is not None:

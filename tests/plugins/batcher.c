@@ -2,9 +2,15 @@
 /* Test worker with gpud_worker_process_batch: each result is "<input> n=<n>", n the size
  * of the call it came in. fail_on, fatal_on (gpud_task_fatal) take one input number
  * each, crash_on (SIGSEGV, the whole call) a comma list of them; sleep_us sleeps once a
+<<<<<<< HEAD
  * call, spin_us works the CPU once a call until its thread has used that much CPU time
  * (a call that is CPU work, like Python and NumPy's); empty_every = K gives an empty result for
  * every input divisible by K. */
+=======
+ * call; empty_every = K gives an empty result for every input divisible by K;
+ * whole_fail_on (a comma list) fails the whole call holding any of them (returns -1,
+ * every task marked with the first such input), as a library that raises would. */
+>>>>>>> wt-badalone
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +23,13 @@
 GPUD_PLUGIN("worker", "batcher", "1.0");
 
 struct batcher {
+<<<<<<< HEAD
 	long fail_on, fatal_on, sleep_us, spin_us, empty_every;
 	const char *crash_on;
+=======
+	long fail_on, fatal_on, sleep_us, empty_every;
+	const char *crash_on, *whole_fail_on;
+>>>>>>> wt-badalone
 	unsigned max;
 };
 
@@ -46,6 +57,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	b->fail_on = gpud_arg_long(info->args, "fail_on", -1);
 	b->fatal_on = gpud_arg_long(info->args, "fatal_on", -1);
 	b->crash_on = gpud_arg(info->args, "crash_on", NULL);
+	b->whole_fail_on = gpud_arg(info->args, "whole_fail_on", NULL);
 	b->sleep_us = gpud_arg_long(info->args, "sleep_us", 0);
 	b->spin_us = gpud_arg_long(info->args, "spin_us", 0);
 	b->empty_every = gpud_arg_long(info->args, "empty_every", 0);
@@ -78,6 +90,11 @@ GPUD_EXPORT int gpud_worker_process_batch(void *state, struct gpud_task *t, size
 		long x = strtol(in, NULL, 10);
 		if (listed(b->crash_on, x))
 			raise(SIGSEGV);
+		if (listed(b->whole_fail_on, x)) {
+			for (size_t j = 0; j < n; j++)
+				gpud_task_fail(&t[j], "batcher: a call holding %ld", x);
+			return -1;
+		}
 	}
 	for (size_t i = 0; i < n; i++) {
 		char in[32];

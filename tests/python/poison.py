@@ -7,10 +7,15 @@ alone in every chunking mode (automatic, chunksize=K, batch_size with process_ba
 results that fit alone but not together all arrive.
 crashes: items that kill their worker (deterministically, 1 in about 400), among 4,000
 with retries=5: each of them alone is a poison task, every other item ends ok, in
-automatic chunks and in batches of 8."""
+automatic chunks and in batches of 8.
+raising: a process_batch that raises on either of two bad items among 3,551 (a corrupt
+image a decoder refuses): exactly two failures, each with its own traceback, in
+automatic chunks, fixed chunks and one item a task, batch_size 64; the stats and gpud's
+summary line count items; isolate_failures=False fails the bad items' whole batches."""
 import os
 import signal
 import sys
+import tempfile
 import threading
 
 from gpud import BaseWorker, Dispatcher
@@ -52,6 +57,20 @@ class Crasher(BaseWorker):
 class CrasherBatch(Crasher):
     def process_batch(self, items):
         return [self.process(x) for x in items]
+
+
+BAD = (777, 2345)
+
+
+class BadBatch(BaseWorker):
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process_batch(self, items):
+        for x in items:
+            if x in BAD:
+                raise ValueError(f"corrupt image {x}")
+        return [x * 3 for x in items]
 
 
 def check(cond, what):
@@ -117,7 +136,51 @@ def crashes():
               f"{what}: stats {stats['completed']} {stats['failed']}")
 
 
+def with_stderr(fn):
+    """fn()'s value and what the process wrote to standard error meanwhile (fd 2:
+    gpud's lines and the Dispatcher's)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile("w+") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            value = fn()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read()
+    sys.stderr.write(text)
+    return value, text
+
+
+def raising():
+    n = 3551
+    for opts in ({"batch_size": 64}, {"batch_size": 64, "chunksize": 128},
+                 {"batch_size": 64, "chunksize": 1}, {"batch_size": 64, "chunksize": 1,
+                                                      "isolate_failures": True}):
+        what = f"BadBatch {opts}"
+        (got, errs, stats), err = with_stderr(lambda: collect(BadBatch, range(n), **opts))
+        check(set(errs) == set(BAD), f"{what}: {len(errs)} failed, not the two bad ones alone: "
+              f"{sorted(errs)[:10]}")
+        for x in BAD:
+            check(f"ValueError: corrupt image {x}" in errs[x], f"{what}: {x}: {errs[x]!r}")
+        check(got == {x: x * 3 for x in range(n) if x not in BAD},
+              f"{what}: {len(got)} results of {n - 2}")
+        check(stats["total"] == n and stats["completed"] == n - 2 and stats["failed"] == 2,
+              f"{what}: stats {stats['total']} {stats['completed']} {stats['failed']}")
+        unit = "tasks" if opts.get("chunksize") == 1 else "items"
+        check(f"gpud: {n} {unit}: {n - 2} ok, 2 failed" in err,
+              f"{what}: the summary line counts items: {err!r}")
+        print(what, {k: stats.get(k) for k in ("chunk_total", "largest_chunk")}, flush=True)
+    for opts in ({"batch_size": 64}, {"batch_size": 64, "chunksize": 1}):
+        got, errs, stats = collect(BadBatch, range(n), isolate_failures=False, **opts)
+        check(len(errs) > 2 and set(BAD) <= set(errs),
+              f"isolate_failures=False {opts}: the bad items' batches fail: {len(errs)}")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    {"results": results, "crashes": crashes}[mode]()
+    {"results": results, "crashes": crashes, "raising": raising}[mode]()
     print(f"PASS {mode}", flush=True)

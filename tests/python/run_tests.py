@@ -184,8 +184,9 @@ def main():
                 e = dict(env, GPUD_TEST_FAKECUDA=cuda, LD_LIBRARY_PATH=os.pathsep.join(
                     x for x in (cuda, os.environ.get("LD_LIBRARY_PATH")) if x))
             run(f"debian: {mode}", "/usr/bin/python3", ["features.py", mode], e)
-        # Each item its own outcome: bad results and crashing items among others.
-        for mode in ("results", "crashes"):
+        # Each item its own outcome: bad results, crashing items and items that make a
+        # process_batch raise among others.
+        for mode in ("results", "crashes", "raising"):
             run(f"debian: poison.py {mode}", "/usr/bin/python3", ["poison.py", mode], env)
         # Items as they were yielded (a refilled buffer), in any layout, aligned; a
         # death's error naming each item's own task id.

@@ -185,10 +185,69 @@ static int plugin_check(int (*fn)(const struct gpud_args *, struct gpud_error *)
 	return 0;
 }
 
+/* Stage key `key`'s value as a whole number and where it was set; 0 when absent or not
+ * one (the plugin's own setup then says why). */
+static long stage_key(const struct cfg_section *s, const char *key, const char **where)
+{
+	for (size_t i = 0; i < s->count; i++) {
+		if (strcmp(s->kv[i].key, key) != 0)
+			continue;
+		char *end;
+		long v = strtol(s->kv[i].value, &end, 10);
+		*where = s->where[i];
+		return *end || end == s->kv[i].value ? 0 : v;
+	}
+	return 0;
+}
+
+/* Whether a stage's plugin is the built-in jpeg stage (by name, or its file). */
+static bool is_jpeg(const char *plugin)
+{
+	const char *base = strrchr(plugin, '/');
+	base = base ? base + 1 : plugin;
+	return !strcmp(base, "jpeg") || !strcmp(base, "worker-jpeg.so");
+}
+
+/* Stages whose output size their keys tell (the built-in jpeg stage: height x width x 3
+ * bytes, the least any of its outputs takes) against [job] max_result_bytes, and the
+ * next consumer's max_task_bytes: over either, every task would fail once the run
+ * starts. A worker whose output size is not known cannot be checked here. */
+static int check_stage_outputs(const struct cfg *c)
+{
+	for (size_t k = 0; k < c->n_stages; k++) {
+		const struct cfg_section *s = &c->stages[k].sec;
+		const char *hw = "", *ww = "";
+		if (!s->plugin || !is_jpeg(s->plugin))
+			continue;
+		long h = stage_key(s, "height", &hw), w = stage_key(s, "width", &ww);
+		if (h <= 0 || w <= 0)
+			continue;
+		unsigned long long need = (unsigned long long)h * (unsigned long long)w * 3;
+		const char *key = need > c->max_result_bytes ? "max_result_bytes"
+				  : need > c->max_task_bytes ? "max_task_bytes"
+							     : NULL;
+		if (!key)
+			continue;
+		unsigned long long have =
+			need > c->max_result_bytes ? c->max_result_bytes : c->max_task_bytes;
+		say("%s: [stage.%s] jpeg's pixels of height = %ld (%s) x width = %ld (%s) x 3 take "
+		    "%llu bytes a task at the least, over [job] %s = %llu (%s): every task would "
+		    "fail; raise %s to %lluK or more",
+		    c->path, c->stages[k].name, h, hw, w, ww, need, key, have,
+		    !strcmp(key, "max_result_bytes") ? "the stage's results"
+						     : "the next stage's input",
+		    key, (need + 1023) / 1024);
+		return -1;
+	}
+	return 0;
+}
+
 int checks_dry(const struct gen_ops *gen, const struct sink_ops *sink, const struct cfg *c,
 	       FILE *out)
 {
 	char why[600];
+	if (check_stage_outputs(c) < 0)
+		return -1;
 	if (plugin_check(gen->check, &c->generator, "generator", "gpud_generator_check", out) < 0 ||
 	    plugin_check(sink->check, &c->sink, "sink", "gpud_sink_check", out) < 0)
 		return -1;

@@ -844,6 +844,7 @@ int cfg_load_at(struct cfg *c, const char *path, char *const *sets, size_t n_set
 		.batch_size = 1,
 		.batch_wait_ms = -1, /* not set: cfg_batch_wait_ms */
 		.max_in_flight = 1,
+		.isolate_failures = true,
 		.plain_interval = 5,
 	};
 	c->path = strdup(p.path);

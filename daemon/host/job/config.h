@@ -90,6 +90,8 @@ struct cfg {
 	double batch_wait_ms;         /* how long a worker waits to fill a batch; -1 not set
 				       * (cfg_batch_wait_ms) */
 	unsigned max_in_flight;       /* most tasks gpud_worker_submit holds at once */
+	bool isolate_failures;        /* a batch that fails whole runs again split, to fail
+				       * only the tasks that fail alone */
 	int pin_memory;               /* CFG_PIN_AUTO, CFG_PIN_ON, CFG_PIN_OFF */
 	char *log_dir;                /* where the dashboard puts worker output; NULL = a default */
 	char *journal;                /* the journal of finished tasks; NULL with journal_off */

@@ -102,6 +102,12 @@ const struct cfg_key cfg_keys[] = {
 	{"job", "batch_wait_ms", CFG_REAL, FIELD(batch_wait_ms), .lo = 0, .hi = 60000,
 	 .expect = "expected milliseconds from 0 to 60000", .example = "1.5",
 	 .doc = "how long a worker waits to fill a batch"},
+	{"job", "isolate_failures", CFG_BOOL, FIELD(isolate_failures),
+	 .expect = "expected true or false", .example = "false",
+	 .doc = "a process_batch call that fails as a whole (returns an error, a Python one "
+		"raises) runs its tasks again in halves until each task that fails, fails "
+		"alone with its own error and every other one gets its result; false = every "
+		"task of the call fails with its error"},
 	{"job", "max_in_flight", CFG_UINT, FIELD(max_in_flight), .min = 1, .max = CFG_MAX_IN_FLIGHT,
 	 .example = "32",
 	 .doc = "most tasks a worker with gpud_worker_submit (or an async def process) runs "

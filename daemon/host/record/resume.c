@@ -32,17 +32,29 @@ static int earlier_work(const struct cfg *c, uint64_t fp)
 	if (access(c->journal, F_OK) == 0 && outputs_sink_fills(c, out, sizeof out) &&
 	    journal_read(&j, c->journal, why, sizeof why) == 0 && j.fingerprint == fp &&
 	    j.done > 0) {
-		char state[96];
+		char state[96], go_on[300];
 		if (j.ended)
 			snprintf(state, sizeof state, "it finished all %llu",
 				 (unsigned long long)j.end_count);
 		else
 			snprintf(state, sizeof state, "it did not finish");
+		if (j.failed && j.ended)
+			snprintf(go_on, sizeof go_on,
+				 "%llu of them failed: --resume --retry-failed runs those again "
+				 "(--resume alone has nothing left to run)",
+				 (unsigned long long)j.failed);
+		else if (j.failed)
+			snprintf(go_on, sizeof go_on,
+				 "--resume goes on from them (nothing finished runs again); "
+				 "%llu of them failed: --retry-failed runs those again too",
+				 (unsigned long long)j.failed);
+		else
+			snprintf(go_on, sizeof go_on,
+				 "--resume goes on from them (nothing finished runs again)");
 		say("%s: the journal %s holds the outcomes of %llu tasks of an earlier run of "
 		    "this job (%s), and %s holds its output: a run without --resume would start "
-		    "over and empty both; --resume goes on from them (nothing finished runs "
-		    "again), --force starts over anyway",
-		    c->path, c->journal, (unsigned long long)j.done, state, out);
+		    "over and empty both; %s; --force starts over anyway",
+		    c->path, c->journal, (unsigned long long)j.done, state, out, go_on);
 		rc = -1;
 	}
 	journal_close(&j);
@@ -140,6 +152,7 @@ int resume_open(struct host *h, struct resume_flags f)
 			(unsigned long long)h->journal.failed);
 		return 1;
 	}
+	h->resume.failed_before = h->journal.retrying ? 0 : h->journal.failed;
 	h->resume.on = true;
 	return 0;
 }
@@ -464,4 +477,16 @@ int resume_status(struct cfg *c, FILE *out, struct resume_figures *fig)
 	}
 	journal_close(&j);
 	return 0;
+}
+
+void resume_note_nothing_left(const struct host *h, FILE *f)
+{
+	/* A --resume that found every task with its outcome ran nothing; when some of
+	 * those outcomes are failures, it is --retry-failed that would run them. */
+	if (!h->resume.on || !h->resume.failed_before || h->stats.generated)
+		return;
+	fprintf(f,
+		"gpud: nothing left to run: every task already has its outcome, %llu of them "
+		"failed; --resume --retry-failed runs those again\n",
+		(unsigned long long)h->resume.failed_before);
 }

@@ -30,6 +30,9 @@ int resume_tell_sink(struct host *h, struct gpud_error *err);
 int resume_skip_prefix(struct host *h, struct gpud_error *err);
 /* At the end: seals a complete run (an END record), or writes and syncs what is done. */
 void resume_finish(struct host *h, bool complete);
+/* After a --resume that ran nothing while the journal holds failures: says so on f,
+ * naming --retry-failed. */
+void resume_note_nothing_left(const struct host *h, FILE *f);
 
 /* `gpud status`: how far the journaled run got; 0, or 2 without a journal. */
 /* What gpud status read from a journal (libgpud's gpud_status_report). */

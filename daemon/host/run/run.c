@@ -450,6 +450,7 @@ static int finish_run(struct host *h)
 	if (h->resume.skipped)
 		fprintf(LOG_INFO, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);
+	resume_note_nothing_left(h, LOG_INFO);
 	failures_close(h, LOG_INFO);
 	int status = exit_status(h);
 	metrics_stop(h, status);

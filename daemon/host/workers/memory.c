@@ -280,6 +280,7 @@ static void write_header(struct host *h, const struct shm_plan *plan)
 		.max_result_bytes = c->max_result_bytes,
 		.batch_size = c->batch_size,
 		.max_in_flight = c->max_in_flight,
+		.isolate = c->isolate_failures,
 		.pin_memory = (uint32_t)c->pin_memory,
 		.report_size = sizeof(struct shm_report),
 		.batch_wait_ns = (uint64_t)(cfg_batch_wait_ms(c) * 1e6),

@@ -7,7 +7,7 @@ import numpy as np
 
 import gpud
 
-SIDE = 64  # the jpeg stage's height and width in embed.ini
+SIDE = 224  # the jpeg stage's height and width in embed.ini
 
 
 class Embed(gpud.BaseWorker):
