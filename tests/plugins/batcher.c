@@ -2,15 +2,11 @@
 /* Test worker with gpud_worker_process_batch: each result is "<input> n=<n>", n the size
  * of the call it came in. fail_on, fatal_on (gpud_task_fatal) take one input number
  * each, crash_on (SIGSEGV, the whole call) a comma list of them; sleep_us sleeps once a
-<<<<<<< HEAD
  * call, spin_us works the CPU once a call until its thread has used that much CPU time
  * (a call that is CPU work, like Python and NumPy's); empty_every = K gives an empty result for
- * every input divisible by K. */
-=======
- * call; empty_every = K gives an empty result for every input divisible by K;
- * whole_fail_on (a comma list) fails the whole call holding any of them (returns -1,
- * every task marked with the first such input), as a library that raises would. */
->>>>>>> wt-badalone
+ * every input divisible by K; whole_fail_on (a comma list) fails the whole call holding any of
+ * them (returns -1, every task marked with the first such input), as a library that raises
+ * would. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +19,8 @@
 GPUD_PLUGIN("worker", "batcher", "1.0");
 
 struct batcher {
-<<<<<<< HEAD
 	long fail_on, fatal_on, sleep_us, spin_us, empty_every;
-	const char *crash_on;
-=======
-	long fail_on, fatal_on, sleep_us, empty_every;
 	const char *crash_on, *whole_fail_on;
->>>>>>> wt-badalone
 	unsigned max;
 };
 
