@@ -287,6 +287,7 @@ struct host_ctl {
 	int abort;              /* exit status 3 pending; abort_msg says why */
 	char abort_msg[4096];
 	bool finishing; /* finish_run has begun (run.c) */
+	bool parked;    /* a pool's run ended with its workers kept for the next (run.c) */
 };
 
 /* The run's folder and its failures list: record/files.c and failures.c. */
