@@ -1442,6 +1442,7 @@ struct pooled {
 	struct tally t;
 	int pids[8];
 	unsigned n_pids;
+	double setup_s; /* the workers' time in setup, from the stats */
 };
 
 static int pooled_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
@@ -1494,6 +1495,15 @@ static void pool_run_exact(gpud_pool *pool, unsigned n, struct pooled *p)
 	cr_expect_eq(p->t.closed_with.ok, n, "this run's stats: %llu ok",
 		     (unsigned long long)p->t.closed_with.ok);
 	cr_expect_eq(gpud_job_stats(job)->generated, n);
+	/* Its workers' figures are this run's: their calls add up to its tasks. */
+	const char *json = gpud_job_stats_json(job);
+	double calls = 0;
+	p->setup_s = 0;
+	for (const char *at = json; (at = strstr(at, "\"calls\": ")); at++)
+		calls += atof(at + 9);
+	for (const char *at = json; (at = strstr(at, "\"time_setup\": ")); at++)
+		p->setup_s += atof(at + 14);
+	cr_expect_eq(calls, n, "the workers' calls add up to %g, not %u: %s", calls, n, json);
 	gpud_job_free(job);
 }
 
@@ -1514,6 +1524,7 @@ Test(api, a_pool_runs_two_inputs_on_the_same_workers, .timeout = 120)
 	cr_assert_eq(a.n_pids, 2, "two workers ran the first input (%u)", a.n_pids);
 	pool_run_exact(pool, 200, &b);
 	/* The same processes: nothing started, nothing set up again. */
+	cr_expect_eq(b.setup_s, 0, "%g s in setup in the second run", b.setup_s);
 	for (unsigned i = 0; i < b.n_pids; i++)
 		cr_expect(pid_in(&a, b.pids[i]), "worker pid %d of the second run is new",
 			  b.pids[i]);

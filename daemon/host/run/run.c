@@ -30,6 +30,8 @@
 #include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
+#include "workers/fit.h"
+#include "workers/times.h"
 #include "workers/spawner.h"
 #include "paths.h"
 #include "record/resume.h"
@@ -727,6 +729,29 @@ static int open_plugins(struct host *h, struct cfg *c)
 	return 0;
 }
 
+/* A kept worker's figures count from this run's start: what its process did before
+ * is taken off through its earlier processes' part (times_past, oom_splits_past), in
+ * unsigned arithmetic: past + now = now - then. Its call_min and call_max stay its
+ * process's. */
+static void run_counts_from_now(struct host_worker *w)
+{
+	struct worker_times then, *p = &w->times_past;
+	times_of_report(w->rep, &then);
+	for (unsigned k = 0; k < PH_COUNT; k++)
+		p->phase_ns[k] = 0 - then.phase_ns[k];
+	p->wall_ns = 0 - then.wall_ns;
+	for (unsigned k = 0; k < SHM_CALL_BUCKETS; k++)
+		p->calls[k] = 0 - then.calls[k];
+	p->call_min = p->call_max = 0;
+	p->items = 0 - then.items;
+	p->cpu_ns = 0 - then.cpu_ns;
+	p->main_cpu_ns = 0 - then.main_cpu_ns;
+	p->user_cpu_ns = 0 - then.user_cpu_ns;
+	w->oom_splits_past = 0 - (uint64_t)(w->rep ? atomic_load_explicit(&w->rep->oom_splits,
+									  memory_order_relaxed)
+						   : 0);
+}
+
 /* A warm pool's run takes its memory and its workers' slots: the workers still alive
  * keep their setup and their rings' positions; what a run counts starts again. */
 static void pool_adopt(struct host *h, struct run_pool *p)
@@ -751,6 +776,8 @@ static void pool_adopt(struct host *h, struct run_pool *p)
 		w->busy_s = w->last_seconds = 0;
 		w->log_fd = -1;
 		w->held_still = w->free_restart = w->setup_timed_out = false;
+		run_counts_from_now(w);
+		w->ready_ns = 0;
 		/* The next run's feed is open again (tell_drained closed it). */
 		atomic_store_explicit(&w->feed->drained, 0, memory_order_relaxed);
 	}
@@ -840,8 +867,11 @@ static bool pool_worker_alive(struct host *h, struct host_worker *w)
 		int st;
 		pid_t r = waitpid(w->pid, &st, WNOHANG);
 		if (r == 0 && (w->state == HW_READY || w->state == HW_STARTING)) {
-			if (w->state == HW_READY)
-				run_up.ready(h, w); /* its first window, as a fresh one's */
+			if (w->state == HW_READY) {
+				UI_SET(w->ready_ns,
+				       wait_now_ns()); /* its busy fraction: this run's */
+				run_up.ready(h, w);    /* its first window, as a fresh one's */
+			}
 			return true;
 		}
 		if (r == 0) { /* neither set up nor setting up: not kept */
