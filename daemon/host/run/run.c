@@ -184,9 +184,12 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 					     sizeof err) < 0) {
 		say("%s", err);
 		return -1;
-	} else if (p && !(p->worker_keys = strdup(out))) {
-		say("out of memory");
-		return -1;
+	} else if (p) {
+		free(p->worker_keys); /* an earlier first run's, refused after its check */
+		if (!(p->worker_keys = strdup(out))) {
+			say("out of memory");
+			return -1;
+		}
 	}
 	if (host_plugins(h, c, opts) < 0)
 		return -1;
