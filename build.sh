@@ -29,8 +29,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # libpython3.11-dev: the python plugins (skipped cleanly when meson finds no python3-embed).
-# libjpeg62-turbo-dev: the jpeg stage (skipped cleanly when meson finds no libjpeg).
-need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libjpeg62-turbo-dev)
+# libjpeg62-turbo-dev: the jpeg stage (skipped cleanly when meson finds no libjpeg);
+# libpng-dev: its PNG input (without it a PNG fails its task, saying so).
+need=(meson ninja-build pkg-config gcc libinih-dev libpython3.11-dev libjpeg62-turbo-dev libpng-dev)
 case "${1:-}" in
   demo|bench|install|python) ;;
   wheel) need+=(python3-pip python3-setuptools python3-wheel python3-venv) ;;

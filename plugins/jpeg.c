@@ -1,18 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Worker `jpeg`, made to run as a CPU stage ([stage.NAME] plugin = jpeg): a task's
- * bytes are a JPEG file, its result the image as `height` x `width` x 3 uint8 RGB
- * pixels, row after row (C order, as numpy.frombuffer(r, numpy.uint8).reshape(height,
- * width, 3) reads it). libjpeg (libjpeg-turbo) decodes at the smallest of its DCT
- * scales (1/8, 2/8, 3/8 ... 8/8) whose image is at least the target in both
- * dimensions, which skips most of the work for a large photo made small, then a
- * separable triangle (bilinear) filter resizes to exactly height x width, widening its
- * support when it shrinks so that every source pixel counts (Pillow's BILINEAR).
- * The aspect ratio is not kept: crop first where it matters. Grayscale images come out
- * as RGB (three equal channels), CMYK and YCCK ones through the plain formula
- * r = c' x k' / 255 on the decoder's (inverted, Adobe) values.
+ * bytes are a JPEG (or PNG) file, its result the image resized as the job says, as
+ * `output = uint8` pixels (height x width x 3 RGB, row after row: C order, as
+ * numpy.frombuffer(r, numpy.uint8).reshape(height, width, 3) reads it) or as
+ * `output = float32` (3 x height x width, channel after channel, (x / 255 - mean) /
+ * std in float32 as torchvision's ToTensor then Normalize make it).
+ *
+ * The size: `height` and `width` (the image resized to exactly that, the aspect ratio
+ * not kept), or `resize = N` (its shorter side to N, the other int(N x long / short),
+ * as torchvision's Resize(N)); then `crop = M`, an M x M centre crop (torchvision's
+ * CenterCrop: top = round((h - M) / 2), halves to even as Python rounds).
+ *
+ * `mode = exact` (the default) decodes the whole image as Pillow does (libjpeg's
+ * defaults: the accurate integer DCT, fancy upsampling, no DCT scaling) and resizes
+ * with Pillow's arithmetic for `filter` (jpeg_resample.c): the result is
+ * Image.open(f).convert("RGB").resize(size, filter) (then crop) of Pillow on the same
+ * libjpeg, pixel for pixel. `mode = fast` lets libjpeg decode at the smallest of its
+ * DCT scales 1/8, 1/4 and 1/2 whose image still covers the size (else whole), which
+ * skips most of the work for a large photo made small, then resizes the same way: up
+ * to tens of grey levels from Pillow's pixels where the image has fine detail.
+ *
+ * Grayscale images come out as RGB (three equal channels), CMYK and YCCK ones as
+ * Pillow's convert("RGB") makes them from the decoder's (inverted, Adobe) values. A PNG
+ * (known by its signature) is decoded by libpng (jpeg_png.c) where the build has it.
  * A file the decoder cannot read fails its task alone with the decoder's message,
- * never retried (gpud_task_reject); so does a damaged one it could half read (its
+ * never retried (gpud_task_reject); so does a damaged JPEG it could half read (its
  * warning), unless `strict = false`.
  * A whole sample (the `tar` generator's `members`, framed as gpud/plugin.h says) comes
  * out as the same sample with its image member (`image_member`, else the first jpg,
@@ -24,6 +37,7 @@
  * (max_memory_to_use) is the same, for anything the bound misses.
  */
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h> /* jpeglib.h needs FILE */
@@ -35,16 +49,20 @@
 
 #include <gpud/plugin.h>
 
+#include "jpeg_image.h"
 #include "sample_stage.h"
 
-GPUD_PLUGIN("worker", "jpeg", "1.0");
-GPUD_PLUGIN_DESCRIPTION("CPU stage: JPEG bytes to height x width x 3 uint8 RGB pixels "
-			"(libjpeg, DCT scaling then a bilinear resize)");
-GPUD_PLUGIN_KEYS("height", "width", "strict", "max_memory_mb", "image_member");
+GPUD_PLUGIN("worker", "jpeg", "1.1");
+GPUD_PLUGIN_DESCRIPTION("CPU stage: JPEG or PNG bytes to RGB pixels resized as Pillow "
+			"resizes (uint8 HWC or normalised float32 CHW)");
+GPUD_PLUGIN_KEYS("height", "width", "resize", "crop", "mode", "filter", "output", "mean", "std",
+		 "strict", "max_memory_mb", "image_member");
 
 /* The largest image decoded, after DCT scaling: 1 GiB of RGB pixels. */
 #define MAX_PIXELS (UINT64_C(1) << 28)
 #define MAX_SIDE 16384
+/* The most a side may have once resized (before a crop). */
+#define MAX_RESIZED (1 << 20)
 /* The decoder's memory for one image (max_memory_mb): its default and largest. */
 #define MEMORY_MB 256
 #define MAX_MEMORY_MB 65536
@@ -59,145 +77,118 @@ struct jpeg_errors {
 	char message[JMSG_LENGTH_MAX]; /* the error's, else the first warning's */
 };
 
-/* One output index's source span along a dimension and its weights. */
-struct taps {
-	int *first;     /* per output index: the first source index */
-	int *count;     /* per output index: how many source indices */
-	float *weights; /* per output index: `stride` weights, the first count of them used */
-	int stride;
-	int in, out; /* the source and target sizes they were made for */
+static const char *const filter_names[] = {
+	[RESAMPLE_NEAREST] = "nearest",   [RESAMPLE_BOX] = "box",
+	[RESAMPLE_BILINEAR] = "bilinear", [RESAMPLE_HAMMING] = "hamming",
+	[RESAMPLE_BICUBIC] = "bicubic",   [RESAMPLE_LANCZOS] = "lanczos",
 };
 
 struct jpeg_state {
 	struct jpeg_decompress_struct d; /* made by setup, reused by every task */
 	struct jpeg_errors errors;
 	int made;
-	int height, width;
+	int height, width; /* an exact size, or 0 */
+	int resize;        /* the shorter side's, or 0 */
+	int crop;          /* a centre crop's side, or 0 */
+	int fast;          /* mode = fast: DCT scaling */
+	enum resample_filter filter;
+	int float32;       /* output = float32 */
+	float lut[3][256]; /* float32: each channel's value of each level */
 	int strict;
 	long max_memory_mb;
 	char *image_member;    /* a whole sample's member to decode (sample_stage.h), or NULL */
-	unsigned char *pixels; /* the decoded (DCT-scaled) image */
+	unsigned char *pixels; /* the decoded (in fast mode, DCT-scaled) image */
 	size_t pixels_cap;
-	float *rows; /* horizontally resized rows: scaled height x width x 3 */
-	size_t rows_cap;
-	struct taps tx, ty;
+	unsigned char *rgb; /* float32: the resized pixels before they are made floats */
+	size_t rgb_cap;
+	struct resampler rs;
 };
 
-static void taps_free(struct taps *t)
+/* Where the pixels out come from, for an iw x ih image: resized to rw x rh, of which
+ * the window at (x0, y0) of w x h. */
+struct geometry {
+	int rw, rh, x0, y0, w, h;
+};
+
+/* Python's round() of n / 2: halves to even. */
+static int half_to_even(int n)
 {
-	free(t->first);
-	free(t->count);
-	free(t->weights);
-	memset(t, 0, sizeof *t);
+	int q = n / 2;
+	return n % 2 == 0 || q % 2 == 0 ? q : q + 1;
 }
 
-/* The triangle filter's taps from `in` source pixels to `out` (Pillow's resampling
- * arithmetic: centre (i + 0.5) x scale, support 1 x max(scale, 1)). 0, or -1 out of
- * memory. Kept while the sizes repeat (every image of a data set the same size). */
-static int taps_make(struct taps *t, int in, int out)
+/* The geometry for an iw x ih image; 0, or -1 with `why` saying what does not fit. */
+static int geometry_of(const struct jpeg_state *s, int iw, int ih, struct geometry *g, char *why,
+		       size_t len)
 {
-	if (t->first && t->in == in && t->out == out)
-		return 0;
-	taps_free(t);
-	double scale = (double)in / out, filter_scale = scale < 1 ? 1 : scale;
-	double support = filter_scale; /* the triangle's support is 1 */
-	int stride = (int)support * 2 + 3;
-	t->first = malloc(sizeof *t->first * (size_t)out);
-	t->count = malloc(sizeof *t->count * (size_t)out);
-	t->weights = malloc(sizeof *t->weights * (size_t)out * (size_t)stride);
-	if (!t->first || !t->count || !t->weights) {
-		taps_free(t);
-		return -1;
-	}
-	for (int i = 0; i < out; i++) {
-		double centre = (i + 0.5) * scale;
-		int lo = (int)(centre - support + 0.5), hi = (int)(centre + support + 0.5);
-		if (lo < 0)
-			lo = 0;
-		if (hi > in)
-			hi = in;
-		if (hi - lo > stride)
-			hi = lo + stride;
-		float *w = t->weights + (size_t)i * (size_t)stride;
-		double sum = 0;
-		for (int j = lo; j < hi; j++) {
-			double d = (j - centre + 0.5) / filter_scale;
-			double v = d < 0 ? 1 + d : 1 - d;
-			w[j - lo] = (float)(v > 0 ? v : 0);
-			sum += w[j - lo];
-		}
-		for (int j = lo; j < hi && sum > 0; j++)
-			w[j - lo] = (float)(w[j - lo] / sum);
-		t->first[i] = lo;
-		t->count[i] = hi - lo;
-	}
-	t->stride = stride;
-	t->in = in;
-	t->out = out;
-	return 0;
-}
-
-static unsigned char clamp8(float v)
-{
-	return v <= 0 ? 0 : v >= 255 ? 255 : (unsigned char)(v + 0.5f);
-}
-
-/* The decoded sw x sh image resized into `out` (height x width x 3). 0, or -1 out of
- * memory. */
-static int resize(struct jpeg_state *s, int sw, int sh, unsigned char *out)
-{
-	int w = s->width, h = s->height;
-	if (sw == w && sh == h) {
-		memcpy(out, s->pixels, (size_t)w * (size_t)h * 3);
-		return 0;
-	}
-	size_t need = (size_t)sh * (size_t)w * 3 * sizeof(float);
-	if (need > s->rows_cap) {
-		float *r = realloc(s->rows, need);
-		if (!r)
+	g->rw = iw;
+	g->rh = ih;
+	if (s->width) {
+		g->rw = s->width;
+		g->rh = s->height;
+	} else if (s->resize) {
+		int portrait = iw <= ih;
+		int shorter = portrait ? iw : ih, longer = portrait ? ih : iw;
+		double other = (double)((int64_t)s->resize * longer) / shorter;
+		if (other > MAX_RESIZED) {
+			snprintf(why, len,
+				 "resize = %d makes this %d x %d image over %d pixels a side",
+				 s->resize, iw, ih, MAX_RESIZED);
 			return -1;
-		s->rows = r;
-		s->rows_cap = need;
+		}
+		g->rw = portrait ? s->resize : (int)other;
+		g->rh = portrait ? (int)other : s->resize;
 	}
-	if (taps_make(&s->tx, sw, w) < 0 || taps_make(&s->ty, sh, h) < 0)
+	g->x0 = g->y0 = 0;
+	g->w = g->rw;
+	g->h = g->rh;
+	if (s->crop) {
+		if (s->crop > g->rw || s->crop > g->rh) {
+			int n = snprintf(why, len, "crop = %d is larger than this %d x %d image",
+					 s->crop, iw, ih);
+			if (n >= 0 && (size_t)n < len && (g->rw != iw || g->rh != ih))
+				snprintf(why + n, len - (size_t)n, " resized (%d x %d)", g->rw,
+					 g->rh);
+			return -1;
+		}
+		g->x0 = half_to_even(g->rw - s->crop);
+		g->y0 = half_to_even(g->rh - s->crop);
+		g->w = g->h = s->crop;
+	}
+	if ((uint64_t)g->w * (uint64_t)g->h > MAX_PIXELS) {
+		snprintf(why, len, "%d x %d pixels out is over this stage's %llu", g->w, g->h,
+			 (unsigned long long)MAX_PIXELS);
 		return -1;
-	const struct taps *tx = &s->tx, *ty = &s->ty;
-	for (int y = 0; y < sh; y++) {
-		const unsigned char *src = s->pixels + (size_t)y * (size_t)sw * 3;
-		float *dst = s->rows + (size_t)y * (size_t)w * 3;
-		for (int x = 0; x < w; x++) {
-			const float *k = tx->weights + (size_t)x * (size_t)tx->stride;
-			const unsigned char *p = src + (size_t)tx->first[x] * 3;
-			float r = 0, g = 0, b = 0;
-			for (int j = 0; j < tx->count[x]; j++, p += 3) {
-				r += k[j] * p[0];
-				g += k[j] * p[1];
-				b += k[j] * p[2];
-			}
-			dst[3 * x] = r;
-			dst[3 * x + 1] = g;
-			dst[3 * x + 2] = b;
-		}
-	}
-	size_t row = (size_t)w * 3;
-	for (int y = 0; y < h; y++) {
-		const float *k = ty->weights + (size_t)y * (size_t)ty->stride;
-		const float *src = s->rows + (size_t)ty->first[y] * row;
-		unsigned char *dst = out + (size_t)y * row;
-		for (size_t x = 0; x < row; x++) {
-			float v = 0;
-			for (int j = 0; j < ty->count[y]; j++)
-				v += k[j] * src[(size_t)j * row + x];
-			dst[x] = clamp8(v);
-		}
 	}
 	return 0;
 }
 
-/* The smallest DCT scale n/8 (n of 1 to 8) whose image covers the target: n. */
+static size_t out_bytes(const struct jpeg_state *s, int w, int h)
+{
+	return (size_t)w * (size_t)h * 3 * (s->float32 ? sizeof(float) : 1);
+}
+
+/* Refused where the pixels out would not fit the result; -1 after rejecting. */
+static int check_room(const struct jpeg_state *s, struct gpud_task *task, int w, int h)
+{
+	size_t need = out_bytes(s, w, h);
+	if (need <= task->result.capacity)
+		return 0;
+	return gpud_task_reject(task,
+				"jpeg: the pixels of %d x %d x 3 %s take %zu bytes, over "
+				"max_result_bytes (%zu): raise [job] max_result_bytes "
+				"(and max_task_bytes, the next stage's input)",
+				h, w, s->float32 ? "float32" : "uint8", need,
+				task->result.capacity);
+}
+
+/* The smallest DCT scale n/8 whose image covers the target: n of 1, 2, 4 or 8 only.
+ * libjpeg-turbo's SIMD inverse DCTs are the 8x8 one and the reduced 4x4 and 2x2 (1x1
+ * is the DC alone); 3/8, 5/8, 6/8 and 7/8 are scalar C, slower than the whole decode
+ * (a 500 x 375 photo to 224 at 5/8 measured 7% fewer images/s than at 8/8). */
 static int choose_scale(int iw, int ih, int w, int h)
 {
-	for (int n = 1; n < 8; n++)
+	for (int n = 1; n < 8; n *= 2)
 		if (((int64_t)iw * n + 7) / 8 >= w && ((int64_t)ih * n + 7) / 8 >= h)
 			return n;
 	return 8;
@@ -263,20 +254,116 @@ static int begin_decoder(struct jpeg_state *s)
 	return 0;
 }
 
-static int parse_side(const struct gpud_args *args, const char *key, int *out,
+static int parse_size(const struct gpud_args *args, const char *key, int *out,
 		      struct gpud_error *err)
 {
 	long v;
-	if (gpud_arg_parse_long(args, key, -1, &v, err) < 0)
+	if (gpud_arg_parse_long(args, key, 0, &v, err) < 0)
 		return -1;
-	if (v == -1)
-		return gpud_fail(err,
-				 "jpeg: %s is required (the pixels out are height x width x 3 "
-				 "uint8)",
-				 key);
-	if (v < 1 || v > MAX_SIDE)
+	if (gpud_arg(args, key, NULL) && (v < 1 || v > MAX_SIDE))
 		return gpud_fail(err, "jpeg: %s = %ld: expected 1 to %d", key, v, MAX_SIDE);
 	*out = (int)v;
+	return 0;
+}
+
+/* `key` = one of `names` (n of them): its index, or -1 with `err` listing them. */
+static int parse_choice(const struct gpud_args *args, const char *key, const char *fallback,
+			const char *const *names, int n, int *out, struct gpud_error *err)
+{
+	const char *v = gpud_arg(args, key, fallback);
+	for (int i = 0; i < n; i++)
+		if (strcmp(v, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	char list[160] = "";
+	for (int i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+			 i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
+	return gpud_fail(err, "jpeg: %s = '%s': expected %s", key, v, list);
+}
+
+/* A list of three numbers ("0.485,0.456,0.406"), finite; above 0 where `positive`. */
+static int parse_three(const struct gpud_args *args, const char *key, double fallback, int positive,
+		       float out[3], struct gpud_error *err)
+{
+	const char *v = gpud_arg(args, key, NULL);
+	if (!v) {
+		out[0] = out[1] = out[2] = (float)fallback;
+		return 0;
+	}
+	const char *p = v;
+	for (int i = 0; i < 3; i++) {
+		char *end;
+		while (*p == ' ' || (i == 0 && *p == '['))
+			p++;
+		double x = strtod(p, &end);
+		if (end == p || !isfinite(x) || (positive && !(x > 0)))
+			goto bad;
+		out[i] = (float)x;
+		p = end;
+		while (*p == ' ')
+			p++;
+		if (i < 2 && *p++ != ',')
+			goto bad;
+	}
+	if (*p == ']')
+		p++;
+	while (*p == ' ')
+		p++;
+	if (*p == '\0')
+		return 0;
+bad:
+	return gpud_fail(err,
+			 "jpeg: %s = '%s': expected three %snumbers, one a channel "
+			 "(R,G,B), in 0..1 units as torchvision's Normalize takes them",
+			 key, v, positive ? "positive " : "");
+}
+
+static int parse_keys(struct jpeg_state *s, const struct gpud_args *args, struct gpud_error *err)
+{
+	static const char *const modes[] = {"exact", "fast"};
+	static const char *const outputs[] = {"uint8", "float32"};
+	int filter, fast, float32;
+	if (parse_size(args, "height", &s->height, err) < 0 ||
+	    parse_size(args, "width", &s->width, err) < 0 ||
+	    parse_size(args, "resize", &s->resize, err) < 0 ||
+	    parse_size(args, "crop", &s->crop, err) < 0 ||
+	    parse_choice(args, "mode", "exact", modes, 2, &fast, err) < 0 ||
+	    parse_choice(args, "filter", "bilinear", filter_names,
+			 (int)(sizeof filter_names / sizeof *filter_names), &filter, err) < 0 ||
+	    parse_choice(args, "output", "uint8", outputs, 2, &float32, err) < 0)
+		return -1;
+	s->fast = fast;
+	s->filter = (enum resample_filter)filter;
+	s->float32 = float32;
+	if (!s->height != !s->width)
+		return gpud_fail(err,
+				 "jpeg: %s is required with %s (the image resized to exactly "
+				 "height x width)",
+				 s->height ? "width" : "height", s->height ? "height" : "width");
+	if (s->height && s->resize)
+		return gpud_fail(err,
+				 "jpeg: resize = %d and height/width: give one (resize "
+				 "keeps the aspect ratio, height and width do not)",
+				 s->resize);
+	if (!s->height && !s->resize && !s->crop)
+		return gpud_fail(err,
+				 "jpeg: height is required (the size out: height and "
+				 "width, or resize = N for the shorter side, and/or crop = M)");
+	float mean[3], std[3];
+	if (parse_three(args, "mean", 0, 0, mean, err) < 0 ||
+	    parse_three(args, "std", 1, 1, std, err) < 0)
+		return -1;
+	if (!float32 && (gpud_arg(args, "mean", NULL) || gpud_arg(args, "std", NULL)))
+		return gpud_fail(err, "jpeg: mean and std need output = float32 (uint8 pixels "
+				      "are not normalised)");
+	/* torchvision's arithmetic in float32: x / 255, then (v - mean) / std. */
+	for (int c = 0; c < 3; c++)
+		for (int v = 0; v < 256; v++) {
+			float x = (float)v / 255.0f;
+			s->lut[c][v] = (x - mean[c]) / std[c];
+		}
 	return 0;
 }
 
@@ -287,8 +374,7 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	if (!s)
 		return gpud_fail(err, "jpeg: out of memory");
 	const char *strict = gpud_arg(info->args, "strict", "true");
-	if (parse_side(info->args, "height", &s->height, err) < 0 ||
-	    parse_side(info->args, "width", &s->width, err) < 0 ||
+	if (parse_keys(s, info->args, err) < 0 ||
 	    gpud_arg_parse_long(info->args, "max_memory_mb", MEMORY_MB, &s->max_memory_mb, err) < 0)
 		goto fail;
 	if (s->max_memory_mb < 1 || s->max_memory_mb > MAX_MEMORY_MB) {
@@ -325,29 +411,39 @@ fail:
 }
 
 /* CMYK pixels (4 bytes each, Adobe's inverted values as the decoder gives them) made
- * RGB in place. */
+ * RGB in place, as Pillow's convert("RGB") makes them: its CMYK is 255 minus these, and
+ * r = (255 - k) - (c x (255 - k)) / 255 with its rounding. */
 static void cmyk_to_rgb(unsigned char *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		unsigned k = p[4 * i + 3];
-		p[3 * i] = (unsigned char)((p[4 * i] * k + 127) / 255);
-		p[3 * i + 1] = (unsigned char)((p[4 * i + 1] * k + 127) / 255);
-		p[3 * i + 2] = (unsigned char)((p[4 * i + 2] * k + 127) / 255);
+		int nk = p[4 * i + 3];
+		for (int c = 0; c < 3; c++) {
+			int t = (255 - p[4 * i + c]) * nk + 128;
+			int v = nk - (((t >> 8) + t) >> 8);
+			p[3 * i + c] = (unsigned char)(v < 0 ? 0 : v);
+		}
 	}
 }
 
-/* Task `task` decoded into its result; -1 after gpud_task_reject/fail. A libjpeg error
- * (or, when strict, a warning) jumps back here: the decoder is reset for the next task
- * and the task rejected with its message, never retried (its input will not change). */
-static int decode(struct jpeg_state *s, struct gpud_task *task)
+static int grow(unsigned char **p, size_t *cap, size_t need)
 {
-	size_t need = (size_t)s->width * (size_t)s->height * 3;
-	if (need > task->result.capacity)
-		return gpud_task_reject(task,
-					"jpeg: the pixels of %d x %d x 3 take %zu bytes, over "
-					"max_result_bytes (%zu): raise [job] max_result_bytes "
-					"(and max_task_bytes, the next stage's input)",
-					s->height, s->width, need, task->result.capacity);
+	if (need <= *cap)
+		return 0;
+	unsigned char *q = realloc(*p, need);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = need;
+	return 0;
+}
+
+/* The JPEG of `task` decoded into s->pixels (*sw x *sh, RGB) and its geometry set;
+ * -1 after gpud_task_reject/fail. A libjpeg error (or, when strict, a warning) jumps
+ * back here: the decoder is reset for the next task and the task rejected with its
+ * message, never retried (its input will not change). */
+static int decode_jpeg(struct jpeg_state *s, struct gpud_task *task, struct geometry *g, int *sw,
+		       int *sh)
+{
 	if (task->input_size > ULONG_MAX)
 		return gpud_task_reject(task, "jpeg: %zu bytes is too large", task->input_size);
 	struct jpeg_decompress_struct *d = &s->d;
@@ -376,7 +472,8 @@ static int decode(struct jpeg_state *s, struct gpud_task *task)
 	d->mem->max_memory_to_use = cap > LONG_MAX ? LONG_MAX : (long)cap;
 	jpeg_mem_src(d, task->input, (unsigned long)task->input_size);
 	/* An image is required: a stream of tables only is an error. With strict = false
-	 * a header read with a warning only (extraneous bytes) goes on. */
+	 * a header read with a warning only (extraneous bytes) goes on. The header sets
+	 * libjpeg's defaults, Pillow's: JDCT_ISLOW, fancy upsampling, scale 1/1. */
 	jpeg_read_header(d, TRUE);
 	decoding = 1;
 	int iw = (int)d->image_width, ih = (int)d->image_height;
@@ -396,50 +493,102 @@ static int decode(struct jpeg_state *s, struct gpud_task *task)
 			      : "rows of its full width",
 			s->max_memory_mb);
 	}
-	int n = choose_scale(iw, ih, s->width, s->height);
+	char why[200];
+	if (geometry_of(s, iw, ih, g, why, sizeof why) < 0) {
+		jpeg_abort_decompress(d);
+		return gpud_task_reject(task, "jpeg: %s", why);
+	}
+	if (check_room(s, task, g->w, g->h) < 0) {
+		jpeg_abort_decompress(d);
+		return -1;
+	}
+	int n = s->fast ? choose_scale(iw, ih, g->rw, g->rh) : 8;
 	int cmyk = d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK;
 	d->scale_num = (unsigned)n;
 	d->scale_denom = 8;
 	d->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
 	jpeg_calc_output_dimensions(d);
-	int sw = (int)d->output_width, sh = (int)d->output_height;
-	if ((uint64_t)sw * (uint64_t)sh > MAX_PIXELS) {
+	*sw = (int)d->output_width;
+	*sh = (int)d->output_height;
+	if ((uint64_t)*sw * (uint64_t)*sh > MAX_PIXELS) {
 		jpeg_abort_decompress(d);
 		return gpud_task_reject(task,
 					"jpeg: an image of %d x %d (decoded at %d/8: %d x %d) is "
 					"larger than this stage decodes (%llu pixels)",
-					iw, ih, n, sw, sh, (unsigned long long)MAX_PIXELS);
+					iw, ih, n, *sw, *sh, (unsigned long long)MAX_PIXELS);
 	}
-	size_t size = (size_t)sw * (size_t)sh * (cmyk ? 4 : 3);
-	if (size > s->pixels_cap) {
-		unsigned char *p = realloc(s->pixels, size);
-		if (!p) {
-			jpeg_abort_decompress(d);
-			return gpud_task_fail(task, "jpeg: out of memory for %d x %d pixels", sw,
-					      sh);
-		}
-		s->pixels = p;
-		s->pixels_cap = size;
+	if (grow(&s->pixels, &s->pixels_cap, (size_t)*sw * (size_t)*sh * (cmyk ? 4 : 3)) < 0) {
+		jpeg_abort_decompress(d);
+		return gpud_task_fail(task, "jpeg: out of memory for %d x %d pixels", *sw, *sh);
 	}
 	jpeg_start_decompress(d);
-	size_t row = (size_t)sw * (size_t)d->output_components;
+	size_t row = (size_t)*sw * (size_t)d->output_components;
 	while (d->output_scanline < d->output_height) {
 		JSAMPROW r = s->pixels + (size_t)d->output_scanline * row;
 		jpeg_read_scanlines(d, &r, 1);
 	}
 	jpeg_finish_decompress(d);
 	if (cmyk)
-		cmyk_to_rgb(s->pixels, (size_t)sw * (size_t)sh);
-	if (resize(s, sw, sh, task->result.data) < 0)
+		cmyk_to_rgb(s->pixels, (size_t)*sw * (size_t)*sh);
+	return 0;
+}
+
+static int decode_png(struct jpeg_state *s, struct gpud_task *task, struct geometry *g, int *sw,
+		      int *sh)
+{
+	char why[300];
+	int rc = png_decode(task->input, task->input_size, (uint64_t)s->max_memory_mb * MIB,
+			    MAX_PIXELS, &s->pixels, &s->pixels_cap, sw, sh, why, sizeof why);
+	if (rc == -2)
+		return gpud_task_fail(task, "jpeg: out of memory decoding a PNG");
+	if (rc < 0)
+		return gpud_task_reject(task, "jpeg: cannot decode this PNG (%zu bytes): %s",
+					task->input_size, why);
+	if (geometry_of(s, *sw, *sh, g, why, sizeof why) < 0)
+		return gpud_task_reject(task, "jpeg: %s", why);
+	return check_room(s, task, g->w, g->h);
+}
+
+/* The task's image decoded, resized and written as its result; -1 after
+ * gpud_task_reject/fail. */
+static int process(struct jpeg_state *s, struct gpud_task *task)
+{
+	/* A size known before decoding is checked before decoding. */
+	if (s->crop && check_room(s, task, s->crop, s->crop) < 0)
+		return -1;
+	if (!s->crop && s->width && check_room(s, task, s->width, s->height) < 0)
+		return -1;
+	struct geometry g;
+	int sw, sh;
+	int rc = png_sniff(task->input, task->input_size) ? decode_png(s, task, &g, &sw, &sh)
+							  : decode_jpeg(s, task, &g, &sw, &sh);
+	if (rc < 0)
+		return -1;
+	unsigned char *out = task->result.data;
+	size_t n = (size_t)g.w * (size_t)g.h;
+	if (s->float32) {
+		if (grow(&s->rgb, &s->rgb_cap, n * 3) < 0)
+			return gpud_task_fail(task, "jpeg: out of memory");
+		out = s->rgb;
+	}
+	if (resample_rgb(&s->rs, s->filter, s->pixels, sw, sh, g.rw, g.rh, g.x0, g.y0, g.w, g.h,
+			 out) < 0)
 		return gpud_task_fail(task, "jpeg: out of memory resizing %d x %d to %d x %d", sw,
-				      sh, s->width, s->height);
-	task->result.size = need;
+				      sh, g.rw, g.rh);
+	if (s->float32) {
+		/* Channels first: the result need not be aligned for float. */
+		unsigned char *dst = task->result.data;
+		for (int c = 0; c < 3; c++)
+			for (size_t i = 0; i < n; i++, dst += sizeof(float))
+				memcpy(dst, &s->lut[c][out[3 * i + (size_t)c]], sizeof(float));
+	}
+	task->result.size = out_bytes(s, g.w, g.h);
 	return 0;
 }
 
 static int decode_member(void *state, struct gpud_task *sub)
 {
-	return decode(state, sub);
+	return process(state, sub);
 }
 
 GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
@@ -449,7 +598,7 @@ GPUD_EXPORT int gpud_worker_process(void *state, struct gpud_task *task)
 	 * passed on (sample_stage.h). A JPEG or PNG file never begins as one does. */
 	if (gpud_sample_is(task->input, task->input_size))
 		return sample_stage_run(task, s->image_member, decode_member, s);
-	return decode(s, task);
+	return process(s, task);
 }
 
 GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
@@ -458,10 +607,9 @@ GPUD_EXPORT int gpud_worker_cleanup(void *state, struct gpud_error *err)
 	struct jpeg_state *s = state;
 	if (s->made)
 		jpeg_destroy_decompress(&s->d);
-	taps_free(&s->tx);
-	taps_free(&s->ty);
+	resample_free(&s->rs);
 	free(s->pixels);
-	free(s->rows);
+	free(s->rgb);
 	free(s->image_member);
 	free(s);
 	return 0;

@@ -399,6 +399,41 @@ Test(api, check_a_job_of_keys_with_callbacks)
 	gpud_job_free(job);
 }
 
+/* (API 1.5) The check report carries the shared memory's figures, the same as its
+ * text's "shared memory:" lines: in all, the run memfd, a result memfd per worker;
+ * each worker's rings; the workers. */
+Test(api, check_report_gives_the_shared_memory_figures)
+{
+	const char *dir = t_tmpdir();
+	struct feed f = {.n = 1, .fail_at = -1};
+	static struct tally t = {.fail_at = -1};
+	gpud_job *job = keys_job(dir, 0, false);
+	cr_assert_eq(gpud_job_set(job, "job.batch_size", "5"), 0, "%s", gpud_job_error(job));
+	cr_assert_eq(gpud_job_set(job, "job.max_task_bytes", "100K"), 0);
+	cr_assert_eq(gpud_job_set(job, "job.max_result_bytes", "30K"), 0);
+	gpud_job_set_generator(job, &feed_ops, &f);
+	gpud_job_set_sink(job, &tally_ops, &t);
+	cr_assert_eq(gpud_job_check(job, NULL), 0, "%s", gpud_job_error(job));
+	const struct gpud_check_report *r = gpud_job_check_report(job);
+	cr_assert_not_null(r);
+	cr_expect_eq(r->shm_workers, 2);
+	/* Rings are powers of two with room for two batches: 5 x (100 KiB + a header)
+	 * twice is just under 1 MiB; 5 x (30 KiB + header + gap) twice, 512 KiB. */
+	cr_expect_eq(r->shm_task_ring, 1u << 20, "%s", r->text);
+	cr_expect_eq(r->shm_result_ring, 512u << 10, "%s", r->text);
+	cr_expect_geq(r->shm_result_memfd, r->shm_result_ring);
+	cr_expect_geq(r->shm_run_memfd, 2 * r->shm_task_ring);
+	cr_expect_eq(r->shm_total, r->shm_run_memfd + 2 * r->shm_result_memfd + 4096);
+	char want[160];
+	snprintf(want, sizeof want, " in all, %llu bytes: the run's memfd of ",
+		 (unsigned long long)r->shm_total);
+	cr_expect(strstr(r->text, want), "%s not in %s", want, r->text);
+	snprintf(want, sizeof want, " (%llu bytes), a bell page",
+		 (unsigned long long)r->shm_result_memfd);
+	cr_expect(strstr(r->text, want), "%s not in %s", want, r->text);
+	gpud_job_free(job);
+}
+
 /* A job of keys for the sha256 worker, which declares its keys, with callbacks. */
 static gpud_job *sha_job(struct feed *f, struct tally *t)
 {

@@ -185,3 +185,34 @@ Test(memory, run_notes_large_stage_results, .timeout = 120)
 	cr_expect(!strstr(err, "note: stage"), "%s", err);
 	free(err);
 }
+
+/* A run whose rings were far larger than its tasks and results needed (batch_size 16
+ * with the 1 MiB defaults, tasks of a few bytes through a stage) says so once at its
+ * end, with the sizes seen and keys that fit them; one whose keys fit does not, nor
+ * one of batch_size 1 with the defaults (4 MiB rings: the floor). */
+Test(memory, run_notes_rings_far_above_what_travelled, .timeout = 120)
+{
+	const char *dir = t_tmpdir();
+	job(dir, 200, 1, "batch_size = 16", "workers = 1");
+	int rc = t_gpud(dir, "run '%s/job.ini' --ui off", dir);
+	char *err = t_read_in(dir, "err");
+	cr_expect_eq(rc, 0, "%s", err);
+	cr_expect_eq(t_count_lines(err, "gpud: note: the run's shared memory took "), 1, "%s", err);
+	cr_expect(strstr(err, "times what its largest task ("), "%s", err);
+	cr_expect(strstr(err, "with [job] max_task_bytes = 4K and max_result_bytes = 4K"), "%s",
+		  err);
+	free(err);
+	job(dir, 200, 1, "batch_size = 16\nmax_task_bytes = 4K\nmax_result_bytes = 4K",
+	    "workers = 1");
+	rc = t_gpud(dir, "run '%s/job.ini' --ui off --force", dir);
+	err = t_read_in(dir, "err");
+	cr_expect_eq(rc, 0, "%s", err);
+	cr_expect(!strstr(err, "shared memory took"), "%s", err);
+	free(err);
+	job(dir, 200, 1, "", "workers = 1");
+	rc = t_gpud(dir, "run '%s/job.ini' --ui off --force", dir);
+	err = t_read_in(dir, "err");
+	cr_expect_eq(rc, 0, "%s", err);
+	cr_expect(!strstr(err, "shared memory took"), "%s", err);
+	free(err);
+}

@@ -246,6 +246,10 @@ struct host_flow {
 	bool drained_told;   /* the workers it fed were told (shm_feed.drained) */
 	bool failed;         /* the generator returned -1: what it yielded still runs */
 	bool stuck;          /* the run ended while a generator call had not returned */
+	/* The largest task the generator gave and the largest ok result of a GPU worker:
+	 * what the rings needed, said at the end when far below what they took
+	 * (capacity_note_oversized). */
+	uint32_t largest_task, largest_result;
 };
 
 /* Outcomes on their way to the sink: run/events.c. */

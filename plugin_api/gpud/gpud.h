@@ -355,6 +355,14 @@ struct gpud_check_report {
 	size_t n_gpus;            /* GPUs (or GPU groups' members) the job names */
 	unsigned workers_per_gpu; /* worker processes per GPU (per group) */
 	unsigned rank, ranks;     /* this process's rank of ranks (0 of 1 alone) */
+	/* (API 1.5) The shared memory the run would map, in bytes, as the text's
+	 * "shared memory:" lines say it (0 when not ok): in all (the run memfd, a result
+	 * memfd per worker, a bell page); the run memfd (header, feeds, config, every
+	 * worker's task ring); each worker's result memfd (its report block and result
+	 * ring); each worker's task ring and result ring; and the workers, every stage's and
+	 * the GPU workers. */
+	uint64_t shm_total, shm_run_memfd, shm_result_memfd, shm_task_ring, shm_result_ring;
+	unsigned shm_workers;
 };
 /** After gpud_job_check: its report, or NULL when the job was not checked (or the
  *  check was refused as misuse). */

@@ -97,6 +97,12 @@ class RunAborted(RuntimeError):
     """The run was aborted (the generator or gpud itself failed); see the message."""
 
 
+class MemoryWarning(UserWarning):
+    """The shared memory a Dispatcher's run maps is far above what its items need (a
+    max_task_bytes or max_result_bytes set much larger than they are): said before the
+    run and by Dispatcher.check()."""
+
+
 def __getattr__(name: str) -> _Any:
     # The host side (libgpud) is loaded only when a Dispatcher is used, never in the
     # workers, which import this package to find BaseWorker.
@@ -132,4 +138,5 @@ __all__ = [
     "reject",
     "JobError",
     "RunAborted",
+    "MemoryWarning",
 ]

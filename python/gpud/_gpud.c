@@ -1112,7 +1112,81 @@ static PyObject *py_task_key(PyObject *self, PyObject *unused)
 				    "surrogateescape");
 }
 
+/* check()'s generator: the program's items are not read by a check (never called). */
+static int gen_none(void *ctx, struct gpud_buf *item, struct gpud_error *err)
+{
+	(void)ctx;
+	(void)item;
+	(void)err;
+	return 0;
+}
+
+PyDoc_STRVAR(check_doc,
+	     "check(*, job_file=None, keys, items=False) -> dict\n"
+	     "gpud check on the job the keys make (gpud.Dispatcher.check calls it): ok, text\n"
+	     "(what `gpud check` prints), error, and the shared memory the run would map in\n"
+	     "bytes (total, run_memfd, result_memfd, task_ring, result_ring, workers). items:\n"
+	     "the program gives the items (a generator that is never read stands for it).");
+
+static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+	(void)self;
+	static char *names[] = {"job_file", "keys", "items", NULL};
+	const char *job_file = NULL;
+	PyObject *keys = NULL;
+	int items = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOp", names, &job_file, &keys, &items))
+		return NULL;
+	if (!keys) {
+		PyErr_SetString(PyExc_TypeError, "gpud._gpud.check(): keys is required");
+		return NULL;
+	}
+	if (active) {
+		PyErr_SetString(
+			PyExc_RuntimeError,
+			"gpud: a run is already in progress in this process (one at a time)");
+		return NULL;
+	}
+	PyObject *result = NULL;
+	gpud_job *job = gpud_job_new();
+	if (!job)
+		return PyErr_NoMemory();
+	if (job_file && gpud_job_load(job, job_file) < 0) {
+		PyErr_SetString(PyExc_ValueError, gpud_job_error(job));
+		goto out;
+	}
+	if (set_keys(job, keys) < 0)
+		goto out;
+	struct gpud_generator_ops g = {.size = sizeof g, .next = gen_none};
+	if (items && gpud_job_set_generator(job, &g, NULL) < 0) {
+		PyErr_SetString(PyExc_RuntimeError, gpud_job_error(job));
+		goto out;
+	}
+	struct gpud_run_options o = {.size = sizeof o, .ui = GPUD_UI_OFF};
+	int status;
+	PyThreadState *ts = PyEval_SaveThread();
+	status = gpud_job_check(job, &o);
+	PyEval_RestoreThread(ts);
+	const struct gpud_check_report *r = gpud_job_check_report(job);
+	if (!r) {
+		PyErr_SetString(PyExc_RuntimeError, gpud_job_error(job));
+		goto out;
+	}
+	result = Py_BuildValue("{s:O,s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:i}", "ok",
+			       r->ok ? Py_True : Py_False, "text", r->text ? r->text : "", "error",
+			       r->error ? r->error : "", "total", (unsigned long long)r->shm_total,
+			       "run_memfd", (unsigned long long)r->shm_run_memfd, "result_memfd",
+			       (unsigned long long)r->shm_result_memfd, "task_ring",
+			       (unsigned long long)r->shm_task_ring, "result_ring",
+			       (unsigned long long)r->shm_result_ring, "workers", r->shm_workers,
+			       "status", status);
+out:
+	gpud_job_free(job);
+	return result;
+}
+
 static PyMethodDef methods[] = {
+	{"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
 	{"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, run_doc},
 	{"pool_open", py_pool_open, METH_NOARGS,
 	 "pool_open() -> a pool of workers kept between runs (run(pool=...)); closed by "

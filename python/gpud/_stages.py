@@ -8,9 +8,11 @@ result is the worker's input. What crosses between two of them depends on who ma
 
 - a Python class's result is its pickle (gpud._worker.dumps), which the next Python
   class gets back as the object (input kind "result"), and a C plugin as those bytes;
-- the built-in `jpeg` stage's result is height x width x 3 uint8 pixels, which a Python
+- the built-in `jpeg` stage's result is height x width x 3 uint8 pixels (crop x crop
+  with `crop`), or 3 x height x width float32 with `output = float32`, which a Python
   class gets as a NumPy array of that shape, its own copy (input kind
-  "array:uint8:H,W,3");
+  "array:uint8:H,W,3", "array:float32:3,H,W"); with `resize` and no `crop` the size
+  follows each image, and the class gets bytes;
 - any other C plugin's result is bytes (input kind "bytes").
 """
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Stage:
     plugin's name, or the class's in lower case). workers: its processes (default:
     the cores this process may use, less a core per 4 GPU workers). task_timeout,
     max_retries: its own (default: the Dispatcher's). keys: a class's setup() keywords,
-    or the plugin's keys (jpeg: height, width, strict, max_memory_mb).
+    or the plugin's keys (jpeg: height, width or resize, crop, mode, filter, output,
+    mean, std, strict, max_memory_mb).
 
     The same as a dict: {"plugin": "jpeg", "height": 64, "width": 64} or
     {"class": Decode, "workers": 2, "size": 224}."""
@@ -51,10 +54,11 @@ class Stage:
         self.keys = keys
         if not isinstance(what, type) and _plugin_name(os.fspath(what)) == "jpeg":
             missing = [k for k in ("height", "width") if k not in keys]
-            if missing:
+            if missing and not ("resize" in keys or "crop" in keys) or len(missing) == 1:
                 raise TypeError(f"gpud.Stage(\"jpeg\"): {' and '.join(missing)} "
                                 f"{'is' if len(missing) == 1 else 'are'} required (its "
-                                "results are height x width x 3 uint8 pixels)")
+                                "results are height x width x 3 uint8 pixels), or "
+                                "resize=N (the shorter side) and/or crop=M")
         self.own = {k: v for k, v in (("workers", workers), ("task_timeout", task_timeout),
                                       ("max_retries", max_retries)) if v is not None}
         if name is None:
@@ -81,11 +85,17 @@ class Stage:
         if self.python:
             return "result"
         if _plugin_name(os.fspath(self.what)) == "jpeg":
-            h, w = self.keys.get("height"), self.keys.get("width")
+            k = self.keys
+            h, w = (k["crop"], k["crop"]) if "crop" in k else (k.get("height"), k.get("width"))
             try:
-                pixels = f"array:uint8:{int(h)},{int(w)},3"
+                h, w = int(h), int(w)
             except (TypeError, ValueError):
-                return "bytes"  # the stage's setup says what is wrong
+                return "bytes"  # resize alone: the size follows the image (or bad keys,
+                # which the stage's setup names)
+            if str(k.get("output", "uint8")) == "float32":
+                pixels = f"array:float32:3,{h},{w}"
+            else:
+                pixels = f"array:uint8:{h},{w},3"
             if given == "sample":
                 return f"sample:{pixels}:{self.keys.get('image_member') or ''}"
             return pixels

@@ -11,10 +11,11 @@ import os
 import pickle
 import signal
 import sys
+import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
-from . import JobError, RunAborted
-from . import _stages
+from . import JobError, MemoryWarning, RunAborted
+from . import _memory, _stages
 from ._chunks import CHUNK_SECONDS, MAX_BYTES, Chunks, byte_size, round_size
 from ._constants import (CODEC_PARTS, CODEC_PICKLE, CODEC_RAW, RUN_FORCE, RUN_RESUME,
                          RUN_RETRY_FAILED, UI_MODES)
@@ -82,6 +83,9 @@ class Dispatcher:
     default, measures it (automatic chunks: several fast items to a task, each item
     still its own task id, callbacks, error and count; one item a task with a journal
     or ranks); K fixes it, as multiprocessing.Pool's chunksize; 1: one item a task).
+    With one item a task, max_task_bytes and max_result_bytes left unset are sized
+    from the first item and the stages' declared results; check() says what a run
+    would map (docs/python.md, "Memory").
     """
 
     stats: Optional[Stats]
@@ -403,14 +407,46 @@ class Dispatcher:
                     f"block's workers were set up with {given}: a with block's runs share "
                     "its first run's workers and setup (leave the block to set up others)")
 
-    def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
-        """Runs the job; returns a function that gives run()'s result or raises its
-        exception, called after on_exit."""
+    def _plan(self, _worker, generator, sample):
+        """The program's items with their first `sample` read ahead (gpud._memory.Peeked),
+        the max_task_bytes / max_result_bytes keys sized from them and from the stages
+        where the program did not set them (docs/python.md, "Memory"), what each was
+        sized from, and a warning line when a limit the program set makes the rings far
+        larger than the items need (or None)."""
         o = self.options
-        setup = dict(setup=dict(setup_kwargs), base_seed=base_seed, task_timeout=task_timeout)
-        if self._pool is not None and self._pool_setup is not None:
-            self._same_setup(setup)
+        if o.get("job"):
+            return generator, [], {}, None  # a job file may set anything: as it says
+        keys = o.get("keys") or {}
+        task_given = o.get("max_task_bytes", keys.get("job.max_task_bytes"))
+        result_given = o.get("max_result_bytes", keys.get("job.max_result_bytes"))
+        batch = max(int(o.get("batch_size") or keys.get("job.batch_size") or 1),
+                    int(keys.get("job.max_in_flight") or 1))
+        sizes = []
+        if generator is not None:
+            generator = _memory.Peeked(generator, sample)
+            st = self._stages
+            raw = (not st[0].python) if st else isinstance(self.worker_cls, (str, os.PathLike))
+            sizes = [b for b in (_memory.item_bytes(x, raw, _worker.frame, _worker.frame_size)
+                                 for x in generator.first) if b is not None]
+        planned, why = _memory.plan_keys(self._stages, sizes, batch)
+        given = {"job.max_task_bytes": task_given, "job.max_result_bytes": result_given}
+        planned = [(k, v) for k, v in planned if given[k] is None]
+        why = {k: v for k, v in why.items() if given[f"job.{k}"] is None}
+        warn = _memory.warning(sizes, self._stages, batch,
+                               byte_size(task_given, 0) if task_given is not None else None,
+                               byte_size(result_given, 0) if result_given is not None else None)
+        return generator, planned, why, warn
+
+    def _job(self, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs,
+             sample=1):
+        """What a run of `generator` gives libgpud: (generator, callbacks, keys, codec,
+        chunk, k, warn): the items as gpud reads them (chunks, or read ahead), the
+        callbacks for them, the job's keys and codec, the Chunks or None, the items a
+        task holds, a warning line on the plan or None, and what each key sized from the
+        items was sized from."""
+        o = self.options
         chunk = None
+        warn, why = None, {}
         k = self._chunking(generator)
         if callbacks.get("on_resume") is not None and k != 1:
             raise JobError("Dispatcher.run(): on_resume names tasks by their ids, which are "
@@ -429,13 +465,83 @@ class Dispatcher:
             if o.get("batch_wait_ms") and chunk.batch > 1:
                 chunk.wait = float(o["batch_wait_ms"]) / 1000
             sized = self._size_chunks(chunk)
+        else:
+            generator, sized, why, warn = self._plan(_worker, generator, sample)
+            if why and callbacks.get("on_error") is not None:
+                user = callbacks["on_error"]
+
+                def on_error(task_id, error, worker_id):
+                    return user(task_id, _memory.hint(error, why), worker_id)
+
+                callbacks = dict(callbacks, on_error=on_error)
         keys, codec = self._keys(base_seed, task_timeout, setup_kwargs, generator is not None,
                                  chunk is not None)
         if chunk is not None and sized:
             # The workers' limit for a chunk's results is the one sized for it.
             keys = [(k, str(chunk.max_result)) if k == "worker.gpud_result_max" else (k, v)
                     for k, v in keys]
-            keys.extend(sized)
+        keys.extend(sized)
+        return generator, callbacks, keys, codec, chunk, k, warn, why
+
+    def check(self, items: Optional[Iterable[Any]] = None, base_seed: int = 42,
+              task_timeout: Optional[float] = None, **setup_kwargs: Any) -> Dict[str, Any]:
+        """What run(items, ...) would map, without running it: gpud check on the same
+        job (every plugin loaded and checked, no worker started). items: items like the
+        run's (a list, or a sample: its first 16 are read, so a one-shot generator
+        loses them; None: the items are not known, or the `generator` option's plugin
+        gives them). Returns a dict of bytes: total (everything the run maps),
+        run_memfd (its header and every worker's task ring), result_memfd (each
+        worker's), per_worker (a task ring and a result memfd), task_ring, result_ring,
+        workers (every stage's and the GPU workers'), max_task_bytes and
+        max_result_bytes (as given, or as sized from the items and the stages), sized
+        (what each sized key was sized from), warnings (lines, also given to
+        warnings.warn as gpud.MemoryWarning), text (what `gpud check` prints). Raises
+        JobError when the job could not run, with gpud's reason."""
+        import gpud
+
+        if getattr(gpud, "_in_worker", False):
+            raise StopScript()  # as run(): the script stops where a worker loads it
+        from . import _gpud, _worker
+
+        o = self.options
+        if items is None and not (o.get("generator") or "generator.plugin" in (o.get("keys") or {})):
+            items = []  # the program's items, not known
+        cbs = dict(on_success=lambda *a: None, on_error=None, on_timeout=None,
+                   on_setup_fail=None, on_task_start=None, on_resume=None)
+        gen, _, keys, _, _, _, warn, why = self._job(_worker, items, cbs, base_seed,
+                                                    task_timeout, setup_kwargs,
+                                                    _memory.SAMPLE)
+        try:
+            r = _gpud.check(job_file=os.fspath(o["job"]) if o.get("job") else None,
+                            keys=keys, items=gen is not None)
+        except ValueError as e:
+            raise JobError(str(e)) from None
+        if not r["ok"]:
+            raise JobError(r["error"] or "gpud refused the job (its message is above, on "
+                           "standard error)")
+        given = dict(keys)
+        out = {x: r[x] for x in ("total", "run_memfd", "result_memfd", "task_ring",
+                                 "result_ring", "workers", "text")}
+        out["per_worker"] = r["task_ring"] + r["result_memfd"]
+        out["max_task_bytes"] = byte_size(given.get("job.max_task_bytes"), 1 << 20)
+        out["max_result_bytes"] = byte_size(given.get("job.max_result_bytes"), 1 << 20)
+        out["sized"] = why
+        out["warnings"] = [warn] if warn else []
+        if warn:
+            warnings.warn(warn, MemoryWarning, stacklevel=2)
+        return out
+
+    def _run(self, _gpud, _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs):
+        """Runs the job; returns a function that gives run()'s result or raises its
+        exception, called after on_exit."""
+        o = self.options
+        setup = dict(setup=dict(setup_kwargs), base_seed=base_seed, task_timeout=task_timeout)
+        if self._pool is not None and self._pool_setup is not None:
+            self._same_setup(setup)
+        generator, callbacks, keys, codec, chunk, k, warn, _ = self._job(
+            _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs)
+        if warn:
+            warnings.warn(warn, MemoryWarning, stacklevel=3)
         total = -1
         if generator is not None:
             try:

@@ -4,9 +4,9 @@
  * each, crash_on (SIGSEGV, the whole call) a comma list of them; sleep_us sleeps once a
  * call, spin_us works the CPU once a call until its thread has used that much CPU time
  * (a call that is CPU work, like Python and NumPy's); empty_every = K gives an empty result for
- * every input divisible by K; whole_fail_on (a comma list) fails the whole call holding any of
- * them (returns -1, every task marked with the first such input), as a library that raises
- * would. */
+ * every input divisible by K; whole_fail_on (a comma list) fails the whole call holding any
+ * of them (returns -1, every task marked with the first such input), as a library that
+ * raises would. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

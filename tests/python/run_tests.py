@@ -205,6 +205,11 @@ def main():
         for mode in stage_modes:
             run(f"debian: stages.py {mode}", "/usr/bin/python3", ["stages.py", mode], env,
                 f"PASS {mode}")
+        if "jpeg" in stage_modes:
+            # The shared memory sized from the items and the jpeg stage's results,
+            # Dispatcher.check() against gpud check, the warning, a larger item.
+            run("debian: memplan.py", "/usr/bin/python3", ["memplan.py"],
+                dict(env, GPUD=os.path.join(BUILD, "daemon", "gpud")), "PASS memplan")
         run("debian: the workers' sys.argv is the program's", "/usr/bin/python3",
             ["launch.py", "argv", "--input", "x y.txt", "7"], env)
         run("debian: launcher variables refused with JobError", "/usr/bin/python3",

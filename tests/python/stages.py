@@ -5,7 +5,9 @@ plugin name): python3 stages.py MODE, printing PASS MODE.
 jpeg: JPEGs made with Pillow through the built-in jpeg stage to a Python class that
   gets each image as a (64, 64, 3) uint8 array and returns its per-channel mean; every
   mean within 1% of 255 of Pillow's decode, resize and NumPy's mean; a corrupt JPEG
-  fails alone with the decoder's message; the same with the stage as a dict.
+  fails alone with the decoder's message; the same with the stage as a dict; with
+  resize, crop and output = float32 a (3, 56, 56) float32 array equal to Pillow's
+  pixels through torchvision's arithmetic.
 python: Python stage classes: pickled objects through a stage to the worker class,
   two stages in a row, a Python stage after the jpeg stage, a Python stage in front of
   a C worker plugin (its results as bytes), a stage's error failing its item alone.
@@ -176,6 +178,54 @@ def mode_jpeg():
           f"a dict stage and setup keywords: {got2}")
 
 
+class Pixels:
+    """The stage's array as it came."""
+
+    def setup(self, gpu_id, seed):
+        pass
+
+    def process(self, img):
+        return img
+
+
+def mode_jpeg_exact():
+    """resize + crop + float32 normalised: the class gets a (3, 56, 56) float32 array,
+    torchvision's Resize(60), CenterCrop(56), ToTensor and Normalize on Pillow's
+    pixels, exactly."""
+    import numpy as np
+    from PIL import Image
+
+    items = jpegs(6)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    got = {}
+    Dispatcher(Pixels, GPUS, stages=[Stage("jpeg", resize=60, crop=56, output="float32",
+                                           mean="0.485,0.456,0.406",
+                                           std="0.229,0.224,0.225")]).run(
+        items, lambda t, r, g: got.__setitem__(t, r))
+    check(sorted(got) == list(range(6)), f"every image once: {sorted(got)}")
+    worst = 0.0
+    for t, a in got.items():
+        with Image.open(io.BytesIO(items[t])) as im:
+            w, h = im.size
+            size = (60, int(60 * h / w)) if w <= h else (int(60 * w / h), 60)
+            im = im.convert("RGB").resize(size, Image.BILINEAR)
+            left, top = int(round((size[0] - 56) / 2.0)), int(round((size[1] - 56) / 2.0))
+            ref = np.asarray(im.crop((left, top, left + 56, top + 56)))
+        want = ((ref.transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+                 - np.array(mean, np.float32)[:, None, None])
+                / np.array(std, np.float32)[:, None, None])
+        check(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (3, 56, 56),
+              f"a (3, 56, 56) float32 array: {getattr(a, 'shape', a)}")
+        if getattr(a, "shape", None) == (3, 56, 56):
+            worst = max(worst, float(np.abs(a - want).max()))
+    check(worst == 0.0, f"equal to Pillow + torchvision's arithmetic: {worst}")
+    try:
+        Stage("jpeg", height=64)
+        check(False, "Stage(\"jpeg\", height=64) refused")
+    except TypeError as e:
+        check("width is required" in str(e), f"height alone refused: {e}")
+
+
 class Labelled:
     """Gets whole samples: its key, its label and its image's mean back."""
 
@@ -340,8 +390,8 @@ def mode_plugins():
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    {"jpeg": mode_jpeg, "python": mode_python, "plugins": mode_plugins,
-     "samples": mode_samples}[mode]()
+    {"jpeg": lambda: (mode_jpeg(), mode_jpeg_exact()), "python": mode_python,
+     "plugins": mode_plugins, "samples": mode_samples}[mode]()
     if FAILED:
         print(f"{len(FAILED)} checks failed", flush=True)
         sys.exit(1)

@@ -26,6 +26,7 @@
 #include "record/runlock.h"
 #include "run/run.h"
 #include "util/say.h"
+#include "workers/capacity.h"
 #include "workers/lifecycle.h"
 
 #ifndef GPUD_VERSION
@@ -542,6 +543,8 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 	if (cmd == CMD_CHECK) {
 		char *text = NULL;
 		size_t text_len = 0;
+		struct capacity_memory mem = {.total = 0};
+		opts.memory = &mem;
 		opts.check_out = open_memstream(&text, &text_len);
 		rc = opts.check_out ? run_check(&c, &opts) : 2;
 		if (opts.check_out)
@@ -555,6 +558,12 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 			.workers_per_gpu = c.workers_per_gpu,
 			.rank = c.rank,
 			.ranks = c.ranks,
+			.shm_total = rc == 0 ? mem.total : 0,
+			.shm_run_memfd = rc == 0 ? mem.run_memfd : 0,
+			.shm_result_memfd = rc == 0 ? mem.result_memfd : 0,
+			.shm_task_ring = rc == 0 ? mem.task_ring : 0,
+			.shm_result_ring = rc == 0 ? mem.result_ring : 0,
+			.shm_workers = rc == 0 ? mem.workers : 0,
 		};
 		job->checked = true;
 	} else if (cmd == CMD_STATUS) {

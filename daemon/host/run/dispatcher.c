@@ -202,6 +202,8 @@ unsigned dispatch_drain(struct host *h, struct host_worker *w)
 			metrics_task(h->view.metrics, sec, r.flags >> REC_CALL_SHIFT);
 		w->task_seconds = w->task_seconds > 0 ? w->task_seconds * 0.875 + sec * 0.125 : sec;
 		if (r.kind == REC_OK) {
+			if (__builtin_expect(r.size > h->flow.largest_result, 0))
+				h->flow.largest_result = r.size;
 			UI_ADD(w->ok, 1);
 			events_outcome(h, w, t, input, CAUSE_OK, payload, r.size, NULL, sec);
 		} else if (r.flags & REC_FLAG_TIMEOUT) {
@@ -428,6 +430,8 @@ static enum fed admit(struct host *h, uint64_t id, const struct gpud_buf *item, 
 		return FED_REFUSED;
 	}
 	*ent = (struct task_ent){.id = id, .size = (uint32_t)item->size};
+	if (__builtin_expect(item->size > h->flow.largest_task, 0))
+		h->flow.largest_task = (uint32_t)item->size;
 	return FED_TASK;
 }
 

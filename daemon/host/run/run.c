@@ -412,7 +412,7 @@ int run_check(struct cfg *c, const struct run_opts *opts)
 			python_describe(python_chosen(), py, sizeof py);
 			fprintf(out, "  python: %s\n", py);
 		}
-		capacity_describe(&h, c, out);
+		capacity_describe(&h, c, out, opts ? opts->memory : NULL);
 		fputs(notes ? notes : "", out);
 	}
 	free(notes);
@@ -579,6 +579,7 @@ static int finish_run(struct host *h)
 		claims_finished(h->claims);
 	stats_print(h, LOG_INFO);
 	stages_note_results(h, LOG_INFO);
+	capacity_note_oversized(h, LOG_INFO);
 	if (h->resume.skipped)
 		fprintf(LOG_INFO, "gpud: resumed: %llu tasks were already done\n",
 			(unsigned long long)h->resume.skipped);

@@ -10,6 +10,7 @@
 
 #include "view/ui.h"
 
+struct capacity_memory;
 struct gen_ops;
 struct sink_ops;
 struct run_pool;
@@ -37,9 +38,10 @@ struct run_opts {
 	void *gen_state;
 	const struct sink_ops *sink_ops;
 	void *sink_state;
-	struct run_result *result; /* filled at the end when not NULL */
-	bool import_code;          /* check --import: import the python sections' code */
-	FILE *check_out;           /* where run_check writes what it found; NULL: stdout */
+	struct run_result *result;      /* filled at the end when not NULL */
+	bool import_code;               /* check --import: import the python sections' code */
+	FILE *check_out;                /* where run_check writes what it found; NULL: stdout */
+	struct capacity_memory *memory; /* check: the shared memory's figures, when not NULL */
 	/* A warm pool (libgpud's gpud_pool): the workers, their setup and the shared memory
 	 * are taken from it when an earlier run left them, and left in it at the end when
 	 * the run ends with every task accounted for; NULL: the run's own, as always. */

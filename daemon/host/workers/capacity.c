@@ -145,7 +145,8 @@ int capacity_check(const struct host *h, const struct cfg *c, bool raise, FILE *
 	return check_fds(c, n, raise, notes) < 0 || check_shm(h, c, n) < 0 ? -1 : 0;
 }
 
-void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
+void capacity_describe(const struct host *h, const struct cfg *c, FILE *out,
+		       struct capacity_memory *fig)
 {
 	unsigned per[CFG_MAX_STAGES];
 	unsigned gpu = (unsigned)(groups_count(c) * c->workers_per_gpu);
@@ -155,6 +156,13 @@ void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
 	struct shm_plan p;
 	if (shm_plan(h, n, &p) < 0)
 		return; /* said by capacity_check */
+	if (fig)
+		*fig = (struct capacity_memory){.total = p.all,
+						.run_memfd = p.run_size,
+						.result_memfd = p.out_size,
+						.task_ring = p.task_cap,
+						.result_ring = p.result_cap,
+						.workers = n};
 	char a[32], b[32], d[32], e[32], f[32];
 	uint64_t worker = p.task_cap + p.out_size;
 	unsigned batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
@@ -200,4 +208,46 @@ void capacity_describe(const struct host *h, const struct cfg *c, FILE *out)
 			human(p.task_cap * next, b, sizeof b),
 			(unsigned long long)(p.task_cap / p.task_need));
 	}
+}
+
+void capacity_note_oversized(const struct host *h, FILE *f)
+{
+	const struct cfg *c = h->cfg;
+	unsigned batch = c->batch_size > c->max_in_flight ? c->batch_size : c->max_in_flight;
+	if (h->stats.ok < CAPACITY_NOTE_TASKS || h->stats.ok < 2ull * batch || !h->pool.n)
+		return;
+	/* What travelled: the generator's tasks and each stage's results (the next
+	 * ring's tasks); the stages' and the GPU workers' results. */
+	uint64_t task = h->flow.largest_task, result = h->flow.largest_result;
+	for (unsigned s = 0; h->pool.stages && s < h->pool.n_stages; s++) {
+		uint64_t r = h->pool.stages[s].largest_result;
+		task = r > task ? r : task;
+		result = r > result ? r : result;
+	}
+	struct shm_plan p, need, fit;
+	/* What to propose: half as large again, in whole KiB, 4 KiB at least. */
+	uint64_t st = task * 3 / 2 > 4096 ? (task * 3 / 2 + 1023) / 1024 * 1024 : 4096,
+		 sr = result * 3 / 2 > 4096 ? (result * 3 / 2 + 1023) / 1024 * 1024 : 4096;
+	if (shm_plan(h, h->pool.n, &p) < 0 || shm_plan_for(h, h->pool.n, task, result, &need) < 0 ||
+	    shm_plan_for(h, h->pool.n, st, sr, &fit) < 0)
+		return;
+	uint64_t took = p.task_cap + p.result_cap,
+		 needed = (need.task_cap > CAPACITY_RING_FLOOR ? need.task_cap
+							       : CAPACITY_RING_FLOOR) +
+			  (need.result_cap > CAPACITY_RING_FLOOR ? need.result_cap
+								 : CAPACITY_RING_FLOOR);
+	if (took <= CAPACITY_OVERSIZED * needed || st > c->max_task_bytes ||
+	    sr > c->max_result_bytes)
+		return;
+	char a[32], b[32], g[32];
+	fprintf(f,
+		"gpud: note: the run's shared memory took %s (%u workers x %s of task and result "
+		"rings), %.0f times what its largest task (%llu bytes) and result (%llu bytes) "
+		"needed; a long run makes all of it resident: with [job] max_task_bytes = %lluK "
+		"and max_result_bytes = %lluK (the largest half as large again, 4K at least) it would take %s (gpud check shows "
+		"the memory)\n",
+		human(p.all, a, sizeof a), h->pool.n, human(took, b, sizeof b),
+		(double)took / (double)needed, (unsigned long long)task, (unsigned long long)result,
+		(unsigned long long)(st / 1024), (unsigned long long)(sr / 1024),
+		human(fit.all, g, sizeof g));
 }

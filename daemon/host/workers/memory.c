@@ -157,14 +157,19 @@ int shm_renew_worker(struct host *h, struct host_worker *w)
 
 int shm_plan(const struct host *h, unsigned n, struct shm_plan *p)
 {
+	return shm_plan_for(h, n, h->cfg->max_task_bytes, h->cfg->max_result_bytes, p);
+}
+
+int shm_plan_for(const struct host *h, unsigned n, uint64_t max_task, uint64_t max_result,
+		 struct shm_plan *p)
+{
 	const struct cfg *c = h->cfg;
-	uint64_t res_payload =
-		c->max_result_bytes > SHM_MSG_MAX ? c->max_result_bytes : SHM_MSG_MAX;
+	uint64_t res_payload = max_result > SHM_MSG_MAX ? max_result : SHM_MSG_MAX;
 	uint64_t per_worker_queue = (c->queue_size + n - 1) / n;
 	uint64_t small_tasks = 2 * SHM_REC_HDR * per_worker_queue;
 	uint64_t small_results = (2 * SHM_REC_HDR + SHM_SLOT_GAP) * per_worker_queue;
 
-	*p = (struct shm_plan){.task_need = ring_span(c->max_task_bytes)};
+	*p = (struct shm_plan){.task_need = ring_span(max_task)};
 	/* A batching worker holds a whole batch of tasks, and reserves a full result slot
 	 * (with its gap) for each before the call; one with tasks in flight, as many as
 	 * max_in_flight. The limits of the keys keep these far from overflowing, and the

@@ -18,6 +18,9 @@ struct shm_plan {
 };
 /* Needs h->cfg and h->pool.plugin. 0, or -1 when the sizes overflow. */
 int shm_plan(const struct host *h, unsigned n, struct shm_plan *p);
+/* The same for other limits than the job's max_task_bytes and max_result_bytes. */
+int shm_plan_for(const struct host *h, unsigned n, uint64_t max_task, uint64_t max_result,
+		 struct shm_plan *p);
 
 /* The run memfd, its read-only twin for workers, the bell page, the host pipe, and
  * each worker's first out memfd. 0, or -1 with a message on standard error. */
