@@ -232,6 +232,9 @@ struct host_pool {
 	/* What the run does with the outcomes, events and retries lifecycle.c finds: set
 	 * by run/ before any worker starts (workers/lifecycle.h). */
 	const struct lifecycle_up *up;
+	/* A warm pool's: the thread its workers are started from (spawner.h); NULL: the
+	 * thread that runs the loop. */
+	struct spawn_thread *spawner;
 };
 
 /* The generator's side of the loop: run/dispatcher.c. */

@@ -6,7 +6,8 @@ Each worker's setup and cleanup append a line to a file ("setup PID", "cleanup P
 so what ran where is counted, not guessed. Checked: setup once per worker across three
 runs, each run's callbacks and stats its own and every item once per run (chunks of
 several items and one item a task), a worker killed between runs started again (set up
-again) and the next run exact, a run whose callback raises leaving the next run
+again) and the next run exact, one killed during a run replaced by a worker that
+outlives the run, a run whose callback raises leaving the next run
 working, keys the workers were started with refused when a run asks for others, and
 cleanup once per worker process on leaving the block; outside a with block a run
 starts and ends its own workers, as before."""
@@ -14,6 +15,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 
 from gpud import Dispatcher, JobError
 
@@ -52,17 +54,30 @@ class Boom(Exception):
     pass
 
 
-def exact_run(d, n, log, label, **kw):
+def set_up(log, n):
+    """Items after n setups are written down: a run's workers all set up before it
+    hands out its first item (the first run's, and a replacement's)."""
+    deadline = time.monotonic() + 120
+    while len(lines(log, "setup")) < n and time.monotonic() < deadline:
+        time.sleep(0.01)  # polled: a worker's setup is another process's
+
+
+def exact_run(d, n, log, label, setups=None, **kw):
     """One run of n items: every item once with its answer; returns the pids that ran
-    them and the run's stats."""
+    them and the run's stats. setups: wait for that many setups before the first item."""
     got, pids, exits = {}, set(), []
+
+    def items():
+        if setups:
+            set_up(log, setups)
+        yield from range(n)
 
     def on_success(task_id, result, worker_id):
         check(task_id not in got, f"{label}: item {task_id} delivered twice")
         got[task_id] = result[0]
         pids.add(result[1])
 
-    stats = d.run(range(n), on_success, on_exit=lambda: exits.append(1), log=log, **kw)
+    stats = d.run(items(), on_success, on_exit=lambda: exits.append(1), log=log, **kw)
     check(got == {i: 3 * i for i in range(n)},
           f"{label}: {len(got)} results, {sum(got.get(i) != 3 * i for i in range(n))} wrong")
     check(stats["completed"] == n and stats["total"] == n,
@@ -79,7 +94,7 @@ def main():
 
     with Dispatcher(Model, GPUS, ui="off") as d:
         # Automatic chunks first, then one item a task: the same workers.
-        p1, _ = exact_run(d, 500, log, "run 1")
+        p1, _ = exact_run(d, 500, log, "run 1", setups=2)
         p2, _ = exact_run(d, 300, log, "run 2")
         p3, _ = exact_run(d, 200, log, "run 3")
         setups = lines(log, "setup")
@@ -111,7 +126,7 @@ def main():
         exact_run(d, 100, log, "after the refusal")
 
         # A worker killed between runs is started (and set up) again at the next run.
-        victim = sorted(set(lines(log, "setup")))[0]
+        victim = sorted(lines(log, "setup"))[0]
         os.kill(victim, signal.SIGKILL)
         while True:  # gone: /proc says so once it is a zombie or reaped
             try:
@@ -120,13 +135,31 @@ def main():
                         break
             except FileNotFoundError:
                 break
-        p4, _ = exact_run(d, 300, log, "after a kill")
+            time.sleep(0.001)  # polled until the kernel says it is gone
+        p4, _ = exact_run(d, 300, log, "after a kill", setups=3)
         check(victim not in p4, "the killed worker ran tasks")
-    # Its replacement may still have been in its setup when that run ended (the other
-    # worker ran every item): the close waits for it, and its cleanup.
+        check(len(lines(log, "setup")) == 3,
+              f"with a kill: setup ran {len(lines(log, 'setup'))} times (want 3)")
+
+        # A worker killed during a run while the generator blocks: its slot is started
+        # again by the thread that runs the loop meanwhile (not the caller's), and the
+        # new worker outlives the run all the same (the next run uses it, set up once).
+        second = sorted(set(lines(log, "setup")) - {victim})[0]
+
+        def blocking():
+            yield 0
+            os.kill(second, signal.SIGKILL)
+            set_up(log, 4)  # its replacement set up while this call blocks
+            yield from range(1, 100)
+
+        d.run(blocking(), lambda *a: None, log=log)
+        p5, _ = exact_run(d, 300, log, "after a kill during a run")
+        check(second not in p5, "the worker killed during a run ran tasks")
+        check(len(lines(log, "setup")) == 4,
+              f"after a kill during a run: setup ran {len(lines(log, 'setup'))} times "
+              "(want 4: the replacement kept after its run)")
     cleanups, setups = lines(log, "cleanup"), lines(log, "setup")
-    check(len(setups) == 3, f"with a kill: setup ran {len(setups)} times (want 3)")
-    live = set(setups) - {victim}
+    live = set(setups) - {victim, second}
     check(sorted(cleanups) == sorted(live),
           f"leaving the block: cleanup ran for {sorted(cleanups)}, want {sorted(live)}")
     for pid in live:

@@ -51,7 +51,8 @@ struct run_pool {
 	char *worker_keys; /* the worker plugin's check (its name and keys) */
 	int *gpus;         /* the GPUs resolved by the first run */
 	size_t n_gpus;
-	double cleanup_s; /* its last run's cleanup_timeout, for the close */
+	double cleanup_s;             /* its last run's cleanup_timeout, for the close */
+	struct spawn_thread *spawner; /* its workers' parent thread (spawner.h) */
 	struct host_shm shm;
 	struct host_pool pool;
 };
@@ -828,6 +829,7 @@ static int setup_run(struct host *h, struct cfg *c)
 				per[s], per[s] == 1 ? "" : "s",
 				stagecfg_workers_why(c, s, why, sizeof why));
 	}
+	h->pool.spawner = p ? p->spawner : NULL;
 tasks:
 	if (tasks_init(h, stages_per_worker(h)) < 0) {
 		say("out of memory for the task table");
@@ -932,8 +934,13 @@ static int run_loop(struct host *h)
 struct run_pool *run_pool_new(void)
 {
 	struct run_pool *p = calloc(1, sizeof *p);
-	if (p)
-		p->shm = (struct host_shm){.fd = -1, .ro_fd = -1, .bell_fd = -1, .pipe = {-1, -1}};
+	if (!p)
+		return NULL;
+	p->shm = (struct host_shm){.fd = -1, .ro_fd = -1, .bell_fd = -1, .pipe = {-1, -1}};
+	if (!(p->spawner = spawn_thread_start())) {
+		free(p);
+		return NULL;
+	}
 	return p;
 }
 
@@ -974,7 +981,8 @@ void run_pool_free(struct run_pool *p)
 		while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
 			;
 	}
-	shm_destroy(&h); /* and each worker's out memfd */
+	spawn_thread_stop(p->spawner); /* every worker reaped: nothing it would end */
+	shm_destroy(&h);               /* and each worker's out memfd */
 	free(h.pool.w);
 	free(h.pool.restarts);
 	free(h.pool.retired);
