@@ -293,7 +293,9 @@ GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
 /** A warm pool (API 1.6): workers kept started and set up between runs. Opaque. */
 typedef struct gpud_pool gpud_pool;
 
-/** An empty pool (its first run starts its workers); NULL out of memory. */
+/** An empty pool (its first run starts its workers), with a thread of its own that starts
+ *  them (a worker ends with the thread that started it); NULL when out of memory or
+ *  threads. */
 GPUD_API gpud_pool *gpud_pool_open(void);
 
 /** gpud_job_run on the pool's workers: the first run starts them (and their setup) as
