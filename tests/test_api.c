@@ -1494,3 +1494,127 @@ Test(api, plugins_and_merged_arrays_are_data, .timeout = 120)
 	cr_expect(strstr(l.one->json, "\"missing_ranks\": [1]"), "%s", l.one->json);
 	gpud_stats_merge_free(l.one);
 }
+
+/* A pool's sink: each task's ok count, and the pids of the workers that ran them. */
+struct pooled {
+	struct tally t;
+	int pids[8];
+	unsigned n_pids;
+	double setup_s; /* the workers' time in setup, from the stats */
+};
+
+static int pooled_event(void *ctx, const struct gpud_event *ev, struct gpud_error *err)
+{
+	struct pooled *p = ctx;
+	if (ev->kind == GPUD_TASK_OK) {
+		char text[512];
+		size_t len = ev->result_size < sizeof text - 1 ? ev->result_size : sizeof text - 1;
+		memcpy(text, ev->result, len);
+		text[len] = '\0'; /* the result's bytes alone */
+		const char *at = strstr(text, "pid=");
+		int pid = at ? atoi(at + 4) : -1;
+		bool seen = false;
+		for (unsigned i = 0; i < p->n_pids; i++)
+			seen |= p->pids[i] == pid;
+		if (!seen && p->n_pids < 8)
+			p->pids[p->n_pids++] = pid;
+	}
+	return tally_event(&p->t, ev, err);
+}
+
+static int pooled_close(void *ctx, const struct gpud_stats *stats, struct gpud_error *err)
+{
+	return tally_close(&((struct pooled *)ctx)->t, stats, err);
+}
+
+static const struct gpud_sink_ops pooled_ops = {
+	.size = sizeof pooled_ops,
+	.event = pooled_event,
+	.close = pooled_close,
+	.events = tally_events,
+};
+
+/* One run of n tasks on the pool, every one delivered once with its right result. */
+static void pool_run_exact(gpud_pool *pool, unsigned n, struct pooled *p)
+{
+	struct feed f = {.n = n, .fail_at = -1};
+	memset(p, 0, sizeof *p);
+	p->t.fail_at = -1;
+	gpud_job *job = keys_job(t_tmpdir(), 0, false);
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &pooled_ops, p), 0);
+	struct gpud_run_options o = {.size = sizeof o, .ui = GPUD_UI_OFF};
+	int rc = gpud_pool_run(pool, job, &o);
+	cr_assert_eq(rc, 0, "status %d: %s", rc, gpud_job_error(job));
+	for (unsigned i = 0; i < n; i++)
+		cr_expect_eq(p->t.ok[i], 1, "task %u delivered %u times", i, p->t.ok[i]);
+	cr_expect_eq(p->t.bad, 0);
+	cr_expect(f.closed && p->t.closed, "this run's generator and sink closed");
+	cr_expect_eq(p->t.closed_with.ok, n, "this run's stats: %llu ok",
+		     (unsigned long long)p->t.closed_with.ok);
+	cr_expect_eq(gpud_job_stats(job)->generated, n);
+	/* Its workers' figures are this run's: their calls add up to its tasks. */
+	const char *json = gpud_job_stats_json(job);
+	double calls = 0;
+	p->setup_s = 0;
+	for (const char *at = json; (at = strstr(at, "\"calls\": ")); at++)
+		calls += atof(at + 9);
+	for (const char *at = json; (at = strstr(at, "\"time_setup\": ")); at++)
+		p->setup_s += atof(at + 14);
+	cr_expect_eq(calls, n, "the workers' calls add up to %g, not %u: %s", calls, n, json);
+	gpud_job_free(job);
+}
+
+static bool pid_in(const struct pooled *p, int pid)
+{
+	for (unsigned i = 0; i < p->n_pids; i++)
+		if (p->pids[i] == pid)
+			return true;
+	return false;
+}
+
+Test(api, a_pool_runs_two_inputs_on_the_same_workers, .timeout = 120)
+{
+	gpud_pool *pool = gpud_pool_open();
+	cr_assert_not_null(pool);
+	static struct pooled a, b, c;
+	pool_run_exact(pool, 300, &a);
+	cr_assert_eq(a.n_pids, 2, "two workers ran the first input (%u)", a.n_pids);
+	pool_run_exact(pool, 200, &b);
+	/* The same processes: nothing started, nothing set up again. */
+	cr_expect_eq(b.setup_s, 0, "%g s in setup in the second run", b.setup_s);
+	for (unsigned i = 0; i < b.n_pids; i++)
+		cr_expect(pid_in(&a, b.pids[i]), "worker pid %d of the second run is new",
+			  b.pids[i]);
+
+	/* A worker that dies between runs is started again at the next one's start. */
+	int dead = a.pids[0];
+	cr_assert_eq(kill(dead, SIGKILL), 0);
+	pool_run_exact(pool, 250, &c);
+	cr_expect(!pid_in(&c, dead), "the dead worker ran tasks");
+	/* The other one is the same process; at most one new one (the dead one's). */
+	unsigned fresh = 0;
+	for (unsigned i = 0; i < c.n_pids; i++)
+		fresh += !pid_in(&a, c.pids[i]);
+	cr_expect_leq(fresh, 1, "%u new workers", fresh);
+	cr_expect_eq(kill(a.pids[1], 0), 0, "the live worker was ended");
+
+	/* Keys the workers were started with are the pool's. */
+	gpud_job *job = keys_job(t_tmpdir(), 5, false);
+	struct feed f = {.n = 10, .fail_at = -1};
+	static struct pooled d;
+	d.t.fail_at = -1;
+	cr_assert_eq(gpud_job_set_generator(job, &feed_ops, &f), 0);
+	cr_assert_eq(gpud_job_set_sink(job, &pooled_ops, &d), 0);
+	struct gpud_run_options o = {.size = sizeof o, .ui = GPUD_UI_OFF};
+	cr_expect_eq(gpud_pool_run(pool, job, &o), 2);
+	cr_expect(strstr(gpud_job_error(job), "worker.sleep_us=5 (the pool's: worker.sleep_us=0)"),
+		  "%s", gpud_job_error(job));
+	gpud_job_free(job);
+
+	/* Closed: its workers cleaned up and gone. */
+	gpud_pool_close(pool);
+	for (unsigned i = 0; i < c.n_pids; i++)
+		cr_expect(kill(c.pids[i], 0) < 0, "worker %d still alive after the close",
+			  c.pids[i]);
+}

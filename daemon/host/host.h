@@ -232,6 +232,9 @@ struct host_pool {
 	/* What the run does with the outcomes, events and retries lifecycle.c finds: set
 	 * by run/ before any worker starts (workers/lifecycle.h). */
 	const struct lifecycle_up *up;
+	/* A warm pool's: the thread its workers are started from (spawner.h); NULL: the
+	 * thread that runs the loop. */
+	struct spawn_thread *spawner;
 };
 
 /* The generator's side of the loop: run/dispatcher.c. */
@@ -291,6 +294,7 @@ struct host_ctl {
 	int abort;              /* exit status 3 pending; abort_msg says why */
 	char abort_msg[4096];
 	bool finishing; /* finish_run has begun (run.c) */
+	bool parked;    /* a pool's run ended with its workers kept for the next (run.c) */
 };
 
 /* The run's folder and its failures list: record/files.c and failures.c. */

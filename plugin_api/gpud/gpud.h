@@ -70,7 +70,7 @@ enum gpud_exit {
 
 /** The API this header describes. */
 #define GPUD_API_MAJOR 1
-#define GPUD_API_MINOR 5
+#define GPUD_API_MINOR 6
 
 /** Marks the library's exported functions (default visibility; everything else in
  *  libgpud is hidden). */
@@ -289,6 +289,35 @@ struct gpud_run_options {
  *  another run holding its lock), gpud_job_error() holds the reason; every reason is
  *  also on standard error (or through options->log). */
 GPUD_API int gpud_job_run(gpud_job *job, const struct gpud_run_options *options);
+
+/** A warm pool (API 1.6): workers kept started and set up between runs. Opaque. */
+typedef struct gpud_pool gpud_pool;
+
+/** An empty pool (its first run starts its workers), with a thread of its own that starts
+ *  them (a worker ends with the thread that started it); NULL when out of memory or
+ *  threads. */
+GPUD_API gpud_pool *gpud_pool_open(void);
+
+/** gpud_job_run on the pool's workers: the first run starts them (and their setup) as
+ *  gpud_job_run does; a run that ends with every task's outcome delivered (ok, failed,
+ *  stopped or aborted) leaves them started, set up and idle for the next, with their
+ *  rings empty. A later run reuses them: no new process, no second setup; a worker that
+ *  died between runs is started (and set up) again at the run's start. Each run is the
+ *  job's own: its generator and sink (or callbacks), journal, resume, run folder,
+ *  stats and exactly-once accounting. What the workers were started with must stay
+ *  the same (the worker plugin and its keys, the GPUs, workers_per_gpu,
+ *  gpus_per_worker, queue_size, max_task_bytes, max_result_bytes, batch_size,
+ *  batch_wait_ms, max_in_flight, task_timeout, base_seed, python): another value
+ *  is refused (status 2, gpud_job_error naming the key, the pool's value and the
+ *  run's), as are [stage.*] sections. A run whose workers were killed (a second
+ *  gpud_job_stop, a timeout, a crash) leaves those slots empty: the next run starts
+ *  them again. Returns what gpud_job_run returns; -1 also for a NULL pool. */
+GPUD_API int gpud_pool_run(gpud_pool *pool, gpud_job *job, const struct gpud_run_options *options);
+
+/** Closes the pool: each worker is told to stop, runs its cleanup (up to the last run's
+ *  cleanup_timeout, then killed) and is waited for; the shared memory is freed. Not
+ *  while a run of the pool is in progress. NULL is ignored. */
+GPUD_API void gpud_pool_close(gpud_pool *pool);
 
 /** Stops the job's run as SIGTERM does: the first call lets the running tasks finish
  *  (up to [job] drain_timeout) and starts nothing new (exit status 4 with a journal,

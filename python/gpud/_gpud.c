@@ -799,8 +799,9 @@ static PyObject *callback_or_null(PyObject *cbs, const char *name)
 
 PyDoc_STRVAR(run_doc,
 	     "run(*, job_file, keys, iterable, total, codec, callbacks, prefetch, ui,\n"
-	     "    flags, tty, stats_json, helpers) -> result\n\n"
-	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use).\n"
+	     "    flags, tty, stats_json, helpers, pool) -> result\n\n"
+	     "Runs one job in this process (gpud.Dispatcher calls it; not for direct use),\n"
+	     "on a pool's workers when pool is one of pool_open()'s (None: its own).\n"
 	     "All arguments by keyword. result (types.SimpleNamespace): status (gpud's exit\n"
 	     "status, -1 when the run could not start), error (str or None), stats_json,\n"
 	     "signal (a stop signal caught, 0 if none), exception (a callback's or the\n"
@@ -850,24 +851,99 @@ static PyObject *run_result(int status, const char *error, const char *stats_jso
 	return r;
 }
 
+/* A warm pool (gpud_pool_open) as a capsule; its workers live until pool_close or the
+ * capsule's end. */
+struct py_pool {
+	gpud_pool *pool; /* NULL once closed */
+};
+#define POOL_CAPSULE "gpud._gpud.pool"
+
+static void pool_shut(struct py_pool *p)
+{
+	gpud_pool *pool = p->pool;
+	p->pool = NULL;
+	if (pool) {
+		/* Its workers' cleanup may take a while: other threads run meanwhile. */
+		Py_BEGIN_ALLOW_THREADS gpud_pool_close(pool);
+		Py_END_ALLOW_THREADS
+	}
+}
+
+static void pool_capsule_end(PyObject *cap)
+{
+	struct py_pool *p = PyCapsule_GetPointer(cap, POOL_CAPSULE);
+	if (!p)
+		return;
+	if (p->pool)
+		gpud_pool_close(p->pool);
+	free(p);
+}
+
+/* The open pool a capsule holds, or NULL with an exception. */
+static struct py_pool *pool_of(PyObject *cap)
+{
+	struct py_pool *p = PyCapsule_GetPointer(cap, POOL_CAPSULE);
+	if (p && !p->pool) {
+		PyErr_SetString(PyExc_RuntimeError, "gpud: the pool is closed");
+		return NULL;
+	}
+	return p;
+}
+
+static PyObject *py_pool_open(PyObject *self, PyObject *unused)
+{
+	(void)self;
+	(void)unused;
+	struct py_pool *p = calloc(1, sizeof *p);
+	if (!p || !(p->pool = gpud_pool_open())) {
+		free(p);
+		return PyErr_NoMemory();
+	}
+	PyObject *cap = PyCapsule_New(p, POOL_CAPSULE, pool_capsule_end);
+	if (!cap) {
+		gpud_pool_close(p->pool);
+		free(p);
+	}
+	return cap;
+}
+
+static PyObject *py_pool_close(PyObject *self, PyObject *cap)
+{
+	(void)self;
+	struct py_pool *p = PyCapsule_GetPointer(cap, POOL_CAPSULE);
+	if (!p)
+		return NULL;
+	if (active) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"gpud: a pool cannot be closed while a run is in progress");
+		return NULL;
+	}
+	pool_shut(p);
+	Py_RETURN_NONE;
+}
+
 static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 {
 	(void)self;
 	static char *names[] = {"job_file",   "keys",     "iterable", "total", "codec",
 				"callbacks",  "prefetch", "ui",       "flags", "tty",
-				"stats_json", "helpers",  "summary",  NULL};
+				"stats_json", "helpers",  "summary",  "pool",  NULL};
 	/* Optional: job_file, tty, stats_json (None), total (-1: unknown), prefetch,
 	 * ui (off), flags (0). */
 	const char *job_file = NULL, *tty = NULL, *stats_json = NULL;
-	PyObject *keys = NULL, *iterable = NULL, *cbs = NULL, *helpers = NULL;
+	PyObject *keys = NULL, *iterable = NULL, *cbs = NULL, *helpers = NULL, *pool_obj = NULL;
 	long long total = -1;
 	int codec = -1, ui = GPUD_UI_OFF, flags = 0, summary = 0;
 	Py_ssize_t prefetch = 256;
 	static struct kept_summary kept; /* one run at a time per process */
 	/* Keyword-only arguments are optional ones to PyArg_ParseTupleAndKeywords. */
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzOp", names, &job_file, &keys,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$zOOLiO!niizzOpO", names, &job_file, &keys,
 					 &iterable, &total, &codec, &PyDict_Type, &cbs, &prefetch,
-					 &ui, &flags, &tty, &stats_json, &helpers, &summary))
+					 &ui, &flags, &tty, &stats_json, &helpers, &summary,
+					 &pool_obj))
+		return NULL;
+	struct py_pool *pool = NULL;
+	if (pool_obj && pool_obj != Py_None && !(pool = pool_of(pool_obj)))
 		return NULL;
 	if (!keys || !iterable || !cbs || !helpers || codec < CODEC_RAW ||
 	    codec > CODEC_PICKLE_RAW) {
@@ -990,7 +1066,7 @@ static PyObject *py_run(PyObject *self, PyObject *args, PyObject *kwargs)
 	for (size_t i = 0; i < N_STOP_SIGNALS; i++)
 		sigaction(stop_signals[i], &sa, &old[i]);
 	PyThreadState *ts = PyEval_SaveThread();
-	int status = gpud_job_run(c.job, &o);
+	int status = pool ? gpud_pool_run(pool->pool, c.job, &o) : gpud_job_run(c.job, &o);
 	PyEval_RestoreThread(ts);
 	for (size_t i = 0; i < N_STOP_SIGNALS; i++)
 		sigaction(stop_signals[i], &old[i], NULL);
@@ -1134,6 +1210,10 @@ out:
 static PyMethodDef methods[] = {
 	{"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS, check_doc},
 	{"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS, run_doc},
+	{"pool_open", py_pool_open, METH_NOARGS,
+	 "pool_open() -> a pool of workers kept between runs (run(pool=...)); closed by "
+	 "pool_close(pool), which runs the workers' cleanup"},
+	{"pool_close", py_pool_close, METH_O, "pool_close(pool): its workers cleaned up and ended"},
 	{"versions", py_versions, METH_NOARGS,
 	 "versions() -> (gpud release, libgpud API (major, minor), the API built against)"},
 	{"task_key", py_task_key, METH_NOARGS,

@@ -50,6 +50,14 @@ class StopScript(BaseException):
     script is loaded to find its classes: the script stops there (gpud._worker)."""
 
 
+def _equal(a, b):
+    """a == b as a truth value; values without one (arrays) by identity."""
+    try:
+        return bool(a == b)
+    except Exception:
+        return a is b
+
+
 class Dispatcher:
     """Dispatcher(worker_cls, gpu_ids, queue_size=1024, **options)
 
@@ -96,6 +104,33 @@ class Dispatcher:
                 f"Dispatcher(): unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
         self._stages = _stages.parse(self.options.get("stages"))
         self.stats = None
+        self._pool = None
+        self._pool_setup = None  # the setup the pool's workers were started with
+
+    # ---- a warm pool: `with Dispatcher(...) as d:` ----
+
+    def __enter__(self) -> "Dispatcher":
+        """Opens a pool: the workers the first run() inside the block starts stay started
+        and set up (the model loaded once) for the next run()s; leaving the block runs
+        their cleanup. Outside a with block every run() starts and ends its own."""
+        import gpud
+
+        if getattr(gpud, "_in_worker", False):
+            return self  # the script loaded in a worker: its run() stops the script
+        if self._pool is not None:
+            raise RuntimeError("Dispatcher: already inside a with block of this Dispatcher")
+        from . import _gpud
+
+        self._pool = _gpud.pool_open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pool, self._pool = self._pool, None
+        self._pool_setup = None
+        if pool is not None:
+            from . import _gpud
+
+            _gpud.pool_close(pool)
 
     # ---- the job's keys ----
 
@@ -353,6 +388,27 @@ class Dispatcher:
             out.append(("job.max_result_bytes", text))
         return out
 
+    def _same_setup(self, setup):
+        """In a with block: a run asks for the setup its workers were started with, or
+        JobError naming what differs."""
+        had = self._pool_setup
+        for name in ("base_seed", "task_timeout"):
+            if not _equal(setup[name], had[name]):
+                raise JobError(
+                    f"Dispatcher.run() in a with block: {name}={setup[name]!r}, but the "
+                    f"block's workers were started with {name}={had[name]!r}: a with "
+                    "block's runs share its first run's workers and setup (leave the block "
+                    "to start others)")
+        new, old = setup["setup"], had["setup"]
+        for key in sorted(set(new) | set(old)):
+            if key not in new or key not in old or not _equal(new[key], old[key]):
+                asked = f"{key}={new[key]!r}" if key in new else f"no {key}"
+                given = f"{key}={old[key]!r}" if key in old else f"no {key}"
+                raise JobError(
+                    f"Dispatcher.run() in a with block: setup keyword {asked}, but the "
+                    f"block's workers were set up with {given}: a with block's runs share "
+                    "its first run's workers and setup (leave the block to set up others)")
+
     def _plan(self, _worker, generator, sample):
         """The program's items with their first `sample` read ahead (gpud._memory.Peeked),
         the max_task_bytes / max_result_bytes keys sized from them and from the stages
@@ -482,6 +538,9 @@ class Dispatcher:
         """Runs the job; returns a function that gives run()'s result or raises its
         exception, called after on_exit."""
         o = self.options
+        setup = dict(setup=dict(setup_kwargs), base_seed=base_seed, task_timeout=task_timeout)
+        if self._pool is not None and self._pool_setup is not None:
+            self._same_setup(setup)
         generator, callbacks, keys, codec, chunk, k, warn, _ = self._job(
             _worker, generator, callbacks, base_seed, task_timeout, setup_kwargs)
         if warn:
@@ -514,10 +573,12 @@ class Dispatcher:
                 prefetch=prefetch, ui=UI_MODES[ui], flags=flags, tty=o.get("tty"),
                 stats_json=os.fspath(o["stats_json"]) if o.get("stats_json") else None,
                 helpers=(pickle.loads, _worker.frame_one, _worker.loads_framed),
-                summary=chunk is not None)
+                summary=chunk is not None, pool=self._pool)
         except ValueError as e:  # a key refused by libgpud, named with its place
             raise JobError(str(e)) from None
         status, error, sig, exc = r.status, r.error, r.signal, r.exception
+        if self._pool is not None and self._pool_setup is None and status not in (-1, 2):
+            self._pool_setup = setup  # the workers were started with it
         setup_failed, first = r.setup_failed, r.first_setup_error
         self.stats = stats = library_stats(r.stats_json, status, called)
         if chunk is not None:

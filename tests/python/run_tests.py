@@ -218,6 +218,11 @@ def main():
             "/usr/bin/python3", ["startup.py"],
             dict(env, GPUD_TEST_WORKER=os.path.join(BUILD, "daemon", "gpud-worker")),
             "PASS startup")
+        # A warm pool: `with Dispatcher(...) as d:`, run() several times on the same
+        # workers (setup once), each run exact, a killed worker started again, cleanup
+        # on leaving the block.
+        run("debian: a warm pool (with Dispatcher(...) as d)", "/usr/bin/python3",
+            ["pool.py"], env, "PASS pool")
         # A real model: the torch example checks every result against a single-process
         # loop itself. Debian's python3-torch is about 850 MB: build.sh does not
         # install it (apt-get install python3-torch).

@@ -487,7 +487,8 @@ static void check_refused(struct gpud_job *job)
 }
 
 /* check, status and run: the job made ready, its lock taken (run) or looked at. */
-static int job_command(struct gpud_job *job, const struct gpud_run_options *o, enum job_cmd cmd)
+static int job_command(struct gpud_job *job, const struct gpud_run_options *o, enum job_cmd cmd,
+		       struct run_pool *pool)
 {
 	struct cfg c;
 	const char *stats_json = o->stats_json;
@@ -537,6 +538,7 @@ static int job_command(struct gpud_job *job, const struct gpud_run_options *o, e
 		.sink_ops = job->sink_cb ? &job->sink_table : NULL,
 		.sink_state = job,
 		.result = &job->result,
+		.pool = pool,
 	};
 	if (cmd == CMD_CHECK) {
 		char *text = NULL;
@@ -618,7 +620,45 @@ static int claim_process(struct gpud_job *job)
 	return 0;
 }
 
+struct gpud_pool {
+	struct run_pool *run;
+};
+
+gpud_pool *gpud_pool_open(void)
+{
+	struct gpud_pool *p = calloc(1, sizeof *p);
+	if (p && !(p->run = run_pool_new())) {
+		free(p);
+		p = NULL;
+	}
+	return p;
+}
+
+void gpud_pool_close(gpud_pool *pool)
+{
+	if (!pool)
+		return;
+	run_pool_free(pool->run);
+	free(pool);
+}
+
+static int job_run(gpud_job *job, const struct gpud_run_options *options, struct run_pool *pool);
+
+int gpud_pool_run(gpud_pool *pool, gpud_job *job, const struct gpud_run_options *options)
+{
+	if (!job)
+		return -1;
+	if (!pool)
+		return job_fail(job, "gpud_pool_run: the pool is NULL");
+	return job_run(job, options, pool->run);
+}
+
 int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
+{
+	return job_run(job, options, NULL);
+}
+
+static int job_run(gpud_job *job, const struct gpud_run_options *options, struct run_pool *pool)
 {
 	struct gpud_run_options o;
 	if (!job)
@@ -635,7 +675,7 @@ int gpud_job_run(gpud_job *job, const struct gpud_run_options *options)
 		lifecycle_interrupt();
 	say_forget();
 	log_set(o.log, o.log_data);
-	int rc = job_command(job, &o, CMD_RUN);
+	int rc = job_command(job, &o, CMD_RUN, pool);
 	log_set(NULL, NULL);
 	atomic_store(&job->state, JOB_DONE);
 	atomic_store(&run_in_progress, false);
@@ -674,7 +714,7 @@ static int job_look(struct gpud_job *job, const struct gpud_run_options *options
 		return -1;
 	say_forget();
 	log_set(o.log, o.log_data);
-	int rc = job_command(job, &o, cmd);
+	int rc = job_command(job, &o, cmd, NULL);
 	log_set(NULL, NULL);
 	atomic_store(&run_in_progress, false);
 	return rc;

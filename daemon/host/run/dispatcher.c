@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "run/dispatcher.h"
+#include "run/run.h"
 #include "cluster/ranks.h"
 #include "run/events.h"
 #include "util/abort.h"
@@ -741,8 +742,16 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 		tasks_drop_requeued(h);
 
 	if (!h->ctl.stopping && h->flow.in_flight == 0 && !tasks_requeued_any(h) &&
-	    (h->flow.done || h->ctl.abort))
+	    (h->flow.done || h->ctl.abort)) {
+		/* A warm pool's run: every task has its outcome, the workers hold none and
+		 * stay for the next run (run.c). */
+		if (h->opts->pool && !h->ctl.killing) {
+			h->ctl.parked = true;
+			stages_publish(h, 0);
+			return true;
+		}
 		lifecycle_stop_all(h);
+	}
 	if (lifecycle_live(h) == 0) {
 		stages_publish(h, 0); /* the final figures */
 		if (tasks_requeued_any(h) || h->flow.in_flight ||

@@ -30,6 +30,8 @@
 #include "host.h"
 #include "workers/lifecycle.h"
 #include "workers/memory.h"
+#include "workers/fit.h"
+#include "workers/times.h"
 #include "workers/spawner.h"
 #include "paths.h"
 #include "record/resume.h"
@@ -41,6 +43,19 @@
 #include "util/say.h"
 
 #define ERRLEN 2048
+
+/* A warm pool (run.h): what its first run made and the next ones reuse. */
+struct run_pool {
+	bool made;         /* the shared memory and the workers' slots exist */
+	char *sig;         /* what each run must match (pool_signature) */
+	char *worker_keys; /* the worker plugin's check (its name and keys) */
+	int *gpus;         /* the GPUs resolved by the first run */
+	size_t n_gpus;
+	double cleanup_s;             /* its last run's cleanup_timeout, for the close */
+	struct spawn_thread *spawner; /* its workers' parent thread (spawner.h) */
+	struct host_shm shm;
+	struct host_pool pool;
+};
 
 /* How a stopped run with a journal is finished: a job file's by the command, a job of
  * keys (libgpud) by a new job with the same keys. */
@@ -162,10 +177,20 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 	}
 	static char out[64 << 10]; /* the worker plugin's name and keys */
 	out[0] = '\0';
-	if (spawn_check_worker_plugin(h->pool.exe, h->pool.plugin, out, sizeof out, err,
-				      sizeof err) < 0) {
+	struct run_pool *p = opts ? opts->pool : NULL;
+	if (p && p->made) {
+		/* A warm pool's workers were checked and started by its first run. */
+		snprintf(out, sizeof out, "%s", p->worker_keys);
+	} else if (spawn_check_worker_plugin(h->pool.exe, h->pool.plugin, out, sizeof out, err,
+					     sizeof err) < 0) {
 		say("%s", err);
 		return -1;
+	} else if (p) {
+		free(p->worker_keys); /* an earlier first run's, refused after its check */
+		if (!(p->worker_keys = strdup(out))) {
+			say("out of memory");
+			return -1;
+		}
 	}
 	if (host_plugins(h, c, opts) < 0)
 		return -1;
@@ -176,9 +201,101 @@ static int prepare(struct host *h, struct cfg *c, const struct run_opts *opts)
 		say("out of memory");
 		return -1;
 	}
-	if (resolve_gpus(h, c, h->pool.exe) < 0)
+	if (p && p->made && c->gpus_all) {
+		int *g = realloc(c->gpus, p->n_gpus * sizeof *g);
+		if (!g) {
+			say("out of memory");
+			return -1;
+		}
+		memcpy(g, p->gpus, p->n_gpus * sizeof *g);
+		c->gpus = g;
+		c->n_gpus = p->n_gpus;
+		memcpy(h->pool.bus_ids, p->pool.bus_ids, CFG_MAX_GPUS * sizeof *h->pool.bus_ids);
+	} else if (resolve_gpus(h, c, h->pool.exe) < 0) {
 		return -1;
+	}
 	return 0;
+}
+
+/* What the workers of a pool were started with: their plugin and keys, the GPUs, and the
+ * job's keys a worker reads at its start or that size its rings. Another run of the pool
+ * must have the same. NULL out of memory. */
+static char *pool_signature(const struct host *h, const struct cfg *c)
+{
+	char *sig = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&sig, &len);
+	if (!f)
+		return NULL;
+	fprintf(f, "worker.plugin=%s", h->pool.plugin);
+	for (size_t i = 0; i < c->worker.count; i++)
+		fprintf(f, ", worker.%s=%s", c->worker.kv[i].key, c->worker.kv[i].value);
+	fputs(", job.gpus=", f);
+	for (size_t i = 0; i < c->n_gpus; i++)
+		fprintf(f, "%s%d", i ? "," : "", c->gpus[i]);
+	fprintf(f,
+		", job.workers_per_gpu=%u, job.gpus_per_worker=%u, job.queue_size=%u, "
+		"job.max_task_bytes=%llu, job.max_result_bytes=%llu, job.batch_size=%u, "
+		"job.batch_wait_ms=%g, job.max_in_flight=%u, job.task_timeout=%g, "
+		"job.base_seed=%llu, job.python=%s",
+		c->workers_per_gpu, c->gpus_per_worker, (unsigned)c->queue_size,
+		(unsigned long long)c->max_task_bytes, (unsigned long long)c->max_result_bytes,
+		c->batch_size, c->batch_wait_ms, c->max_in_flight, c->task_timeout,
+		(unsigned long long)c->base_seed, c->python ? c->python : "");
+	fclose(f);
+	return sig;
+}
+
+/* The first difference between two signatures, for the refusal: "KEY=A (the pool's: B)". */
+static void pool_difference(const char *run, const char *pool, char *out, size_t len)
+{
+	const char *a = run, *b = pool;
+	while (*a && *a == *b)
+		a++, b++;
+	while (a > run && strncmp(a - 1, ", ", 2) != 0 && a[-1] != ',')
+		a--, b--;
+	if (a > run && *a == ' ')
+		a++, b++;
+	int na = (int)strcspn(a, ","), nb = (int)strcspn(b, ",");
+	snprintf(out, len, "%.*s (the pool's: %.*s)", na > 300 ? 300 : na, a, nb > 300 ? 300 : nb,
+		 b);
+}
+
+/* A pool's run: the same workers as its first, or refused (said why). 0 or -1. */
+static int pool_admit(struct host *h, struct cfg *c, struct run_pool *p)
+{
+	if (c->n_stages) {
+		say("%s: a pool of workers kept between runs takes no [stage.*] sections", c->path);
+		return -1;
+	}
+	char *sig = pool_signature(h, c);
+	if (!sig) {
+		say("out of memory");
+		return -1;
+	}
+	if (!p->made) {
+		free(p->sig);
+		p->sig = sig;
+		free(p->gpus);
+		p->gpus = malloc((c->n_gpus ? c->n_gpus : 1) * sizeof *p->gpus);
+		if (!p->gpus) {
+			say("out of memory");
+			return -1;
+		}
+		memcpy(p->gpus, c->gpus, c->n_gpus * sizeof *p->gpus);
+		p->n_gpus = c->n_gpus;
+		return 0;
+	}
+	int same = strcmp(sig, p->sig) == 0;
+	if (!same) {
+		char d[700];
+		pool_difference(sig, p->sig, d, sizeof d);
+		say("%s: this pool's workers were started for other keys: %s; a pool runs one "
+		    "worker, GPUs and worker keys (close it and open another)",
+		    c->path, d);
+	}
+	free(sig);
+	return same ? 0 : -1;
 }
 
 static void release(struct host *h)
@@ -195,19 +312,29 @@ static void release(struct host *h)
 	files_close_logs(h);
 	if (h->files.failures)
 		fclose(h->files.failures);
-	shm_destroy(h);
 	tasks_free(h);
+	struct run_pool *p = h->opts ? h->opts->pool : NULL;
+	if (p && h->shm.hdr) {
+		/* The pool keeps the memory and the slots (their workers, live or not). */
+		p->made = true;
+		p->shm = h->shm;
+		p->pool = h->pool;
+		p->cleanup_s = h->cfg->cleanup_timeout;
+		h->pool = (struct host_pool){.w = NULL};
+	} else {
+		shm_destroy(h);
+		free(h->pool.w);
+		free(h->pool.restarts);
+		free(h->pool.retired);
+		free(h->pool.bus_ids);
+		free(h->pool.exe);
+		free(h->pool.plugin);
+	}
 	loader_close(&h->gen_pl);
 	loader_close(&h->sink_pl);
-	free(h->pool.exe);
-	free(h->pool.plugin);
-	free(h->pool.w);
-	free(h->pool.restarts);
 	free(h->out.held);
 	names_free(&h->out.task_names);
 	free(h->files.log_dir);
-	free(h->pool.retired);
-	free(h->pool.bus_ids);
 	stages_free(h);
 }
 
@@ -391,6 +518,12 @@ static int finish_run(struct host *h)
 	 * nothing outlives the run or holds its output open. */
 	for (unsigned k = 0; k < h->pool.n; k++) {
 		/* One reaped already (exited) is not: its pid may be another's by now. */
+		if (h->ctl.parked && h->pool.w[k].pid > 0 && !h->pool.w[k].exited &&
+		    (h->pool.w[k].state == HW_READY || h->pool.w[k].state == HW_STARTING)) {
+			lifecycle_children_keep(
+				h->pool.w[k].pid); /* the pool's, for the next run */
+			continue;
+		}
 		if (h->pool.w[k].pid > 0 && !h->pool.w[k].exited) {
 			int st;
 			spawn_kill(h->pool.w[k].pid, SIGKILL);
@@ -601,6 +734,60 @@ static int open_plugins(struct host *h, struct cfg *c)
 	return 0;
 }
 
+/* A kept worker's figures count from this run's start: what its process did before
+ * is taken off through its earlier processes' part (times_past, oom_splits_past), in
+ * unsigned arithmetic: past + now = now - then. Its call_min and call_max stay its
+ * process's. */
+static void run_counts_from_now(struct host_worker *w)
+{
+	struct worker_times then, *p = &w->times_past;
+	times_of_report(w->rep, &then);
+	for (unsigned k = 0; k < PH_COUNT; k++)
+		p->phase_ns[k] = 0 - then.phase_ns[k];
+	p->wall_ns = 0 - then.wall_ns;
+	for (unsigned k = 0; k < SHM_CALL_BUCKETS; k++)
+		p->calls[k] = 0 - then.calls[k];
+	p->call_min = p->call_max = 0;
+	p->items = 0 - then.items;
+	p->cpu_ns = 0 - then.cpu_ns;
+	p->main_cpu_ns = 0 - then.main_cpu_ns;
+	p->user_cpu_ns = 0 - then.user_cpu_ns;
+	w->oom_splits_past = 0 - (uint64_t)(w->rep ? atomic_load_explicit(&w->rep->oom_splits,
+									  memory_order_relaxed)
+						   : 0);
+}
+
+/* A warm pool's run takes its memory and its workers' slots: the workers still alive
+ * keep their setup and their rings' positions; what a run counts starts again. */
+static void pool_adopt(struct host *h, struct run_pool *p)
+{
+	free(h->pool.exe);
+	free(h->pool.plugin);
+	free(h->pool.bus_ids);
+	h->pool = p->pool;
+	h->pool.up = &run_up;
+	h->pool.ever_ready = false;
+	h->pool.corruptions = 0;
+	p->pool = (struct host_pool){.w = NULL};
+	h->shm = p->shm;
+	unsigned slots = (unsigned)groups_count(h->cfg);
+	memset(h->pool.restarts, 0, slots * sizeof *h->pool.restarts);
+	memset(h->pool.retired, 0, slots * sizeof *h->pool.retired);
+	for (unsigned k = 0; k < h->pool.n; k++) {
+		struct host_worker *w = &h->pool.w[k];
+		w->ok = w->failed = w->timeouts = 0;
+		w->restarts = 0;
+		w->end = END_NONE;
+		w->busy_s = w->last_seconds = 0;
+		w->log_fd = -1;
+		w->held_still = w->free_restart = w->setup_timed_out = false;
+		run_counts_from_now(w);
+		w->ready_ns = 0;
+		/* The next run's feed is open again (tell_drained closed it). */
+		atomic_store_explicit(&w->feed->drained, 0, memory_order_relaxed);
+	}
+}
+
 /* The workers' slots (one per GPU and slot; worker k gets seed base_seed + k), the task
  * table, the run's files, the held outcomes and the metrics. 0, or -1 (said why). */
 static int setup_run(struct host *h, struct cfg *c)
@@ -608,6 +795,11 @@ static int setup_run(struct host *h, struct cfg *c)
 	/* Restarts and retirement are counted per group of gpus_per_worker GPUs, then per
 	 * CPU stage worker. */
 	unsigned per[CFG_MAX_STAGES];
+	struct run_pool *p = h->opts->pool;
+	if (p && p->made) {
+		pool_adopt(h, p);
+		goto tasks;
+	}
 	h->pool.n_gpu_workers = (unsigned)(groups_count(c) * c->workers_per_gpu);
 	unsigned staged = stagecfg_workers(c, per);
 	h->pool.n = h->pool.n_gpu_workers + staged;
@@ -637,6 +829,8 @@ static int setup_run(struct host *h, struct cfg *c)
 				per[s], per[s] == 1 ? "" : "s",
 				stagecfg_workers_why(c, s, why, sizeof why));
 	}
+	h->pool.spawner = p ? p->spawner : NULL;
+tasks:
 	if (tasks_init(h, stages_per_worker(h)) < 0) {
 		say("out of memory for the task table");
 		return -1;
@@ -670,6 +864,36 @@ static int open_tty(struct host *h, const struct run_opts *opts)
 	return 0;
 }
 
+/* A warm pool's worker at its run's start: true when its process lives on from the last
+ * run (it keeps its setup); one that died meanwhile is reaped and its slot renewed, for a
+ * new process (set up again). */
+static bool pool_worker_alive(struct host *h, struct host_worker *w)
+{
+	if (w->pid > 0 && !w->exited) {
+		int st;
+		pid_t r = waitpid(w->pid, &st, WNOHANG);
+		if (r == 0 && (w->state == HW_READY || w->state == HW_STARTING)) {
+			if (w->state == HW_READY) {
+				UI_SET(w->ready_ns,
+				       wait_now_ns()); /* its busy fraction: this run's */
+				run_up.ready(h, w);    /* its first window, as a fresh one's */
+			}
+			return true;
+		}
+		if (r == 0) { /* neither set up nor setting up: not kept */
+			spawn_kill(w->pid, SIGKILL);
+			while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
+				;
+		}
+		fprintf(LOG_WARN, "gpud: worker %d had ended since the last run: started again\n",
+			w->index);
+		w->pid = -1;
+	}
+	if (w->rep && shm_renew_worker(h, w) < 0)
+		return false; /* spawn_worker says it cannot start */
+	return false;
+}
+
 /* The run proper: shared memory, the process-wide settings it needs (signals, the
  * child subreaper; put back after), the UI, every worker started, the loop; then the
  * rest of the run. Returns the exit status. */
@@ -680,7 +904,7 @@ static int run_loop(struct host *h)
 	/* The caller's children (libgpud) are its own: the run neither reaps nor kills
 	 * them. */
 	lifecycle_children_note();
-	if (shm_create(h) < 0) {
+	if (!h->shm.hdr && shm_create(h) < 0) {
 		host_abort(h, "cannot create the shared memory");
 	} else {
 		host_install_signals(h, h->opts->keep_signals);
@@ -690,6 +914,8 @@ static int run_loop(struct host *h)
 		h->view.ui = ui_start(h);
 		h->startup.spawn_from_ns = wait_now_ns();
 		for (unsigned k = 0; k < h->pool.n; k++) {
+			if (h->opts->pool && pool_worker_alive(h, &h->pool.w[k]))
+				continue;
 			int e = spawn_worker(h, &h->pool.w[k]);
 			if (e < 0) {
 				fprintf(LOG_ERR, "gpud: cannot start worker %u (%s): %s\n", k,
@@ -707,6 +933,70 @@ static int run_loop(struct host *h)
 	return rc;
 }
 
+struct run_pool *run_pool_new(void)
+{
+	struct run_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->shm = (struct host_shm){.fd = -1, .ro_fd = -1, .bell_fd = -1, .pipe = {-1, -1}};
+	if (!(p->spawner = spawn_thread_start())) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void run_pool_free(struct run_pool *p)
+{
+	if (!p)
+		return;
+	struct host h = HOST_INIT(NULL);
+	h.shm = p->shm;
+	h.pool = p->pool;
+	/* Each worker told to stop: it runs its cleanup and exits; the cleanup's bound, then
+	 * killed with whatever it left in its process group. */
+	for (unsigned k = 0; k < h.pool.n; k++) {
+		struct host_worker *w = &h.pool.w[k];
+		if (w->pid > 0 && !w->exited) {
+			atomic_store_explicit(&w->feed->stop, 1, memory_order_release);
+			wait_ring(shm_worker_bell(w));
+		}
+	}
+	uint64_t until = wait_now_ns() + (uint64_t)(p->cleanup_s > 0 ? p->cleanup_s * 1e9 : 30e9);
+	for (unsigned k = 0; k < h.pool.n; k++) {
+		struct host_worker *w = &h.pool.w[k];
+		if (w->pid <= 0 || w->exited)
+			continue;
+		int st;
+		pid_t r;
+		while ((r = waitpid(w->pid, &st, WNOHANG)) == 0 && wait_now_ns() < until)
+			nanosleep(&(struct timespec){0, 5000000}, NULL);
+		if (r == w->pid) {
+			spawn_kill(w->pid, SIGKILL); /* what it left behind in its group */
+			continue;
+		}
+		if (r == 0)
+			fprintf(LOG_WARN,
+				"gpud: worker %d's cleanup took longer than cleanup_timeout: killed\n",
+				w->index);
+		spawn_kill(w->pid, SIGKILL);
+		while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	spawn_thread_stop(p->spawner); /* every worker reaped: nothing it would end */
+	shm_destroy(&h);               /* and each worker's out memfd */
+	free(h.pool.w);
+	free(h.pool.restarts);
+	free(h.pool.retired);
+	free(h.pool.bus_ids);
+	free(h.pool.exe);
+	free(h.pool.plugin);
+	free(p->sig);
+	free(p->worker_keys);
+	free(p->gpus);
+	free(p);
+}
+
 int run_job(struct cfg *c, const struct run_opts *opts)
 {
 	struct host h = HOST_INIT(c);
@@ -721,6 +1011,8 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 		say("%s: no GPU to run on", c->path);
 		goto out;
 	}
+	if (opts->pool && pool_admit(&h, c, opts->pool) < 0)
+		goto out;
 	if (capacity_check(&h, c, true, LOG_ERR) < 0)
 		goto out; /* before the journal, the sink or any worker */
 	/* Dynamic shares, with one rank too: a resume of a run of several may have fewer

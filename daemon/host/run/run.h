@@ -13,6 +13,7 @@
 struct capacity_memory;
 struct gen_ops;
 struct sink_ops;
+struct run_pool;
 
 /* What a run leaves for libgpud's caller (gpud_job_stats, gpud_job_stats_json). */
 struct run_result {
@@ -41,6 +42,10 @@ struct run_opts {
 	bool import_code;               /* check --import: import the python sections' code */
 	FILE *check_out;                /* where run_check writes what it found; NULL: stdout */
 	struct capacity_memory *memory; /* check: the shared memory's figures, when not NULL */
+	/* A warm pool (libgpud's gpud_pool): the workers, their setup and the shared memory
+	 * are taken from it when an earlier run left them, and left in it at the end when
+	 * the run ends with every task accounted for; NULL: the run's own, as always. */
+	struct run_pool *pool;
 };
 
 /* Exit status of a run stopped by Ctrl-C, SIGTERM or SIGHUP whose journal lets
@@ -52,5 +57,11 @@ struct run_opts {
 int run_check(struct cfg *c, const struct run_opts *opts);
 /* `gpud run`: the exit status of the contract (0, 1, 2, 3 or 4). */
 int run_job(struct cfg *c, const struct run_opts *opts);
+
+/* A pool of workers kept between runs (run_opts.pool): empty until its first run. */
+struct run_pool *run_pool_new(void);
+/* Its workers told to stop (their cleanup runs, cleanup_timeout bounds it, then they are
+ * killed), its memory freed, the pool freed. NULL is ignored. */
+void run_pool_free(struct run_pool *p);
 
 #endif /* GPUD_RUN_H */

@@ -106,6 +106,13 @@ void lifecycle_children_note(void)
 	n_foreign = our_children(foreign, FOREIGN_MAX);
 }
 
+void lifecycle_children_keep(pid_t pid)
+{
+	pid_t ppid;
+	if (n_foreign < FOREIGN_MAX && child_stat(pid, &foreign[n_foreign], &ppid))
+		n_foreign++;
+}
+
 void lifecycle_children_forget(void)
 {
 	n_foreign = 0;

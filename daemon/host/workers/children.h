@@ -3,6 +3,8 @@
 #ifndef GPUD_CHILDREN_H
 #define GPUD_CHILDREN_H
 
+#include <sys/types.h>
+
 struct host;
 
 /* Reaps every child that exited; a worker's exit is marked (w->exited) for
@@ -16,5 +18,8 @@ unsigned lifecycle_sweep(void);
  * lifecycle_children_forget ends that at the run's end. */
 void lifecycle_children_note(void);
 void lifecycle_children_forget(void);
+/* A worker a warm pool keeps after the run (run.c): left alone by lifecycle_sweep, as the
+ * caller's children are. */
+void lifecycle_children_keep(pid_t pid);
 
 #endif /* GPUD_CHILDREN_H */

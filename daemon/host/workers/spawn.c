@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "job/groups.h"
@@ -65,6 +66,96 @@ static char **worker_env(const struct host *h, const struct host_worker *w, char
 		env[k++] = "GPUD_OUTPUT_PREFIX=1";
 	env[k] = NULL;
 	return env;
+}
+
+/* One posix_spawn for the spawner thread to make. */
+struct spawn_call {
+	pid_t *pid;
+	const char *path;
+	const posix_spawn_file_actions_t *fa;
+	const posix_spawnattr_t *attr;
+	char *const *argv, *const *env;
+	int rc;
+	bool done;
+};
+
+struct spawn_thread {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct spawn_call *call; /* the one to make, NULL none */
+	bool quit;
+};
+
+static void *spawn_thread_main(void *arg)
+{
+	struct spawn_thread *st = arg;
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		while (!st->call && !st->quit)
+			pthread_cond_wait(&st->cond, &st->lock);
+		if (!st->call)
+			break;
+		struct spawn_call *c = st->call;
+		c->rc = posix_spawn(c->pid, c->path, c->fa, c->attr, c->argv, c->env);
+		c->done = true;
+		st->call = NULL;
+		pthread_cond_broadcast(&st->cond);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+struct spawn_thread *spawn_thread_start(void)
+{
+	struct spawn_thread *st = calloc(1, sizeof *st);
+	if (!st)
+		return NULL;
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the caller's handlers run elsewhere */
+	int e = pthread_create(&st->thread, NULL, spawn_thread_main, st);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e) {
+		pthread_cond_destroy(&st->cond);
+		pthread_mutex_destroy(&st->lock);
+		free(st);
+		errno = e;
+		return NULL;
+	}
+	return st;
+}
+
+void spawn_thread_stop(struct spawn_thread *st)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->lock);
+	st->quit = true;
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	pthread_join(st->thread, NULL);
+	pthread_cond_destroy(&st->cond);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+/* posix_spawn, on the spawner thread when there is one. */
+static int spawn_on(struct spawn_thread *st, struct spawn_call *c)
+{
+	if (!st)
+		return posix_spawn(c->pid, c->path, c->fa, c->attr, c->argv, c->env);
+	pthread_mutex_lock(&st->lock);
+	while (st->call)
+		pthread_cond_wait(&st->cond, &st->lock);
+	st->call = c;
+	pthread_cond_broadcast(&st->cond);
+	while (!c->done)
+		pthread_cond_wait(&st->cond, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+	return c->rc;
 }
 
 void spawn_kill(pid_t pid, int sig)
@@ -129,7 +220,13 @@ int spawn_worker(struct host *h, struct host_worker *w)
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
 						POSIX_SPAWN_SETPGROUP);
 
-	rc = posix_spawn(&w->pid, h->pool.exe, &fa, &attr, argv, env);
+	struct spawn_call call = {.pid = &w->pid,
+				  .path = h->pool.exe,
+				  .fa = &fa,
+				  .attr = &attr,
+				  .argv = argv,
+				  .env = env};
+	rc = spawn_on(h->pool.spawner, &call);
 
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);

@@ -8,6 +8,15 @@
 #include "host.h"
 
 int spawn_worker(struct host *h, struct host_worker *w);
+/* The thread a warm pool's workers are started from (host_pool.spawner). A worker dies
+ * with the thread that started it (PR_SET_PDEATHSIG names a thread, not the process):
+ * a pool's outlive its runs' threads (the stand-in, a caller's thread that ends), so
+ * they are started from this one, which lives until the pool is closed. */
+struct spawn_thread;
+/* Started with every signal blocked; NULL when it cannot be (errno). */
+struct spawn_thread *spawn_thread_start(void);
+/* Ended and freed (its workers ended first: their PR_SET_PDEATHSIG fires). NULL ignored. */
+void spawn_thread_stop(struct spawn_thread *st);
 /* Sends sig to a child we started in a process group of its own (a worker, a helper):
  * to that group, and to the child itself, which may have left the group (for ours, a
  * session of its own, anyone's). pid must not have been reaped yet: until then it
