@@ -295,6 +295,8 @@ struct host_ctl {
 	char abort_msg[4096];
 	bool finishing; /* finish_run has begun (run.c) */
 	bool parked;    /* a pool's run ended with its workers kept for the next (run.c) */
+	bool keep;      /* a pool's run (run.c sets it): the loop parks its workers at its end
+			 * instead of stopping them */
 };
 
 /* The run's folder and its failures list: record/files.c and failures.c. */

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "run/dispatcher.h"
-#include "run/run.h"
 #include "cluster/ranks.h"
 #include "run/events.h"
 #include "util/abort.h"
@@ -745,7 +744,7 @@ bool dispatch_pass(struct host *h, bool gen_ok)
 	    (h->flow.done || h->ctl.abort)) {
 		/* A warm pool's run: every task has its outcome, the workers hold none and
 		 * stay for the next run (run.c). */
-		if (h->opts->pool && !h->ctl.killing) {
+		if (h->ctl.keep && !h->ctl.killing) {
 			h->ctl.parked = true;
 			stages_publish(h, 0);
 			return true;

@@ -1005,6 +1005,7 @@ int run_job(struct cfg *c, const struct run_opts *opts)
 	int rc = 2;
 
 	h.opts = opts;
+	h.ctl.keep = opts->pool != NULL;
 	if (prepare(&h, c, opts) < 0)
 		goto out;
 	if (c->n_gpus == 0) {
