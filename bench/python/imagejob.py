@@ -95,9 +95,14 @@ class ImageModel:
     def tensor(self, img):
         if self.decode:
             return pillow_tensor(bytes(img))
-        if isinstance(img, np.ndarray):
+        if not isinstance(img, np.ndarray):
+            img = np.frombuffer(img, np.uint8 if len(img) == SIZE * SIZE * 3 else np.float32)
+        if img.dtype == np.float32:
             return img.reshape(3, SIZE, SIZE)
-        return np.frombuffer(img, np.float32).reshape(3, SIZE, SIZE)
+        # output = uint8: ToTensor and Normalize here, as the model would on its GPU
+        a = img.reshape(SIZE, SIZE, 3).transpose(2, 0, 1) / np.float32(255)
+        return ((a - np.array(MEAN, np.float32)[:, None, None]) /
+                np.array(STD, np.float32)[:, None, None]).astype(np.float32)
 
     def process_batch(self, samples):
         self.calls += 1
@@ -129,6 +134,13 @@ def make_dataset(folder, n, shards, corrupt=(), seed=5):
     corrupt keys."""
     from PIL import Image
 
+    made = os.path.join(folder, "labels.json")
+    want = [n, shards, sorted(corrupt), seed]
+    if os.path.exists(made):  # made before in this --dir
+        with open(made) as f:
+            m = json.load(f)
+        if m["made"] == want:
+            return m["labels"], m["bad"]
     rng = np.random.default_rng(seed)
     noise = rng.normal(0, 56, (900, 900, 3)).astype(np.float32)
     yy, xx = np.mgrid[0:500, 0:500].astype(np.float32)
@@ -159,6 +171,8 @@ def make_dataset(folder, n, shards, corrupt=(), seed=5):
                     ti = tarfile.TarInfo(f"{key}.{ext}")
                     ti.size = len(b)
                     tf.addfile(ti, io.BytesIO(b))
+    with open(made, "w") as f:
+        json.dump({"made": want, "labels": labels, "bad": bad}, f)
     return labels, bad
 
 
@@ -185,7 +199,14 @@ STAGE = {"resize": "224", "crop": "224", "output": "float32", "mode": "exact",
          "mean": ",".join(map(str, MEAN)), "std": ",".join(map(str, STD))}
 
 
-def role_dispatcher(data, out, save_dir, every):
+def stage_keys(output):
+    """The jpeg stage's keys: float32 with mean/std, or uint8 (the model normalises)."""
+    if output == "float32":
+        return dict(STAGE)
+    return {k: v for k, v in STAGE.items() if k not in ("mean", "std", "output")}
+
+
+def role_dispatcher(data, out, save_dir, every, output):
     import gpud
 
     ok, failed = [], []
@@ -198,7 +219,7 @@ def role_dispatcher(data, out, save_dir, every):
 
     t0 = time.perf_counter()
     d = gpud.Dispatcher(ImageModel, [0, 1], batch_size=BATCH, ui="off",
-                        stages=[gpud.Stage("jpeg", **STAGE)],
+                        stages=[gpud.Stage("jpeg", **stage_keys(output))],
                         generator={"plugin": "tar", "path": os.path.join(data, "*.tar"),
                                    "members": "jpg,cls"})
     stats = d.run(None, on_success, on_error=on_error, save_dir=save_dir,
@@ -210,7 +231,7 @@ def role_dispatcher(data, out, save_dir, every):
                    "stats": {k: stats.get(k) for k in ("completed", "failed", "total")}}, f)
 
 
-def role_library(data, out, save_dir, every):
+def role_library(data, out, save_dir, every, output):
     sys.path.insert(0, HERE)
     import library
 
@@ -231,13 +252,15 @@ def role_library(data, out, save_dir, every):
         json.dump({"ok": ok, "failed": failed, "run": wall, "setup": None}, f)
 
 
-def job_file(work, data, save_dir, every):
-    lines = ["[job]", "gpus = 0,1", f"batch_size = {BATCH}", f"python = {sys.executable}",
-             "; the largest JPEG, and the stage's float32 sample: 3 x 224 x 224 x 4 = 588 KiB",
-             "max_task_bytes = 640K", "max_result_bytes = 640K",
+def job_file(work, data, save_dir, every, output):
+    room = ["; the largest JPEG, and the stage's float32 sample: 3 x 224 x 224 x 4 = 588 KiB",
+            "max_task_bytes = 640K", "max_result_bytes = 640K"] if output == "float32" else [
+            "; the largest JPEG, and the stage's uint8 sample: 224 x 224 x 3 = 147 KiB",
+            "max_task_bytes = 256K", "max_result_bytes = 256K"]
+    lines = ["[job]", "gpus = 0,1", f"batch_size = {BATCH}", f"python = {sys.executable}"] + room + [
              "[generator]", "plugin = tar", f"path = {os.path.join(data, '*.tar')}",
              "members = jpg,cls", "[stage.decode]", "plugin = jpeg"]
-    lines += [f"{k} = {v}" for k, v in STAGE.items()]
+    lines += [f"{k} = {v}" for k, v in stage_keys(output).items()]
     lines += ["[worker]", "plugin = python", f"script = {os.path.abspath(__file__)}",
               "class = ImageModel", "input = sample", "result = json",
               f"save_dir = {save_dir}", f"save_every = {every}",
@@ -271,7 +294,7 @@ def gpud_exe():
     return os.path.abspath(exe)
 
 
-def run_path(name, data, work, every):
+def run_path(name, data, work, every, output="float32", sets=()):
     """One path in a process tree of its own: (results, peak PSS bytes, wall s)."""
     sys.path.insert(0, HERE)
     from memory import measure
@@ -285,11 +308,13 @@ def run_path(name, data, work, every):
     env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(x) for x in
                                         env.get("PYTHONPATH", "").split(os.pathsep) if x)
     if name == "job file":
-        cmd = [gpud_exe(), "run", job_file(work, data, save, every), "--ui", "off",
+        cmd = [gpud_exe(), "run", job_file(work, data, save, every, output), "--ui", "off",
                "--stats-json", os.path.join(work, "stats.json")]
+        cmd += [x for kv in sets for x in ("--set", kv)]
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "--role",
-               "dispatcher" if name == "Dispatcher" else "library", data, out, save, str(every)]
+               "dispatcher" if name == "Dispatcher" else "library", data, out, save, str(every),
+               output]
     peak, wall, text, rc = measure(cmd, env, work)
     if name == "job file":
         if rc not in (0, 1):  # 1: some tasks failed
@@ -335,6 +360,7 @@ def check(name, res, labels, bad, data_tensors):
     for _, _, r in res["ok"]:
         calls[r["call"]] = r["n"]
     full = sum(1 for n in calls.values() if n == BATCH) / max(len(calls), 1)
+    short = sorted((n for n in calls.values() if n != BATCH), reverse=True)
     worst, compared = 0.0, 0
     for p in sorted(glob.glob(os.path.join(res["save"], "*.npy"))):
         key = os.path.basename(p)[:-4]
@@ -349,7 +375,7 @@ def check(name, res, labels, bad, data_tensors):
     if compared == 0 and res["ok"]:
         problems.append(f"{name}: no tensor was saved to compare")
     return problems, {"full": full, "calls": len(calls), "compared": compared,
-                      "worst": worst, "ok": len(seen), "failed": len(failed)}
+                      "worst": worst, "ok": len(seen), "failed": len(failed), "short": short}
 
 
 def jpeg_reader(folder):
@@ -381,16 +407,22 @@ def main():
     ap.add_argument("--sample-every", type=int, default=97)
     ap.add_argument("--only", help="comma-separated paths (job file,Dispatcher,library)")
     ap.add_argument("--dir", help="work folder (kept; default: a temporary one, removed)")
-    ap.add_argument("--role", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--output", choices=("float32", "uint8"), default="float32",
+                    help="the stage's output (uint8: the model normalises)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=V",
+                    help="a job key for the job file path (gpud run --set)")
+    ap.add_argument("--role", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role:
-        role, data, out, save, every = a.role
-        (role_dispatcher if role == "dispatcher" else role_library)(data, out, save, int(every))
+        role, data, out, save, every, output = a.role
+        (role_dispatcher if role == "dispatcher" else role_library)(data, out, save, int(every),
+                                                                    output)
         return 0
     paths = [p for p in PATHS if not a.only or p in a.only.split(",")]
     top = a.dir or tempfile.mkdtemp(prefix="gpud-imagejob-")
     os.makedirs(top, exist_ok=True)
-    print(f"imagejob: {a.images} images in {a.shards} shards, {a.rounds} rounds; "
+    print(f"imagejob: {a.images} images in {a.shards} shards, {a.rounds} rounds, the stage's "
+          f"output {a.output}; job file --set {' '.join(a.set) or '(none)'}; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {sys.executable}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     t = time.monotonic()
@@ -405,7 +437,8 @@ def main():
     for r in range(a.rounds):
         for p in paths:
             l0 = os.getloadavg()[0]
-            res, peak, wall = run_path(p, data, os.path.join(top, "run"), a.sample_every)
+            res, peak, wall = run_path(p, data, os.path.join(top, "run"), a.sample_every,
+                                       a.output, a.set)
             loads.append((l0, os.getloadavg()[0]))
             bad, f = check(p, res, labels, [], read)
             problems += bad
@@ -418,6 +451,8 @@ def main():
                   f"{f['failed']} failed; {f['compared']} tensors, largest difference "
                   f"{f['worst']:.3f} levels; load {l0:.2f}->{loads[-1][1]:.2f}"
                   + ("" if not bad else f"; {len(bad)} PROBLEMS"), flush=True)
+            if p != "library" and f["short"]:
+                print(f"    the calls short of {BATCH}: {f['short'][:24]}", flush=True)
     med = {p: {k: statistics.median(x[k] for x in figs[p]) for k in
                ("rate", "rate_run", "peak", "full")} for p in paths}
     print(f"\nmedians of {a.rounds} rounds, {a.images} images (load average over the rounds "
@@ -445,12 +480,13 @@ def main():
         print(f"\n{a.corrupt_images} images, corrupt: {', '.join(cbad)} (cut short; garbage "
               "after SOI)")
         for p in paths:
-            res, peak, wall = run_path(p, cdata, os.path.join(top, "run"), a.sample_every)
+            res, peak, wall = run_path(p, cdata, os.path.join(top, "run"), a.sample_every,
+                                       a.output, a.set)
             bad, f = check(p, res, clabels, cbad, cread)
             problems += bad
-            msgs = "; ".join(f"{k}: {e.strip().splitlines()[-1][:110]}" for _, k, e in
-                             sorted(res["failed"], key=lambda x: str(x[1])))
-            print(f"  {p:10s} {f['ok']} ok, {f['failed']} failed ({msgs})", flush=True)
+            print(f"  {p:10s} {f['ok']} ok, {f['failed']} failed", flush=True)
+            for _, k, e in sorted(res["failed"], key=lambda x: str(x[1])):
+                print(f"    {k}: {e.strip().splitlines()[-1][:240]}")
     if not a.dir:
         subprocess.run(["rm", "-rf", top])
     print()
