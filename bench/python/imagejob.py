@@ -3,6 +3,7 @@
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python/imagejob.py \\
         [--images 20000] [--shards 20] [--rounds 3] [--corrupt-images 3551]
+        [--output float32|uint8] [--set job.KEY=V]... [--only PATHS] [--dir DIR]
 
 The data: IMAGES photo-like JPEGs (gradients under noise, 500 x 375, one in four
 375 x 500, Pillow quality 90: about 150 KB each) in SHARDS WebDataset tar shards, each
@@ -33,6 +34,10 @@ SAMPLE_EVERY-th image the tensor the model got against Pillow+NumPy's (within on
 level: 1/255/std). Then, on CORRUPT_IMAGES images with two corrupt ones (one cut short,
 one with garbage after its SOI marker), every path must give exactly those two
 failures and every other sample once. Exit 1 when a check fails.
+--output uint8: the stage gives uint8 pixels and the model normalises them (as it would
+on its GPU: a quarter of the bytes in every ring). --set job.KEY=V: a job key for the
+job file (gpud run --set) and the Dispatcher (keys=), e.g. job.max_task_bytes=256K.
+--dir DIR keeps the data there and reuses it on the next run.
 Needs NumPy, Pillow and a gpud build with the python plugins and libarchive.
 """
 import argparse
@@ -206,7 +211,7 @@ def stage_keys(output):
     return {k: v for k, v in STAGE.items() if k not in ("mean", "std", "output")}
 
 
-def role_dispatcher(data, out, save_dir, every, output):
+def role_dispatcher(data, out, save_dir, every, output, sets):
     import gpud
 
     ok, failed = [], []
@@ -219,6 +224,7 @@ def role_dispatcher(data, out, save_dir, every, output):
 
     t0 = time.perf_counter()
     d = gpud.Dispatcher(ImageModel, [0, 1], batch_size=BATCH, ui="off",
+                        keys=dict(kv.split("=", 1) for kv in sets),
                         stages=[gpud.Stage("jpeg", **stage_keys(output))],
                         generator={"plugin": "tar", "path": os.path.join(data, "*.tar"),
                                    "members": "jpg,cls"})
@@ -231,7 +237,7 @@ def role_dispatcher(data, out, save_dir, every, output):
                    "stats": {k: stats.get(k) for k in ("completed", "failed", "total")}}, f)
 
 
-def role_library(data, out, save_dir, every, output):
+def role_library(data, out, save_dir, every, output, sets):
     sys.path.insert(0, HERE)
     import library
 
@@ -314,7 +320,7 @@ def run_path(name, data, work, every, output="float32", sets=()):
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "--role",
                "dispatcher" if name == "Dispatcher" else "library", data, out, save, str(every),
-               output]
+               output, json.dumps(list(sets))]
     peak, wall, text, rc = measure(cmd, env, work)
     if name == "job file":
         if rc not in (0, 1):  # 1: some tasks failed
@@ -410,19 +416,20 @@ def main():
     ap.add_argument("--output", choices=("float32", "uint8"), default="float32",
                     help="the stage's output (uint8: the model normalises)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=V",
-                    help="a job key for the job file path (gpud run --set)")
-    ap.add_argument("--role", nargs=6, help=argparse.SUPPRESS)
+                    help="a job key (section.key=value) for the job file (gpud run --set) "
+                    "and the Dispatcher (keys=)")
+    ap.add_argument("--role", nargs=7, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role:
-        role, data, out, save, every, output = a.role
+        role, data, out, save, every, output, sets = a.role
         (role_dispatcher if role == "dispatcher" else role_library)(data, out, save, int(every),
-                                                                    output)
+                                                                    output, json.loads(sets))
         return 0
     paths = [p for p in PATHS if not a.only or p in a.only.split(",")]
     top = a.dir or tempfile.mkdtemp(prefix="gpud-imagejob-")
     os.makedirs(top, exist_ok=True)
     print(f"imagejob: {a.images} images in {a.shards} shards, {a.rounds} rounds, the stage's "
-          f"output {a.output}; job file --set {' '.join(a.set) or '(none)'}; "
+          f"output {a.output}; --set {' '.join(a.set) or '(none)'}; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {sys.executable}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     t = time.monotonic()
