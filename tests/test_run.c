@@ -544,10 +544,10 @@ static void startup_job(int workers, int stop, const char *check)
 	char *text;
 	cr_assert(asprintf(&text,
 			   "[job]\ngpus = 0\nworkers_per_gpu = %d\nbatch_size = 8\n"
-			   "[worker]\nplugin = batcher\nsleep_us = 2000\n"
+			   "[worker]\nplugin = batcher\nsleep_us = 2000\nmeet = %d\nmeet_dir = %s\n"
 			   "[generator]\nplugin = range\nstop = %d\n"
 			   "[sink]\nplugin = jsonl\n",
-			   workers, stop) > 0);
+			   workers, workers, dir, stop) > 0);
 	char *path = t_write(dir, "job.ini", text);
 	cr_assert_eq(t_gpud(dir, "run '%s' --stats-json '%s/s.json'", path, dir), 0, "%s",
 		     t_read_in(dir, "err"));
@@ -581,7 +581,8 @@ Test(run, first_result_says_where_the_time_before_it_went, .timeout = 60)
 
 /* A batching worker's first call is a whole batch when the generator has that many
  * items: written while the worker sets up and handed over whole (every call's size is
- * in its results and the stats). */
+ * in its results). Only the first: later calls take what the ring holds when they
+ * begin (batch_wait_ms 0), which on a loaded machine may be less than a batch. */
 Test(run, a_batching_workers_first_call_is_a_whole_batch, .timeout = 60)
 {
 	startup_job(1, 64,
@@ -594,12 +595,15 @@ Test(run, a_batching_workers_first_call_is_a_whole_batch, .timeout = 60)
 		    "        first = int(r['result'].split('n=')[1])\n"
 		    "assert first == 8, ('task 0 came in a call of', first)\n"
 		    "w = s['workers'][0]\n"
-		    "assert w['call_sizes'] == [[5, 8, 8]], w['call_sizes']\n"
+		    "assert w['ok'] == 64 and w['call_max'] == 8, w\n"
 		    "print('CHECKED')\n");
 }
 
 /* Two workers: each one's first batch is handed out before either's second (task ids
- * are given in the order tasks are generated), so neither starts behind the other. */
+ * are given in the order tasks are generated), so neither starts behind the other. The
+ * workers' setups meet (batcher's meet): one set up long before the other would run
+ * out of work and take the other's first batch back, as it should, and the test would
+ * time the machine. */
 Test(run, two_workers_get_their_first_batches_before_either_gets_a_second, .timeout = 60)
 {
 	startup_job(2, 64,

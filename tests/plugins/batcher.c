@@ -6,7 +6,9 @@
  * (a call that is CPU work, like Python and NumPy's); empty_every = K gives an empty result for
  * every input divisible by K; whole_fail_on (a comma list) fails the whole call holding any
  * of them (returns -1, every task marked with the first such input), as a library that
- * raises would. */
+ * raises would; meet = N with meet_dir = DIR: setup returns once N workers have begun
+ * theirs (each leaves a file in DIR), so that none is set up long before another. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,32 @@ GPUD_EXPORT int gpud_worker_setup(const struct gpud_worker_info *info, void **st
 	b->spin_us = gpud_arg_long(info->args, "spin_us", 0);
 	b->empty_every = gpud_arg_long(info->args, "empty_every", 0);
 	b->max = info->batch_size;
+	long meet = gpud_arg_long(info->args, "meet", 0);
+	const char *meet_dir = gpud_arg(info->args, "meet_dir", NULL);
+	if (meet > 0 && meet_dir) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/worker-%ld", meet_dir, (long)getpid());
+		FILE *f = fopen(path, "w");
+		if (!f || fclose(f) != 0) {
+			free(b);
+			return gpud_fail(err, "batcher: cannot write %s", path);
+		}
+		for (int tries = 0;; tries++) {
+			long n = 0;
+			DIR *d = opendir(meet_dir);
+			for (struct dirent *e; d && (e = readdir(d));)
+				n += strncmp(e->d_name, "worker-", 7) == 0;
+			if (d)
+				closedir(d);
+			if (n >= meet)
+				break;
+			if (tries > 12000) { /* 60 s */
+				free(b);
+				return gpud_fail(err, "batcher: %ld of %ld workers met", n, meet);
+			}
+			usleep(5000);
+		}
+	}
 	*state = b;
 	return 0;
 }
