@@ -112,6 +112,14 @@ static bool keep_watch(struct host *h, uint64_t since_ns)
 			stopped = h->ctl.stopped_ns;
 			atomic_store(&h->out.stuck_ns, since_ns);
 		}
+		/* A gap lifecycle_timeouts holds for one more look (a stop whose SIGCONT's
+		 * handler has not run yet: deadlines.c, credit_stops): nothing is enforced
+		 * until it is decided, 20 ms on (under load the handler came late, and the
+		 * 2 s the job was stopped counted against sink_timeout). */
+		if (h->ctl.held_gap) {
+			wait_futex_wait(h->shm.bell.bell, bell, 20000000u);
+			continue;
+		}
 		if (now >= tell_at) {
 			char what[96];
 			if (g->sink_kind == GATE_SINK_CLOSE)
