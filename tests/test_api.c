@@ -1577,9 +1577,22 @@ Test(api, a_pool_runs_two_inputs_on_the_same_workers, .timeout = 120)
 {
 	gpud_pool *pool = gpud_pool_open();
 	cr_assert_not_null(pool);
-	static struct pooled a, b, c;
+	static struct pooled a, b, c, more;
 	pool_run_exact(pool, 300, &a);
-	cr_assert_eq(a.n_pids, 2, "two workers ran the first input (%u)", a.n_pids);
+	/* On a loaded machine one worker can run a whole input while the other still sets
+	 * up (it hands its first batch back): more inputs, each exact, until both ran one
+	 * (their pids gathered in a), so that both are set up before the run timed below. */
+	for (int k = 0; k < 10 && a.n_pids < 2; k++) {
+		pool_run_exact(pool, 300, &more);
+		for (unsigned i = 0; i < more.n_pids; i++) {
+			bool seen = false;
+			for (unsigned j = 0; j < a.n_pids; j++)
+				seen |= a.pids[j] == more.pids[i];
+			if (!seen && a.n_pids < 8)
+				a.pids[a.n_pids++] = more.pids[i];
+		}
+	}
+	cr_assert_eq(a.n_pids, 2, "two workers ran the first inputs (%u)", a.n_pids);
 	pool_run_exact(pool, 200, &b);
 	/* The same processes: nothing started, nothing set up again. */
 	cr_expect_eq(b.setup_s, 0, "%g s in setup in the second run", b.setup_s);
