@@ -23,7 +23,9 @@ import tempfile
 import weakref
 from itertools import islice
 
-from gpud import BaseWorker, Dispatcher
+from gpud import BaseWorker
+# check() and collect() (each id reported once): poison.py's, beside this script
+from poison import check, collect
 
 try:
     import numpy as np
@@ -34,27 +36,6 @@ N = 2000
 OPTS = ({}, {"chunksize": 1}, {"chunksize": 4}, {"batch_size": 4},
         {"batch_size": 4, "chunksize": 1})
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAIL: {what}", flush=True)
-        sys.exit(1)
-
-
-def collect(cls, items, **opts):
-    """{task id: result}, {task id: error} of a run, each id reported once."""
-    got, errs = {}, {}
-
-    def ok(t, r, w):
-        check(t not in got and t not in errs, f"item {t} reported twice")
-        got[t] = r
-
-    def bad(t, e, w):
-        check(t not in got and t not in errs, f"item {t} reported twice")
-        errs[t] = e
-
-    stats = Dispatcher(cls, [0, 1], **opts).run(items, ok, on_error=bad)
-    return got, errs, stats
 
 
 def _bytes_of(x):
